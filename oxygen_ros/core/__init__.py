@@ -1,0 +1,1 @@
+"""ROS-free core of oxygen_ros: model, tokenizer and synthetic task."""

@@ -1,0 +1,49 @@
+"""Synthetic 2-D manipulation task: scenes, rendering, expert, simulator, dataset.
+
+See :mod:`oxygen_ros.core.sim.scene` for the task definition and coordinate
+convention (normalised ``[-1, 1]^2``, ``x`` right, ``y`` down).
+"""
+
+from oxygen_ros.core.sim.scene import (
+    COLOURS,
+    MAX_STEP,
+    REACH_TOLERANCE,
+    RELATIONS,
+    SHAPES,
+    Example,
+    Scene,
+    SceneObject,
+    Simulator,
+    all_descriptions,
+    all_instructions,
+    describe,
+    examples,
+    expert_actions,
+    instruction,
+    make_example,
+    relation,
+    render,
+    sample_scene,
+)
+
+__all__ = [
+    "COLOURS",
+    "MAX_STEP",
+    "REACH_TOLERANCE",
+    "RELATIONS",
+    "SHAPES",
+    "Example",
+    "Scene",
+    "SceneObject",
+    "Simulator",
+    "all_descriptions",
+    "all_instructions",
+    "describe",
+    "examples",
+    "expert_actions",
+    "instruction",
+    "make_example",
+    "relation",
+    "render",
+    "sample_scene",
+]
