@@ -1,0 +1,48 @@
+"""SigLIP vision tower (built from a config, never downloaded) and its projector."""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor, nn
+from transformers import SiglipVisionConfig, SiglipVisionModel
+
+from .config import VisionConfig
+
+
+class VisionEncoder(nn.Module):
+    """Images -> one token per patch, projected to the VLM width.
+
+    π0.5 takes SigLIP's last hidden state (after its final layer norm) and a
+    linear projector; it does not rescale the image features.
+    """
+
+    def __init__(self, cfg: VisionConfig, out_width: int):
+        super().__init__()
+        self.cfg = cfg
+        hf = SiglipVisionConfig(
+            hidden_size=cfg.hidden,
+            intermediate_size=cfg.mlp,
+            num_hidden_layers=cfg.depth,
+            num_attention_heads=cfg.heads,
+            image_size=cfg.image_size,
+            patch_size=cfg.patch_size,
+            num_channels=3,
+            hidden_act="gelu_pytorch_tanh",
+            layer_norm_eps=1e-6,
+            vision_use_head=False,
+        )
+        hf._attn_implementation = "sdpa"
+        self.tower = SiglipVisionModel(hf)
+        self.projector = nn.Linear(cfg.hidden, out_width)
+
+    def forward(self, pixels: Tensor) -> Tensor:
+        """pixels [N, 3, S, S] in [-1, 1] -> [N, tokens_per_image, out_width]."""
+        dtype = self.projector.weight.dtype
+        hidden = self.tower(pixel_values=pixels.to(dtype)).last_hidden_state
+        return self.projector(hidden)
+
+
+def images_to_pixels(images: Tensor) -> Tensor:
+    """uint8 [..., S, S, 3] -> float [..., 3, S, S] in [-1, 1], as π0.5 normalises."""
+    x = images.to(torch.float32) / 127.5 - 1.0
+    return x.movedim(-1, -3)

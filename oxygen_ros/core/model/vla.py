@@ -1,0 +1,304 @@
+"""The Mixture-of-Transformers VLA: SigLIP + Gemma VLM + adaRMS Gemma action expert.
+
+Three cached operations, each on storage the caller owns (:class:`KVCache`):
+
+* :meth:`VLA.prefill` - vision + VLM over a batch of observations; writes each
+  observation's prefix keys/values into the slot(s) it is given and returns the
+  prefix lengths and the logits of the last valid prefix token.
+* :meth:`VLA.denoise` - flow-matching action chunks for a run of slots, reading
+  their prefix keys/values in place and never writing them.
+* :meth:`VLA.extend` / :meth:`VLA.decode_step` - one or more new tokens per
+  slot at per-row positions, appended to the slot in place.
+
+:meth:`VLA.forward_joint` is the uncached joint forward (both streams, any
+mask) used for training and as the reference the cached paths are tested
+against.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import torch
+from torch import Tensor, nn
+
+from .cache import KVCache, SlotView
+from .config import ModelConfig
+from .gemma import GemmaStack, attend, attention_bias, rope, rotary
+from .vision import VisionEncoder
+
+TORCH_DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float64": torch.float64}
+
+
+@dataclass(frozen=True)
+class PrefixBatch:
+    """Model-ready prefix inputs (see ``observation.py`` for how they are built)."""
+
+    pixels: Tensor  # [B, C, 3, S, S] float in [-1, 1]
+    image_mask: Tensor  # [B, C] bool: camera present
+    tokens: Tensor  # [B, L] long, right-padded
+    token_mask: Tensor  # [B, L] bool
+
+    @property
+    def size(self) -> int:
+        return self.tokens.shape[0]
+
+
+@dataclass(frozen=True)
+class PrefillResult:
+    lengths: Tensor  # [B] valid prefix tokens written to each slot
+    logits: Tensor  # [B, vocab] at the last valid prefix token
+
+
+def time_embedding(t: Tensor, dim: int, min_period: float = 4e-3, max_period: float = 4.0) -> Tensor:
+    """Sinusoidal embedding of the flow-matching time t [B] -> [B, dim] (sin | cos)."""
+    if dim % 2:
+        raise ValueError(f"time embedding width must be even, got {dim}")
+    fraction = torch.linspace(0.0, 1.0, dim // 2, dtype=torch.float64, device=t.device)
+    period = min_period * (max_period / min_period) ** fraction
+    angle = t.to(torch.float64)[:, None] * (2.0 * math.pi / period)[None, :]
+    return torch.cat([angle.sin(), angle.cos()], dim=-1)
+
+
+class VLA(nn.Module):
+    def __init__(self, config: ModelConfig, *, seed: int = 0):
+        super().__init__()
+        self.config = config
+        c = config
+        ew = c.expert.width
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(seed)
+            self.vision = VisionEncoder(c.vision, c.vlm.width)
+            self.language_model = GemmaStack(c.vlm, vocab_size=c.vocab_size, cond_dim=None, eps=c.rms_eps)
+            self.expert = GemmaStack(c.expert, vocab_size=None, cond_dim=ew, eps=c.rms_eps)
+            self.action_in_proj = nn.Linear(c.action_dim, ew)
+            self.action_out_proj = nn.Linear(ew, c.action_dim)
+            self.time_mlp_in = nn.Linear(ew, ew)
+            self.time_mlp_out = nn.Linear(ew, ew)
+
+    # ------------------------------------------------------------------ helpers
+    @property
+    def dtype(self) -> torch.dtype:
+        return self.action_in_proj.weight.dtype
+
+    @property
+    def device(self) -> torch.device:
+        return self.action_in_proj.weight.device
+
+    def new_cache(self, slots: int, max_len: int) -> KVCache:
+        """Storage with this model's layer/head layout, dtype and device."""
+        c = self.config.vlm
+        return KVCache.allocate(
+            layers=c.depth, kv_heads=c.kv_heads, head_dim=c.head_dim, slots=slots, max_len=max_len,
+            dtype=self.dtype, device=self.device,
+        )
+
+    def _rotary(self, positions: Tensor):
+        return rotary(positions, self.config.vlm.head_dim, self.config.rope_base, self.dtype)
+
+    def _bias(self, allowed: Tensor) -> Tensor:
+        c = self.config.vlm
+        return attention_bias(allowed, c.heads // c.kv_heads, self.dtype)
+
+    def embed_prefix(self, batch: PrefixBatch) -> tuple[Tensor, Tensor]:
+        """Images then text, as π0.5 orders its prefix. Returns x [B, P, W], valid [B, P]."""
+        b, cams = batch.image_mask.shape
+        img = self.vision(batch.pixels.flatten(0, 1).to(self.device))  # [B*C, N, W]
+        n = img.shape[1]
+        img = img.view(b, cams * n, -1)
+        img_valid = batch.image_mask.to(self.device).repeat_interleave(n, dim=1)
+        txt = self.language_model.embed(batch.tokens.to(self.device))
+        x = torch.cat([img.to(self.dtype), txt.to(self.dtype)], dim=1)
+        valid = torch.cat([img_valid, batch.token_mask.to(self.device)], dim=1)
+        return x, valid
+
+    def time_condition(self, t: Tensor) -> Tensor:
+        emb = time_embedding(t, self.config.expert.width).to(self.dtype)
+        emb = nn.functional.silu(self.time_mlp_in(emb))
+        return nn.functional.silu(self.time_mlp_out(emb))
+
+    # ------------------------------------------------------------------ prefill
+    @torch.inference_mode()
+    def prefill(self, batch: PrefixBatch, cache: KVCache, slots: Sequence[Sequence[int]]) -> PrefillResult:
+        """Write each observation's prefix K/V into its slot(s).
+
+        ``slots[b]`` lists the destination slots of observation ``b`` (one or
+        more: the prefix is computed once and stored where each consumer needs
+        it). The prefix is stored compacted: its valid tokens at positions
+        ``0 .. length-1``, which equal their π0.5 positions.
+        """
+        if len(slots) != batch.size:
+            raise ValueError(f"prefill got {batch.size} observations but {len(slots)} slot lists")
+        rows = [b for b, dest in enumerate(slots) for _ in dest]
+        dest = [s for d in slots for s in d]
+        if any(len(d) == 0 for d in slots):
+            raise ValueError("every observation needs at least one destination slot")
+        if any(not 0 <= s < cache.slots for s in dest):
+            raise ValueError(f"slot out of range 0..{cache.slots - 1}: {dest}")
+        x, valid = self.embed_prefix(batch)
+        order = torch.argsort((~valid).to(torch.int8), dim=1, stable=True)
+        x = torch.gather(x, 1, order[..., None].expand_as(x))
+        lengths = valid.sum(dim=1)
+        b, p, _ = x.shape
+        if p > cache.max_len:
+            raise ValueError(f"prefix of {p} tokens does not fit slots of {cache.max_len}")
+        pos = torch.arange(p, device=x.device)
+        table = self._rotary(pos.expand(b, p))
+        bias = self._bias((pos[None, :] < lengths[:, None])[:, None, :].expand(b, p, p))
+        row_idx = torch.tensor(rows, device=x.device)
+        slot_idx = torch.tensor(dest, device=x.device)
+        for i, layer in enumerate(self.language_model.layers):
+            q, k, v, gate = layer.pre_attention(x, None)
+            q, k = rope(q, table), rope(k, table)
+            cache.k[i, :, :, :p].index_copy_(0, slot_idx, k[row_idx])
+            cache.v[i, :, :, :p].index_copy_(0, slot_idx, v[row_idx])
+            x = layer.post_attention(x, attend(q, [(k, v, bias)]), gate, None)
+        h, _ = self.language_model.norm(x)
+        last = h[torch.arange(b, device=h.device), lengths - 1]
+        return PrefillResult(lengths=lengths, logits=self.language_model.logits(last).float())
+
+    # ------------------------------------------------------------------ actions
+    @torch.inference_mode()
+    def denoise(self, cache: KVCache, view: SlotView, noise: Tensor, steps: int | None = None) -> Tensor:
+        """Euler flow matching from noise at t=1 to actions at t=0 over cached prefixes.
+
+        noise [B, H, action_dim] with B = view.rows. The prefix keys/values are
+        read in place and left untouched.
+        """
+        steps = steps or self.config.denoise_steps
+        b, horizon, _ = noise.shape
+        if b != view.rows:
+            raise ValueError(f"noise has {b} rows but the view has {view.rows} slots")
+        lengths = view.lengths.to(self.device)
+        pos = torch.arange(view.max_len, device=self.device)
+        prefix_bias = self._bias((pos[None, :] < lengths[:, None])[:, None, :].expand(b, horizon, view.max_len))
+        suffix_bias = self._bias(torch.ones(b, horizon, horizon, dtype=torch.bool, device=self.device))
+        table = self._rotary(lengths[:, None] + torch.arange(horizon, device=self.device))
+        prefix = [
+            (cache.k[i, view.start : view.stop, :, : view.max_len], cache.v[i, view.start : view.stop, :, : view.max_len])
+            for i in range(self.config.expert.depth)
+        ]
+        x_t = noise.to(self.device, self.dtype)
+        dt = -1.0 / steps
+        times = 1.0 - torch.arange(steps, device=self.device, dtype=torch.float64) / steps
+        conds = self.time_condition(times)  # all steps' conditions in one call
+        for step in range(steps):
+            cond = conds[step : step + 1].expand(b, -1)
+            v_t = self._velocity(x_t, cond, prefix, prefix_bias, suffix_bias, table)
+            x_t = x_t + dt * v_t
+        return x_t
+
+    def _velocity(self, x_t, cond, prefix, prefix_bias, suffix_bias, table) -> Tensor:
+        x = self.action_in_proj(x_t)
+        for (kp, vp), layer in zip(prefix, self.expert.layers):
+            q, k, v, gate = layer.pre_attention(x, cond)
+            q, k = rope(q, table), rope(k, table)
+            attn = attend(q, [(kp, vp, prefix_bias), (k, v, suffix_bias)])
+            x = layer.post_attention(x, attn, gate, cond)
+        h, _ = self.expert.norm(x, cond)
+        return self.action_out_proj(h)
+
+    # ------------------------------------------------------------------ language
+    @torch.inference_mode()
+    def extend(self, cache: KVCache, view: SlotView, tokens: Tensor, token_mask: Tensor | None = None) -> Tensor:
+        """Append up to T tokens per slot (causal) and return logits [B, vocab]
+        at each row's last appended token.
+
+        tokens [B, T] left-aligned; ``token_mask`` marks the real ones (default:
+        all). Row ``i`` writes at positions ``lengths[i] ..``; rows that are not
+        live, and masked tokens, write to the trash slot instead.
+        """
+        b, t = tokens.shape
+        if b != view.rows:
+            raise ValueError(f"{b} token rows for a view of {view.rows} slots")
+        if view.max_len + t > cache.max_len:
+            raise ValueError(f"slot overflow: {view.max_len} + {t} tokens > slot length {cache.max_len}")
+        dev = self.device
+        if token_mask is None:
+            token_mask = torch.ones(b, t, dtype=torch.bool, device=dev)
+        token_mask = token_mask.to(dev)
+        lengths = view.lengths.to(dev)
+        steps = torch.arange(t, device=dev)
+        positions = lengths[:, None] + steps  # [B, T]
+        writes = token_mask if view.live is None else token_mask & view.live.to(dev)[:, None]
+        slot_rows = torch.arange(view.start, view.stop, device=dev)[:, None].expand(b, t)
+        w_slot = torch.where(writes, slot_rows, cache.trash_slot).reshape(-1)
+        w_pos = torch.where(writes, positions, steps[None, :].expand(b, t)).reshape(-1)
+        read = view.max_len + t
+        bias = self._bias(torch.arange(read, device=dev)[None, None, :] <= positions[:, :, None])  # [B, T, read]
+        table = self._rotary(positions)
+        x = self.language_model.embed(tokens.to(dev)).to(self.dtype)
+        for i, layer in enumerate(self.language_model.layers):
+            q, k, v, gate = layer.pre_attention(x, None)
+            q, k = rope(q, table), rope(k, table)
+            cache.k[i][w_slot, :, w_pos] = k.transpose(1, 2).reshape(b * t, -1, k.shape[-1])
+            cache.v[i][w_slot, :, w_pos] = v.transpose(1, 2).reshape(b * t, -1, v.shape[-1])
+            kv_k = cache.k[i, view.start : view.stop, :, :read]
+            kv_v = cache.v[i, view.start : view.stop, :, :read]
+            x = layer.post_attention(x, attend(q, [(kv_k, kv_v, bias)]), gate, None)
+        last = (token_mask.sum(dim=1) - 1).clamp(min=0)
+        h, _ = self.language_model.norm(x[torch.arange(b, device=dev), last][:, None, :])
+        return self.language_model.logits(h[:, 0]).float()
+
+    def decode_step(self, cache: KVCache, view: SlotView, tokens: Tensor) -> Tensor:
+        """One token per slot: append its K/V at ``lengths[i]``, return next-token logits."""
+        return self.extend(cache, view, tokens.reshape(-1, 1))
+
+    # ------------------------------------------------------------------ reference
+    def forward_joint(
+        self,
+        vlm_x: Tensor | None,
+        vlm_positions: Tensor | None,
+        expert_x: Tensor | None,
+        expert_positions: Tensor | None,
+        cond: Tensor | None,
+        allowed: Tensor,
+    ) -> tuple[Tensor | None, Tensor | None]:
+        """Uncached joint forward of both streams under one attention mask.
+
+        ``allowed`` [B, Tv + Te, Tv + Te] over the concatenated sequence (VLM
+        tokens first). Returns the final-normed hidden states of each stream.
+        """
+        streams = [(s, x, p) for s, x, p in ((self.language_model, vlm_x, vlm_positions),
+                                              (self.expert, expert_x, expert_positions)) if x is not None]
+        xs = [x for _, x, _ in streams]
+        tables = [self._rotary(p) for _, _, p in streams]
+        bias = self._bias(allowed)
+        for i in range(self.config.vlm.depth):
+            qs, ks, vs, gates = [], [], [], []
+            for (stack, _, _), table, x in zip(streams, tables, xs):
+                c = cond if stack is self.expert else None
+                q, k, v, gate = stack.layers[i].pre_attention(x, c)
+                qs.append(rope(q, table))
+                ks.append(rope(k, table))
+                vs.append(v)
+                gates.append(gate)
+            attn = attend(torch.cat(qs, 2), [(torch.cat(ks, 2), torch.cat(vs, 2), bias)])
+            out, start = [], 0
+            for (stack, _, _), x, gate in zip(streams, xs, gates):
+                n = x.shape[1]
+                c = cond if stack is self.expert else None
+                out.append(stack.layers[i].post_attention(x, attn[:, :, start : start + n], gate, c))
+                start += n
+            xs = out
+        result = []
+        for (stack, _, _), x in zip(streams, xs):
+            result.append(stack.norm(x, cond if stack is self.expert else None)[0])
+        vlm_h = result[0] if vlm_x is not None else None
+        expert_h = result[-1] if expert_x is not None else None
+        return vlm_h, expert_h
+
+
+def build_model(config: ModelConfig, *, seed: int = 0, device: str = "cpu", dtype: str = "float32") -> VLA:
+    """A randomly initialised model (deterministic for a seed) in eval mode."""
+    if dtype not in TORCH_DTYPES:
+        raise ValueError(f"dtype must be one of {sorted(TORCH_DTYPES)}, got {dtype!r}")
+    if device.split(":")[0] not in ("cpu", "cuda", "meta"):
+        raise ValueError(f"device must be cpu, cuda[:N] or meta, got {device!r}")
+    if device.startswith("cuda") and not torch.cuda.is_available():
+        raise ValueError(f"device {device!r} requested but CUDA is not available")
+    with torch.device(device):  # built in place: no CPU copy for cuda, no memory at all for "meta"
+        model = VLA(config, seed=seed)
+    return model.to(dtype=TORCH_DTYPES[dtype]).eval()

@@ -1,0 +1,141 @@
+"""What the robot sees and is told at one instant, checked before it reaches the model.
+
+An :class:`Observation` holds uint8 RGB images per camera, the instruction and
+an optional state vector. Construction validates every field and raises
+:class:`ObservationError` naming the field. :func:`make_prefix_batch` turns a
+list of observations into model inputs: images resized (aspect kept, black
+padding, as π0.5) to the model's resolution in a fixed camera order, and the
+π0.5 prompt tokenised and padded.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+from .model.config import ModelConfig
+from .model.vision import images_to_pixels
+from .model.vla import PrefixBatch
+from .tokenizer import Tokenizer, tokenize_prompt
+
+MAX_STATE_DIM = 32
+
+
+class ObservationError(ValueError):
+    """An observation field is malformed; ``field`` names it."""
+
+    def __init__(self, field_name: str, reason: str):
+        super().__init__(f"observation.{field_name}: {reason}")
+        self.field = field_name
+        self.reason = reason
+
+
+@dataclass(frozen=True)
+class Observation:
+    images: Mapping[str, np.ndarray]
+    instruction: str
+    state: np.ndarray | None = None
+    stamp: float = 0.0  # capture time in seconds (monotonic or ROS time); informational
+    meta: dict = field(default_factory=dict, compare=False, repr=False)
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.images, Mapping) or not self.images:
+            raise ObservationError("images", "needs at least one camera image (a mapping name -> HxWx3 uint8)")
+        for name, img in self.images.items():
+            where = f"images[{name!r}]"
+            if not isinstance(name, str) or not name:
+                raise ObservationError("images", f"camera names must be non-empty strings, got {name!r}")
+            if not isinstance(img, np.ndarray):
+                raise ObservationError(where, f"must be a numpy array, got {type(img).__name__}")
+            if img.dtype != np.uint8:
+                raise ObservationError(where, f"dtype must be uint8, got {img.dtype}")
+            if img.ndim != 3 or img.shape[2] != 3:
+                raise ObservationError(where, f"shape must be HxWx3 (RGB), got {img.shape}")
+            if img.shape[0] == 0 or img.shape[1] == 0:
+                raise ObservationError(where, f"image is empty: shape {img.shape}")
+        if not isinstance(self.instruction, str):
+            raise ObservationError("instruction", f"must be a string, got {type(self.instruction).__name__}")
+        if self.state is not None:
+            state = np.asarray(self.state)
+            if state.ndim != 1:
+                raise ObservationError("state", f"must be a 1-D vector, got shape {state.shape}")
+            if not np.issubdtype(state.dtype, np.number):
+                raise ObservationError("state", f"must be numeric, got dtype {state.dtype}")
+            if state.shape[0] > MAX_STATE_DIM:
+                raise ObservationError("state", f"has {state.shape[0]} values, at most {MAX_STATE_DIM} are supported")
+            if not np.all(np.isfinite(state)):
+                raise ObservationError("state", "contains NaN or infinite values")
+            object.__setattr__(self, "state", state.astype(np.float32))
+
+    def check_cameras(self, max_cameras: int, camera_names: Sequence[str] | None = None) -> None:
+        """Raise if there are more cameras than the model takes, or unknown names."""
+        if len(self.images) > max_cameras:
+            raise ObservationError("images", f"{len(self.images)} cameras given, the model takes at most {max_cameras}")
+        if camera_names is not None:
+            unknown = [n for n in self.images if n not in camera_names]
+            if unknown:
+                raise ObservationError("images", f"unknown camera(s) {unknown}; expected some of {list(camera_names)}")
+
+
+def resize_with_pad(image: np.ndarray, size: int) -> np.ndarray:
+    """Resize keeping the aspect ratio into a size x size black canvas (uint8 RGB)."""
+    h, w, _ = image.shape
+    if (h, w) == (size, size):
+        return image
+    scale = size / max(h, w)
+    nh, nw = max(1, round(h * scale)), max(1, round(w * scale))
+    x = torch.from_numpy(np.ascontiguousarray(image)).permute(2, 0, 1)[None].float()
+    x = F.interpolate(x, size=(nh, nw), mode="bilinear", align_corners=False, antialias=scale < 1.0)
+    out = np.zeros((size, size, 3), dtype=np.uint8)
+    top, left = (size - nh) // 2, (size - nw) // 2
+    out[top : top + nh, left : left + nw] = x[0].permute(1, 2, 0).round().clamp(0, 255).byte().numpy()
+    return out
+
+
+def make_prefix_batch(
+    observations: Sequence[Observation],
+    tokenizer: Tokenizer,
+    config: ModelConfig,
+    camera_names: Sequence[str] | None = None,
+    max_token_len: int | None = None,
+) -> PrefixBatch:
+    """Stack observations into model inputs.
+
+    Cameras are placed in the order of ``camera_names`` (default: each
+    observation's own order); a camera an observation lacks is a black image
+    with its mask off, so it is never attended.
+    """
+    if not observations:
+        raise ValueError("make_prefix_batch needs at least one observation")
+    size, cams = config.vision.image_size, config.max_cameras
+    max_len = max_token_len or config.max_token_len
+    pixels = np.zeros((len(observations), cams, size, size, 3), dtype=np.uint8)
+    image_mask = np.zeros((len(observations), cams), dtype=bool)
+    tokens = np.zeros((len(observations), max_len), dtype=np.int64)
+    token_mask = np.zeros((len(observations), max_len), dtype=bool)
+    for b, obs in enumerate(observations):
+        obs.check_cameras(cams, camera_names)
+        names = list(camera_names) if camera_names is not None else list(obs.images)
+        for c, name in enumerate(names[:cams]):
+            if name in obs.images:
+                pixels[b, c] = resize_with_pad(obs.images[name], size)
+                image_mask[b, c] = True
+        tokens[b], token_mask[b] = tokenize_prompt(tokenizer, obs.instruction, obs.state, max_len)
+    return PrefixBatch(
+        pixels=images_to_pixels(torch.from_numpy(pixels)),
+        image_mask=torch.from_numpy(image_mask),
+        tokens=torch.from_numpy(tokens),
+        token_mask=torch.from_numpy(token_mask),
+    )
+
+
+def prefix_tokens(config: ModelConfig, max_token_len: int | None = None) -> int:
+    """Upper bound of a prefix's length in tokens (all cameras + prompt)."""
+    return config.image_tokens + (max_token_len or config.max_token_len)
+
+
+__all__ = ["Observation", "ObservationError", "make_prefix_batch", "resize_with_pad", "prefix_tokens"]

@@ -1,0 +1,189 @@
+"""The tiny VLA's cached operations against uncached references, and the pi05 preset."""
+
+import pytest
+import torch
+
+from oxygen_ros.core.model.cache import SlotView
+from oxygen_ros.core.model.config import PI05, TINY, ModelConfig, VisionConfig, preset
+from oxygen_ros.core.model.reference import reference_actions, reference_generate
+from oxygen_ros.core.model.vla import PrefixBatch, build_model
+
+CAMS, SIZE, L = TINY.max_cameras, TINY.vision.image_size, TINY.max_token_len
+
+
+def make_batch(lengths, camera_mask, *, seed=0, max_len=L, dtype=torch.float64):
+    g = torch.Generator().manual_seed(seed)
+    b = len(lengths)
+    pixels = torch.rand(b, CAMS, 3, SIZE, SIZE, generator=g, dtype=dtype) * 2 - 1
+    tokens = torch.randint(1, TINY.vocab_size, (b, max_len), generator=g)
+    mask = torch.arange(max_len)[None] < torch.tensor(lengths)[:, None]
+    tokens = tokens * mask  # pad id 0 after the valid tokens
+    return PrefixBatch(pixels, torch.tensor(camera_mask, dtype=torch.bool), tokens, mask)
+
+
+@pytest.fixture(scope="module")
+def model64():
+    return build_model(TINY, dtype="float64", seed=1)
+
+
+@pytest.fixture(scope="module")
+def model32():
+    return build_model(TINY, seed=1)
+
+
+def cached_greedy(model, batch, limits, slot0=2):
+    """Greedy decode through prefill + decode_step; rows stop at their own limit."""
+    cache = model.new_cache(slots=8, max_len=160)
+    res = model.prefill(batch, cache, [[slot0 + i] for i in range(batch.size)])
+    lengths = res.lengths.tolist()
+    tokens = [[int(t)] for t in res.logits.argmax(-1)]
+    logits = [[res.logits[i]] for i in range(batch.size)]
+    while any(len(t) < n for t, n in zip(tokens, limits)):
+        live = [len(t) < n for t, n in zip(tokens, limits)]
+        view = SlotView.of(slot0, lengths, live)
+        out = model.decode_step(cache, view, torch.tensor([t[-1] for t in tokens]))
+        for i in range(batch.size):
+            if live[i]:
+                tokens[i].append(int(out[i].argmax()))
+                logits[i].append(out[i])
+                lengths[i] += 1
+    return tokens, [torch.stack(x) for x in logits], cache
+
+
+def test_cached_decoding_matches_full_recompute_with_ragged_rows(model64):
+    batch = make_batch([7, 20, 12], [[1, 1, 1], [1, 0, 1], [0, 1, 0]])
+    limits = [6, 2, 4]
+    tokens, logits, _ = cached_greedy(model64, batch, limits)
+    ref_tokens, ref_logits = reference_generate(model64, batch, limits)
+    assert tokens == ref_tokens
+    for got, want in zip(logits, ref_logits):
+        torch.testing.assert_close(got, want, rtol=0, atol=1e-9)
+
+
+def test_cached_decoding_float32_matches_reference(model32):
+    batch = make_batch([5, 30], [[1, 1, 0], [1, 1, 1]], dtype=torch.float32)
+    tokens, logits, _ = cached_greedy(model32, batch, [5, 3])
+    ref_tokens, ref_logits = reference_generate(model32, batch, [5, 3])
+    assert tokens == ref_tokens
+    for got, want in zip(logits, ref_logits):
+        torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-4)
+
+
+def test_denoise_over_cache_equals_joint_forward_and_leaves_prefix_untouched(model64):
+    batch = make_batch([9, 25], [[1, 1, 1], [1, 0, 0]], seed=3)
+    cache = model64.new_cache(slots=4, max_len=160)
+    res = model64.prefill(batch, cache, [[1], [2]])
+    before_k, before_v = cache.k.clone(), cache.v.clone()
+    noise = torch.randn(2, TINY.action_horizon, TINY.action_dim, generator=torch.Generator().manual_seed(4),
+                        dtype=torch.float64)
+    actions = model64.denoise(cache, SlotView.of(1, res.lengths.tolist()), noise, steps=10)
+    assert torch.equal(cache.k, before_k) and torch.equal(cache.v, before_v)
+    expected = reference_actions(model64, batch, noise, steps=10)
+    torch.testing.assert_close(actions, expected, rtol=0, atol=1e-10)
+    # the actions really depend on what the prefix saw
+    other = make_batch([9, 25], [[1, 1, 1], [1, 0, 0]], seed=99)
+    res2 = model64.prefill(other, cache, [[1], [2]])
+    actions2 = model64.denoise(cache, SlotView.of(1, res2.lengths.tolist()), noise, steps=10)
+    assert (actions2 - actions).abs().amax(dim=(1, 2)).min() > 1e-4
+
+
+def test_padding_changes_nothing(model64):
+    short = make_batch([11], [[1, 0, 1]], seed=5, max_len=L)
+    longer_tokens = torch.zeros(1, L + 17, dtype=torch.long)
+    longer_tokens[:, :L] = short.tokens
+    longer_mask = torch.zeros(1, L + 17, dtype=torch.bool)
+    longer_mask[:, :L] = short.token_mask
+    longer = PrefixBatch(short.pixels, short.image_mask, longer_tokens, longer_mask)
+    noise = torch.randn(1, TINY.action_horizon, TINY.action_dim, dtype=torch.float64)
+    outs = []
+    for batch in (short, longer):
+        tokens, _, cache = cached_greedy(model64, batch, [5], slot0=0)
+        res_len = int(batch.token_mask.sum() + batch.image_mask.sum() * TINY.vision.tokens_per_image)
+        actions = model64.denoise(cache, SlotView.of(0, [res_len]), noise)
+        outs.append((tokens, actions))
+    assert outs[0][0] == outs[1][0]
+    torch.testing.assert_close(outs[0][1], outs[1][1], rtol=0, atol=1e-12)
+
+
+def test_extend_equals_token_by_token_decoding(model64):
+    batch = make_batch([6, 14], [[1, 1, 1], [1, 1, 1]], seed=7)
+    question = torch.tensor([[5, 6, 7, 8], [9, 10, 0, 0]])
+    qmask = torch.tensor([[1, 1, 1, 1], [1, 1, 0, 0]], dtype=torch.bool)
+    cache = model64.new_cache(slots=4, max_len=160)
+    res = model64.prefill(batch, cache, [[0], [1]])
+    got = model64.extend(cache, SlotView.of(0, res.lengths.tolist()), question, qmask)
+
+    cache2 = model64.new_cache(slots=4, max_len=160)
+    res2 = model64.prefill(batch, cache2, [[0], [1]])
+    want = []
+    for row, n in enumerate([4, 2]):
+        length = int(res2.lengths[row])
+        for j in range(n):
+            out = model64.decode_step(cache2, SlotView.of(row, [length]), question[row, j : j + 1])
+            length += 1
+        want.append(out[0])
+    torch.testing.assert_close(got, torch.stack(want), rtol=0, atol=1e-10)
+    n0, n1 = int(res.lengths[0]), int(res.lengths[1])
+    torch.testing.assert_close(cache.k[:, 0, :, : n0 + 4], cache2.k[:, 0, :, : n0 + 4], rtol=0, atol=1e-12)
+    torch.testing.assert_close(cache.k[:, 1, :, : n1 + 2], cache2.k[:, 1, :, : n1 + 2], rtol=0, atol=1e-12)
+
+
+def test_prefill_fans_one_prefix_out_to_several_slots(model64):
+    batch = make_batch([8], [[1, 1, 1]], seed=8)
+    cache = model64.new_cache(slots=4, max_len=160)
+    res = model64.prefill(batch, cache, [[0, 3]])
+    n = int(res.lengths[0])
+    assert torch.equal(cache.k[:, 0, :, :n], cache.k[:, 3, :, :n])
+    assert torch.equal(cache.v[:, 0, :, :n], cache.v[:, 3, :, :n])
+
+
+def test_seed_makes_initialisation_deterministic():
+    a, b, c = build_model(TINY, seed=3), build_model(TINY, seed=3), build_model(TINY, seed=4)
+    sa, sb, sc = a.state_dict(), b.state_dict(), c.state_dict()
+    assert all(torch.equal(sa[k], sb[k]) for k in sa)
+    assert not all(torch.equal(sa[k], sc[k]) for k in sa)
+
+
+def test_bfloat16_runs_end_to_end():
+    model = build_model(TINY, dtype="bfloat16")
+    batch = make_batch([10], [[1, 1, 1]], dtype=torch.float32)
+    cache = model.new_cache(slots=2, max_len=160)
+    assert cache.k.dtype == torch.bfloat16
+    res = model.prefill(batch, cache, [[0]])
+    actions = model.denoise(cache, SlotView.of(0, res.lengths.tolist()), torch.randn(1, TINY.action_horizon, 32))
+    assert actions.dtype == torch.bfloat16 and torch.isfinite(actions.float()).all()
+
+
+def test_pi05_preset_builds_on_meta_with_published_sizes():
+    model = build_model(PI05, device="meta")
+    assert all(p.is_meta for p in model.parameters())
+    counts = {name: sum(p.numel() for p in getattr(model, name).parameters())
+              for name in ("vision", "language_model", "expert")}
+    layer = model.language_model.layers[0]
+    assert layer.self_attn.q_proj.weight.shape == (8 * 256, 2048)
+    assert layer.self_attn.k_proj.weight.shape == (256, 2048)
+    assert layer.mlp.gate_proj.weight.shape == (16384, 2048)
+    assert model.language_model.embed_tokens.weight.shape == (257152, 2048)
+    assert model.expert.layers[0].mlp.up_proj.weight.shape == (4096, 1024)
+    assert model.expert.layers[0].self_attn.q_proj.weight.shape == (8 * 256, 1024)
+    assert model.expert.layers[0].input_layernorm.dense.weight.shape == (3 * 1024, 1024)
+    assert len(model.language_model.layers) == len(model.expert.layers) == 18
+    assert model.vision.projector.weight.shape == (2048, 1152)
+    assert len(model.vision.tower.encoder.layers) == 27
+    assert PI05.vision.tokens_per_image == 256
+    # SigLIP So400m/14 ~ 0.41 B, Gemma 2B ~ 2.5 B (with embeddings), expert ~ 0.4 B
+    assert 0.39e9 < counts["vision"] < 0.43e9
+    assert 2.4e9 < counts["language_model"] < 2.6e9
+    assert 0.3e9 < counts["expert"] < 0.5e9
+
+
+def test_config_rejects_inconsistent_sizes():
+    with pytest.raises(ValueError, match="patch_size"):
+        VisionConfig(hidden=8, depth=1, heads=2, mlp=8, image_size=30, patch_size=8)
+    with pytest.raises(ValueError, match="share depth"):
+        ModelConfig(name="x", vision=TINY.vision, vlm=TINY.vlm, expert=TINY.expert.__class__(
+            width=32, depth=3, mlp=64, heads=4, kv_heads=1, head_dim=16), vocab_size=10)
+    with pytest.raises(ValueError, match="unknown preset 'big'"):
+        preset("big")
+    with pytest.raises(ValueError, match="dtype"):
+        build_model(TINY, dtype="float16")

@@ -1,0 +1,76 @@
+"""Observation validation and model-input building."""
+
+import numpy as np
+import pytest
+import torch
+
+from oxygen_ros.core.model.config import TINY
+from oxygen_ros.core.observation import Observation, ObservationError, make_prefix_batch, resize_with_pad
+from oxygen_ros.core.tokenizer import Tokenizer, default_tokenizer_path
+
+
+@pytest.fixture(scope="module")
+def tok():
+    return Tokenizer(default_tokenizer_path())
+
+
+def img(h=32, w=32, value=10):
+    return np.full((h, w, 3), value, dtype=np.uint8)
+
+
+@pytest.mark.parametrize(
+    "kwargs, field, words",
+    [
+        (dict(images={}), "images", "at least one camera"),
+        (dict(images={"cam": img().astype(np.float32)}), "images['cam']", "uint8"),
+        (dict(images={"cam": np.zeros((32, 32), np.uint8)}), "images['cam']", "HxWx3"),
+        (dict(images={"cam": np.zeros((32, 32, 4), np.uint8)}), "images['cam']", "HxWx3"),
+        (dict(images={"cam": np.zeros((0, 32, 3), np.uint8)}), "images['cam']", "empty"),
+        (dict(images={"cam": [[1, 2, 3]]}), "images['cam']", "numpy array"),
+        (dict(instruction=None), "instruction", "string"),
+        (dict(state=np.array([0.1, np.nan])), "state", "NaN"),
+        (dict(state=np.array([0.1, np.inf])), "state", "infinite"),
+        (dict(state=np.zeros((2, 2))), "state", "1-D"),
+        (dict(state=np.zeros(33)), "state", "at most 32"),
+    ],
+)
+def test_bad_observations_name_the_field(kwargs, field, words):
+    args = dict(images={"cam": img()}, instruction="pick up the cup", state=None) | kwargs
+    with pytest.raises(ObservationError) as err:
+        Observation(**args)
+    assert err.value.field == field
+    assert words in str(err.value) and f"observation.{field}" in str(err.value)
+
+
+def test_too_many_cameras_is_rejected_when_batching(tok):
+    obs = Observation({f"c{i}": img() for i in range(4)}, "go")
+    with pytest.raises(ObservationError, match="at most 3"):
+        make_prefix_batch([obs], tok, TINY)
+
+
+def test_unknown_camera_name_is_rejected(tok):
+    obs = Observation({"wrist": img()}, "go")
+    with pytest.raises(ObservationError, match="unknown camera"):
+        make_prefix_batch([obs], tok, TINY, camera_names=["base", "left"])
+
+
+def test_resize_keeps_aspect_with_black_padding():
+    wide = np.full((20, 80, 3), 200, np.uint8)
+    out = resize_with_pad(wide, 32)
+    assert out.shape == (32, 32, 3) and out.dtype == np.uint8
+    assert (out[:8] == 0).all() and (out[-8:] == 0).all()  # 80x20 -> 32x8 centred
+    assert (out[12:20] == 200).all()
+
+
+def test_prefix_batch_places_cameras_by_name_and_masks_missing_ones(tok):
+    a = Observation({"base": img(value=255), "wrist": img(64, 48, 0)}, "move to the red circle", np.array([0.5, -0.5]))
+    b = Observation({"wrist": img(value=128)}, "open the gripper")
+    batch = make_prefix_batch([a, b], tok, TINY, camera_names=["base", "wrist", "side"])
+    assert batch.pixels.shape == (2, 3, 3, TINY.vision.image_size, TINY.vision.image_size)
+    assert batch.image_mask.tolist() == [[True, True, False], [False, True, False]]
+    assert torch.allclose(batch.pixels[0, 0], torch.ones(1))  # 255 -> +1
+    assert torch.allclose(batch.pixels[1, 1], torch.full((1,), 128 / 127.5 - 1), atol=1e-6)
+    n_a = int(batch.token_mask[0].sum())
+    text = tok.decode(batch.tokens[0, :n_a].tolist())
+    assert text.startswith("Task: move to the red circle, State: ") and text.endswith(";\nAction: ")
+    assert (batch.tokens[0, n_a:] == tok.pad_id).all()
