@@ -36,10 +36,17 @@ class VisionEncoder(nn.Module):
         self.projector = nn.Linear(cfg.hidden, out_width)
 
     def forward(self, pixels: Tensor) -> Tensor:
-        """pixels [N, 3, S, S] in [-1, 1] -> [N, tokens_per_image, out_width]."""
+        """pixels [N, 3, S, S] in [-1, 1] -> [N, tokens_per_image, out_width].
+
+        The patch and position embeddings run in their own dtype (float32 when
+        the model runs in bfloat16, as openpi keeps them); the encoder, its
+        final norm and the projector run in the model dtype.
+        """
+        tower = self.tower
         dtype = self.projector.weight.dtype
-        hidden = self.tower(pixel_values=pixels.to(dtype)).last_hidden_state
-        return self.projector(hidden)
+        embedded = tower.embeddings(pixels.to(tower.embeddings.patch_embedding.weight.dtype))
+        hidden = tower.encoder(inputs_embeds=embedded.to(dtype)).last_hidden_state
+        return self.projector(tower.post_layernorm(hidden))
 
 
 def images_to_pixels(images: Tensor) -> Tensor:

@@ -26,7 +26,7 @@ from torch import Tensor, nn
 
 from .cache import KVCache, SlotView
 from .config import ModelConfig
-from .gemma import GemmaStack, attend, attention_bias, rope, rotary
+from .gemma import AdaRMSNorm, GemmaStack, attend, attention_bias, rope, rotary
 from .vision import VisionEncoder
 
 TORCH_DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float64": torch.float64}
@@ -292,7 +292,8 @@ class VLA(nn.Module):
 
 
 def build_model(config: ModelConfig, *, seed: int = 0, device: str = "cpu", dtype: str = "float32") -> VLA:
-    """A randomly initialised model (deterministic for a seed) in eval mode."""
+    """A randomly initialised model (deterministic for a seed) in eval mode, in ``dtype``
+    (see :func:`set_precision` for what stays float32 under bfloat16)."""
     if dtype not in TORCH_DTYPES:
         raise ValueError(f"dtype must be one of {sorted(TORCH_DTYPES)}, got {dtype!r}")
     if device.split(":")[0] not in ("cpu", "cuda", "meta"):
@@ -301,4 +302,43 @@ def build_model(config: ModelConfig, *, seed: int = 0, device: str = "cpu", dtyp
         raise ValueError(f"device {device!r} requested but CUDA is not available")
     with torch.device(device):  # built in place: no CPU copy for cuda, no memory at all for "meta"
         model = VLA(config, seed=seed)
-    return model.to(dtype=TORCH_DTYPES[dtype]).eval()
+    return set_precision(model, dtype).eval()
+
+
+#: Parameters kept in float32 when the model runs in bfloat16, as openpi's
+#: ``to_bfloat16_for_selected_params`` does: the vision patch and position
+#: embeddings and every Gemma norm (RMSNorm weights; the adaRMS dense layers of
+#: the expert). SigLIP's own LayerNorms follow the model dtype, as in openpi.
+FLOAT32_IN_BF16 = (
+    "vision.tower.embeddings.",
+    "input_layernorm.",
+    "post_attention_layernorm.",
+    "language_model.norm.",
+    "expert.norm.",
+)
+
+
+def set_precision(model: VLA, dtype: str | torch.dtype) -> VLA:
+    """Cast ``model`` in place to ``dtype``; under bfloat16 keep :data:`FLOAT32_IN_BF16` in float32.
+
+    Works on any device, ``meta`` included (so a checkpoint loader can fix the
+    dtype of every parameter before materialising it). The adaRMS dense layers
+    kept in float32 get a pre-hook that casts their bf16 condition to float32.
+    """
+    torch_dtype = TORCH_DTYPES[dtype] if isinstance(dtype, str) else dtype
+    if torch_dtype not in TORCH_DTYPES.values():
+        raise ValueError(f"dtype must be one of {sorted(TORCH_DTYPES)}, got {dtype!r}")
+    model.to(dtype=torch_dtype)
+    if torch_dtype == torch.bfloat16:
+        for name, param in model.named_parameters():
+            if any(sel in name for sel in FLOAT32_IN_BF16):
+                param.data = param.data.to(torch.float32)
+    for module in model.modules():
+        if isinstance(module, AdaRMSNorm) and not getattr(module.dense, "_casts_input", False):
+            module.dense.register_forward_pre_hook(_cast_input_to_weight_dtype)
+            module.dense._casts_input = True
+    return model
+
+
+def _cast_input_to_weight_dtype(module: nn.Module, args: tuple) -> tuple:
+    return (args[0].to(module.weight.dtype), *args[1:])

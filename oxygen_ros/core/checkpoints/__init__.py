@@ -1,0 +1,25 @@
+"""Loading π0.5 checkpoints (native, openpi-PyTorch, LeRobot ``pi05``) and saving native ones.
+
+Public API::
+
+    load_checkpoint(path, *, device="cpu", dtype="float32", tokenizer_path=None, norm_stats_path=None)
+        -> LoadedCheckpoint(model, config, tokenizer, normalizer, layout, source)
+    save_native(model, out_dir, *, tokenizer_path=None, norm_stats=None, extra=None)
+    default_model() / load_default()
+    CheckpointError
+
+Files: ``errors.py`` (the error), ``safetensors_files.py`` (lazy tensor
+access, pickle refusal), ``native.py`` (our format), ``layouts.py`` (layout
+detection and key maps), ``sizes.py`` (model sizes from configs and shapes),
+``stats.py`` (finding the statistics), ``loading.py`` (the loader). See
+``docs/checkpoints.md``.
+"""
+
+from .errors import CheckpointError
+from .loading import DEFAULT_MODEL_DIR, LoadedCheckpoint, default_model, load_checkpoint, load_default
+from .native import FORMAT_NAME, FORMAT_VERSION, config_from_dict, config_to_dict, save_native
+
+__all__ = [
+    "CheckpointError", "LoadedCheckpoint", "load_checkpoint", "save_native", "default_model", "load_default",
+    "DEFAULT_MODEL_DIR", "FORMAT_NAME", "FORMAT_VERSION", "config_to_dict", "config_from_dict",
+]

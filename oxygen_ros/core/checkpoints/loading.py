@@ -1,0 +1,179 @@
+"""``load_checkpoint``: any supported layout -> a ready model, tokenizer and normaliser.
+
+Memory: the model is built on the ``meta`` device (no storage), cast to its
+final dtypes there, materialised on the target device with ``to_empty`` and
+filled tensor by tensor from memory-mapped safetensors files, so the peak is
+about one model plus the largest single tensor, never two models.
+"""
+
+from __future__ import annotations
+
+import os
+import pathlib
+from dataclasses import dataclass
+
+import torch
+from transformers.models.siglip.modeling_siglip import SiglipVisionEmbeddings
+
+from ..model.config import TINY, ModelConfig
+from ..model.vla import TORCH_DTYPES, VLA, build_model
+from ..normalization import Normalizer
+from ..tokenizer import Tokenizer, default_tokenizer_path
+from . import layouts
+from .errors import CheckpointError
+from .native import TOKENIZER_FILE
+from .safetensors_files import PICKLE_SUFFIXES, SAFETENSORS_DTYPES, index_tensors, open_files, pickle_error, weight_files
+from .stats import find_norm_stats
+
+DEFAULT_MODEL_DIR = pathlib.Path(__file__).resolve().parents[2] / "data" / "default_model"
+
+
+@dataclass
+class LoadedCheckpoint:
+    model: VLA
+    config: ModelConfig
+    tokenizer: Tokenizer
+    normalizer: Normalizer | None  # None: the model works in robot units (native checkpoints without stats)
+    layout: str  # "native", "openpi" or "lerobot" ("random" for an untrained default)
+    source: str  # the directory it came from, or a description
+
+
+def load_checkpoint(
+    path: str | os.PathLike[str],
+    *,
+    device: str = "cpu",
+    dtype: str = "float32",
+    tokenizer_path: str | os.PathLike[str] | None = None,
+    norm_stats_path: str | os.PathLike[str] | None = None,
+) -> LoadedCheckpoint:
+    """Load a π0.5 checkpoint directory in any supported layout (detected from its keys).
+
+    Raises :class:`CheckpointError` (before any weight is read) naming every
+    missing, unexpected or mis-shaped tensor, and when the tokenizer or the
+    normalisation statistics a real checkpoint needs cannot be found.
+    """
+    if dtype not in ("float32", "bfloat16"):
+        raise ValueError(f"dtype must be float32 or bfloat16, got {dtype!r}")
+    directory = _checkpoint_dir(pathlib.Path(path))
+    files = weight_files(directory)
+    tensors, _ = index_tensors(files)
+    layout = layouts.detect(directory, tensors)
+    config = layout.config(directory, tensors)
+    plan = layout.key_map(tensors, config)
+    model = build_model(config, device="meta", dtype=dtype)
+    _check(plan, tensors, model, directory, layout.name)
+    tokenizer = _tokenizer(directory, tokenizer_path, config, layout.name)
+    normalizer = find_norm_stats(directory, norm_stats_path, required=layout.name != "native")
+    _materialise(model, device)
+    _fill(model, plan, tensors, files)
+    return LoadedCheckpoint(model.eval(), config, tokenizer, normalizer, layout.name, str(directory))
+
+
+def default_model(*, device: str = "cpu", dtype: str = "float32") -> LoadedCheckpoint:
+    """The shipped default (``oxygen_ros/data/default_model/``) if present, else the
+    random ``tiny`` preset (seed 0) with the shipped tokenizer and no normaliser."""
+    if (DEFAULT_MODEL_DIR / "config.json").is_file():
+        return load_checkpoint(DEFAULT_MODEL_DIR, device=device, dtype=dtype)
+    model = build_model(TINY, seed=0, device=device, dtype=dtype)
+    return LoadedCheckpoint(model, TINY, Tokenizer(default_tokenizer_path()), None, "random",
+                            "random tiny preset (seed 0)")
+
+
+load_default = default_model
+
+
+# ---------------------------------------------------------------------------- steps
+def _checkpoint_dir(path: pathlib.Path) -> pathlib.Path:
+    if not path.exists():
+        raise CheckpointError(f"checkpoint not found: {path}")
+    if path.is_file():
+        if path.suffix in PICKLE_SUFFIXES:
+            raise pickle_error(path)
+        if path.suffix != ".safetensors":
+            raise CheckpointError(f"{path}: expected a checkpoint directory or its model.safetensors")
+        return path.parent
+    return path
+
+
+def _check(plan: layouts.KeyPlan, tensors, model: VLA, directory: pathlib.Path, layout: str) -> None:
+    """Every model tensor has a source of the right shape; every source tensor is used or known."""
+    problems = list(plan.problems)
+    expected = model.state_dict()
+    for ours, param in expected.items():
+        src = plan.mapping.get(ours)
+        if src is None or src not in tensors:
+            hint = f" (checkpoint key {src!r})" if src else ""
+            problems.append(f"missing: {ours}{hint}, shape {tuple(param.shape)}")
+            continue
+        info = tensors[src]
+        if info.shape != tuple(param.shape):
+            problems.append(f"mis-shaped: {src}: checkpoint {info.shape}, model expects {tuple(param.shape)}")
+        elif info.dtype not in SAFETENSORS_DTYPES or not SAFETENSORS_DTYPES[info.dtype].is_floating_point:
+            problems.append(f"wrong dtype: {src}: {info.dtype}, expected a floating point tensor")
+    unknown = sorted(set(plan.mapping) - set(expected))
+    problems += [f"internal: key map names {k!r}, which the model does not have" for k in unknown]
+    used = set(plan.mapping.values()) | set(plan.ignored)
+    problems += [f"unexpected: {name} {tensors[name].shape}" for name in sorted(set(tensors) - used)]
+    if problems:
+        raise CheckpointError(
+            f"{directory} ({layout} layout) does not match the model built from its config "
+            f"({_describe(model.config)}); nothing was loaded:", problems)
+
+
+def _describe(c: ModelConfig) -> str:
+    return (f"vision {c.vision.hidden}x{c.vision.depth}, vlm {c.vlm.width}x{c.vlm.depth}, "
+            f"expert {c.expert.width}x{c.expert.depth}, vocab {c.vocab_size}")
+
+
+def _materialise(model: VLA, device: str) -> None:
+    model.to_empty(device=device)
+    # Non-persistent buffers are not in any checkpoint: recompute them.
+    for module in model.modules():
+        if isinstance(module, SiglipVisionEmbeddings):
+            module.position_ids = torch.arange(module.num_positions, device=device).expand((1, -1))
+    persistent = set(model.state_dict())
+    others = [n for n, _ in model.named_buffers() if n not in persistent and not n.endswith("embeddings.position_ids")]
+    if others:  # a new non-persistent buffer would be left uninitialised
+        raise RuntimeError(f"don't know how to initialise non-persistent buffers {others}")
+
+
+@torch.no_grad()
+def _fill(model: VLA, plan: layouts.KeyPlan, tensors, files) -> None:
+    params = model.state_dict(keep_vars=True)
+    with open_files(files) as handles:
+        for ours, src in plan.mapping.items():
+            source = handles[tensors[src].file].get_tensor(src)
+            params[ours].data.copy_(source)
+            del source
+
+
+def _tokenizer(directory: pathlib.Path, explicit, config: ModelConfig, layout: str) -> Tokenizer:
+    candidates = [pathlib.Path(explicit)] if explicit is not None else [directory / TOKENIZER_FILE]
+    if explicit is None:
+        candidates.append(directory / "assets" / TOKENIZER_FILE)
+    found = next((p for p in candidates if p.is_file()), None)
+    if explicit is not None and found is None:
+        raise CheckpointError(f"tokenizer_path {explicit} does not exist")
+    if found is None:
+        shipped = Tokenizer(default_tokenizer_path())
+        if layout == "native" and config.vocab_size == shipped.vocab_size:
+            return shipped
+        raise CheckpointError(
+            f"no tokenizer for {directory}: a {layout} π0.5 checkpoint needs the PaliGemma SentencePiece "
+            f"model (vocabulary {config.vocab_size}). Put it at {directory / TOKENIZER_FILE}, or pass "
+            "tokenizer_path (node parameter `tokenizer_path`, command option `--tokenizer-path`). It is the "
+            "public big_vision `paligemma_tokenizer.model` (openpi downloads it from "
+            "gs://big_vision/paligemma_tokenizer.model; LeRobot uses google/paligemma-3b-pt-224's). "
+            "The tokenizer shipped in oxygen_ros/data/ only fits the native tiny model."
+        )
+    tok = Tokenizer(found)
+    if tok.vocab_size > config.vocab_size:
+        raise CheckpointError(
+            f"tokenizer {found} has {tok.vocab_size} pieces but the model's embedding has only "
+            f"{config.vocab_size} rows: wrong tokenizer for this checkpoint"
+        )
+    return tok
+
+
+__all__ = ["LoadedCheckpoint", "load_checkpoint", "default_model", "load_default", "DEFAULT_MODEL_DIR",
+           "TORCH_DTYPES"]

@@ -1,0 +1,41 @@
+"""Finding the normalisation statistics that belong to a checkpoint directory."""
+
+from __future__ import annotations
+
+import os
+import pathlib
+
+from ..normalization import Normalizer, NormStatsError, load_norm_stats
+from .errors import CheckpointError
+
+
+def find_norm_stats(directory: pathlib.Path, explicit: str | os.PathLike[str] | None, *, required: bool
+                    ) -> Normalizer | None:
+    """``explicit`` if given, else ``norm_stats.json`` in the directory; ``None`` when
+    absent and not ``required``."""
+    if explicit is not None:
+        path = pathlib.Path(explicit)
+        if not path.exists():
+            raise CheckpointError(f"norm_stats_path {path} does not exist")
+        return _read(path)
+    candidates = [directory / "norm_stats.json"]
+    found = next((p for p in candidates if p.is_file()), None)
+    if found is not None:
+        return _read(found)
+    if required:
+        raise CheckpointError(
+            f"no normalisation statistics for {directory}: a real π0.5 checkpoint needs the state/action "
+            "statistics of the robot it was trained for. Put openpi's norm_stats.json in the checkpoint "
+            "directory (or its assets/<robot>/ folder), keep LeRobot's policy_preprocessor*.json/.safetensors "
+            "files next to model.safetensors, or pass norm_stats_path (node parameter `norm_stats_path`, "
+            "command option `--norm-stats`)."
+        )
+    return None
+
+
+def _read(path: pathlib.Path) -> Normalizer:
+    try:
+        return load_norm_stats(path)
+    except NormStatsError as exc:
+        raise CheckpointError(f"unusable normalisation statistics ({exc}); fix the file or point "
+                              "norm_stats_path / --norm-stats at the right one") from exc

@@ -1,0 +1,106 @@
+"""Checkpoint loading (native, openpi-PyTorch, LeRobot pi05), native saving, bf16."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+import torch
+
+from oxygen_ros.core.checkpoints import CheckpointError, default_model, load_checkpoint, save_native
+from oxygen_ros.core.model.cache import SlotView
+from oxygen_ros.core.model.config import TINY
+from oxygen_ros.core.model.vla import PrefixBatch, build_model
+from oxygen_ros.core.normalization import Normalizer
+from oxygen_ros.core.tokenizer import default_tokenizer_path
+
+
+def make_batch(config, lengths, *, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    b, cams, size = len(lengths), config.max_cameras, config.vision.image_size
+    pixels = torch.rand(b, cams, 3, size, size, generator=g) * 2 - 1
+    tokens = torch.randint(1, config.vocab_size, (b, config.max_token_len), generator=g)
+    mask = torch.arange(config.max_token_len)[None] < torch.tensor(lengths)[:, None]
+    return PrefixBatch(pixels, torch.ones(b, cams, dtype=torch.bool), tokens * mask, mask)
+
+
+def outputs(model, *, seed=0):
+    """Prefill logits and denoised actions through the cached ops."""
+    c = model.config
+    batch = make_batch(c, [5, c.max_token_len - 3], seed=seed)
+    cache = model.new_cache(slots=2, max_len=c.prefix_len + 8)
+    res = model.prefill(batch, cache, [[0], [1]])
+    noise = torch.randn(2, c.action_horizon, c.action_dim, generator=torch.Generator().manual_seed(seed + 1))
+    actions = model.denoise(cache, SlotView.of(0, res.lengths.tolist()), noise, steps=3)
+    return res.logits.float(), actions.float()
+
+
+def stats_dict(dim=7, seed=0):
+    rng = np.random.default_rng(seed)
+    q01 = rng.uniform(-2, 0, dim)
+    return {"mean": rng.normal(size=dim).tolist(), "std": rng.uniform(0.5, 2, dim).tolist(),
+            "q01": q01.tolist(), "q99": (q01 + rng.uniform(0.5, 3, dim)).tolist()}
+
+
+# ---------------------------------------------------------------------------- native
+def test_native_round_trip_is_bit_identical(tmp_path):
+    model = build_model(TINY, seed=5)
+    norm = Normalizer(stats_dict(5), stats_dict(7, seed=1))
+    out = save_native(model, tmp_path / "ck", tokenizer_path=default_tokenizer_path(), norm_stats=norm,
+                      extra={"card.md": "# tiny\n", "training.json": {"steps": 3}})
+    assert sorted(p.name for p in out.iterdir()) == [
+        "card.md", "config.json", "model.safetensors", "norm_stats.json", "tokenizer.model", "training.json"]
+    meta = json.loads((out / "config.json").read_text())
+    assert meta["format"] == "oxygen_ros.vla" and meta["format_version"] == 1
+    loaded = load_checkpoint(out)
+    assert loaded.layout == "native" and loaded.config == TINY
+    want, got = model.state_dict(), loaded.model.state_dict()
+    assert want.keys() == got.keys()
+    for k in want:
+        assert want[k].dtype == got[k].dtype and torch.equal(want[k], got[k]), k
+    for a, b in zip(outputs(model), outputs(loaded.model)):
+        assert torch.equal(a, b)
+    assert loaded.normalizer.action_dim == 7 and loaded.normalizer.state_dim == 5
+    assert loaded.tokenizer.vocab_size == TINY.vocab_size
+
+
+def test_native_bfloat16_round_trip_keeps_float32_islands(tmp_path):
+    model = build_model(TINY, seed=2, dtype="bfloat16")
+    save_native(model, tmp_path)
+    loaded = load_checkpoint(tmp_path, dtype="bfloat16")
+    for (name, p), q in zip(model.state_dict().items(), loaded.model.state_dict().values()):
+        assert p.dtype == q.dtype and torch.equal(p, q), name
+
+
+def test_bfloat16_loading_and_inference(tmp_path):
+    model = build_model(TINY, seed=4)
+    save_native(model, tmp_path)
+    loaded = load_checkpoint(tmp_path, dtype="bfloat16")
+    m = loaded.model
+    dtypes = {n: p.dtype for n, p in m.named_parameters()}
+    assert dtypes["vision.tower.embeddings.patch_embedding.weight"] == torch.float32
+    assert dtypes["vision.tower.embeddings.position_embedding.weight"] == torch.float32
+    assert dtypes["language_model.layers.0.input_layernorm.weight"] == torch.float32
+    assert dtypes["expert.layers.1.post_attention_layernorm.dense.weight"] == torch.float32
+    assert dtypes["expert.norm.dense.bias"] == torch.float32
+    assert dtypes["language_model.layers.0.self_attn.q_proj.weight"] == torch.bfloat16
+    assert dtypes["vision.tower.encoder.layers.0.mlp.fc1.weight"] == torch.bfloat16
+    assert m.new_cache(1, 8).k.dtype == torch.bfloat16
+    logits16, actions16 = outputs(m)
+    logits32, actions32 = outputs(model)
+    assert torch.isfinite(logits16).all() and torch.isfinite(actions16).all()
+    # bf16 has ~3 significant digits: close to float32, not equal
+    assert (logits16 - logits32).abs().max() < 0.05 * logits32.abs().max()
+    assert (actions16 - actions32).abs().max() < 0.1 * actions32.abs().max() + 0.05
+    text = m.decode_step(m.new_cache(1, 8), SlotView.of(0, [0]), torch.tensor([3]))
+    assert torch.isfinite(text).all()
+
+
+def test_default_model_is_random_tiny_without_shipped_default():
+    loaded = default_model()
+    assert loaded.layout in ("random", "native")
+    if loaded.layout == "random":
+        assert loaded.config == TINY and loaded.normalizer is None
+        ref = build_model(TINY, seed=0).state_dict()
+        assert all(torch.equal(ref[k], v) for k, v in loaded.model.state_dict().items())
