@@ -446,8 +446,22 @@ def test_executable_installed(name, where, module, function):
     assert shebang.startswith("#!")
     interpreter = shebang[2:].strip()
     assert os.access(interpreter, os.X_OK), f"{path}: interpreter {interpreter} missing"
-    assert f"from {module} import {function}\n" in text
+    assert f"from {module} import {function}  # noqa: E402\n" in text
     assert f"sys.exit({function}())" in text
+    assert f"_prefix = '{prefix}'" in text
+
+
+def test_launcher_interpreter_sees_installed_package(tmp_path):
+    prefix = _installed_prefix()
+    name, where = _executables()[0][:2]
+    path = prefix / ("lib/oxygen_ros" if where == "lib" else "bin") / name
+    interpreter = path.read_text().splitlines()[0][2:].strip()
+    out = subprocess.run(
+        [interpreter, "-c", "import oxygen_ros.msg; print(oxygen_ros.msg.ActionChunk.__name__)"],
+        cwd=tmp_path, capture_output=True, text=True, timeout=300,
+    )
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split()[-1] == "ActionChunk"
 
 
 def test_ament_index_and_share():
