@@ -123,6 +123,12 @@ class GemmaStack(nn.Module):
         super().__init__()
         self.cfg = cfg
         self.embed_tokens = nn.Embedding(vocab_size, cfg.width) if vocab_size else None
+        if self.embed_tokens is not None and not self.embed_tokens.weight.is_meta:
+            # Random rows of equal norm: with a tied LM head, rows of unequal norm
+            # make an untrained model repeat its largest-norm token forever.
+            with torch.no_grad():
+                w = self.embed_tokens.weight
+                w.copy_(w / w.norm(dim=-1, keepdim=True))
         self.layers = nn.ModuleList(GemmaLayer(cfg, cond_dim, eps) for _ in range(cfg.depth))
         self.norm = AdaRMSNorm(cfg.width, cond_dim, eps) if cond_dim else RMSNorm(cfg.width, eps)
 

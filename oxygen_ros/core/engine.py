@@ -1,0 +1,244 @@
+"""The serving engine: one model, one KV pool, one request manager, one frame at a time.
+
+``Engine.step(observations, questions)`` runs one frame in the configured
+setting (see ``scheduler.py``) and returns the action chunk of every
+observation plus the text tokens produced in that frame. The engine holds the
+primitives the settings are made of (prefill into slots, denoise a run of
+slots, start requests, decode a round over the active slots); the settings
+only decide when each is called and with which slots.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+import torch
+
+from . import scheduler
+from .kv_pool import KVPool
+from .model.vla import VLA
+from .observation import Observation, make_prefix_batch
+from .requests import FinishReason, Request, RequestManager, TokenEvent, finish_event
+from .tokenizer import Tokenizer
+
+SETTINGS = scheduler.SETTINGS
+SCRATCH = "scratch"  # pool owner of slots that hold a prefix only for the action expert
+
+
+@dataclass(frozen=True)
+class EngineConfig:
+    setting: str = "oxygen"
+    max_decode: int = 30  # N: tokens per language request
+    steps_per_frame: int = 5  # k: decode steps per frame (oxygen)
+    denoise_steps: int = 10  # S
+    max_active: int = 8  # language requests decoding at once
+    queue_limit: int = 16  # requests waiting for a slot; past it they are rejected
+    max_observations_per_frame: int = 4  # scratch slots for a frame's action prefixes
+    max_question_tokens: int = 32
+    language_every_n_frames: int = 1  # 0: only on demand (questions)
+    seed: int = 0  # action noise seed
+    camera_names: tuple[str, ...] | None = None
+
+    def __post_init__(self) -> None:
+        if self.setting not in SETTINGS:
+            raise ValueError(f"setting must be one of {', '.join(SETTINGS)}, got {self.setting!r}")
+        for name in ("max_decode", "denoise_steps", "max_active", "max_observations_per_frame"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
+        for name in ("steps_per_frame", "queue_limit", "max_question_tokens", "language_every_n_frames"):
+            if getattr(self, name) < 0:
+                raise ValueError(f"{name} must be >= 0, got {getattr(self, name)}")
+        if self.steps_per_frame > self.max_decode:
+            raise ValueError(f"steps_per_frame (k={self.steps_per_frame}) must not exceed max_decode "
+                             f"(N={self.max_decode})")
+
+
+@dataclass(frozen=True)
+class Question:
+    """An on-demand language request: free text, answered from the newest observation."""
+
+    text: str
+    client_id: str = ""
+    max_tokens: int | None = None  # default: the engine's max_decode
+
+
+@dataclass
+class FrameResult:
+    frame_id: int
+    actions: list[np.ndarray]  # one (H, action_dim) chunk per observation, robot units
+    tokens: list[TokenEvent] = field(default_factory=list)
+    finished: list[Request] = field(default_factory=list)
+    started: list[int] = field(default_factory=list)
+    batch_sizes: list[int] = field(default_factory=list)  # live rows of each decode step
+    prefill_ms: float = 0.0
+    denoise_ms: float = 0.0
+    decode_ms: float = 0.0
+    total_ms: float = 0.0
+    copy_bytes: int = 0
+
+
+class Engine:
+    def __init__(self, model: VLA, tokenizer: Tokenizer, config: EngineConfig = EngineConfig(),
+                 normalizer=None):
+        self.model, self.tokenizer, self.config, self.normalizer = model, tokenizer, config, normalizer
+        mc = model.config
+        if tokenizer.vocab_size > mc.vocab_size:
+            raise ValueError(f"tokenizer has {tokenizer.vocab_size} tokens, the model only {mc.vocab_size}")
+        self.prefix_max = mc.image_tokens + mc.max_token_len
+        slot_len = self.prefix_max + config.max_question_tokens + config.max_decode
+        cache = model.new_cache(slots=config.max_active + config.max_observations_per_frame, max_len=slot_len)
+        self.pool = KVPool(cache)
+        self.requests = RequestManager(self.pool, tokenizer, max_active=config.max_active,
+                                       queue_limit=config.queue_limit)
+        self.frame_id = 0
+        self.last_observation: Observation | None = None
+        self._result: FrameResult | None = None
+
+    # ------------------------------------------------------------------ public
+    def step(self, observations: Sequence[Observation] = (), questions: Sequence[Question] = (), *,
+             start_language: bool | None = None, decode_steps: int | None = None) -> FrameResult:
+        """Run one frame. Every observation gets an action chunk; each starts a
+        language request when due (``language_every_n_frames``, or
+        ``start_language``); each question starts one on the newest observation."""
+        c = self.config
+        if len(observations) > c.max_observations_per_frame:
+            raise ValueError(f"{len(observations)} observations in one frame, at most "
+                             f"{c.max_observations_per_frame} (max_observations_per_frame)")
+        for obs in observations:
+            obs.check_cameras(self.model.config.max_cameras, c.camera_names)
+        t0 = time.perf_counter()
+        self.frame_id += 1
+        copies0 = self.pool.copy_bytes
+        self._result = FrameResult(self.frame_id, [])
+        if observations:
+            self.last_observation = observations[-1]
+        due = start_language if start_language is not None else (
+            c.language_every_n_frames > 0 and (self.frame_id - 1) % c.language_every_n_frames == 0)
+        new: list[tuple[Request, int | None]] = []  # (request, index of its observation in this frame)
+        if due:
+            new += [(self.requests.new(self.frame_id, c.max_decode, observation=o), i)
+                    for i, o in enumerate(observations)]
+        for q in questions:
+            obs = self.last_observation
+            if obs is None:
+                raise ValueError("a question needs an observation to answer from; none has arrived yet")
+            ids = self.tokenizer.encode(q.text)[: c.max_question_tokens]
+            idx = len(observations) - 1 if observations else None
+            if q.max_tokens is not None and not 1 <= q.max_tokens <= c.max_decode:
+                raise ValueError(f"question max_tokens must be in 1..{c.max_decode}, got {q.max_tokens}")
+            new.append((self.requests.new(self.frame_id, q.max_tokens or c.max_decode, client_id=q.client_id,
+                                          question_ids=ids, observation=obs), idx))
+        k = c.steps_per_frame if decode_steps is None else decode_steps
+        scheduler.run_frame(c.setting, self, list(observations), new, k)
+        res = self._result
+        res.total_ms = (time.perf_counter() - t0) * 1e3
+        res.copy_bytes = self.pool.copy_bytes - copies0
+        self._result = None
+        return res
+
+    def drain(self, max_frames: int = 10_000) -> list[Request]:
+        """Language-only frames until no request is active or queued."""
+        finished = []
+        for _ in range(max_frames):
+            if not self.requests.active and not self.requests.queue:
+                break
+            finished += self.step(start_language=False).finished
+        return finished
+
+    def cancel_all(self) -> list[TokenEvent]:
+        return self.requests.cancel_all()
+
+    @property
+    def active_requests(self) -> int:
+        return len(self.requests.active)
+
+    @property
+    def queued_requests(self) -> int:
+        return len(self.requests.queue)
+
+    # ------------------------------------------------------------------ primitives (used by scheduler.py)
+    def prefill(self, observations: list[Observation], dests: list[list[int]]) -> torch.Tensor:
+        """Write each observation's prefix into its slots; returns last-token logits."""
+        t0 = time.perf_counter()
+        batch = make_prefix_batch(observations, self.tokenizer, self.model.config, self.config.camera_names)
+        res = self.model.prefill(batch, self.pool.cache, dests)
+        for length, slots in zip(res.lengths.tolist(), dests):
+            for s in slots:
+                self.pool.lengths[s] = length
+            if len(slots) > 1:
+                self.pool.record_copy(length * (len(slots) - 1))  # one prefix stored more than once
+        self._result.prefill_ms += (time.perf_counter() - t0) * 1e3
+        return res.logits
+
+    def act(self, start: int, count: int, observation_ids: list[int]) -> list[np.ndarray]:
+        """Denoise action chunks for slots ``start .. start+count`` (read in place)."""
+        t0 = time.perf_counter()
+        mc = self.model.config
+        noise = torch.stack([self.noise(i) for i in observation_ids])
+        chunks = self.model.denoise(self.pool.cache, self.pool.view(range(start, start + count)), noise,
+                                    self.config.denoise_steps)
+        out = [a for a in chunks.float().cpu().numpy()]
+        if self.normalizer is not None:
+            out = [self.normalizer.unnormalize_actions(a) for a in out]
+        self._result.denoise_ms += (time.perf_counter() - t0) * 1e3
+        assert all(a.shape[0] == mc.action_horizon for a in out)
+        return out
+
+    def noise(self, observation_index: int) -> torch.Tensor:
+        """The frame's noise for one observation: the same in every setting."""
+        mc = self.model.config
+        g = torch.Generator().manual_seed(self.config.seed * 1_000_003 + self.frame_id * 1_009 + observation_index)
+        return torch.randn(mc.action_horizon, mc.action_dim, generator=g)
+
+    def begin(self, request: Request, slot: int, logits: torch.Tensor) -> None:
+        """Store a request whose prefix is in ``slot``; its question (if any) is
+        appended there; its first token comes from the last prompt position."""
+        self.requests.store(request, slot)
+        self._result.started.append(request.id)
+        if request.question_ids:
+            t0 = time.perf_counter()
+            ids = torch.tensor([request.question_ids])
+            logits = self.model.extend(self.pool.cache, self.pool.view(range(slot, slot + 1)), ids)[0]
+            self.pool.lengths[slot] += len(request.question_ids)
+            self._result.prefill_ms += (time.perf_counter() - t0) * 1e3
+        self._emit(self.requests.update(request.id, int(logits.argmax()), self.tokenizer.eos_id))
+
+    def decode(self, max_steps: int | None) -> None:
+        """Advance every running request by one token per step, all in one batched
+        forward per step over the view of slots ``0 .. span``; up to ``max_steps``
+        steps (None: until all are done)."""
+        t0 = time.perf_counter()
+        step = 0
+        while max_steps is None or step < max_steps:
+            running = list(self.requests.running())
+            if not running:
+                break
+            span = self.pool.span()
+            live, tokens = [False] * span, [0] * span
+            for r in running:
+                live[r.slot], tokens[r.slot] = True, r.pending_token
+            logits = self.model.decode_step(self.pool.cache, self.pool.view(range(span), live),
+                                            torch.tensor(tokens))
+            chosen = logits.argmax(dim=-1).tolist()
+            for r in running:
+                self.pool.lengths[r.slot] += 1
+                self._emit(self.requests.update(r.id, chosen[r.slot], self.tokenizer.eos_id))
+            self._result.batch_sizes.append(len(running))
+            step += 1
+        self._result.decode_ms += (time.perf_counter() - t0) * 1e3
+
+    def reject(self, requests: list[Request]) -> None:
+        for r in requests:
+            self._result.finished.append(r)
+            self._result.tokens.append(finish_event(r))
+
+    def _emit(self, event: TokenEvent) -> None:
+        self._result.tokens.append(event)
+        if event.done:
+            self._result.finished.append(self.requests.remove(event.request_id))
+
+
+__all__ = ["Engine", "EngineConfig", "FrameResult", "Question", "SETTINGS", "FinishReason", "SCRATCH"]

@@ -1,0 +1,160 @@
+"""The engine under the four settings: same tokens, same actions, admission, independence."""
+
+import numpy as np
+import pytest
+
+from oxygen_ros.core.engine import Engine, EngineConfig, Question
+from oxygen_ros.core.observation import Observation
+from oxygen_ros.core.sim.scene import render, sample_scene
+from oxygen_ros.core.tokenizer import Tokenizer
+from oxygen_ros.core.workloads import Workload
+
+SETTINGS = ("baseline", "parallel", "shared_kv", "oxygen")
+
+
+@pytest.fixture(scope="module")
+def model(lively_tiny):
+    return lively_tiny
+
+
+@pytest.fixture(scope="module")
+def tok():
+    return Tokenizer.default()
+
+
+def observations(n, seed=0):
+    rng = np.random.default_rng(seed)
+    scenes = [sample_scene(rng) for _ in range(n)]
+    return [Observation({"base": render(s, 32)}, s.instruction, s.state) for s in scenes]
+
+
+def run(model, tok, setting, schedule, agents=1, **cfg):
+    """Feed ``agents`` observations per frame and the scheduled requests (as
+    questions with empty text, one per arrival) and collect everything."""
+    config = EngineConfig(setting=setting, language_every_n_frames=0, **cfg)
+    engine = Engine(model, tok, config)
+    obs = observations(len(schedule) * agents, seed=11)
+    finished, actions, events = [], [], []
+    for f, lengths in enumerate(schedule):
+        qs = [Question("", client_id=f"f{f}q{j}", max_tokens=n) for j, n in enumerate(lengths)]
+        res = engine.step(obs[f * agents : (f + 1) * agents], qs)
+        finished += res.finished
+        actions += res.actions
+        events += res.tokens
+    while engine.active_requests or engine.queued_requests:
+        res = engine.step()
+        finished += res.finished
+        events += res.tokens
+    assert engine.pool.held == 0, "every slot is free once all requests are done"
+    return {r.client_id: (r.tokens, r.finish_reason.value) for r in finished}, np.stack(actions), events, engine
+
+
+@pytest.mark.parametrize("spec, agents", [("uniform:1", 1), ("poisson:1.5", 1), ("random-length:2-14", 2)])
+def test_every_setting_gives_the_same_tokens_and_actions(model, tok, spec, agents):
+    schedule = Workload.parse(spec).schedule(frames=8, max_tokens=14, seed=5)
+    assert sum(map(len, schedule)) >= 8
+    results = {s: run(model, tok, s, schedule, agents=agents, max_decode=14, steps_per_frame=3, max_active=6,
+                      queue_limit=32) for s in SETTINGS}
+    ref_tokens, ref_actions, _, _ = results["baseline"]
+    assert len(ref_tokens) == sum(map(len, schedule))
+    assert all(reason in ("eos", "length") for _, reason in ref_tokens.values())
+    assert len({tuple(t) for t, _ in ref_tokens.values()}) > len(ref_tokens) // 2  # the texts differ
+    for setting, (tokens, actions, _, _) in results.items():
+        assert tokens == ref_tokens, setting
+        np.testing.assert_allclose(actions, ref_actions, atol=1e-5, err_msg=setting)
+
+
+def test_tokens_stream_in_order_and_end_with_done(model, tok):
+    schedule = [[6], [6, 6], [], [6]]
+    tokens, _, events, _ = run(model, tok, "oxygen", schedule, max_decode=6, steps_per_frame=2)
+    per_request = {}
+    for e in events:
+        per_request.setdefault(e.client_id, []).append(e)
+    for cid, evs in per_request.items():
+        assert [e.index for e in evs] == list(range(len(evs)))
+        assert [e.token_id for e in evs] == tokens[cid][0]
+        assert evs[-1].done and evs[-1].finish_reason in ("eos", "length")
+        assert not any(e.done for e in evs[:-1])
+
+
+def test_oxygen_keeps_requests_across_frames_with_k_tokens_each(model, tok):
+    _, _, _, engine = run(model, tok, "oxygen", [[]], max_decode=10, steps_per_frame=3)
+    obs = observations(4)
+    res = engine.step([obs[0]], [Question("", "a")])
+    assert len(res.tokens) == 1 + 3  # first token from the prefill, then k decode steps
+    res = engine.step([obs[1]], [Question("", "b")])
+    assert res.batch_sizes == [2, 2, 2]  # both requests advance together
+    assert engine.active_requests == 2
+
+
+def test_full_pool_queues_then_rejects_and_still_acts(model, tok):
+    engine = Engine(model, tok, EngineConfig(setting="oxygen", max_decode=4, steps_per_frame=1, max_active=2,
+                                             queue_limit=1, language_every_n_frames=0))
+    obs = observations(6)
+    res = engine.step([obs[0]], [Question("", f"q{i}") for i in range(4)])
+    assert len(res.actions) == 1 and np.isfinite(res.actions[0]).all()
+    assert sorted(res.started) == [1, 2] and engine.queued_requests == 1
+    rejected = [e for e in res.tokens if e.finish_reason == "rejected"]
+    assert [e.client_id for e in rejected] == ["q3"] and rejected[0].done and rejected[0].token_id == -1
+    finished = list(res.finished)
+    for o in obs[1:5]:
+        r = engine.step([o])
+        assert len(r.actions) == 1
+        finished += r.finished
+    finished += engine.drain()
+    by_id = {r.client_id: r for r in finished}
+    assert by_id["q2"].finish_reason.value in ("eos", "length")  # the queued one ran in full
+    assert all(len(by_id[c].tokens) == 4 or by_id[c].tokens[-1] == tok.eos_id for c in ("q0", "q1", "q2"))
+
+
+def test_finishing_or_cancelling_one_request_leaves_the_others_unchanged(model, tok):
+    alone = {}
+    for cid, n in (("long", 12), ("other", 12)):
+        tokens, _, _, _ = run(model, tok, "oxygen", [[n]], max_decode=12, steps_per_frame=2)
+        alone[cid] = next(iter(tokens.values()))[0]
+    engine = Engine(model, tok, EngineConfig(setting="oxygen", max_decode=12, steps_per_frame=2,
+                                             language_every_n_frames=0))
+    obs = observations(30, seed=11)
+    engine.step([obs[0]], [Question("", "long"), Question("", "short", max_tokens=3), Question("", "victim")])
+    engine.step([obs[1]])
+    victim = next(r for r in engine.requests.active.values() if r.client_id == "victim")
+    engine.requests.remove(victim.id)  # cancelled mid-batch
+    finished = engine.drain()
+    got = {r.client_id: r.tokens for r in finished}
+    assert got["long"] == alone["long"][: len(got["long"])] and len(got["long"]) == len(alone["long"])
+
+
+def test_question_is_appended_after_the_shared_prefix(model, tok):
+    engine = Engine(model, tok, EngineConfig(setting="oxygen", max_decode=6, steps_per_frame=6,
+                                             language_every_n_frames=1))
+    calls = []
+    original = model.prefill
+
+    def counting_prefill(batch, cache, slots):
+        calls.append([list(s) for s in slots])
+        return original(batch, cache, slots)
+
+    model.prefill = counting_prefill
+    try:
+        obs = observations(1)[0]
+        res = engine.step([obs], [Question("what do you see", "asker")])
+    finally:
+        del model.prefill
+    assert len(calls) == 1 and len(calls[0]) == 1 and len(calls[0][0]) == 2  # one row, two slots
+    answers = {r.client_id: r.tokens for r in res.finished}
+    plain = answers[""]
+    asked = answers["asker"]
+    assert plain != asked  # the question reached the model
+    # the same question asked alone gives the same answer
+    engine2 = Engine(model, tok, EngineConfig(setting="baseline", max_decode=6, language_every_n_frames=0))
+    res2 = engine2.step([obs], [Question("what do you see", "asker")])
+    assert res2.finished[0].tokens == asked
+
+
+def test_bad_configuration_is_refused():
+    with pytest.raises(ValueError, match="setting"):
+        EngineConfig(setting="fast")
+    with pytest.raises(ValueError, match="steps_per_frame"):
+        EngineConfig(max_decode=4, steps_per_frame=5)
+    with pytest.raises(ValueError, match="bad arrivals"):
+        Workload.parse("burst:3")
