@@ -269,8 +269,9 @@ def _load_from_dir(d: pathlib.Path, mode: str | None) -> Normalizer:
     direct = d / "norm_stats.json"
     if direct.is_file():
         return _load_openpi_json(direct, mode)
-    lerobot = sorted(d.glob("policy_preprocessor*_normalizer_processor.safetensors")) or sorted(
-        d.glob("*_normalizer_processor.safetensors"))
+    lerobot = (sorted(d.glob("policy_preprocessor*_normalizer_processor.safetensors"))
+               or sorted(d.glob("*_normalizer_processor.safetensors"))
+               or sorted(d.glob("*_unnormalizer_processor.safetensors")))
     if lerobot:
         return _load_lerobot_stats(lerobot[0], mode, config=_lerobot_step_config(d, lerobot[0].name))
     nested = sorted(d.glob("assets/*/norm_stats.json")) + sorted(d.glob("assets/norm_stats.json"))

@@ -8,6 +8,7 @@ about one model plus the largest single tensor, never two models.
 
 from __future__ import annotations
 
+import logging
 import os
 import pathlib
 from dataclasses import dataclass
@@ -24,6 +25,8 @@ from .errors import CheckpointError
 from .native import TOKENIZER_FILE
 from .safetensors_files import PICKLE_SUFFIXES, SAFETENSORS_DTYPES, index_tensors, open_files, pickle_error, weight_files
 from .stats import find_norm_stats
+
+log = logging.getLogger(__name__)
 
 DEFAULT_MODEL_DIR = pathlib.Path(__file__).resolve().parents[2] / "data" / "default_model"
 
@@ -58,12 +61,14 @@ def load_checkpoint(
     files = weight_files(directory)
     tensors, _ = index_tensors(files)
     layout = layouts.detect(directory, tensors)
-    config = layout.config(directory, tensors)
-    plan = layout.key_map(tensors, config)
+    plan = layout.key_map(tensors)
+    config = layout.config(directory, tensors, plan)
     model = build_model(config, device="meta", dtype=dtype)
     _check(plan, tensors, model, directory, layout.name)
     tokenizer = _tokenizer(directory, tokenizer_path, config, layout.name)
     normalizer = find_norm_stats(directory, norm_stats_path, required=layout.name != "native")
+    for name, why in sorted(plan.ignored.items()):
+        log.info("checkpoint %s: not loading %s: %s", directory, name, why)
     _materialise(model, device)
     _fill(model, plan, tensors, files)
     return LoadedCheckpoint(model.eval(), config, tokenizer, normalizer, layout.name, str(directory))
@@ -110,8 +115,8 @@ def _check(plan: layouts.KeyPlan, tensors, model: VLA, directory: pathlib.Path, 
             problems.append(f"mis-shaped: {src}: checkpoint {info.shape}, model expects {tuple(param.shape)}")
         elif info.dtype not in SAFETENSORS_DTYPES or not SAFETENSORS_DTYPES[info.dtype].is_floating_point:
             problems.append(f"wrong dtype: {src}: {info.dtype}, expected a floating point tensor")
-    unknown = sorted(set(plan.mapping) - set(expected))
-    problems += [f"internal: key map names {k!r}, which the model does not have" for k in unknown]
+    problems += [f"unexpected: {src} {tensors[src].shape} (read as {ours}, which this model does not have)"
+                 for ours, src in sorted(plan.mapping.items()) if ours not in expected]
     used = set(plan.mapping.values()) | set(plan.ignored)
     problems += [f"unexpected: {name} {tensors[name].shape}" for name in sorted(set(tensors) - used)]
     if problems:
@@ -142,8 +147,10 @@ def _fill(model: VLA, plan: layouts.KeyPlan, tensors, files) -> None:
     params = model.state_dict(keep_vars=True)
     with open_files(files) as handles:
         for ours, src in plan.mapping.items():
+            if ours not in params:
+                continue
             source = handles[tensors[src].file].get_tensor(src)
-            params[ours].data.copy_(source)
+            params[ours].data.copy_(source)  # converts to the parameter's dtype
             del source
 
 

@@ -11,17 +11,19 @@ from .errors import CheckpointError
 
 def find_norm_stats(directory: pathlib.Path, explicit: str | os.PathLike[str] | None, *, required: bool
                     ) -> Normalizer | None:
-    """``explicit`` if given, else ``norm_stats.json`` in the directory; ``None`` when
-    absent and not ``required``."""
+    """``explicit`` if given, else what the checkpoint directory holds: openpi's
+    ``norm_stats.json`` (directly or in ``assets/<robot>/``) or LeRobot's
+    normalizer processor files. ``None`` when absent and not ``required``."""
     if explicit is not None:
         path = pathlib.Path(explicit)
         if not path.exists():
             raise CheckpointError(f"norm_stats_path {path} does not exist")
         return _read(path)
-    candidates = [directory / "norm_stats.json"]
-    found = next((p for p in candidates if p.is_file()), None)
-    if found is not None:
-        return _read(found)
+    present = ((directory / "norm_stats.json").is_file()
+               or any(directory.glob("*normalizer_processor.safetensors"))
+               or any(directory.glob("assets/*/norm_stats.json")))
+    if present:
+        return _read(directory)
     if required:
         raise CheckpointError(
             f"no normalisation statistics for {directory}: a real π0.5 checkpoint needs the state/action "
