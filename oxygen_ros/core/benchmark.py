@@ -1,0 +1,161 @@
+"""Measurements behind ``oxygen-bench`` and ``oxygen-calibrate`` (ROS-free).
+
+:func:`run_setting` drives an :class:`Engine` through a workload and reports
+the paper's figures for that run; :func:`measure_components` times the three
+model operations (prefill, one denoise step, one batched decode step against
+batch size); :func:`upper_bound` is the batching upper bound: a frame that
+costs only the shared prefill, S denoise steps and k decode steps at batch 1.
+Warm-up frames are run first and never measured.
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+from .engine import Engine, EngineConfig, Question
+from .model.cache import SlotView
+from .model.vla import VLA
+from .observation import Observation, make_prefix_batch
+from .sim.scene import render, sample_scene
+from .tokenizer import Tokenizer
+from .workloads import Workload
+
+
+def synthetic_observations(count: int, size: int, cameras: int = 1, seed: int = 0) -> list[Observation]:
+    """Scenes of the synthetic task, one image per camera."""
+    rng = np.random.default_rng(seed)
+    names = ["base"] + [f"cam{i}" for i in range(1, cameras)]
+    out = []
+    for _ in range(count):
+        scene = sample_scene(rng)
+        image = render(scene, size)
+        out.append(Observation({n: image for n in names}, scene.instruction, scene.state))
+    return out
+
+
+def percentile(values: Sequence[float], q: float) -> float:
+    return float(np.percentile(np.asarray(values, dtype=np.float64), q)) if values else float("nan")
+
+
+@dataclass(frozen=True)
+class RunSpec:
+    setting: str
+    max_decode: int  # N
+    steps_per_frame: int  # k
+    denoise_steps: int  # S
+    frames: int
+    warmup: int
+    arrivals: str
+    agents: int = 1
+    max_active: int = 16
+    queue_limit: int = 64
+    seed: int = 0
+
+
+def run_setting(model: VLA, tokenizer: Tokenizer, spec: RunSpec, observations: list[Observation],
+                on_frame: Callable[[], None] | None = None) -> dict:
+    """One benchmark run: warm-up frames, then ``spec.frames`` measured frames.
+
+    Requests still running when the measured frames end are not waited for
+    (their tokens produced so far count, as in a live system).
+    """
+    config = EngineConfig(setting=spec.setting, max_decode=spec.max_decode, steps_per_frame=spec.steps_per_frame,
+                          denoise_steps=spec.denoise_steps, max_active=spec.max_active,
+                          queue_limit=spec.queue_limit, max_observations_per_frame=spec.agents,
+                          language_every_n_frames=0, seed=spec.seed)
+    engine = Engine(model, tokenizer, config)
+    workload = Workload.parse(spec.arrivals)
+    schedule = workload.schedule(spec.warmup + spec.frames, spec.max_decode, seed=spec.seed)
+    latencies, tokens, batches, copies, request_ms = [], 0, [], [], []
+    measured_ids: set[int] = set()
+    start = None
+    for f, lengths in enumerate(schedule):
+        measuring = f >= spec.warmup
+        if measuring and start is None:
+            start = time.perf_counter()
+        obs = [observations[(f * spec.agents + a) % len(observations)] for a in range(spec.agents)]
+        questions = [Question("", max_tokens=n) for n in lengths]
+        res = engine.step(obs, questions)
+        if measuring:
+            latencies.append(res.total_ms)
+            tokens += sum(1 for e in res.tokens if e.token_id >= 0)
+            batches += res.batch_sizes
+            copies.append(res.copy_bytes)
+            measured_ids.update(res.started)
+            request_ms += [(r.finished - r.created) * 1e3 for r in res.finished if r.id in measured_ids]
+        if on_frame:
+            on_frame()
+    elapsed = time.perf_counter() - start
+    mean_ms = statistics.fmean(latencies)
+    horizon = model.config.action_horizon
+    return {
+        "setting": spec.setting, "N": spec.max_decode, "k": spec.steps_per_frame, "S": spec.denoise_steps,
+        "H": horizon, "arrivals": str(workload), "agents": spec.agents, "frames": spec.frames,
+        "warmup": spec.warmup,
+        "frame_latency_ms": {"mean": mean_ms, "median": statistics.median(latencies),
+                             "p99": percentile(latencies, 99)},
+        "frame_latency_p99_ms": percentile(latencies, 99),
+        "action_frequency_hz": spec.agents * horizon / (mean_ms / 1e3),
+        "language_throughput_tps": tokens / elapsed,
+        "avg_batch_size": statistics.fmean(batches) if batches else 0.0,
+        "avg_request_latency_ms": statistics.fmean(request_ms) if request_ms else None,
+        "requests_finished": len(request_ms),
+        "kv_bytes_reserved": engine.pool.bytes_reserved,
+        "kv_copy_bytes_per_frame": statistics.fmean(copies),
+    }
+
+
+def _median_ms(fn: Callable[[], object], repeats: int, warmup: int = 3) -> float:
+    for _ in range(warmup):
+        fn()
+    times = []
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - t0)
+    return statistics.median(times) * 1e3
+
+
+def measure_components(model: VLA, tokenizer: Tokenizer, *, batch_sizes: Sequence[int] = (1, 2, 4, 8),
+                       cameras: int | None = None, repeats: int = 30, decode_context: int = 16) -> dict:
+    """Median latency of: prefill of one observation, one denoise step (batch 1),
+    and one decode step at each batch size (prefixes of real length plus
+    ``decode_context`` decoded tokens)."""
+    c = model.config
+    cams = cameras or c.max_cameras
+    obs = synthetic_observations(1, c.vision.image_size, cams)[0]
+    batch = make_prefix_batch([obs], tokenizer, c)
+    cache = model.new_cache(slots=max(batch_sizes) + 1, max_len=c.prefix_len + decode_context + 2)
+    res = model.prefill(batch, cache, [[0]])
+    length = int(res.lengths[0])
+    prefill_ms = _median_ms(lambda: model.prefill(batch, cache, [[0]]), repeats)
+    noise = torch.randn(1, c.action_horizon, c.action_dim)
+    view = SlotView.of(0, [length])
+    denoise_ms = _median_ms(lambda: model.denoise(cache, view, noise, 1), repeats)
+    decode = {}
+    for b in batch_sizes:
+        for s in range(b):
+            cache.k[:, s, :, :length] = cache.k[:, 0, :, :length]
+            cache.v[:, s, :, :length] = cache.v[:, 0, :, :length]
+        v = SlotView.of(0, [length + decode_context] * b)
+        tokens = torch.full((b,), 5, dtype=torch.long)
+        decode[b] = _median_ms(lambda: model.decode_step(cache, v, tokens), repeats)
+    return {"prefill_ms": prefill_ms, "denoise_step_ms": denoise_ms, "decode_step_ms": decode,
+            "prefix_tokens": length, "cameras": cams}
+
+
+def upper_bound(components: dict, *, S: int, k: int, H: int, tokens_per_frame: float | None = None) -> dict:
+    """The frame if batching were free: shared prefill + S denoise steps + k decode
+    steps at batch 1. Its throughput is ``tokens_per_frame`` (default k: batch 1;
+    pass the batched run's measured tokens per frame, i.e. B·k plus first tokens)
+    over that frame time."""
+    t = components["prefill_ms"] + S * components["denoise_step_ms"] + k * components["decode_step_ms"][1]
+    per_frame = k if tokens_per_frame is None else tokens_per_frame
+    return {"frame_latency_ms": t, "action_frequency_hz": H / (t / 1e3),
+            "language_throughput_tps": per_frame / (t / 1e3), "tokens_per_frame": per_frame, "S": S, "k": k}

@@ -1,0 +1,114 @@
+"""oxygen-calibrate: pick the per-frame decode budget k offline, as the OxyGen paper does.
+
+It measures, on this device and model, the prefill of one observation, one
+denoise step, and one batched decode step against batch size; then picks the
+largest k whose frame (prefill + S denoise steps + k decode steps at the
+steady-state active batch) keeps the action frequency f = H / T at or above
+``--target-hz`` with a safety margin. The choice is written as a ROS 2
+parameters file for the inference node (``params_file:=...``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import pathlib
+import sys
+
+import yaml
+
+from ..core.benchmark import measure_components
+from .common import add_model_args, load_model
+
+
+def parse_args(argv=None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(prog="oxygen-calibrate", description=__doc__.split("\n")[0],
+                                formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    p.add_argument("--target-hz", type=float, required=True, help="required action frequency f = H / T")
+    p.add_argument("--max-decode", type=int, default=30, help="N: tokens per language request")
+    p.add_argument("--denoise-steps", type=int, default=10, help="S")
+    p.add_argument("--arrivals-per-frame", type=float, default=1.0,
+                   help="expected new language requests per frame (sets the steady-state batch)")
+    p.add_argument("--cameras", type=int, default=None, help="cameras per observation (default: model max)")
+    p.add_argument("--margin", type=float, default=0.9, help="use at most this fraction of the deadline")
+    p.add_argument("--repeats", type=int, default=30, help="timed repetitions per measurement (median)")
+    p.add_argument("--out", type=pathlib.Path, required=True, help="parameters YAML to write")
+    add_model_args(p)
+    args = p.parse_args(argv)
+    if args.target_hz <= 0:
+        p.error("--target-hz must be > 0")
+    if not 0 < args.margin <= 1:
+        p.error("--margin must be in (0, 1]")
+    if args.max_decode < 1 or args.denoise_steps < 1 or args.repeats < 1:
+        p.error("--max-decode, --denoise-steps and --repeats must be >= 1")
+    return args
+
+
+def steady_batch(n: int, k: int, arrivals: float) -> int:
+    """Active requests in steady state: each lives 1 + ceil((N-1)/k) frames."""
+    return max(1, math.ceil(arrivals * (1 + math.ceil((n - 1) / k))))
+
+
+def choose_k(components: dict, *, n: int, s: int, horizon: int, target_hz: float, margin: float,
+             arrivals: float) -> tuple[int, list[dict]]:
+    """The largest k in 1..N meeting the deadline (0 if even k=1 does not)."""
+    deadline_ms = horizon / target_hz * 1e3 * margin
+    decode = components["decode_step_ms"]
+    sizes = sorted(decode)
+    table, best = [], 0
+    for k in range(1, n + 1):
+        b = steady_batch(n, k, arrivals)
+        # decode cost at batch b: measured, or linearly extrapolated from the two largest sizes
+        if b in decode:
+            step = decode[b]
+        elif b < sizes[-1]:
+            above = min(x for x in sizes if x >= b)
+            step = decode[above]
+        else:
+            lo, hi = sizes[-2] if len(sizes) > 1 else sizes[-1], sizes[-1]
+            slope = (decode[hi] - decode[lo]) / (hi - lo) if hi != lo else 0.0
+            step = decode[hi] + slope * (b - hi)
+        frame = components["prefill_ms"] + s * components["denoise_step_ms"] + k * step
+        ok = frame <= deadline_ms
+        table.append({"k": k, "batch": b, "frame_ms": round(frame, 3), "ok": ok})
+        if ok:
+            best = k
+    return best, table
+
+
+def main(argv=None) -> int:
+    args = parse_args(argv)
+    loaded = load_model(args)
+    c = loaded.model.config
+    sizes = sorted({1, 2, 4, 8, 16, steady_batch(args.max_decode, 1, args.arrivals_per_frame)})
+    print(f"measuring {loaded.source} on {args.device} ({args.dtype}) ...", file=sys.stderr)
+    comp = measure_components(loaded.model, loaded.tokenizer, batch_sizes=sizes, cameras=args.cameras,
+                              repeats=args.repeats)
+    k, table = choose_k(comp, n=args.max_decode, s=args.denoise_steps, horizon=c.action_horizon,
+                        target_hz=args.target_hz, margin=args.margin, arrivals=args.arrivals_per_frame)
+    print(f"prefill {comp['prefill_ms']:.2f} ms, denoise step {comp['denoise_step_ms']:.2f} ms, decode step "
+          + ", ".join(f"B={b}: {t:.2f} ms" for b, t in comp["decode_step_ms"].items()))
+    deadline = c.action_horizon / args.target_hz * 1e3
+    if k == 0:
+        print(f"no k meets {args.target_hz} Hz (deadline {deadline:.1f} ms for H={c.action_horizon}); "
+              "writing k=0: language decoding only when there is headroom", file=sys.stderr)
+    else:
+        print(f"chosen k = {k} (frame {table[k - 1]['frame_ms']:.2f} ms at batch {table[k - 1]['batch']}, "
+              f"deadline {deadline:.1f} ms x margin {args.margin})")
+    params = {"oxygen_inference": {"ros__parameters": {
+        "setting": "oxygen", "steps_per_frame": k, "max_decode": args.max_decode,
+        "denoise_steps": args.denoise_steps, "device": args.device, "dtype": args.dtype,
+        **({"model_path": str(args.model_path)} if args.model_path else {}),
+    }}}
+    header = (f"# written by oxygen-calibrate for {loaded.source} on {args.device} ({args.dtype})\n"
+              f"# target {args.target_hz} Hz, H={c.action_horizon}, S={args.denoise_steps}, N={args.max_decode}\n"
+              f"# measured: {json.dumps({k2: v for k2, v in comp.items()}, default=str)}\n")
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(header + yaml.safe_dump(params, sort_keys=False))
+    print(f"wrote {args.out}", file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,59 @@
+"""oxygen-bench and oxygen-calibrate as a user runs them (tiny preset, few frames)."""
+
+import json
+
+import pytest
+import yaml
+
+from oxygen_ros.tools import bench, calibrate
+
+FIELDS = ("setting", "preset", "S", "N", "k", "H", "arrivals", "frame_latency_ms", "frame_latency_p99_ms",
+          "action_frequency_hz", "language_throughput_tps", "avg_batch_size", "avg_request_latency_ms",
+          "kv_bytes_reserved", "kv_copy_bytes_per_frame")
+
+
+def test_bench_writes_json_and_figures(tmp_path, capsys):
+    out = tmp_path / "bench.json"
+    rc = bench.main(["--preset", "tiny", "--settings", "baseline,oxygen", "--max-decode", "6,8",
+                     "--steps-per-frame", "2", "--frames", "6", "--warmup", "2", "--arrivals", "poisson:1",
+                     "--json", str(out), "--plot", str(tmp_path / "figs")])
+    assert rc == 0
+    result = json.loads(out.read_text())
+    assert len(result["runs"]) == 4
+    for run in result["runs"]:
+        assert all(f in run for f in FIELDS)
+        assert run["action_frequency_hz"] > 0 and run["frame_latency_ms"]["mean"] > 0
+    oxygen = [r for r in result["runs"] if r["setting"] == "oxygen"]
+    assert all(r["avg_batch_size"] >= 1 for r in oxygen)
+    assert "S=10,k=2" in result["upper_bound"]
+    for name in ("frequency_vs_throughput.png", "speedup_vs_N.png", "speedup_vs_k.png"):
+        assert (tmp_path / "figs" / name).read_bytes()[:4] == b"\x89PNG"
+    table = capsys.readouterr().out
+    assert "oxygen" in table and "upper bound" in table
+
+
+def test_bench_refuses_bad_options(capsys):
+    with pytest.raises(SystemExit):
+        bench.main(["--settings", "fastest"])
+    assert "unknown setting" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        bench.main(["--arrivals", "burst:2"])
+    assert "bad arrivals spec" in capsys.readouterr().err
+
+
+def test_calibrate_writes_a_parameters_file(tmp_path):
+    out = tmp_path / "calibrated.yaml"
+    assert calibrate.main(["--preset", "tiny", "--target-hz", "50", "--max-decode", "12", "--repeats", "3",
+                           "--out", str(out)]) == 0
+    params = yaml.safe_load(out.read_text())["oxygen_inference"]["ros__parameters"]
+    assert params["setting"] == "oxygen" and 0 <= params["steps_per_frame"] <= 12 and params["max_decode"] == 12
+
+
+def test_choose_k_takes_the_largest_budget_within_the_deadline():
+    comp = {"prefill_ms": 2.0, "denoise_step_ms": 1.0, "decode_step_ms": {1: 1.0, 2: 1.0, 4: 1.5, 8: 2.0}}
+    # deadline 10 / 500 Hz = 20 ms * 1.0: 2 + 10 + k * step <= 20
+    k, table = calibrate.choose_k(comp, n=30, s=10, horizon=10, target_hz=500, margin=1.0, arrivals=1)
+    assert k == max(row["k"] for row in table if row["ok"])
+    assert table[k - 1]["frame_ms"] <= 20 and (k == 30 or table[k]["frame_ms"] > 20)
+    k0, _ = calibrate.choose_k(comp, n=30, s=10, horizon=10, target_hz=5000, margin=1.0, arrivals=1)
+    assert k0 == 0
