@@ -417,3 +417,20 @@ def test_real_pi05_key_set_maps_onto_the_pi05_preset(tmp_path, vision_model_leve
     lerobot = {"model." + k: v for k, v in tensors.items()}
     lplan = layouts.detect(tmp_path, lerobot).key_map(lerobot)
     assert set(lplan.mapping) == set(plan.mapping)
+
+
+def test_truncated_or_foreign_files_are_checkpoint_errors(tmp_path):
+    model = build_model(TINY, seed=1)
+    save_native(model, tmp_path)
+    weights = tmp_path / "model.safetensors"
+    weights.write_bytes(weights.read_bytes()[:-100])
+    with pytest.raises(CheckpointError, match="does not fit"):
+        load_checkpoint(tmp_path)
+    weights.write_bytes(b"\x00" * 64)
+    with pytest.raises(CheckpointError, match="not a valid safetensors"):
+        load_checkpoint(tmp_path)
+    with pytest.raises(CheckpointError, match="not found"):
+        load_checkpoint(tmp_path / "nope")
+    if not torch.cuda.is_available():
+        with pytest.raises(ValueError, match="CUDA is not available"):
+            load_checkpoint(tmp_path, device="cuda")

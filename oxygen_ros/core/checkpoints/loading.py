@@ -2,8 +2,9 @@
 
 Memory: the model is built on the ``meta`` device (no storage), cast to its
 final dtypes there, materialised on the target device with ``to_empty`` and
-filled tensor by tensor from memory-mapped safetensors files, so the peak is
-about one model plus the largest single tensor, never two models.
+filled tensor by tensor with plain reads from the safetensors files (straight
+into the parameter when the dtype matches), so the peak is about one model
+plus the largest single tensor, never two models.
 """
 
 from __future__ import annotations
@@ -23,7 +24,8 @@ from ..tokenizer import Tokenizer, default_tokenizer_path
 from . import layouts
 from .errors import CheckpointError
 from .native import TOKENIZER_FILE
-from .safetensors_files import PICKLE_SUFFIXES, SAFETENSORS_DTYPES, index_tensors, open_files, pickle_error, weight_files
+from .safetensors_files import (PICKLE_SUFFIXES, SAFETENSORS_DTYPES, index_tensors, open_files, pickle_error,
+                                read_into, weight_files)
 from .stats import find_norm_stats
 
 log = logging.getLogger(__name__)
@@ -57,6 +59,10 @@ def load_checkpoint(
     """
     if dtype not in ("float32", "bfloat16"):
         raise ValueError(f"dtype must be float32 or bfloat16, got {dtype!r}")
+    if str(device).split(":")[0] not in ("cpu", "cuda"):
+        raise ValueError(f"device must be cpu or cuda[:N], got {device!r}")
+    if str(device).startswith("cuda") and not torch.cuda.is_available():
+        raise ValueError(f"device {device!r} requested but CUDA is not available")
     directory = _checkpoint_dir(pathlib.Path(path))
     files = weight_files(directory)
     tensors, _ = index_tensors(files)
@@ -147,11 +153,9 @@ def _fill(model: VLA, plan: layouts.KeyPlan, tensors, files) -> None:
     params = model.state_dict(keep_vars=True)
     with open_files(files) as handles:
         for ours, src in plan.mapping.items():
-            if ours not in params:
-                continue
-            source = handles[tensors[src].file].get_tensor(src)
-            params[ours].data.copy_(source)  # converts to the parameter's dtype
-            del source
+            if ours in params:
+                info = tensors[src]
+                read_into(handles[info.file], info, params[ours].data)
 
 
 def _tokenizer(directory: pathlib.Path, explicit, config: ModelConfig, layout: str) -> Tokenizer:

@@ -1,19 +1,26 @@
-"""Reading tensors out of ``.safetensors`` files lazily (and refusing anything else).
+"""Reading tensors out of ``.safetensors`` files one at a time (and refusing anything else).
 
 Only safetensors is accepted: ``.bin``/``.pt``/``.pth``/``.pkl`` checkpoints
 are Python pickles, and unpickling runs arbitrary code from the file.
+
+The format is an 8-byte little-endian header size, a JSON header (name ->
+dtype, shape, byte offsets) and the raw little-endian data. Tensors are read
+with plain ``readinto`` straight into the destination parameter's memory
+(or into a one-tensor buffer when the dtype or device differs), not through
+a memory map: mapped pages count as resident memory while the file is open,
+which would make the peak about the model plus the whole file.
 """
 
 from __future__ import annotations
 
 import json
 import pathlib
+import sys
 from collections.abc import Iterator
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
 
 import torch
-from safetensors import safe_open
 
 from .errors import CheckpointError
 
@@ -36,9 +43,11 @@ def pickle_error(path: pathlib.Path) -> CheckpointError:
 
 @dataclass(frozen=True)
 class TensorInfo:
-    file: pathlib.Path
+    file: pathlib.Path | None
     shape: tuple[int, ...]
     dtype: str  # safetensors dtype name, e.g. "BF16"
+    start: int = 0  # absolute byte offsets of the data in the file
+    stop: int = 0
 
 
 def weight_files(directory: pathlib.Path) -> list[pathlib.Path]:
@@ -71,17 +80,31 @@ def weight_files(directory: pathlib.Path) -> list[pathlib.Path]:
 
 
 def read_header(path: pathlib.Path) -> tuple[dict[str, TensorInfo], dict[str, str]]:
-    """Every tensor's name, shape and dtype, and the file metadata, from the header only."""
+    """Every tensor's name, shape, dtype and byte range, and the file metadata, from the header only."""
     try:
+        file_size = path.stat().st_size
         with open(path, "rb") as f:
             size = int.from_bytes(f.read(8), "little")
-            if not 0 < size < 100_000_000:
+            if not 0 < size <= min(100_000_000, file_size - 8):
                 raise ValueError(f"implausible header size {size}")
             header = json.loads(f.read(size))
-    except (OSError, ValueError) as exc:
-        raise CheckpointError(f"{path}: not a safetensors file ({exc})") from exc
-    meta = header.pop("__metadata__", None) or {}
-    infos = {name: TensorInfo(path, tuple(h["shape"]), h["dtype"]) for name, h in header.items()}
+        meta = header.pop("__metadata__", None) or {}
+        base = 8 + size
+        infos = {}
+        for name, h in header.items():
+            begin, end = (base + int(o) for o in h["data_offsets"])
+            shape = tuple(int(d) for d in h["shape"])
+            item = torch.empty((), dtype=SAFETENSORS_DTYPES[h["dtype"]]).element_size() \
+                if h["dtype"] in SAFETENSORS_DTYPES else None
+            numel = 1
+            for d in shape:
+                numel *= d
+            if not base <= begin <= end <= file_size or (item is not None and end - begin != numel * item):
+                raise ValueError(f"tensor {name!r}: byte range {h['data_offsets']} does not fit shape {shape}, "
+                                 f"dtype {h['dtype']} and the file size")
+            infos[name] = TensorInfo(path, shape, h["dtype"], begin, end)
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        raise CheckpointError(f"{path}: not a valid safetensors file ({exc})") from exc
     return infos, meta
 
 
@@ -100,6 +123,31 @@ def index_tensors(files: list[pathlib.Path]) -> tuple[dict[str, TensorInfo], dic
 
 @contextmanager
 def open_files(files: list[pathlib.Path]) -> Iterator[dict[pathlib.Path, object]]:
-    """safe_open handles (memory-mapped, nothing read until a tensor is asked for)."""
+    """Unbuffered read handles, one per file."""
     with ExitStack() as stack:
-        yield {f: stack.enter_context(safe_open(str(f), framework="pt", device="cpu")) for f in files}
+        yield {f: stack.enter_context(open(f, "rb", buffering=0)) for f in files}
+
+
+def read_into(handle, info: TensorInfo, dest: torch.Tensor) -> None:
+    """Copy one stored tensor into ``dest`` (same shape), converting dtype/device as needed.
+
+    When ``dest`` is a contiguous CPU tensor of the stored dtype, the bytes are
+    read straight into it; otherwise into a buffer of this one tensor first.
+    """
+    src_dtype = SAFETENSORS_DTYPES[info.dtype]
+    direct = (dest.device.type == "cpu" and dest.dtype == src_dtype and dest.is_contiguous()
+              and sys.byteorder == "little")
+    target = dest if direct else torch.empty(info.shape, dtype=src_dtype)
+    raw = target.reshape(-1).view(torch.uint8).numpy()
+    view = memoryview(raw)
+    handle.seek(info.start)
+    done, total = 0, info.stop - info.start
+    while done < total:
+        n = handle.readinto(view[done:total])
+        if not n:
+            raise CheckpointError(f"{info.file}: file ends inside a tensor (truncated checkpoint)")
+        done += n
+    if not direct:
+        if sys.byteorder != "little":
+            target = target.view(-1).byteswap().view(info.shape)  # pragma: no cover
+        dest.copy_(target)
