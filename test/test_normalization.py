@@ -109,8 +109,8 @@ def test_openpi_norm_stats_json(tmp_path):
         n = load_norm_stats(where)
         assert (n.state_dim, n.action_dim, n.mode, n.convention) == (3, 2, "quantile", "openpi")
     nested = tmp_path / "ck"
-    (nested / "assets" / "trossen").mkdir(parents=True)
-    (nested / "assets" / "trossen" / "norm_stats.json").write_text(path.read_text())
+    (nested / "assets" / "physical-intelligence" / "libero").mkdir(parents=True)
+    (nested / "assets" / "physical-intelligence" / "libero" / "norm_stats.json").write_text(path.read_text())
     assert load_norm_stats(nested).action_dim == 2
     (nested / "assets" / "droid").mkdir()
     (nested / "assets" / "droid" / "norm_stats.json").write_text(path.read_text())

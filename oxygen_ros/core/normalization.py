@@ -247,7 +247,7 @@ def load_norm_stats(path: str | os.PathLike[str], *, mode: str | None = None) ->
     """Read statistics from any of:
 
     * an openpi ``norm_stats.json`` (or a directory holding it, directly or in
-      ``assets/<name>/``); mode ``quantile`` (π0.5) unless the file or ``mode`` says otherwise;
+      ``assets/<asset_id>/``, e.g. ``assets/droid/`` or ``assets/physical-intelligence/libero/``); mode ``quantile`` (π0.5) unless the file or ``mode`` says otherwise;
     * a LeRobot policy directory (``policy_preprocessor.json`` and its
       ``*_normalizer_processor.safetensors``), or that safetensors file itself;
       modes and eps from the processor config (``mode`` overrides).
@@ -274,7 +274,7 @@ def _load_from_dir(d: pathlib.Path, mode: str | None) -> Normalizer:
                or sorted(d.glob("*_unnormalizer_processor.safetensors")))
     if lerobot:
         return _load_lerobot_stats(lerobot[0], mode, config=_lerobot_step_config(d, lerobot[0].name))
-    nested = sorted(d.glob("assets/*/norm_stats.json")) + sorted(d.glob("assets/norm_stats.json"))
+    nested = sorted(d.glob("assets/**/norm_stats.json"))  # assets/<asset_id>/, the id may hold a "/"
     if len(nested) == 1:
         return _load_openpi_json(nested[0], mode)
     if len(nested) > 1:

@@ -21,7 +21,7 @@ def find_norm_stats(directory: pathlib.Path, explicit: str | os.PathLike[str] | 
         return _read(path)
     present = ((directory / "norm_stats.json").is_file()
                or any(directory.glob("*normalizer_processor.safetensors"))
-               or any(directory.glob("assets/*/norm_stats.json")))
+               or any(directory.glob("assets/**/norm_stats.json")))
     if present:
         return _read(directory)
     if required:
