@@ -58,7 +58,7 @@ def test_every_setting_gives_the_same_tokens_and_actions(model, tok, spec, agent
     ref_tokens, ref_actions, _, _ = results["baseline"]
     assert len(ref_tokens) == sum(map(len, schedule))
     assert all(reason in ("eos", "length") for _, reason in ref_tokens.values())
-    assert len({tuple(t) for t, _ in ref_tokens.values()}) > len(ref_tokens) // 2  # the texts differ
+    assert len({tuple(t) for t, _ in ref_tokens.values()}) >= 3  # texts differ between observations
     for setting, (tokens, actions, _, _) in results.items():
         assert tokens == ref_tokens, setting
         np.testing.assert_allclose(actions, ref_actions, atol=1e-5, err_msg=setting)

@@ -71,12 +71,29 @@ def baseline(engine: "Engine", observations, new: NewRequests, k: int) -> None:
 
 def parallel(engine: "Engine", observations, new: NewRequests, k: int) -> None:
     slots = _claim_slots(engine, new)  # allocation stays on this thread
-    language = threading.Thread(target=_language_isolated, args=(engine, new, slots), name="oxygen-language")
+    language = threading.Thread(target=_on_own_stream, args=(engine, _language_isolated, engine, new, slots),
+                                name="oxygen-language")
     language.start()
     try:
-        _actions_isolated(engine, observations)
+        _on_own_stream(engine, _actions_isolated, engine, observations)
     finally:
         language.join()
+
+
+def _on_own_stream(engine: "Engine", fn, *args) -> None:
+    """Run ``fn`` on a CUDA stream of its own when the model is on a GPU (so the two
+    tasks overlap on the device, as MPS/streams do in the paper), else as is."""
+    device = engine.model.device
+    if device.type != "cuda":
+        fn(*args)
+        return
+    import torch
+
+    stream = torch.cuda.Stream(device=device)
+    stream.wait_stream(torch.cuda.current_stream(device))
+    with torch.cuda.stream(stream):
+        fn(*args)
+    stream.synchronize()
 
 
 # ---------------------------------------------------------------------- shared prefill
