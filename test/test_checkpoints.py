@@ -434,3 +434,18 @@ def test_truncated_or_foreign_files_are_checkpoint_errors(tmp_path):
     if not torch.cuda.is_available():
         with pytest.raises(ValueError, match="CUDA is not available"):
             load_checkpoint(tmp_path, device="cuda")
+
+
+def test_sharded_safetensors_with_index(tmp_path, small_variants, small_model):
+    state = foreign_state(small_model, prefix="model.", embed="embed_tokens", expert_head=False)
+    write_lerobot(tmp_path, state)
+    (tmp_path / "model.safetensors").unlink()
+    names = sorted(state)
+    shards = {"model-00001-of-00002.safetensors": names[::2], "model-00002-of-00002.safetensors": names[1::2]}
+    for fname, keys in shards.items():
+        save_file({k: state[k] for k in keys}, str(tmp_path / fname))
+    (tmp_path / "model.safetensors.index.json").write_text(json.dumps(
+        {"weight_map": {k: f for f, keys in shards.items() for k in keys}}))
+    loaded = load_checkpoint(tmp_path)
+    want = small_model.state_dict()
+    assert all(torch.equal(v, want[k]) for k, v in loaded.model.state_dict().items())
