@@ -82,8 +82,10 @@ def test_round_trip(tok: Tokenizer, text: str) -> None:
 
 
 @settings(max_examples=200, deadline=None)
-@given(st.text(alphabet=st.characters(blacklist_categories=["Cs"]), max_size=40))
+@given(st.text(alphabet=st.characters(blacklist_categories=["Cs"], blacklist_characters="\u2581"), max_size=40))
 def test_round_trip_any_text(text: str) -> None:
+    # U+2581 is SentencePiece's own space marker: it decodes as a space (a known
+    # SentencePiece limitation), every other character round-trips.
     tok = Tokenizer(default_tokenizer_path())
     assert tok.decode(tok.encode(text)) == text
 
