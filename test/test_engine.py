@@ -158,3 +158,38 @@ def test_bad_configuration_is_refused():
         EngineConfig(max_decode=4, steps_per_frame=5)
     with pytest.raises(ValueError, match="bad arrivals"):
         Workload.parse("burst:3")
+
+
+@pytest.mark.parametrize("setting", SETTINGS)
+def test_a_failed_frame_loses_nothing_and_the_next_one_runs(model, tok, setting):
+    from oxygen_ros.core.engine import FrameError
+
+    engine = Engine(model, tok, EngineConfig(setting=setting, max_decode=6, steps_per_frame=2,
+                                             language_every_n_frames=0))
+    obs = observations(5)
+    first = engine.step([obs[0]], [Question("", "early")])
+    original = model.denoise
+    model.denoise = lambda *a, **kw: (_ for _ in ()).throw(RuntimeError("device lost"))
+    try:
+        with pytest.raises(FrameError, match="device lost") as err:
+            engine.step([obs[1]], [Question("", "during")])
+    finally:
+        del model.denoise
+    assert model.denoise == original
+    assert all(engine.pool.owner(s) != "scratch" for s in range(engine.pool.capacity))
+    events = first.tokens + err.value.result.tokens
+    finished = list(first.finished) + list(err.value.result.finished)
+    for o in obs[2:]:
+        res = engine.step([o])
+        assert len(res.actions) == 1
+        events += res.tokens
+        finished += res.finished
+    while engine.active_requests or engine.queued_requests:
+        res = engine.step()
+        events += res.tokens
+        finished += res.finished
+    by_client = {r.client_id: r for r in finished}
+    assert set(by_client) == {"early", "during"}  # the request of the failed frame still ran
+    for cid, r in by_client.items():
+        streamed = [e.token_id for e in events if e.client_id == cid]
+        assert streamed == r.tokens and r.finish_reason.value in ("eos", "length")

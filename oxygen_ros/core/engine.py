@@ -65,6 +65,16 @@ class Question:
     max_tokens: int | None = None  # default: the engine's max_decode
 
 
+class FrameError(RuntimeError):
+    """A frame failed. ``result`` holds what it produced before the failure (tokens
+    already decoded must still reach their clients); the engine is consistent and
+    the next frame can run."""
+
+    def __init__(self, message: str, result: "FrameResult"):
+        super().__init__(message)
+        self.result = result
+
+
 @dataclass
 class FrameResult:
     frame_id: int
@@ -96,6 +106,7 @@ class Engine:
         self.frame_id = 0
         self.last_observation: Observation | None = None
         self._result: FrameResult | None = None
+        self._starting: list[Request] = []
 
     # ------------------------------------------------------------------ public
     def step(self, observations: Sequence[Observation] = (), questions: Sequence[Question] = (), *,
@@ -132,12 +143,35 @@ class Engine:
             new.append((self.requests.new(self.frame_id, q.max_tokens or c.max_decode, client_id=q.client_id,
                                           question_ids=ids, observation=obs), idx))
         k = c.steps_per_frame if decode_steps is None else decode_steps
-        scheduler.run_frame(c.setting, self, list(observations), new, k)
-        res = self._result
+        try:
+            scheduler.run_frame(c.setting, self, list(observations), new, k)
+        except Exception as e:
+            res = self._finish_frame(t0, copies0)
+            self._recover(new)
+            raise FrameError(f"frame {res.frame_id} failed: {e!r}", res) from e
+        return self._finish_frame(t0, copies0)
+
+    def _finish_frame(self, t0: float, copies0: int) -> FrameResult:
+        res, self._result = self._result, None
         res.total_ms = (time.perf_counter() - t0) * 1e3
         res.copy_bytes = self.pool.copy_bytes - copies0
-        self._result = None
         return res
+
+    def _recover(self, new: list[tuple[Request, int | None]]) -> None:
+        """After a failed frame: free the scratch slots, and put every request that
+        was about to start (or had just arrived) back at the head of the queue."""
+        for s in range(self.pool.capacity):
+            if self.pool.owner(s) == SCRATCH:
+                self.pool.release(s)
+        waiting = {r.id for r in self.requests.queue}
+        back = [r for r in self._starting + [r for r, _ in new]
+                if r.id not in self.requests.active and not r.done and r.id not in waiting]
+        seen = set()
+        for r in reversed(back):
+            if r.id not in seen:
+                seen.add(r.id)
+                self.requests.queue.appendleft(r)
+        self._starting = []
 
     def drain(self, max_frames: int = 10_000) -> list[Request]:
         """Language-only frames until no request is active or queued."""
@@ -230,10 +264,16 @@ class Engine:
             step += 1
         self._result.decode_ms += (time.perf_counter() - t0) * 1e3
 
-    def reject(self, requests: list[Request]) -> None:
-        for r in requests:
+    def admit(self, new: list[Request], *, unlimited: bool = False) -> list[Request]:
+        """Who starts this frame (queued first, then ``new``); the rest wait or are
+        rejected, and rejections are reported in this frame's result."""
+        free = len(self.requests.queue) + len(new) if unlimited else None
+        starting, rejected = self.requests.admit(new, free_places=free)
+        for r in rejected:
             self._result.finished.append(r)
             self._result.tokens.append(finish_event(r))
+        self._starting = starting
+        return starting
 
     def _emit(self, event: TokenEvent) -> None:
         self._result.tokens.append(event)
@@ -241,4 +281,5 @@ class Engine:
             self._result.finished.append(self.requests.remove(event.request_id))
 
 
-__all__ = ["Engine", "EngineConfig", "FrameResult", "Question", "SETTINGS", "FinishReason", "SCRATCH"]
+__all__ = ["Engine", "EngineConfig", "FrameResult", "FrameError", "Question", "SETTINGS", "FinishReason",
+           "SCRATCH"]

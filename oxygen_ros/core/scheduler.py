@@ -63,13 +63,21 @@ def _claim_slots(engine: "Engine", new: NewRequests) -> list[int]:
     return [engine.pool.allocate(SCRATCH) for _ in new]
 
 
+def _all_pending(engine: "Engine", new: NewRequests) -> NewRequests:
+    """Isolated settings start every request in the frame it arrives (and any left
+    queued by an earlier failure), one at a time, so none waits for a slot."""
+    index = dict((r.id, i) for r, i in new)
+    return [(r, index.get(r.id)) for r in engine.admit([r for r, _ in new], unlimited=True)]
+
+
 def baseline(engine: "Engine", observations, new: NewRequests, k: int) -> None:
     _actions_isolated(engine, observations)
-    for item in new:
+    for item in _all_pending(engine, new):
         _language_isolated(engine, [item], _claim_slots(engine, [item]))
 
 
 def parallel(engine: "Engine", observations, new: NewRequests, k: int) -> None:
+    new = _all_pending(engine, new)
     slots = _claim_slots(engine, new)  # allocation stays on this thread
     language = threading.Thread(target=_on_own_stream, args=(engine, _language_isolated, engine, new, slots),
                                 name="oxygen-language")
@@ -139,8 +147,7 @@ def _shared_prefill(engine: "Engine", observations, starting: list["Request"], i
 
 def shared_kv(engine: "Engine", observations, new: NewRequests, k: int) -> None:
     index = {r.id: i for r, i in new}
-    starting, rejected = engine.requests.admit([r for r, _ in new])
-    engine.reject(rejected)
+    starting = engine.admit([r for r, _ in new])
     for r, slot, logits in _shared_prefill(engine, observations, starting, index):
         engine.begin(r, slot, logits)
     engine.decode(None)
@@ -148,8 +155,7 @@ def shared_kv(engine: "Engine", observations, new: NewRequests, k: int) -> None:
 
 def oxygen(engine: "Engine", observations, new: NewRequests, k: int) -> None:
     index = {r.id: i for r, i in new}
-    starting, rejected = engine.requests.admit([r for r, _ in new])
-    engine.reject(rejected)
+    starting = engine.admit([r for r, _ in new])
     for r, slot, logits in _shared_prefill(engine, observations, starting, index):
         engine.begin(r, slot, logits)
     engine.decode(k)
