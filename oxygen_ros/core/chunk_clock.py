@@ -1,0 +1,163 @@
+"""Which action of the newest chunk is due at a control tick (no ROS in here).
+
+A model frame turns one observation into a chunk of ``H`` actions, one per
+control period ``P``: row ``i`` is meant to be executed at ``origin + i * P``.
+The inference node publishes, on every control tick at time ``t``, the rows
+of the newest chunk from the one due at ``t`` onward, so that a consumer that
+takes the first row of every message gets one action per tick.
+
+The action *due* at ``t`` is the newest row whose due time has been reached::
+
+    offset(t) = floor((t - origin) / P)          (0 while t < origin)
+
+and the message's stamp is that row's due time, ``origin + offset * P``
+(within one period before ``t``). Times are integer nanoseconds on one clock
+(the node's ROS clock), so consecutive ticks exactly one period apart give
+offsets exactly one apart; the node passes the tick's *scheduled* time
+(``TimerInfo.expected_call_time``) so that callback latency cannot make an
+offset repeat or skip.
+
+The origin of a chunk (see :func:`chunk_origin`):
+
+``"observation"`` (the node's default)
+    ``origin`` = the observation's capture stamp. The rows meant for the time
+    spent capturing, transporting and computing are already in the past and
+    are skipped, so the robot executes each action at the time the model
+    planned it for (delay compensation). The stamp is trusted only when it
+    is plausibly on the node's clock: not later than one period after the
+    observation arrived, and not so old that its chunk had no row left when
+    it arrived. Otherwise (a bag replayed with its recorded stamps, a camera
+    on another clock, no stamp at all) the chunk falls back to ``"frame_end"``.
+``"frame_end"``
+    the chunk is anchored at the first tick that sees it (the first tick after
+    the frame finished): that tick publishes offset 0, the next offset 1, ...
+    The inference latency is then not compensated, but every chunk's row 0 is
+    published, whatever the clocks.
+
+Underruns: a tick at which the newest chunk has no row left (inference fell
+behind by more than the chunk) publishes nothing and is counted.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+NS_PER_S = 1_000_000_000
+ORIGINS = ("observation", "frame_end")
+
+
+def period_ns(rate_hz: float) -> int:
+    """The control period in integer nanoseconds for a rate in Hz (> 0)."""
+    if not rate_hz > 0:
+        raise ValueError(f"rate must be > 0 Hz, got {rate_hz!r}")
+    return max(1, round(NS_PER_S / float(rate_hz)))
+
+
+def chunk_origin(mode: str, *, stamp_ns: int, received_ns: int, period_ns: int, horizon: int) -> int | None:
+    """The due time of row 0 (ns), or ``None`` to anchor the chunk at its first tick.
+
+    ``stamp_ns``: the observation's capture stamp (0 if unset); ``received_ns``:
+    when the node received it (same clock as the ticks). See the module doc.
+    """
+    if mode not in ORIGINS:
+        raise ValueError(f"chunk origin must be one of {ORIGINS}, got {mode!r}")
+    if mode == "frame_end" or stamp_ns <= 0:
+        return None
+    lag = received_ns - stamp_ns
+    if lag < -period_ns or lag >= horizon * period_ns:
+        return None
+    return stamp_ns
+
+
+@dataclass(frozen=True)
+class Chunk:
+    """One frame's actions and where they came from."""
+
+    actions: np.ndarray  # (H, action_dim), robot units
+    period_ns: int  # time between rows
+    origin_ns: int | None  # due time of row 0; None: anchored at the first tick that sees it
+    frame_id: int = 0
+    observation_seq: int = 0
+    observation_stamp_ns: int = 0
+    ready_ns: int = 0  # when the frame finished
+
+    def __post_init__(self) -> None:
+        a = np.asarray(self.actions)
+        if a.ndim != 2 or a.shape[0] < 1:
+            raise ValueError(f"a chunk needs a (horizon >= 1, action_dim) array, got shape {a.shape}")
+        if self.period_ns <= 0:
+            raise ValueError(f"period_ns must be > 0, got {self.period_ns}")
+
+    @property
+    def horizon(self) -> int:
+        return int(np.asarray(self.actions).shape[0])
+
+
+@dataclass(frozen=True)
+class Due:
+    """What a tick publishes: the chunk's rows from ``offset`` on, row 0 due at ``stamp_ns``."""
+
+    chunk: Chunk
+    offset: int
+    stamp_ns: int
+    first: bool  # the first tick that publishes this chunk
+
+    @property
+    def actions(self) -> np.ndarray:
+        return self.chunk.actions[self.offset:]
+
+
+@dataclass
+class ChunkClock:
+    """Holds the newest chunk and answers, per tick, which of its rows are due.
+
+    Not thread-safe by itself: the node calls :meth:`push` and :meth:`tick`
+    under one lock.
+    """
+
+    chunk: Chunk | None = None
+    origin_ns: int | None = None  # the current chunk's origin once known
+    ticks: int = 0
+    published: int = 0
+    underruns: int = 0  # ticks after the first chunk with no row due
+    waiting: int = 0  # ticks before any chunk arrived
+    skipped_rows: int = 0  # rows of replaced chunks never published at their offset 0 .. first offset
+    _last_offset: int | None = field(default=None, repr=False)
+
+    def push(self, chunk: Chunk) -> None:
+        """Make ``chunk`` the newest; the previous one is dropped."""
+        self.chunk, self.origin_ns, self._last_offset = chunk, chunk.origin_ns, None
+
+    def tick(self, now_ns: int) -> Due | None:
+        """The rows due at the (scheduled) tick time ``now_ns``, or ``None`` (waiting or underrun)."""
+        self.ticks += 1
+        c = self.chunk
+        if c is None:
+            self.waiting += 1
+            return None
+        if self.origin_ns is None:
+            self.origin_ns = now_ns  # anchored: this tick publishes row 0
+        offset = max(0, (now_ns - self.origin_ns) // c.period_ns)
+        if offset >= c.horizon:
+            self.underruns += 1
+            return None
+        first = self._last_offset is None
+        if first:
+            self.skipped_rows += offset
+        self._last_offset = offset
+        self.published += 1
+        return Due(c, int(offset), int(self.origin_ns + offset * c.period_ns), first)
+
+    def age_ns(self, now_ns: int) -> int | None:
+        """Age of the data behind the published actions: now minus the current
+        chunk's observation stamp (or, without one, its ready time)."""
+        c = self.chunk
+        if c is None:
+            return None
+        ref = c.observation_stamp_ns if c.observation_stamp_ns > 0 and c.origin_ns is not None else c.ready_ns
+        return now_ns - ref
+
+
+__all__ = ["NS_PER_S", "ORIGINS", "Chunk", "ChunkClock", "Due", "chunk_origin", "period_ns"]
