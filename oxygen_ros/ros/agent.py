@@ -1,0 +1,499 @@
+"""``oxygen-agent``: the nodes of ``launch/agent.launch.py`` in one process, with a live status line.
+
+Usage::
+
+    oxygen-agent [name:=value ...] [--duration SECONDS] [--report PATH] [--text all|changed|none]
+
+The arguments are the launch file's (:data:`ARGUMENTS`), written
+``name:=value`` like ``ros2 launch`` arguments: ``params_file`` (default: the
+installed ``config/agent.yaml``), ``model_path``, ``preset``, ``device``,
+``dtype``, ``setting``, ``control_rate_hz``, ``steps_per_frame`` (empty: keep
+the YAML's value), ``camera_topic`` (remaps ``/camera/image_raw`` of the
+camera node and the synthetic camera) and ``demo`` (default false: a robot
+must never act on a synthetic camera by accident; ``demo:=true`` adds the
+synthetic camera, and feeds its gripper position to the camera node as the
+robot state, :data:`DEMO_PARAMETERS`). The nodes (:data:`NODES`) run on one
+``MultiThreadedExecutor`` until Ctrl-C or ``--duration``.
+
+While running it prints a status line (action frequency f = H/T, chunk age,
+active batch, tokens/s, from the inference node's ``/diagnostics``) and the
+streamed text: every finished language request (answers to questions always;
+periodic ones when their text changed, or all with ``--text all``).
+
+``--report PATH`` writes JSON (see :func:`Monitor.report`); where each figure
+is measured:
+
+* ``tick_rate_hz`` - node side: control ticks counted by the inference node
+  over the measurement window (first ActionChunk received .. end) / its length;
+* ``tick_jitter_p50_ms`` / ``tick_jitter_p99_ms`` - subscriber side:
+  ``|inter-arrival - control period|`` of consecutive ``ActionChunk`` messages
+  on ``actions_topic`` as received by this process (what a controller sees:
+  the node's tick latency plus DDS delivery); ``tick_lateness_*_ms`` is the
+  node-side part alone (timer callback start - scheduled time);
+* ``underruns`` - node side: ticks with no action left in the window;
+* ``obs_to_action_p50_ms`` / ``_p99_ms`` - subscriber side: arrival of an
+  ``Observation`` here -> arrival of the first ``ActionChunk`` computed from it
+  (matched by ``observation_seq``);
+* ``ros_overhead_p99_ms`` (and ``_p50_ms``) - that latency minus the engine's
+  own frame time for the same frame (``Engine.step`` wall time, read from the
+  node in this process): queueing for the worker, message conversion,
+  waiting for the next tick, DDS both ways;
+* ``actions_published`` / ``text_tokens_published`` - node-side counts in the
+  window (``*_received`` are this process' subscriber counts).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import sys
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+PACKAGE = "oxygen_ros"
+CAMERA_TOPIC = "/camera/image_raw"  # the name `camera_topic` remaps
+TRUE = ("true", "1", "yes", "on")
+FALSE = ("false", "0", "no", "off")
+
+
+@dataclass(frozen=True)
+class NodeSpec:
+    executable: str  # lib/oxygen_ros/<executable>
+    name: str  # node name (and its section in the YAML)
+    module: str
+    cls: str
+    demo_only: bool = False
+    remap_camera: bool = False  # takes the camera_topic remapping
+
+
+@dataclass(frozen=True)
+class Argument:
+    name: str
+    default: str
+    description: str
+    node: str | None = None  # node whose parameter it overrides (when not empty)
+    parameter: str | None = None
+
+
+#: The nodes of the launch file and the agent, in start order.
+NODES: tuple[NodeSpec, ...] = (
+    NodeSpec("synthetic_camera", "oxygen_synthetic_camera", "oxygen_ros.ros.sources", "SyntheticCamera",
+             demo_only=True, remap_camera=True),
+    NodeSpec("camera_node", "oxygen_camera", "oxygen_ros.ros.camera_node", "CameraNode", remap_camera=True),
+    NodeSpec("inference_node", "oxygen_inference", "oxygen_ros.ros.inference_node", "InferenceNode"),
+)
+
+#: The launch arguments. An empty value means "keep the parameters file's value".
+ARGUMENTS: tuple[Argument, ...] = (
+    Argument("params_file", "", "Parameters YAML of every node (default: the installed config/agent.yaml)."),
+    Argument("model_path", "", "Checkpoint directory (empty: the YAML's, by default the embedded model).",
+             "oxygen_inference", "model_path"),
+    Argument("preset", "", "Random-weights preset when there is no model (tiny | pi05).",
+             "oxygen_inference", "preset"),
+    Argument("device", "", "Torch device (cpu | cuda | cuda:N).", "oxygen_inference", "device"),
+    Argument("dtype", "", "Model precision (float32 | bfloat16).", "oxygen_inference", "dtype"),
+    Argument("setting", "", "Frame setting (oxygen | shared_kv | parallel | baseline).",
+             "oxygen_inference", "setting"),
+    Argument("control_rate_hz", "", "Control-loop rate in Hz.", "oxygen_inference", "control_rate_hz"),
+    Argument("steps_per_frame", "", "Decode steps per frame (k).", "oxygen_inference", "steps_per_frame"),
+    Argument("camera_topic", "", f"Camera image topic: remaps {CAMERA_TOPIC} of the camera node and the "
+             "synthetic camera (empty: no remapping)."),
+    Argument("demo", "false", "true: also start the synthetic closed-loop camera (never on a robot)."),
+)
+
+#: With demo:=true, the camera node also takes the synthetic camera's gripper
+#: position as the robot state (closing the loop the way the model was trained).
+DEMO_PARAMETERS: dict[str, dict[str, Any]] = {
+    "oxygen_camera": {"state_topic": "/joint_states"},
+}
+
+
+# --------------------------------------------------------------------------
+# Shared with the launch file
+# --------------------------------------------------------------------------
+
+
+def default_params_file() -> str:
+    """The installed ``share/oxygen_ros/config/agent.yaml``, else the one next to the sources."""
+    try:
+        from ament_index_python.packages import PackageNotFoundError, get_package_share_directory
+
+        try:
+            path = Path(get_package_share_directory(PACKAGE)) / "config" / "agent.yaml"
+            if path.is_file():
+                return str(path)
+        except (PackageNotFoundError, OSError):  # OSError: AMENT_PREFIX_PATH unset
+            pass
+    except ImportError:
+        pass
+    return str(Path(__file__).resolve().parents[2] / "config" / "agent.yaml")
+
+
+def parse_bool(name: str, value: str) -> bool:
+    v = str(value).strip().lower()
+    if v in TRUE:
+        return True
+    if v in FALSE:
+        return False
+    raise ValueError(f"argument '{name}': expected true or false, got {value!r}")
+
+
+def parse_value(text: str) -> Any:
+    """A launch-argument string as a parameter value, typed the way ``ros2 launch``
+    and ``-p name:=value`` type it (YAML: 50 -> int, 50.0 -> float, true -> bool)."""
+    import yaml
+
+    try:
+        value = yaml.safe_load(text)
+    except yaml.YAMLError:
+        return text
+    return text if value is None or isinstance(value, (dict, list)) and not value else value
+
+
+def node_plan(values: dict[str, str]) -> list[dict[str, Any]]:
+    """What to start for the given argument values (missing ones: defaults):
+    ``[{spec, parameters: {name: value}, remappings: [(from, to)]}]``."""
+    args = {a.name: a.default for a in ARGUMENTS}
+    unknown = sorted(set(values) - set(args))
+    if unknown:
+        raise ValueError(f"unknown argument(s) {unknown}; known: {sorted(args)}")
+    args.update(values)
+    demo = parse_bool("demo", args["demo"])
+    plan = []
+    for spec in NODES:
+        if spec.demo_only and not demo:
+            continue
+        overrides = dict(DEMO_PARAMETERS.get(spec.name, {})) if demo else {}
+        overrides.update({a.parameter: parse_value(args[a.name]) for a in ARGUMENTS
+                          if a.node == spec.name and args[a.name] != ""})
+        remaps = [(CAMERA_TOPIC, args["camera_topic"])] if spec.remap_camera and args["camera_topic"] else []
+        plan.append({"spec": spec, "parameters": overrides, "remappings": remaps})
+    return plan
+
+
+# --------------------------------------------------------------------------
+# Monitor: status line, text, report
+# --------------------------------------------------------------------------
+
+
+def _pct(values, q):
+    from ..core.stats import percentile
+
+    v = percentile(values, q)
+    return None if math.isnan(v) else round(v, 3)
+
+
+class Monitor:
+    """Subscribes to the outputs (and the observations) and keeps what the report needs."""
+
+    def __init__(self, node, inference, text_mode: str = "changed", out=sys.stdout):
+        from diagnostic_msgs.msg import DiagnosticArray
+        from rclpy.qos import QoSProfile, ReliabilityPolicy
+
+        from oxygen_ros.msg import ActionChunk, TextToken
+        from oxygen_ros.msg import Observation as ObservationMsg
+
+        self.node, self.inference, self.text_mode, self.out = node, inference, text_mode, out
+        self.lock = threading.Lock()
+        p = inference.params
+        self.period_s = 1.0 / p["control_rate_hz"]
+        self.actions: list[tuple[float, int, int]] = []  # (arrival, frame_id, observation_seq)
+        self.obs_arrival: dict[int, float] = {}
+        self.latencies: list[tuple[int, int, float]] = []  # (frame_id, seq, obs->action ms)
+        self.seen_frames: set[int] = set()
+        self.text_received = 0
+        self.requests: dict[int, list[str]] = {}
+        self.last_periodic = None
+        self.diag: dict[str, str] = {}
+        self.window_start: dict[str, Any] | None = None
+        self.window_end: dict[str, Any] | None = None
+        self.partial = ""
+        reliable = lambda n: QoSProfile(depth=n, reliability=ReliabilityPolicy.RELIABLE)  # noqa: E731
+        node.create_subscription(ActionChunk, p["actions_topic"], self._on_actions, reliable(50))
+        node.create_subscription(TextToken, p["text_topic"], self._on_text, reliable(1000))
+        node.create_subscription(ObservationMsg, p["observation_topic"], self._on_observation, reliable(10))
+        node.create_subscription(DiagnosticArray, "/diagnostics", self._on_diagnostics, reliable(10))
+        self.tty = hasattr(out, "isatty") and out.isatty()
+        self._last_status = 0.0
+        self._status_len = 0
+
+    # -- callbacks
+    def _on_observation(self, msg) -> None:
+        with self.lock:
+            self.obs_arrival[int(msg.seq)] = time.monotonic()
+
+    def _on_actions(self, msg) -> None:
+        t = time.monotonic()
+        with self.lock:
+            if self.window_start is None:
+                ticks = self.inference.tick_counts()
+                self.window_start = {"t": t, "ticks": ticks["ticks"], "underruns": ticks["underruns"],
+                                     "counters": dict(self.inference.counters),
+                                     "lateness_total": self.inference.tick_lateness_ms.total}
+            self.actions.append((t, int(msg.frame_id), int(msg.observation_seq)))
+            if msg.frame_id not in self.seen_frames:
+                self.seen_frames.add(int(msg.frame_id))
+                t_obs = self.obs_arrival.pop(int(msg.observation_seq), None)
+                if t_obs is not None:
+                    self.latencies.append((int(msg.frame_id), int(msg.observation_seq), (t - t_obs) * 1e3))
+
+    def _on_text(self, msg) -> None:
+        with self.lock:
+            self.text_received += 1
+            pieces = self.requests.setdefault(int(msg.request_id), [])
+            pieces.append(msg.piece)
+            text = "".join(pieces)
+            self.partial = text
+            if not msg.done:
+                return
+            del self.requests[int(msg.request_id)]
+        who = f"client {msg.client_id!r}" if msg.client_id else f"frame {msg.frame_id}"
+        line = f"[request {msg.request_id}, {who}, {msg.finish_reason}] {text!r}"
+        if self.text_mode == "none":
+            return
+        if not msg.client_id and self.text_mode == "changed":
+            if text == self.last_periodic:
+                return
+            self.last_periodic = text
+        self._print_line(line)
+
+    def _on_diagnostics(self, msg) -> None:
+        for status in msg.status:
+            if status.name.startswith(self.inference.get_name()):
+                with self.lock:
+                    self.diag = {kv.key: kv.value for kv in status.values}
+
+    # -- output
+    def _print_line(self, line: str) -> None:
+        if self.tty and self._status_len:
+            self.out.write("\r" + " " * self._status_len + "\r")
+        self.out.write(line + "\n")
+        self.out.flush()
+        self._status_len = 0
+
+    def status(self) -> None:
+        """Print the status line (overwritten in place on a terminal, once a second otherwise)."""
+        now = time.monotonic()
+        if not self.tty and now - self._last_status < 1.0:
+            return
+        self._last_status = now
+        with self.lock:
+            d = dict(self.diag)
+            partial = self.partial
+        if not d:
+            line = "waiting for the inference node's diagnostics ..."
+        else:
+            line = (f"f={_num(d.get('action_frequency_hz'))} Hz  chunk age {_num(d.get('chunk_age_ms'))} ms  "
+                    f"frame {_num(d.get('frame_latency_ms'), 1)} ms  batch {d.get('active_batch', '?')}  "
+                    f"{_num(d.get('tokens_per_s'))} tok/s  underruns {d.get('underruns', '?')}  "
+                    f"| {partial[-40:]!r}")
+        if self.tty:
+            self.out.write("\r" + line.ljust(self._status_len))
+            self._status_len = len(line)
+        else:
+            self.out.write(line + "\n")
+        self.out.flush()
+
+    def end_status(self) -> None:
+        if self.tty and self._status_len:
+            self.out.write("\n")
+            self.out.flush()
+            self._status_len = 0
+
+    # -- report
+    def freeze(self) -> None:
+        """End the measurement window: keep the node's counts as they are now."""
+        node = self.inference
+        with self.lock:
+            self.window_end = {"t": time.monotonic(), "ticks": node.tick_counts(), "counters": dict(node.counters),
+                               "lateness": node.tick_lateness_ms.values(),
+                               "lateness_total": node.tick_lateness_ms.total, "actions": len(self.actions)}
+
+    def report(self) -> dict[str, Any]:
+        """The figures described in the module doc (``None`` where nothing was measured)."""
+        node = self.inference
+        if self.window_end is None:
+            self.freeze()
+        with self.lock:
+            final = self.window_end
+            arrivals = [t for t, _, _ in self.actions[:final["actions"]]]
+            start = self.window_start
+            latencies = list(self.latencies)
+            text_received = self.text_received
+        end = final["t"]
+        jitter = [abs((b - a) - self.period_s) * 1e3 for a, b in zip(arrivals, arrivals[1:])]
+        records = dict(node.records)
+        overhead = [lat - records[f].engine_ms for f, _, lat in latencies if f in records]
+        lateness = final["lateness"]
+        if start is not None:
+            new_lateness = final["lateness_total"] - start["lateness_total"]
+            lateness = lateness[-new_lateness:] if new_lateness > 0 else []
+        counters = final["counters"]
+        base = start["counters"] if start else {}
+        window = (end - start["t"]) if start else 0.0
+        d = node.diagnostics()
+        ticks = final["ticks"]
+        return {
+            "duration_s": round(window, 3),
+            "control_rate_hz": node.params["control_rate_hz"],
+            "setting": node.params["setting"],
+            "k": node.params["steps_per_frame"],
+            "horizon": node.horizon,
+            "model": node.loaded.source,
+            "tick_rate_hz": round((ticks["ticks"] - start["ticks"]) / window, 3) if window > 0 else None,
+            "tick_jitter_p50_ms": _pct(jitter, 50),
+            "tick_jitter_p99_ms": _pct(jitter, 99),
+            "tick_lateness_p50_ms": _pct(lateness, 50),
+            "tick_lateness_p99_ms": _pct(lateness, 99),
+            "underruns": ticks["underruns"] - (start["underruns"] if start else 0),
+            "obs_to_action_p50_ms": _pct([x for _, _, x in latencies], 50),
+            "obs_to_action_p99_ms": _pct([x for _, _, x in latencies], 99),
+            "ros_overhead_p50_ms": _pct(overhead, 50),
+            "ros_overhead_p99_ms": _pct(overhead, 99),
+            "frame_latency_mean_ms": _round(d["frame_latency_ms"]),
+            "frame_latency_p99_ms": _round(d["frame_latency_p99_ms"]),
+            "action_frequency_hz": _round(d["action_frequency_hz"]),
+            "frames": counters.get("frames", 0) - base.get("frames", 0),
+            "actions_published": counters.get("actions_published", 0) - base.get("actions_published", 0),
+            "actions_received": len(arrivals),
+            "text_tokens_published": (counters.get("text_tokens_published", 0)
+                                      - base.get("text_tokens_published", 0)),
+            "text_tokens_received": text_received,
+            "text_tokens_published_total": node.counters.get("text_tokens_published", 0),
+            "observations_received": counters.get("observations_received", 0),
+            "load_average": list(os.getloadavg()) if hasattr(os, "getloadavg") else None,
+        }
+
+
+def _num(value, digits=0):
+    try:
+        v = float(value)
+    except (TypeError, ValueError):
+        return "?"
+    return "?" if math.isnan(v) else f"{v:.{digits}f}"
+
+
+def _round(v):
+    return None if v is None or (isinstance(v, float) and math.isnan(v)) else round(v, 3)
+
+
+# --------------------------------------------------------------------------
+# main
+# --------------------------------------------------------------------------
+
+
+def _parse_args(argv: list[str]) -> tuple[argparse.Namespace, dict[str, str]]:
+    names = ", ".join(f"{a.name}:=" for a in ARGUMENTS)
+    parser = argparse.ArgumentParser(
+        prog="oxygen-agent", description="Run the oxygen_ros nodes in one process (like launch/agent.launch.py).",
+        epilog=f"launch arguments: {names}")
+    parser.add_argument("launch_args", nargs="*", metavar="name:=value", help="launch arguments")
+    parser.add_argument("--duration", type=float, default=None, help="stop after this many seconds")
+    parser.add_argument("--report", type=Path, default=None, help="write the JSON report here at the end")
+    parser.add_argument("--text", choices=("all", "changed", "none"), default="changed",
+                        help="which finished texts to print (default: answers and changed periodic texts)")
+    ns = parser.parse_args(argv)
+    values = {}
+    for item in ns.launch_args:
+        if ":=" not in item:
+            parser.error(f"expected name:=value, got {item!r}")
+        name, value = item.split(":=", 1)
+        values[name.strip()] = value
+    if ns.duration is not None and not ns.duration > 0:
+        parser.error(f"--duration must be > 0, got {ns.duration}")
+    return ns, values
+
+
+def main(argv: list[str] | None = None) -> int:
+    ns, values = _parse_args(sys.argv[1:] if argv is None else argv)
+    try:
+        plan = node_plan(values)
+    except ValueError as exc:
+        print(f"oxygen-agent: {exc}", file=sys.stderr)
+        return 2
+    params_file = values.get("params_file") or default_params_file()
+    if not Path(params_file).is_file():
+        print(f"oxygen-agent: parameters file {params_file} not found", file=sys.stderr)
+        return 2
+
+    import importlib
+
+    import rclpy
+    from rclpy.executors import ExternalShutdownException, MultiThreadedExecutor
+    from rclpy.parameter import Parameter
+    from rclpy.signals import SignalHandlerOptions
+
+    from .camera_node import ParameterError
+    from .inference_node import install_sigterm_as_keyboard_interrupt
+
+    sys.setswitchinterval(0.001)  # the inference worker must not hold the GIL through a control tick
+    install_sigterm_as_keyboard_interrupt()
+    rclpy.init(args=[], signal_handler_options=SignalHandlerOptions.NO)
+    nodes, monitor, executor, code = [], None, None, 0
+    print(f"oxygen-agent: parameters from {params_file}; nodes: "
+          + ", ".join(item["spec"].name for item in plan), flush=True)
+    try:
+        for item in plan:
+            spec = item["spec"]
+            cls = getattr(importlib.import_module(spec.module), spec.cls)
+            cli = ["--ros-args", "--params-file", params_file]
+            for src, dst in item["remappings"]:
+                cli += ["-r", f"{src}:={dst}"]
+            overrides = [Parameter(k, value=v) for k, v in item["parameters"].items()]
+            nodes.append(cls(cli_args=cli, parameter_overrides=overrides))
+        inference = next(n for n in nodes if n.get_name() == "oxygen_inference")
+        monitor_node = rclpy.create_node("oxygen_agent_monitor")
+        nodes.append(monitor_node)
+        monitor = Monitor(monitor_node, inference, ns.text)
+        executor = MultiThreadedExecutor(num_threads=4)
+        for node in nodes:
+            executor.add_node(node)
+        deadline = None if ns.duration is None else time.monotonic() + ns.duration
+        while rclpy.ok() and (deadline is None or time.monotonic() < deadline):
+            executor.spin_once(timeout_sec=0.05)
+            monitor.status()
+    except ParameterError as exc:
+        print(f"oxygen-agent: {exc}", file=sys.stderr)
+        code = 2
+    except (KeyboardInterrupt, ExternalShutdownException):
+        pass
+    finally:
+        if monitor is not None:
+            monitor.end_status()
+            monitor.freeze()  # the measurement window ends here, before the shutdown
+        report = None
+        try:
+            for node in nodes:
+                if hasattr(node, "shutdown"):
+                    node.shutdown()  # the inference node publishes its cancellations
+            if executor is not None and rclpy.ok():
+                end = time.monotonic() + 0.5  # let the cancellations reach the monitor
+                while time.monotonic() < end:
+                    executor.spin_once(timeout_sec=0.05)
+            report = monitor.report() if monitor is not None else None
+        except KeyboardInterrupt:  # a second Ctrl-C: stop now
+            pass
+        if executor is not None:
+            executor.shutdown()
+        for node in reversed(nodes):
+            node.destroy_node()
+        rclpy.try_shutdown()
+    if report is not None:
+        summary = {k: report[k] for k in ("tick_rate_hz", "tick_jitter_p99_ms", "underruns",
+                                          "obs_to_action_p50_ms", "obs_to_action_p99_ms", "ros_overhead_p99_ms",
+                                          "actions_published", "text_tokens_published")}
+        print("oxygen-agent: " + json.dumps(summary), flush=True)
+        if ns.report is not None:
+            ns.report.parent.mkdir(parents=True, exist_ok=True)
+            ns.report.write_text(json.dumps(report, indent=2) + "\n")
+            print(f"oxygen-agent: report written to {ns.report}", flush=True)
+    return code
+
+
+if __name__ == "__main__":
+    sys.exit(main())

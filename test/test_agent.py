@@ -1,0 +1,84 @@
+"""`oxygen-agent` as a user runs it: a subprocess on real DDS.
+
+The installed launcher is used; PYTHONPATH puts this checkout first, so the
+sources under test are the ones run even before `make venv` reinstalled them.
+"""
+
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from ros_harness import Ros, ros_environment
+
+REPO = Path(__file__).resolve().parents[1]
+REPORT_KEYS = ("tick_rate_hz", "tick_jitter_p50_ms", "tick_jitter_p99_ms", "underruns", "obs_to_action_p50_ms",
+               "obs_to_action_p99_ms", "ros_overhead_p99_ms", "actions_published", "text_tokens_published")
+
+
+def _agent():
+    path = Path(sys.prefix) / "bin" / "oxygen-agent"
+    if not path.is_file():
+        pytest.fail(f"{path} missing (run `make venv`)")
+    return str(path)
+
+
+def _env():
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join([str(REPO)] + [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p])
+    env["PYTHONUNBUFFERED"] = "1"
+    return env
+
+
+@pytest.fixture
+def ros_env(monkeypatch, tmp_path):
+    ros_environment(monkeypatch, tmp_path)
+
+
+def test_demo_publishes_actions_and_text_and_writes_the_report(ros_env, tmp_path):
+    report = tmp_path / "out.json"
+    proc = subprocess.run([_agent(), "demo:=true", "--duration", "8", "--report", str(report)],
+                          cwd=tmp_path, env=_env(), capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert "oxygen_synthetic_camera" in proc.stdout
+    data = json.loads(report.read_text())
+    for key in REPORT_KEYS:
+        assert key in data, key
+    assert data["actions_published"] > 0 and data["actions_received"] > 0
+    assert data["text_tokens_published"] > 0 and data["text_tokens_received"] > 0
+    assert data["frames"] > 0 and data["tick_rate_hz"] > 0
+    for key in ("obs_to_action_p50_ms", "obs_to_action_p99_ms", "ros_overhead_p99_ms", "tick_jitter_p99_ms"):
+        assert data[key] is not None and data[key] >= 0, (key, data[key])
+    assert "f=" in proc.stdout  # the status line
+    assert "[request " in proc.stdout  # the streamed text
+
+
+def test_demo_is_off_by_default(ros_env, tmp_path):
+    """Without demo:=true no synthetic camera starts (checked in the ROS graph), so
+    with no camera nothing is acted on."""
+    report = tmp_path / "out.json"
+    proc = subprocess.Popen([_agent(), "--duration", "5", "--report", str(report)], cwd=tmp_path, env=_env(),
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        with Ros(threads=2) as ros:
+            probe = ros.node("oxygen_test_graph_probe")
+
+            def names():
+                return {n for n, _ in probe.get_node_names_and_namespaces()}
+
+            assert ros.wait_until(lambda: "oxygen_inference" in names(), 60.0), "the agent's nodes never appeared"
+            time.sleep(0.5)
+            seen = names()
+            assert "oxygen_camera" in seen and "oxygen_synthetic_camera" not in seen, seen
+        out, _ = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert proc.returncode == 0, out[-3000:]
+    assert "oxygen_synthetic_camera" not in out
+    data = json.loads(report.read_text())
+    assert data["observations_received"] == 0 and data["actions_published"] == 0

@@ -1,0 +1,193 @@
+"""launch/agent.launch.py and config/agent.yaml: consistent with the nodes and installed.
+
+launch_ros is not installable from the ROS 2 wheels, so the launch file is
+loaded only where it is importable; everything else is checked structurally:
+the launch file's nodes and arguments (shared with ``oxygen-agent`` through
+``oxygen_ros.ros.agent``), the installed executables, and the parameters
+declared by the real nodes (started here) against the YAML and the overrides.
+"""
+
+import ast
+import importlib
+import importlib.util
+import re
+from pathlib import Path
+
+import pytest
+import yaml
+from ros_harness import Ros, ros_environment
+
+REPO = Path(__file__).resolve().parents[1]
+LAUNCH_FILE = REPO / "launch" / "agent.launch.py"
+YAML_FILE = REPO / "config" / "agent.yaml"
+IMPLICIT = {"use_sim_time", "start_type_description_service"}  # declared by rclpy itself
+
+
+def _installed_prefix():
+    import oxygen_ros.msg
+
+    for parent in Path(oxygen_ros.msg.__file__).resolve().parents:
+        if (parent / "share" / "ament_index" / "resource_index" / "packages" / "oxygen_ros").is_file():
+            return parent
+    pytest.fail("oxygen_ros is not installed (run `make venv`)")
+
+
+def _executables():
+    rows = {}
+    for line in (REPO / "resource" / "executables.txt").read_text().splitlines():
+        line = line.strip()
+        if line and not line.startswith("#"):
+            name, where, target = line.split()
+            rows[name] = (where, target)
+    return rows
+
+
+@pytest.fixture(scope="module")
+def declared(tmp_path_factory):
+    """{node name: {parameter: default value}} of every node the launch file can start."""
+    from oxygen_ros.ros.agent import NODES
+
+    mp = pytest.MonkeyPatch()
+    ros_environment(mp, tmp_path_factory.mktemp("ros"))
+    out = {}
+    try:
+        with Ros() as ros:
+            for spec in NODES:
+                cls = getattr(importlib.import_module(spec.module), spec.cls)
+                node = ros.add(cls(context=ros.context, namespace=f"/launch_test_{spec.name}"))
+                out[spec.name] = {name: p.value for name, p in node.get_parameters_by_prefix("").items()
+                                  if name not in IMPLICIT}
+    finally:
+        mp.undo()
+    return out
+
+
+def test_launch_file_structure():
+    """The launch file declares the shared arguments and starts launch_ros Nodes with
+    parameters=[params_file, overrides] and the camera remapping."""
+    tree = ast.parse(LAUNCH_FILE.read_text())
+    imported = {alias.name for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) for alias in n.names}
+    assert {"DeclareLaunchArgument", "LaunchConfiguration", "Node", "OpaqueFunction", "LaunchDescription",
+            "get_package_share_directory", "ARGUMENTS", "node_plan"} <= imported
+    functions = {n.name for n in ast.walk(tree) if isinstance(n, ast.FunctionDef)}
+    assert "generate_launch_description" in functions
+    node_calls = [n for n in ast.walk(tree) if isinstance(n, ast.Call) and getattr(n.func, "id", None) == "Node"]
+    assert len(node_calls) == 1
+    keywords = {k.arg for k in node_calls[0].keywords}
+    assert {"package", "executable", "name", "parameters", "remappings"} <= keywords
+    assert "'config', 'agent.yaml'" in LAUNCH_FILE.read_text()
+
+
+def test_launch_file_loads_where_launch_ros_is_available():
+    pytest.importorskip("launch_ros")
+    from launch import LaunchContext
+    from launch.actions import DeclareLaunchArgument, OpaqueFunction
+
+    from oxygen_ros.ros.agent import ARGUMENTS
+
+    spec = importlib.util.spec_from_file_location("agent_launch", LAUNCH_FILE)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    description = module.generate_launch_description()
+    names = [e.name for e in description.entities if isinstance(e, DeclareLaunchArgument)]
+    assert names == [a.name for a in ARGUMENTS]
+    (opaque,) = [e for e in description.entities if isinstance(e, OpaqueFunction)]
+    for demo, count in (("false", 2), ("true", 3)):
+        context = LaunchContext()
+        for a in ARGUMENTS:
+            context.launch_configurations[a.name] = a.default
+        context.launch_configurations["params_file"] = str(YAML_FILE)
+        context.launch_configurations["demo"] = demo
+        assert len(opaque.execute(context)) == count
+
+
+def test_node_plan_demo_is_off_by_default_and_overrides_are_typed():
+    from oxygen_ros.ros.agent import CAMERA_TOPIC, node_plan
+
+    assert [i["spec"].name for i in node_plan({})] == ["oxygen_camera", "oxygen_inference"]
+    plan = {i["spec"].name: i for i in node_plan({"demo": "true", "control_rate_hz": "25", "device": "cpu",
+                                                    "camera_topic": "/cam/rgb"})}
+    assert list(plan) == ["oxygen_synthetic_camera", "oxygen_camera", "oxygen_inference"]
+    assert plan["oxygen_inference"]["parameters"] == {"control_rate_hz": 25, "device": "cpu"}
+    assert plan["oxygen_camera"]["remappings"] == [(CAMERA_TOPIC, "/cam/rgb")]
+    assert plan["oxygen_synthetic_camera"]["remappings"] == [(CAMERA_TOPIC, "/cam/rgb")]
+    assert plan["oxygen_inference"]["remappings"] == []
+    with pytest.raises(ValueError, match="demo"):
+        node_plan({"demo": "maybe"})
+    with pytest.raises(ValueError, match="unknown"):
+        node_plan({"modle_path": "/x"})
+
+
+def test_every_executable_is_installed():
+    from oxygen_ros.ros.agent import NODES
+
+    prefix = _installed_prefix()
+    rows = _executables()
+    for spec in NODES:
+        assert spec.executable in rows, f"{spec.executable} not in resource/executables.txt"
+        where, target = rows[spec.executable]
+        assert where == "lib" and target.startswith(spec.module + ":")
+        path = prefix / "lib" / "oxygen_ros" / spec.executable
+        assert path.is_file(), f"{path} missing (run `make venv`)"
+        assert getattr(importlib.import_module(spec.module), spec.cls)
+    assert (prefix / "bin" / "oxygen-agent").is_file()
+
+
+def test_launch_and_config_are_installed():
+    share = _installed_prefix() / "share" / "oxygen_ros"
+    for rel, source in (("launch/agent.launch.py", LAUNCH_FILE), ("config/agent.yaml", YAML_FILE)):
+        installed = share / rel
+        assert installed.is_file(), f"{installed} missing (run `make venv`)"
+        assert installed.read_text() == source.read_text(), f"{installed} is stale (run `make venv`)"
+
+
+def test_every_overridden_parameter_is_declared(declared):
+    from oxygen_ros.ros.agent import ARGUMENTS, DEMO_PARAMETERS
+
+    for a in ARGUMENTS:
+        if a.node is not None:
+            assert a.parameter in declared[a.node], f"argument {a.name} sets {a.node}.{a.parameter}: not declared"
+    for node, params in DEMO_PARAMETERS.items():
+        assert set(params) <= set(declared[node])
+
+
+def _yaml_sections():
+    data = yaml.safe_load(YAML_FILE.read_text())
+    return {node: section["ros__parameters"] for node, section in data.items()}
+
+
+def test_yaml_has_every_parameter_of_every_node_with_its_default(declared):
+    sections = _yaml_sections()
+    assert set(sections) == set(declared)
+    for node, params in sections.items():
+        assert set(params) == set(declared[node]), (
+            f"{node}: in the YAML only {sorted(set(params) - set(declared[node]))}, "
+            f"declared only {sorted(set(declared[node]) - set(params))}")
+        for name, value in params.items():
+            default = declared[node][name]
+            if value == [] or default in (None, []):  # an empty list is unset / untyped in ROS
+                assert not default and value == [], (node, name, value, default)
+            else:
+                assert value == default and type(value) is type(default), (node, name, value, default)
+
+
+def test_yaml_comments_every_parameter():
+    lines = YAML_FILE.read_text().splitlines()
+    param = re.compile(r"^ {4}(\w+):")
+    for i, line in enumerate(lines):
+        if param.match(line):
+            previous = lines[i - 1].strip()
+            assert previous.startswith("#"), f"config/agent.yaml line {i + 1}: {line.strip()} has no comment"
+
+
+def test_yaml_loads_into_the_nodes(tmp_path, monkeypatch):
+    """Every node starts from the YAML (types accepted, values valid)."""
+    from oxygen_ros.ros.agent import NODES
+
+    ros_environment(monkeypatch, tmp_path)
+    with Ros() as ros:
+        for spec in NODES:
+            cls = getattr(importlib.import_module(spec.module), spec.cls)
+            node = ros.add(cls(context=ros.context, namespace="/launch_test_yaml",
+                               cli_args=["--ros-args", "--params-file", str(YAML_FILE)]))
+            assert node.get_name() == spec.name
