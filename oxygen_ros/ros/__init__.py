@@ -1,0 +1,16 @@
+"""ROS 2 side of oxygen_ros: thin nodes around the ROS-free core.
+
+The modules here only convert messages, hold parameters and drive timers;
+everything that decides something lives in :mod:`oxygen_ros.core`.
+
+* :mod:`.conversions` - ``sensor_msgs/Image`` / ``CompressedImage`` <-> numpy
+  RGB (with explicit checks, :class:`~.conversions.ImageError`), the
+  ``Observation`` message <-> :class:`oxygen_ros.core.observation.Observation`,
+  and builders for ``ActionChunk``, ``TextToken`` and ``JointTrajectory``.
+* :mod:`.camera_node` - groups the newest frame of every camera (plus the
+  instruction and the joint state) into ``Observation`` messages.
+* :mod:`.sources` - a synthetic closed-loop camera and a rosbag2 player.
+* :mod:`.bags` - write and read rosbag2 directories (MCAP or SQLite3).
+
+Importing this package imports nothing heavy; the submodules import rclpy.
+"""

@@ -1,0 +1,237 @@
+"""Write and read rosbag2 bags (MCAP or SQLite3) with ``rosbags``, messages via rclpy.
+
+Messages are serialized and deserialized by rclpy (``serialize_message`` /
+``deserialize_message``), so the bytes in a bag are exactly what goes over the
+wire; ``rosbags`` only stores them. Message definitions (needed by the MCAP
+schema and the type hash) come from rosbags' ROS 2 Kilted type store, and for
+types it lacks (``oxygen_ros/msg/*``) from the ``.msg`` files installed under
+``<prefix>/share/<package>/msg/`` (or this checkout's ``msg/``).
+
+* :func:`write_bag` / :func:`read_bag` - a whole bag as a list of
+  ``(topic, message, stamp_ns)``.
+* :func:`open_bag`, :func:`bag_topics`, :func:`message_class` - what the bag
+  player uses to stream a bag.
+"""
+
+from __future__ import annotations
+
+import importlib
+import os
+import sys
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from rclpy.serialization import deserialize_message, serialize_message
+from rosbags.interfaces import Qos, QosDurability, QosHistory, QosLiveliness, QosReliability, QosTime
+from rosbags.rosbag2 import Reader, StoragePlugin, Writer
+from rosbags.typesys import Stores, get_types_from_msg, get_typestore
+from rosbags.typesys.store import Typestore
+
+STORAGES = {"mcap": StoragePlugin.MCAP, "sqlite3": StoragePlugin.SQLITE3}
+BAG_VERSION = 9
+
+_REPO_MSG_DIR = Path(__file__).resolve().parents[2] / "msg"
+
+
+class BagError(ValueError):
+    """A bag cannot be written or read (the message says why)."""
+
+
+# --------------------------------------------------------------------------
+# Types
+# --------------------------------------------------------------------------
+
+
+def type_name(msg_or_class: Any) -> str:
+    """``pkg/msg/Type`` of a ROS message (instance or class)."""
+    cls = msg_or_class if isinstance(msg_or_class, type) else type(msg_or_class)
+    parts = cls.__module__.split(".")
+    if len(parts) < 2 or parts[1] not in ("msg", "srv", "action") or not hasattr(cls, "_TYPE_SUPPORT"):
+        raise BagError(f"{cls.__module__}.{cls.__name__} is not a ROS message class")
+    return f"{parts[0]}/{parts[1]}/{cls.__name__}"
+
+
+def message_class(msgtype: str) -> type:
+    """The Python class of ``pkg/msg/Type`` (or ``pkg/Type``); :class:`BagError` if unavailable."""
+    parts = msgtype.split("/")
+    if len(parts) == 2:
+        parts = [parts[0], "msg", parts[1]]
+    if len(parts) != 3 or not all(parts):
+        raise BagError(f"malformed message type name {msgtype!r}")
+    pkg, kind, name = parts
+    try:
+        module = importlib.import_module(f"{pkg}.{kind}")
+        return getattr(module, name)
+    except (ImportError, AttributeError) as exc:
+        raise BagError(f"message type {msgtype} is not available here: {exc}") from exc
+
+
+def _msg_file(msgtype: str) -> Path | None:
+    pkg, kind, name = msgtype.split("/")
+    prefixes = [p for p in os.environ.get("AMENT_PREFIX_PATH", "").split(os.pathsep) if p]
+    candidates = [Path(p) / "share" / pkg / kind / f"{name}.msg" for p in [*prefixes, sys.prefix]]
+    if pkg == "oxygen_ros":
+        candidates.append(_REPO_MSG_DIR / f"{name}.msg")
+    return next((c for c in candidates if c.is_file()), None)
+
+
+def _dependencies(fields: list) -> Iterable[str]:
+    def walk(node: tuple) -> Iterable[str]:
+        kind, detail = node
+        if kind.name == "NAME":
+            yield detail
+        elif kind.name in ("ARRAY", "SEQUENCE"):
+            yield from walk(detail[0])
+
+    for _, node in fields:
+        yield from walk(node)
+
+
+def _ensure_type(typestore: Typestore, msgtype: str, seen: frozenset = frozenset()) -> None:
+    if msgtype in typestore.fielddefs:
+        return
+    if msgtype in seen:
+        raise BagError(f"recursive message definition {msgtype}")
+    path = _msg_file(msgtype)
+    if path is None:
+        raise BagError(f"no message definition for {msgtype} (looked for share/.../{msgtype.split('/')[-1]}.msg "
+                       "under AMENT_PREFIX_PATH and the Python prefix)")
+    types = get_types_from_msg(path.read_text(encoding="utf-8"), msgtype)
+    for dep in _dependencies(types[msgtype][1]):
+        _ensure_type(typestore, dep, seen | {msgtype})
+    typestore.register(types)
+
+
+def _typestore() -> Typestore:
+    return get_typestore(Stores.ROS2_KILTED)
+
+
+# --------------------------------------------------------------------------
+# Writing
+# --------------------------------------------------------------------------
+
+
+def _latched_qos() -> Qos:
+    return Qos(
+        history=QosHistory.KEEP_LAST,
+        depth=1,
+        reliability=QosReliability.RELIABLE,
+        durability=QosDurability.TRANSIENT_LOCAL,
+        deadline=QosTime(0, 0),
+        lifespan=QosTime(0, 0),
+        liveliness=QosLiveliness.AUTOMATIC,
+        liveliness_lease_duration=QosTime(0, 0),
+        avoid_ros_namespace_conventions=False,
+    )
+
+
+def write_bag(
+    path: str | os.PathLike,
+    storage: str,
+    messages: Sequence[tuple[str, Any, int]],
+    *,
+    latched_topics: Iterable[str] = (),
+) -> Path:
+    """Write ``(topic, message, stamp_ns)`` tuples to a new rosbag2 directory.
+
+    ``storage`` is ``"mcap"`` or ``"sqlite3"``; ``path`` must not exist yet.
+    Topics in ``latched_topics`` are recorded as offered with transient-local
+    durability (what ``ros2 bag record`` stores for a latched publisher), so
+    the player re-publishes them latched. Returns the bag's path.
+    """
+    if storage not in STORAGES:
+        raise BagError(f"storage must be one of {sorted(STORAGES)}, got {storage!r}")
+    path = Path(path)
+    if path.exists():
+        raise BagError(f"{path} exists already; a bag is written to a new directory")
+    latched = set(latched_topics)
+    typestore = _typestore()
+    writer = Writer(path, version=BAG_VERSION, storage_plugin=STORAGES[storage])
+    connections: dict[str, Any] = {}
+    with writer:
+        for topic, msg, stamp_ns in messages:
+            msgtype = type_name(msg)
+            conn = connections.get(topic)
+            if conn is None:
+                _ensure_type(typestore, msgtype)
+                qos = [_latched_qos()] if topic in latched else []
+                conn = writer.add_connection(topic, msgtype, typestore=typestore, offered_qos_profiles=qos)
+                connections[topic] = conn
+            elif conn.msgtype != msgtype:
+                raise BagError(f"topic {topic} carries {conn.msgtype}, cannot also write a {msgtype}")
+            if int(stamp_ns) < 0:
+                raise BagError(f"negative timestamp {stamp_ns} on {topic}")
+            writer.write(conn, int(stamp_ns), serialize_message(msg))
+    return path
+
+
+# --------------------------------------------------------------------------
+# Reading
+# --------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class BagTopic:
+    name: str
+    msgtype: str  # pkg/msg/Type
+    count: int
+    latched: bool  # recorded as offered with transient-local durability
+
+
+def open_bag(path: str | os.PathLike) -> Reader:
+    """An open ``rosbags`` reader: a rosbag2 directory (storage from its
+    metadata.yaml), or a single ``.mcap`` / ``.db3`` file."""
+    path = Path(path)
+    if not path.exists():
+        raise BagError(f"bag {path} does not exist")
+    try:
+        reader = Reader(path)
+        reader.open()
+    except Exception as exc:  # rosbags raises ReaderError, FileNotFoundError, yaml errors, ...
+        raise BagError(f"cannot open bag {path}: {exc}") from exc
+    return reader
+
+
+def bag_topics(reader: Reader) -> dict[str, BagTopic]:
+    """Topics of an open bag with their type, message count and whether latched."""
+    topics: dict[str, BagTopic] = {}
+    for conn in reader.connections:
+        qos = getattr(conn.ext, "offered_qos_profiles", None) or []
+        latched = any(getattr(q, "durability", None) == QosDurability.TRANSIENT_LOCAL for q in qos)
+        old = topics.get(conn.topic)
+        if old is not None and old.msgtype != conn.msgtype:
+            raise BagError(f"topic {conn.topic} is recorded with two types: {old.msgtype} and {conn.msgtype}")
+        topics[conn.topic] = BagTopic(
+            conn.topic,
+            conn.msgtype,
+            (old.count if old else 0) + (conn.msgcount or 0),
+            latched or (old.latched if old else False),
+        )
+    return topics
+
+
+def read_bag(path: str | os.PathLike) -> list[tuple[str, Any, int]]:
+    """Every message of a bag as ``(topic, message, stamp_ns)``, in timestamp order."""
+    reader = open_bag(path)
+    try:
+        classes = {t.name: message_class(t.msgtype) for t in bag_topics(reader).values()}
+        return [
+            (conn.topic, deserialize_message(raw, classes[conn.topic]), int(stamp))
+            for conn, stamp, raw in reader.messages()
+        ]
+    finally:
+        reader.close()
+
+
+__all__ = [
+    "BagError",
+    "BagTopic",
+    "bag_topics",
+    "message_class",
+    "open_bag",
+    "read_bag",
+    "type_name",
+    "write_bag",
+]

@@ -1,0 +1,478 @@
+"""Camera node: groups the newest frame of every camera into Observation messages.
+
+``oxygen_camera`` subscribes to raw (``sensor_msgs/Image``) and compressed
+(``sensor_msgs/CompressedImage``) camera topics, the task instruction
+(``std_msgs/String``, latched) and optionally the robot state
+(``sensor_msgs/JointState``), and publishes ``oxygen_ros/Observation``:
+
+* it keeps the newest good frame of every camera; once every camera has
+  delivered a frame newer than the last published group (a frame with the
+  stamp of the one already grouped does not count) it publishes one
+  Observation (``seq`` 0, 1, 2, ...), images resized to ``image_size`` (aspect
+  kept, black padding), header stamp = capture time of the oldest image;
+* a group whose oldest image is older than ``max_age`` (node clock) is dropped
+  with a throttled warning; the stale cameras must deliver a newer frame;
+* a bad image (see :class:`~oxygen_ros.ros.conversions.ImageError`) is counted
+  in ``rejected[reason]`` and logged (throttled, naming topic and reason); the
+  node keeps the camera's previous frame and uses the next good one;
+* control characters are stripped from the instruction (with a warning); until
+  an instruction arrives ``default_instruction`` is used;
+* a state with NaN/inf (or empty, or too long) is rejected and never forwarded;
+  with ``state_topic`` set, no group is published without a valid state.
+
+Parameters are listed in :data:`PARAMETERS`; topics and camera names are read
+at start (read-only), the others can be changed at run time and are validated.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+import unicodedata
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
+from functools import partial
+from typing import Any
+
+import numpy as np
+import rclpy
+from rcl_interfaces.msg import ParameterDescriptor, SetParametersResult
+from rclpy.exceptions import NameValidationException
+from rclpy.executors import ExternalShutdownException
+from rclpy.node import Node
+from rclpy.qos import (
+    DurabilityPolicy,
+    HistoryPolicy,
+    QoSProfile,
+    ReliabilityPolicy,
+    qos_profile_sensor_data,
+)
+from rclpy.validate_topic_name import validate_topic_name
+from sensor_msgs.msg import CompressedImage, Image, JointState
+from std_msgs.msg import Header, String
+
+from oxygen_ros.msg import Observation as ObservationMsg
+from oxygen_ros.ros.conversions import (
+    DEFAULT_MAX_IMAGE_BYTES,
+    IMAGE_ERROR_REASONS,
+    ImageError,
+    compressed_msg_to_rgb,
+    core_observation,
+    image_msg_to_rgb,
+    ns_to_time_msg,
+    observation_to_msg,
+    stamp_to_ns,
+    to_model_image,
+)
+
+NODE_NAME = "oxygen_camera"
+
+#: QoS of latched topics (the instruction): the last message reaches late joiners.
+LATCHED_QOS = QoSProfile(
+    history=HistoryPolicy.KEEP_LAST,
+    depth=1,
+    reliability=ReliabilityPolicy.RELIABLE,
+    durability=DurabilityPolicy.TRANSIENT_LOCAL,
+)
+#: QoS of the Observation output: reliable, volatile, a short queue.
+OBSERVATION_QOS = QoSProfile(
+    history=HistoryPolicy.KEEP_LAST,
+    depth=5,
+    reliability=ReliabilityPolicy.RELIABLE,
+    durability=DurabilityPolicy.VOLATILE,
+)
+
+#: Reasons (besides IMAGE_ERROR_REASONS) counted in ``CameraNode.rejected``.
+STATE_REJECTION_REASONS = ("state_not_finite", "state_empty", "state_too_long")
+
+
+# --------------------------------------------------------------------------
+# Parameters: declared from a table, validated at start and on every change
+# --------------------------------------------------------------------------
+
+
+class ParameterError(ValueError):
+    """A parameter has a bad value; the message names the parameter."""
+
+    def __init__(self, name: str, reason: str):
+        super().__init__(f"parameter '{name}': {reason}")
+        self.name = name
+        self.reason = reason
+
+
+@dataclass(frozen=True)
+class ParamSpec:
+    """One parameter: default, description, kind, an optional check, run-time changeable."""
+
+    name: str
+    default: Any
+    description: str
+    kind: str  # "str", "str_list", "int", "float", "bool"
+    check: Callable[[Any], str | None] | None = None  # returns a reason when bad
+    dynamic: bool = False  # may be changed at run time (else read-only)
+
+
+def coerce_parameter(spec: ParamSpec, value: Any) -> Any:
+    """The value converted to the spec's kind, or :class:`ParameterError`.
+
+    Parameters are declared with dynamic typing so that ``[]`` (typed
+    BYTE_ARRAY by rclpy) and ``1`` for a float are accepted; the kinds are
+    enforced here instead.
+    """
+    kind = spec.kind
+    if kind == "str":
+        ok = isinstance(value, str)
+    elif kind == "str_list":
+        if value is None or (isinstance(value, (list, tuple)) and len(value) == 0):
+            value = []
+        ok = isinstance(value, (list, tuple)) and all(isinstance(v, str) for v in value)
+        value = list(value) if ok else value
+    elif kind == "int":
+        ok = isinstance(value, int) and not isinstance(value, bool)
+    elif kind == "float":
+        ok = isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+        value = float(value) if ok else value
+    elif kind == "bool":
+        ok = isinstance(value, bool)
+    else:  # pragma: no cover - a typo in a table
+        raise AssertionError(kind)
+    if not ok:
+        wanted = {"str": "a string", "str_list": "a list of strings", "int": "an integer",
+                  "float": "a finite number", "bool": "a boolean"}[kind]
+        raise ParameterError(spec.name, f"must be {wanted}, got {value!r}")
+    if spec.check is not None and (reason := spec.check(value)) is not None:
+        raise ParameterError(spec.name, reason)
+    return value
+
+
+def declare_parameters(node: Node, specs: Iterable[ParamSpec]) -> dict[str, Any]:
+    """Declare every parameter; return their validated values (or raise ParameterError)."""
+    values = {}
+    for spec in specs:
+        descriptor = ParameterDescriptor(
+            description=spec.description + ("" if spec.dynamic else " (read at start)"),
+            dynamic_typing=True,
+            read_only=not spec.dynamic,
+        )
+        param = node.declare_parameter(spec.name, spec.default, descriptor)
+        values[spec.name] = coerce_parameter(spec, param.value)
+    return values
+
+
+def parameter_callback(specs: Sequence[ParamSpec]) -> Callable[[list], SetParametersResult]:
+    """An on-set-parameters callback validating the parameters in ``specs``."""
+    table = {s.name: s for s in specs}
+
+    def callback(params: list) -> SetParametersResult:
+        for param in params:
+            spec = table.get(param.name)
+            if spec is None:
+                continue  # e.g. use_sim_time
+            try:
+                coerce_parameter(spec, param.value)
+            except ParameterError as exc:
+                return SetParametersResult(successful=False, reason=str(exc))
+        return SetParametersResult(successful=True)
+
+    return callback
+
+
+def positive(value: float) -> str | None:
+    return None if value > 0 else f"must be > 0, got {value}"
+
+
+def non_negative(value: float) -> str | None:
+    return None if value >= 0 else f"must be >= 0, got {value}"
+
+
+def topic_name(value: str) -> str | None:
+    try:
+        validate_topic_name(value)
+    except NameValidationException as exc:
+        return f"{value!r} is not a valid topic name: {exc}"
+    return None
+
+
+def optional_topic_name(value: str) -> str | None:
+    return None if value == "" else topic_name(value)
+
+
+def topic_list(value: list[str]) -> str | None:
+    for name in value:
+        if (reason := topic_name(name)) is not None:
+            return reason
+    if len(set(value)) != len(value):
+        return f"topics are listed twice in {value}"
+    return None
+
+
+class Throttle:
+    """Lets a message through per key at most every ``period`` seconds (wall time)."""
+
+    def __init__(self, period: float = 5.0):
+        self.period = period
+        self._last: dict[Any, float] = {}
+        self.suppressed: dict[Any, int] = {}
+
+    def __call__(self, key: Any) -> int | None:
+        """None to stay quiet, else how many messages were suppressed since the last one."""
+        now = time.monotonic()
+        last = self._last.get(key)
+        if last is not None and now - last < self.period:
+            self.suppressed[key] = self.suppressed.get(key, 0) + 1
+            return None
+        self._last[key] = now
+        return self.suppressed.pop(key, 0)
+
+
+# --------------------------------------------------------------------------
+# The node
+# --------------------------------------------------------------------------
+
+
+def _image_size(value: int) -> str | None:
+    return None if 1 <= value <= 4096 else f"must be between 1 and 4096 pixels, got {value}"
+
+
+PARAMETERS: tuple[ParamSpec, ...] = (
+    ParamSpec("image_topics", ["/camera/image_raw"], "sensor_msgs/Image camera topics", "str_list", topic_list),
+    ParamSpec("compressed_image_topics", [], "sensor_msgs/CompressedImage (JPEG/PNG) camera topics",
+              "str_list", topic_list),
+    ParamSpec("camera_names", [], "camera names, one per topic (image_topics then compressed_image_topics); "
+              "empty: base, cam1, cam2, ...", "str_list"),
+    ParamSpec("instruction_topic", "/oxygen/instruction", "std_msgs/String task instruction (latched)",
+              "str", topic_name),
+    ParamSpec("state_topic", "", "sensor_msgs/JointState whose position is the robot state; empty: no state",
+              "str", optional_topic_name),
+    ParamSpec("observation_topic", "/oxygen/observation", "oxygen_ros/Observation output topic", "str", topic_name),
+    ParamSpec("image_size", 224, "side in pixels of the square images sent (the model's resolution)",
+              "int", _image_size, dynamic=True),
+    ParamSpec("max_age", 0.5, "seconds: a group whose oldest image is older than this is dropped",
+              "float", positive, dynamic=True),
+    ParamSpec("max_image_bytes", DEFAULT_MAX_IMAGE_BYTES, "largest accepted image in bytes "
+              "(message data and decoded RGB)", "int", positive, dynamic=True),
+    ParamSpec("default_instruction", "", "instruction used until one arrives on instruction_topic",
+              "str", dynamic=True),
+)
+
+
+def default_camera_names(count: int) -> list[str]:
+    """``base``, ``cam1``, ``cam2``, ... for ``count`` cameras."""
+    return ["base"] + [f"cam{i}" for i in range(1, count)] if count else []
+
+
+def clean_instruction(text: str) -> str:
+    """Replace tabs/newlines by spaces and drop other control characters (category Cc)."""
+    out = []
+    for ch in text:
+        if ch in "\t\n\r\v\f":
+            out.append(" ")
+        elif unicodedata.category(ch) != "Cc":
+            out.append(ch)
+    return "".join(out)
+
+
+@dataclass
+class _Frame:
+    rgb: np.ndarray  # HxWx3 uint8, original size
+    stamp_ns: int
+    header: Header
+
+
+class CameraNode(Node):
+    """Groups camera frames, instruction and state into Observation messages."""
+
+    def __init__(self, **kwargs: Any):
+        super().__init__(NODE_NAME, **kwargs)
+        self._core = core_observation()  # torch: imported now rather than at the first frame
+        try:
+            p = declare_parameters(self, PARAMETERS)
+            self._raw_topics: list[str] = p["image_topics"]
+            self._compressed_topics: list[str] = p["compressed_image_topics"]
+            self.topics: list[str] = self._raw_topics + self._compressed_topics
+            if not self.topics:
+                raise ParameterError("image_topics", "no camera topics: image_topics and compressed_image_topics "
+                                     "are both empty")
+            if set(self._raw_topics) & set(self._compressed_topics):
+                raise ParameterError("compressed_image_topics", "a topic is also listed in image_topics")
+            names = p["camera_names"] or default_camera_names(len(self.topics))
+            if len(names) != len(self.topics):
+                raise ParameterError("camera_names", f"{len(names)} names for {len(self.topics)} camera topics "
+                                     f"{self.topics}")
+            if not all(names) or len(set(names)) != len(names):
+                raise ParameterError("camera_names", f"names must be unique and non-empty, got {names}")
+        except ParameterError as exc:
+            self.get_logger().fatal(str(exc))
+            self.destroy_node()
+            raise
+        self.camera_names: list[str] = list(names)
+        self.image_size: int = p["image_size"]
+        self.max_age: float = p["max_age"]
+        self.max_image_bytes: int = p["max_image_bytes"]
+        self.default_instruction: str = clean_instruction(p["default_instruction"])
+        self.state_topic: str = p["state_topic"]
+
+        # Counters (read by diagnostics and tests).
+        self.rejected: dict[str, int] = {r: 0 for r in IMAGE_ERROR_REASONS + STATE_REJECTION_REASONS}
+        self.published = 0
+        self.dropped_stale = 0
+        self.waiting_for_state = 0
+
+        self.seq = 0
+        self.instruction: str | None = None
+        self.state: np.ndarray | None = None
+        self._frames: list[_Frame | None] = [None] * len(self.topics)
+        self._fresh = [False] * len(self.topics)
+        self._grouped_stamps = [-1] * len(self.topics)  # stamps of the frames in the last published group
+        self._throttle = Throttle(5.0)
+        self._unstamped_warned: set[str] = set()
+
+        self._publisher = self.create_publisher(ObservationMsg, p["observation_topic"], OBSERVATION_QOS)
+        self._inputs = []
+        for index, topic in enumerate(self.topics):
+            msg_type = Image if index < len(self._raw_topics) else CompressedImage
+            self._inputs.append(self.create_subscription(
+                msg_type, topic, partial(self._on_image, index), qos_profile_sensor_data))
+        self._inputs.append(self.create_subscription(
+            String, p["instruction_topic"], self._on_instruction, LATCHED_QOS))
+        if self.state_topic:
+            self._inputs.append(self.create_subscription(
+                JointState, self.state_topic, self._on_state, qos_profile_sensor_data))
+
+        self.add_on_set_parameters_callback(parameter_callback(PARAMETERS))
+        self.add_post_set_parameters_callback(self._apply_parameters)
+        cams = ", ".join(f"{n}={t}" for n, t in zip(self.camera_names, self.topics))
+        self.get_logger().info(
+            f"grouping {len(self.topics)} camera(s) [{cams}] into {p['observation_topic']} at "
+            f"{self.image_size}x{self.image_size}; instruction from {p['instruction_topic']}; "
+            f"state from {self.state_topic or '(none)'}")
+
+    # -- parameters ---------------------------------------------------------
+
+    def _apply_parameters(self, params: list) -> None:
+        table = {s.name: s for s in PARAMETERS}
+        for param in params:
+            if param.name not in table or not table[param.name].dynamic:
+                continue
+            value = coerce_parameter(table[param.name], param.value)
+            if param.name == "default_instruction":
+                value = clean_instruction(value)
+            setattr(self, param.name, value)
+
+    # -- inputs -------------------------------------------------------------
+
+    def _warn(self, key: Any, text: str) -> None:
+        suppressed = self._throttle(key)
+        if suppressed is not None:
+            more = f" ({suppressed} more since the last report)" if suppressed else ""
+            self.get_logger().warning(text + more)
+
+    def _on_image(self, index: int, msg: Image | CompressedImage) -> None:
+        topic = self.topics[index]
+        try:
+            if isinstance(msg, CompressedImage):
+                rgb = compressed_msg_to_rgb(msg, self.max_image_bytes)
+            else:
+                rgb = image_msg_to_rgb(msg, self.max_image_bytes)
+        except ImageError as exc:
+            self.rejected[exc.reason] = self.rejected.get(exc.reason, 0) + 1
+            self._warn((topic, exc.reason), f"rejected image on {topic}: {exc}")
+            return
+        stamp_ns = stamp_to_ns(msg.header.stamp)
+        header = msg.header
+        if stamp_ns == 0:
+            stamp_ns = self.get_clock().now().nanoseconds
+            header = Header(stamp=ns_to_time_msg(stamp_ns), frame_id=msg.header.frame_id)
+            if topic not in self._unstamped_warned:
+                self._unstamped_warned.add(topic)
+                self.get_logger().warning(f"images on {topic} have no header stamp: using the receive time")
+        self._frames[index] = _Frame(rgb, stamp_ns, header)
+        # A frame counts as new unless it is the very frame (same stamp) of the
+        # last published group (a re-sent frame); stamps may go backwards (a
+        # looping bag, a clock reset) and the newest received frame is used.
+        if stamp_ns != self._grouped_stamps[index]:
+            self._fresh[index] = True
+        if all(self._fresh):
+            self._publish_group()
+
+    def _on_instruction(self, msg: String) -> None:
+        text = clean_instruction(msg.data)
+        if text != msg.data:
+            self.get_logger().warning(
+                f"instruction had control characters, removed: {msg.data!r} -> {text!r}")
+        if text != self.instruction:
+            self.get_logger().info(f"instruction: {text!r}")
+        self.instruction = text
+
+    def _on_state(self, msg: JointState) -> None:
+        state = np.asarray(msg.position, dtype=np.float64)
+        if state.size == 0:
+            reason, text = "state_empty", "JointState has no position values"
+        elif state.size > self._core.MAX_STATE_DIM:
+            reason, text = "state_too_long", f"{state.size} positions, at most {self._core.MAX_STATE_DIM} supported"
+        elif not np.all(np.isfinite(state)):
+            reason, text = "state_not_finite", f"positions contain NaN or infinite values: {state.tolist()}"
+        else:
+            self.state = state.astype(np.float32)
+            return
+        self.state = None  # never forward an older state as if it were current
+        self.rejected[reason] += 1
+        self._warn((self.state_topic, reason), f"rejected state on {self.state_topic}: {text}")
+
+    # -- output -------------------------------------------------------------
+
+    def _publish_group(self) -> None:
+        frames = [f for f in self._frames if f is not None]
+        now_ns = self.get_clock().now().nanoseconds
+        max_age_ns = round(self.max_age * 1e9)
+        stale = [i for i, f in enumerate(frames) if now_ns - f.stamp_ns > max_age_ns]
+        if stale:
+            self.dropped_stale += 1
+            for i in stale:
+                self._fresh[i] = False
+            ages = ", ".join(f"{self.topics[i]} {(now_ns - frames[i].stamp_ns) / 1e9:.3f} s" for i in stale)
+            self._warn("stale", f"dropped a stale group (max_age {self.max_age} s): {ages}")
+            return
+        if self.state_topic and self.state is None:
+            self.waiting_for_state += 1
+            self._warn("no_state", f"no valid state on {self.state_topic} yet: not publishing")
+            return
+        instruction = self.instruction if self.instruction is not None else self.default_instruction
+        oldest = min(f.stamp_ns for f in frames)
+        observation = self._core.Observation(
+            images={name: to_model_image(f.rgb, self.image_size) for name, f in zip(self.camera_names, frames)},
+            instruction=instruction,
+            state=self.state,
+            stamp=oldest / 1e9,
+        )
+        msg = observation_to_msg(
+            observation,
+            self.seq,
+            stamp=ns_to_time_msg(oldest),
+            image_headers={name: f.header for name, f in zip(self.camera_names, frames)},
+        )
+        self._publisher.publish(msg)
+        self.seq += 1
+        self.published += 1
+        self._fresh = [False] * len(self.topics)
+        self._grouped_stamps = [f.stamp_ns for f in frames]
+
+
+def main(args: list[str] | None = None) -> int:
+    try:
+        with rclpy.init(args=args):
+            try:
+                node = CameraNode()
+            except ParameterError:
+                return 1  # already logged by the node
+            try:
+                rclpy.spin(node)
+            finally:
+                node.destroy_node()
+    except (KeyboardInterrupt, ExternalShutdownException):
+        pass
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,427 @@
+"""Tests of oxygen_ros.ros.conversions: images, observations and output messages.
+
+No middleware is needed: messages are built, serialized and deserialized
+in-process (rclpy.serialization works without rclpy.init).
+"""
+
+import array
+import math
+import struct
+import zlib
+from collections import Counter
+
+import cv2
+import numpy as np
+import pytest
+from builtin_interfaces.msg import Time
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from rclpy.serialization import deserialize_message, serialize_message
+from sensor_msgs.msg import CompressedImage, Image
+
+from oxygen_ros.core.observation import Observation, ObservationError
+from oxygen_ros.core.requests import TokenEvent
+from oxygen_ros.ros import conversions as conv
+from oxygen_ros.ros.conversions import ImageError
+
+
+def _rgb(h, w, seed=0):
+    return np.random.default_rng(seed).integers(0, 256, (h, w, 3), dtype=np.uint8)
+
+
+def _smooth_rgb(h, w):
+    y, x = np.mgrid[0:h, 0:w]
+    return np.stack([x * 255 // max(w - 1, 1), y * 255 // max(h - 1, 1), (x + y) * 127 // max(h + w - 2, 1)],
+                    axis=-1).astype(np.uint8)
+
+
+def _image(encoding="rgb8", height=4, width=5, step=None, data=None, is_bigendian=0):
+    channels = conv.SUPPORTED_ENCODINGS.get(encoding, 3)
+    step = width * channels if step is None else step
+    msg = Image(height=height, width=width, encoding=encoding, step=step, is_bigendian=is_bigendian)
+    msg.data = bytes(height * step) if data is None else data
+    return msg
+
+
+def _compressed(data, fmt="png"):
+    msg = CompressedImage(format=fmt)
+    msg.data = data
+    return msg
+
+
+def _png_bytes(rgb):
+    return cv2.imencode(".png", cv2.cvtColor(rgb, cv2.COLOR_RGB2BGR))[1].tobytes()
+
+
+def _png_with_size(width, height):
+    """A syntactically valid PNG header claiming width x height (no pixel data)."""
+    ihdr = struct.pack(">IIBBBBB", width, height, 8, 2, 0, 0, 0)
+    chunk = struct.pack(">I", len(ihdr)) + b"IHDR" + ihdr + struct.pack(">I", zlib.crc32(b"IHDR" + ihdr))
+    return b"\x89PNG\r\n\x1a\n" + chunk
+
+
+# --------------------------------------------------------------------------
+# raw images
+# --------------------------------------------------------------------------
+
+@pytest.mark.parametrize("encoding", sorted(conv.SUPPORTED_ENCODINGS))
+def test_raw_round_trip(encoding):
+    rgb = _rgb(7, 11)
+    msg = conv.rgb_to_image_msg(rgb, encoding, stamp=12.5, frame_id="cam")
+    assert msg.encoding == encoding and msg.height == 7 and msg.width == 11
+    assert msg.step == 11 * conv.SUPPORTED_ENCODINGS[encoding]
+    assert msg.header.stamp == Time(sec=12, nanosec=500_000_000) and msg.header.frame_id == "cam"
+    # through the wire format as well
+    back = conv.image_msg_to_rgb(deserialize_message(serialize_message(msg), Image))
+    assert back.dtype == np.uint8 and back.shape == (7, 11, 3) and back.flags.c_contiguous
+    if encoding == "mono8":
+        gray = cv2.cvtColor(rgb, cv2.COLOR_RGB2GRAY)
+        assert np.array_equal(back, np.repeat(gray[..., None], 3, axis=2))
+    else:
+        assert np.array_equal(back, rgb)
+
+
+@pytest.mark.parametrize("encoding", ["bgr8", "mono8", "rgba8"])
+def test_padded_rows_and_endianness_flag(encoding):
+    """Row padding (step > width * channels) is removed; the big-endian flag
+    does not matter for 8-bit data (and must not crash cv_bridge)."""
+    rgb = _rgb(5, 6, seed=3)
+    packed = conv.rgb_to_image_msg(rgb, encoding)
+    row = packed.step
+    padded_rows = np.zeros((5, row + 7), np.uint8)
+    padded_rows[:, :row] = np.frombuffer(packed.data, np.uint8).reshape(5, row)
+    padded_rows[:, row:] = 99  # garbage in the padding
+    msg = _image(encoding, 5, 6, step=row + 7, data=padded_rows.tobytes(), is_bigendian=1)
+    assert np.array_equal(conv.image_msg_to_rgb(msg), conv.image_msg_to_rgb(packed))
+
+
+def test_result_owns_its_memory():
+    msg = conv.rgb_to_image_msg(_rgb(3, 3))
+    out = conv.image_msg_to_rgb(msg)
+    out[:] = 0
+    assert conv.image_msg_to_rgb(msg).any()
+
+
+@pytest.mark.parametrize(
+    "msg, reason",
+    [
+        (_image("yuv422"), "unsupported_encoding"),
+        (_image("rgb16"), "unsupported_encoding"),
+        (_image("bayer_rggb8"), "unsupported_encoding"),
+        (_image(""), "unsupported_encoding"),
+        (_image("rgb8", height=0, width=5, data=b""), "zero_size"),
+        (_image("rgb8", height=4, width=0, step=0, data=b"\0" * 12), "zero_size"),
+        (_image("rgb8", data=b""), "empty_data"),
+        (_image("rgb8", height=4, width=5, step=14), "bad_step"),
+        (_image("rgb8", height=4, width=5, data=bytes(59)), "size_mismatch"),
+        (_image("rgb8", height=4, width=5, data=bytes(61)), "size_mismatch"),
+        (_image("mono8", height=4, width=5, step=5, data=bytes(4 * 15)), "size_mismatch"),
+        (_image("rgb8", height=100_000, width=100_000, data=bytes(30)), "too_large"),
+        (_image("rgb8", height=2**32 - 1, width=2**32 - 1, step=2**32 - 1, data=bytes(3)), "too_large"),
+    ],
+    ids=lambda v: v if isinstance(v, str) else "",
+)
+def test_bad_raw_images_rejected_with_reason(msg, reason):
+    with pytest.raises(ImageError) as info:
+        conv.image_msg_to_rgb(msg)
+    assert info.value.reason == reason
+    assert isinstance(info.value, ValueError)
+    assert reason.replace("_", " ") in str(info.value)
+
+
+def test_size_limit_is_a_parameter():
+    msg = conv.rgb_to_image_msg(_rgb(10, 10))  # 300 bytes
+    conv.image_msg_to_rgb(msg, max_bytes=300)
+    with pytest.raises(ImageError, match="limit 299") as info:
+        conv.image_msg_to_rgb(msg, max_bytes=299)
+    assert info.value.reason == "too_large"
+    mono = conv.rgb_to_image_msg(_rgb(10, 10), "mono8")  # 100 bytes, but 300 decoded
+    with pytest.raises(ImageError) as info:
+        conv.image_msg_to_rgb(mono, max_bytes=299)
+    assert info.value.reason == "too_large"
+
+
+_OTHER_ENCODINGS = ["yuv422", "rgb16", "16UC1", "32FC1", "8UC3", "bayer_rggb8", "", "RGB8", "rgb8 ", "jpeg"]
+_DIM = st.one_of(st.integers(0, 24), st.sampled_from([2**32 - 1, 2**31, 65536, 100_000]))
+
+
+@st.composite
+def _fuzz_images(draw):
+    pick = draw(st.integers(0, 9))  # mostly supported encodings, so that the other checks are reached
+    if pick < 7:
+        encoding = draw(st.sampled_from(sorted(conv.SUPPORTED_ENCODINGS)))
+    else:
+        encoding = draw(st.one_of(st.sampled_from(_OTHER_ENCODINGS), st.text(max_size=8)))
+    height, width = draw(_DIM), draw(_DIM)
+    channels = conv.SUPPORTED_ENCODINGS.get(encoding, draw(st.integers(1, 4)))
+    row = width * channels
+    step = draw(st.one_of(st.just(row), st.integers(0, 128), st.integers(row, row + 16).filter(lambda s: s < 2**32),
+                          st.just(2**32 - 1)).filter(lambda s: s < 2**32))
+    natural = height * step
+    size = draw(st.one_of(st.just(natural), st.integers(0, 4096),
+                          st.integers(max(0, natural - 3), natural + 3)).filter(lambda n: n <= 8192))
+    is_bigendian = draw(st.sampled_from([0, 1, 255]))
+    max_bytes = draw(st.sampled_from([conv.DEFAULT_MAX_IMAGE_BYTES, 4096, 100]))
+    return encoding, height, width, step, size, is_bigendian, max_bytes
+
+
+def test_fuzz_raw_images_only_image_error_escapes(capsys):
+    outcomes = Counter()
+
+    @settings(max_examples=600, deadline=None, database=None,
+              suppress_health_check=[HealthCheck.filter_too_much, HealthCheck.too_slow])
+    @given(_fuzz_images(), st.randoms(use_true_random=False))
+    def run(case, rnd):
+        encoding, height, width, step, size, is_bigendian, max_bytes = case
+        msg = Image(height=height, width=width, encoding=encoding, step=step, is_bigendian=is_bigendian)
+        msg.data = rnd.randbytes(size)
+        try:
+            out = conv.image_msg_to_rgb(msg, max_bytes=max_bytes)
+        except ImageError as exc:
+            assert exc.reason in conv.IMAGE_ERROR_REASONS
+            outcomes[exc.reason] += 1
+        else:
+            assert out.dtype == np.uint8 and out.shape == (height, width, 3)
+            outcomes["ok"] += 1
+
+    run()
+    with capsys.disabled():
+        print(f"\n  fuzzed raw images: {sum(outcomes.values())} cases {dict(sorted(outcomes.items()))}")
+    assert outcomes["ok"] > 0
+    assert {"unsupported_encoding", "zero_size", "size_mismatch", "too_large"} <= set(outcomes)
+
+
+# --------------------------------------------------------------------------
+# compressed images
+# --------------------------------------------------------------------------
+
+def test_png_round_trip_is_exact():
+    rgb = _rgb(9, 13, seed=5)
+    msg = conv.rgb_to_compressed_msg(rgb, "png", stamp=1.0, frame_id="wrist")
+    assert msg.format == "png" and msg.header.frame_id == "wrist"
+    assert np.array_equal(conv.compressed_msg_to_rgb(deserialize_message(serialize_message(msg), CompressedImage)),
+                          rgb)
+
+
+def test_jpeg_round_trip_is_close():
+    rgb = _smooth_rgb(48, 64)
+    msg = conv.rgb_to_compressed_msg(rgb, "jpeg", quality=95)
+    assert conv.check_compressed_msg(msg) == ("jpeg", 48, 64)
+    back = conv.compressed_msg_to_rgb(msg)
+    assert back.shape == (48, 64, 3)
+    assert np.abs(back.astype(int) - rgb).mean() < 3.0
+
+
+def test_gray_and_alpha_png_and_format_field_ignored():
+    gray = np.arange(30, dtype=np.uint8).reshape(5, 6)
+    msg = _compressed(cv2.imencode(".png", gray)[1].tobytes(), fmt="mono8; png compressed")
+    assert np.array_equal(conv.compressed_msg_to_rgb(msg), np.repeat(gray[..., None], 3, axis=2))
+    bgra = np.dstack([_rgb(5, 6)[..., ::-1], np.full((5, 6), 7, np.uint8)])
+    msg = _compressed(cv2.imencode(".png", bgra)[1].tobytes(), fmt="bgra8; png compressed")
+    assert np.array_equal(conv.compressed_msg_to_rgb(msg), bgra[..., 2::-1])
+    msg = _compressed(_png_bytes(_rgb(4, 4)), fmt="jpeg")  # wrong format field: the data decides
+    assert conv.compressed_msg_to_rgb(msg).shape == (4, 4, 3)
+
+
+def _jpeg_bytes():
+    return conv.rgb_to_compressed_msg(_smooth_rgb(32, 32), "jpeg").data.tobytes()
+
+
+@pytest.mark.parametrize(
+    "data, reason",
+    [
+        (b"", "empty_data"),
+        (b"GIF89a" + bytes(40), "unsupported_format"),
+        (bytes(100), "unsupported_format"),
+        (b"\x89PNG\r\n\x1a\n", "corrupt_compressed"),  # no IHDR
+        (_png_bytes(_rgb(8, 8))[:40], "corrupt_compressed"),  # truncated
+        (_png_bytes(_rgb(8, 8))[:33] + bytes(60), "corrupt_compressed"),  # garbage after IHDR
+        (_png_with_size(0, 10), "zero_size"),
+        (_png_with_size(100_000, 100_000), "too_large"),  # refused before decoding
+        (b"\xff\xd8\xff\xd9", "corrupt_compressed"),  # SOI EOI, no frame
+        (b"\xff\xd8\xff\xe0\x00\x10" + bytes(200), "corrupt_compressed"),  # no frame header
+        (_jpeg_bytes()[:200], "corrupt_compressed"),  # header ok, scan cut short
+    ],
+    ids=lambda v: v if isinstance(v, str) else "",
+)
+def test_corrupt_compressed_rejected_with_reason(data, reason):
+    with pytest.raises(ImageError) as info:
+        conv.compressed_msg_to_rgb(_compressed(data))
+    assert info.value.reason == reason
+
+
+def test_compressed_size_limit():
+    msg = conv.rgb_to_compressed_msg(_smooth_rgb(20, 20), "png")
+    assert len(msg.data) < 1200
+    assert conv.compressed_msg_to_rgb(msg, max_bytes=1200).shape == (20, 20, 3)
+    with pytest.raises(ImageError) as info:
+        conv.compressed_msg_to_rgb(msg, max_bytes=1199)  # decodes to 1200 bytes
+    assert info.value.reason == "too_large"
+    with pytest.raises(ImageError) as info:
+        conv.compressed_msg_to_rgb(msg, max_bytes=len(msg.data) - 1)
+    assert info.value.reason == "too_large"
+
+
+def test_fuzz_compressed_only_image_error_escapes(capsys):
+    outcomes = Counter()
+    seeds = [_png_bytes(_rgb(6, 5)), _jpeg_bytes(), b""]
+
+    @settings(max_examples=300, deadline=None, database=None, suppress_health_check=[HealthCheck.too_slow])
+    @given(st.sampled_from(seeds), st.integers(0, 2000), st.lists(st.tuples(st.integers(0, 2000), st.integers(0, 255)),
+                                                                  max_size=6), st.binary(max_size=64))
+    def run(seed, cut, flips, tail):
+        data = bytearray(seed[:cut] + tail)
+        for pos, value in flips:
+            if pos < len(data):
+                data[pos] = value
+        try:
+            out = conv.compressed_msg_to_rgb(_compressed(bytes(data)))
+        except ImageError as exc:
+            outcomes[exc.reason] += 1
+        else:
+            assert out.dtype == np.uint8 and out.ndim == 3 and out.shape[2] == 3
+            outcomes["ok"] += 1
+
+    run()
+    with capsys.disabled():
+        print(f"\n  fuzzed compressed images: {sum(outcomes.values())} cases {dict(sorted(outcomes.items()))}")
+    assert outcomes["ok"] > 0 and outcomes["corrupt_compressed"] > 0
+
+
+# --------------------------------------------------------------------------
+# resizing
+# --------------------------------------------------------------------------
+
+def test_to_model_image_keeps_aspect_with_black_padding():
+    wide = np.full((20, 40, 3), 200, np.uint8)
+    out = conv.to_model_image(wide, 32)
+    assert out.shape == (32, 32, 3)
+    assert (out[:8] == 0).all() and (out[24:] == 0).all() and (out[8:24] == 200).all()
+    tall = np.full((40, 10, 3), 50, np.uint8)
+    out = conv.to_model_image(tall, 16)
+    assert (out[:, :6] == 0).all() and (out[:, 10:] == 0).all() and (out[:, 6:10] == 50).all()
+
+
+# --------------------------------------------------------------------------
+# Observation message
+# --------------------------------------------------------------------------
+
+def test_observation_round_trip():
+    from oxygen_ros.msg import Observation as ObservationMsg
+
+    images = {"base": _rgb(16, 16, 1), "wrist": _rgb(16, 16, 2)}
+    obs = Observation(images=images, instruction="move to the red circle é", state=np.array([0.5, -1.25], np.float32),
+                      stamp=1_700_000_000.25)
+    headers = {"base": conv._header(1_700_000_000.25, "cam_base"), "wrist": conv._header(1_700_000_000.5, "cam_w")}
+    msg = conv.observation_to_msg(obs, 42, frame_id="rig", image_headers=headers)
+    assert msg.seq == 42 and msg.header.frame_id == "rig"
+    assert msg.header.stamp == Time(sec=1_700_000_000, nanosec=250_000_000)
+    assert list(msg.camera_names) == ["base", "wrist"]
+    assert all(img.encoding == "rgb8" for img in msg.images)
+    assert msg.images[1].header.frame_id == "cam_w"
+
+    wire = deserialize_message(serialize_message(msg), ObservationMsg)
+    back = conv.msg_to_observation(wire)
+    assert back.instruction == obs.instruction
+    assert np.array_equal(back.state, obs.state) and back.state.dtype == np.float32
+    assert back.stamp == pytest.approx(obs.stamp)
+    assert back.images.keys() == images.keys()
+    for name, rgb in images.items():
+        assert np.array_equal(back.images[name], rgb)
+    assert back.meta["seq"] == 42 and back.meta["frame_id"] == "rig"
+    assert back.meta["image_stamps"]["wrist"] == pytest.approx(1_700_000_000.5)
+
+
+def test_observation_resized_and_without_state():
+    obs = Observation(images={"base": _rgb(30, 60)}, instruction="")
+    msg = conv.observation_to_msg(obs, 0, image_size=32)
+    assert (msg.images[0].height, msg.images[0].width) == (32, 32)
+    assert len(msg.state) == 0
+    back = conv.msg_to_observation(msg)
+    assert back.state is None and back.images["base"].shape == (32, 32, 3)
+
+
+def test_malformed_observation_msgs_rejected():
+    msg = conv.observation_to_msg(Observation(images={"a": _rgb(4, 4)}, instruction="x"), 1)
+    msg.camera_names = ["a", "b"]
+    with pytest.raises(ObservationError, match="2 names for 1 images"):
+        conv.msg_to_observation(msg)
+    msg.camera_names = ["a"]
+    msg.images = [msg.images[0], deserialize_message(serialize_message(msg.images[0]), Image)]
+    msg.camera_names = ["a", "a"]
+    with pytest.raises(ObservationError, match="duplicate"):
+        conv.msg_to_observation(msg)
+    msg.camera_names = ["a", "b"]
+    msg.images[1].data = bytes(5)
+    with pytest.raises(ImageError, match="camera 'b'") as info:
+        conv.msg_to_observation(msg)
+    assert info.value.reason == "size_mismatch"
+    good = conv.observation_to_msg(Observation(images={"a": _rgb(4, 4)}, instruction="x"), 1)
+    good.state = array.array("f", [1.0, math.nan])
+    with pytest.raises(ObservationError, match="NaN"):
+        conv.msg_to_observation(good)
+    good.state = array.array("f", [])
+    good.images = []
+    good.camera_names = []
+    with pytest.raises(ObservationError):
+        conv.msg_to_observation(good)
+
+
+# --------------------------------------------------------------------------
+# output messages
+# --------------------------------------------------------------------------
+
+def test_action_chunk_msg():
+    from oxygen_ros.msg import ActionChunk
+
+    actions = np.arange(12, dtype=np.float32).reshape(4, 3) / 7
+    msg = conv.action_chunk_msg(Time(sec=5, nanosec=1), 17, 9, 4.5, 2, 0.02, actions, header_frame_id="base_link")
+    wire = deserialize_message(serialize_message(msg), ActionChunk)
+    assert wire.header.stamp == Time(sec=5, nanosec=1) and wire.header.frame_id == "base_link"
+    assert (wire.frame_id, wire.observation_seq, wire.offset) == (17, 9, 2)
+    assert wire.observation_stamp == Time(sec=4, nanosec=500_000_000)
+    assert (wire.horizon, wire.action_dim) == (4, 3)
+    assert wire.control_period == pytest.approx(0.02)
+    assert np.array_equal(conv.action_chunk_array(wire), actions)
+    with pytest.raises(ValueError, match="NaN"):
+        conv.action_chunk_msg(0.0, 0, 0, 0.0, 0, 0.02, np.array([[math.nan]]))
+    with pytest.raises(ValueError, match="matrix"):
+        conv.action_chunk_msg(0.0, 0, 0, 0.0, 0, 0.02, np.zeros(3))
+    with pytest.raises(ValueError, match="control_period"):
+        conv.action_chunk_msg(0.0, 0, 0, 0.0, 0, 0.0, np.zeros((1, 2)))
+    with pytest.raises(ValueError, match="offset"):
+        conv.action_chunk_msg(0.0, 0, 0, 0.0, -1, 0.1, np.zeros((1, 2)))
+
+
+def test_text_token_msg():
+    from oxygen_ros.msg import TextToken
+
+    event = TokenEvent(request_id=3, client_id="cli", frame_id=8, index=2, token_id=77, piece=" red", done=True,
+                       finish_reason="eos")
+    msg = conv.text_token_msg(Time(sec=1), event)
+    wire = deserialize_message(serialize_message(msg), TextToken)
+    assert (wire.request_id, wire.client_id, wire.frame_id, wire.index) == (3, "cli", 8, 2)
+    assert (wire.token_id, wire.piece, wire.done, wire.finish_reason) == (77, " red", True, TextToken.FINISH_EOS)
+    running = TokenEvent(3, "", 8, 0, 5, "a", False, "")
+    assert conv.text_token_msg(0.0, running).finish_reason == ""
+
+
+def test_joint_trajectory_msg():
+    actions = np.array([[0.0, 1.0], [0.5, 1.5], [1.0, 2.0]], np.float32)
+    msg = conv.joint_trajectory_msg(Time(sec=10), ["j1", "j2"], actions, 0.1, frame_id="base")
+    assert list(msg.joint_names) == ["j1", "j2"] and msg.header.frame_id == "base"
+    assert [list(p.positions) for p in msg.points] == actions.tolist()
+    assert [p.time_from_start.sec * 1e9 + p.time_from_start.nanosec for p in msg.points] == [0, 1e8, 2e8]
+    with pytest.raises(ValueError, match="2 joint names"):
+        conv.joint_trajectory_msg(0.0, ["a", "b"], np.zeros((2, 3)), 0.1)
+    with pytest.raises(ValueError, match="unique"):
+        conv.joint_trajectory_msg(0.0, ["a", "a"], np.zeros((2, 2)), 0.1)
+
+
+def test_stamps():
+    assert conv.to_time_msg(1.5) == Time(sec=1, nanosec=500_000_000)
+    assert conv.stamp_to_ns(conv.ns_to_time_msg(123_456_789_012)) == 123_456_789_012
+    with pytest.raises(ValueError):
+        conv.to_time_msg(-1.0)
+    with pytest.raises(TypeError):
+        conv.to_time_msg("now")
