@@ -80,9 +80,9 @@ def test_launch_file_structure():
 
 def test_launch_file_loads_where_launch_ros_is_available():
     pytest.importorskip("launch_ros")
-    from launch import LaunchContext
     from launch.actions import DeclareLaunchArgument, OpaqueFunction
 
+    from launch import LaunchContext
     from oxygen_ros.ros.agent import ARGUMENTS
 
     spec = importlib.util.spec_from_file_location("agent_launch", LAUNCH_FILE)

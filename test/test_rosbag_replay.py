@@ -13,7 +13,15 @@ import time
 
 import numpy as np
 import pytest
-from ros_harness import FINISH_REASONS, Ros, check_chunks, check_text, reliable, ros_environment, unique_prefix
+from ros_harness import (
+    FINISH_REASONS,
+    Ros,
+    check_chunks,
+    check_text,
+    reliable,
+    ros_environment,
+    unique_prefix,
+)
 
 FRAMES = 10
 H = 10
@@ -38,9 +46,9 @@ def _write_input_bag(path, storage, prefix):
 
 def _replay(bag, out_dir, prefix):
     """Play ``bag`` through fresh nodes; return the path of the recorded output bag."""
+    from oxygen_ros.msg import ActionChunk, TextToken
     from rclpy.parameter import Parameter
 
-    from oxygen_ros.msg import ActionChunk, TextToken
     from oxygen_ros.ros.bags import write_bag
     from oxygen_ros.ros.camera_node import CameraNode
     from oxygen_ros.ros.inference_node import InferenceNode

@@ -31,6 +31,8 @@ is measured:
   the node's tick latency plus DDS delivery); ``tick_lateness_*_ms`` is the
   node-side part alone (timer callback start - scheduled time);
 * ``underruns`` - node side: ticks with no action left in the window;
+  ``missed_ticks``: ticks rcl skipped because the timer callback was more
+  than a period late (they count neither as ticks nor as underruns);
 * ``obs_to_action_p50_ms`` / ``_p99_ms`` - subscriber side: arrival of an
   ``Observation`` here -> arrival of the first ``ActionChunk`` computed from it
   (matched by ``observation_seq``);
@@ -121,7 +123,10 @@ DEMO_PARAMETERS: dict[str, dict[str, Any]] = {
 def default_params_file() -> str:
     """The installed ``share/oxygen_ros/config/agent.yaml``, else the one next to the sources."""
     try:
-        from ament_index_python.packages import PackageNotFoundError, get_package_share_directory
+        from ament_index_python.packages import (
+            PackageNotFoundError,
+            get_package_share_directory,
+        )
 
         try:
             path = Path(get_package_share_directory(PACKAGE)) / "config" / "agent.yaml"
@@ -351,6 +356,7 @@ class Monitor:
             "tick_lateness_p50_ms": _pct(lateness, 50),
             "tick_lateness_p99_ms": _pct(lateness, 99),
             "underruns": ticks["underruns"] - (start["underruns"] if start else 0),
+            "missed_ticks": counters.get("missed_ticks", 0) - base.get("missed_ticks", 0),
             "obs_to_action_p50_ms": _pct([x for _, _, x in latencies], 50),
             "obs_to_action_p99_ms": _pct([x for _, _, x in latencies], 99),
             "ros_overhead_p50_ms": _pct(overhead, 50),
@@ -387,6 +393,57 @@ def _round(v):
 # --------------------------------------------------------------------------
 
 
+EXECUTORS = ("split", "multi")
+
+
+class Spinner:
+    """Spins the nodes in background threads (so that the main thread only prints
+    and waits for Ctrl-C), with the executor layout chosen by ``--executor``."""
+
+    def __init__(self, mode: str, inference, monitor, others):
+        from rclpy.executors import MultiThreadedExecutor, SingleThreadedExecutor
+
+        if mode == "multi":
+            groups = [(MultiThreadedExecutor(num_threads=4), [inference, monitor, *others])]
+        else:  # split: the control tick (and the measuring subscriber) never wait behind other nodes' callbacks
+            groups = [(SingleThreadedExecutor(), [inference]), (SingleThreadedExecutor(), [monitor]),
+                      (MultiThreadedExecutor(num_threads=2), others)]
+        self.executors = []
+        self.threads = []
+        for executor, nodes in groups:
+            for node in nodes:
+                executor.add_node(node)
+            thread = threading.Thread(target=self._spin, args=(executor,), daemon=True,
+                                      name=f"oxygen-agent-{type(executor).__name__}")
+            self.executors.append(executor)
+            self.threads.append(thread)
+        self.error: BaseException | None = None
+        for thread in self.threads:
+            thread.start()
+
+    def _spin(self, executor) -> None:
+        from rclpy.executors import ExternalShutdownException
+
+        try:
+            executor.spin()
+        except ExternalShutdownException:
+            pass
+        except BaseException as exc:  # reported by alive()
+            self.error = exc
+            raise
+
+    def alive(self) -> bool:
+        if self.error is not None:
+            raise RuntimeError(f"an executor stopped: {self.error!r}") from self.error
+        return all(t.is_alive() for t in self.threads)
+
+    def shutdown(self) -> None:
+        for executor in self.executors:
+            executor.shutdown()
+        for thread in self.threads:
+            thread.join(5.0)
+
+
 def _parse_args(argv: list[str]) -> tuple[argparse.Namespace, dict[str, str]]:
     names = ", ".join(f"{a.name}:=" for a in ARGUMENTS)
     parser = argparse.ArgumentParser(
@@ -395,6 +452,10 @@ def _parse_args(argv: list[str]) -> tuple[argparse.Namespace, dict[str, str]]:
     parser.add_argument("launch_args", nargs="*", metavar="name:=value", help="launch arguments")
     parser.add_argument("--duration", type=float, default=None, help="stop after this many seconds")
     parser.add_argument("--report", type=Path, default=None, help="write the JSON report here at the end")
+    parser.add_argument("--executor", choices=EXECUTORS, default="split",
+                        help="split (default): the inference node and the monitor each on an executor of its "
+                             "own, the other nodes on a multi-threaded one; multi: all on one multi-threaded "
+                             "executor")
     parser.add_argument("--text", choices=("all", "changed", "none"), default="changed",
                         help="which finished texts to print (default: answers and changed periodic texts)")
     ns = parser.parse_args(argv)
@@ -424,7 +485,7 @@ def main(argv: list[str] | None = None) -> int:
     import importlib
 
     import rclpy
-    from rclpy.executors import ExternalShutdownException, MultiThreadedExecutor
+    from rclpy.executors import ExternalShutdownException
     from rclpy.parameter import Parameter
     from rclpy.signals import SignalHandlerOptions
 
@@ -434,7 +495,7 @@ def main(argv: list[str] | None = None) -> int:
     sys.setswitchinterval(0.001)  # the inference worker must not hold the GIL through a control tick
     install_sigterm_as_keyboard_interrupt()
     rclpy.init(args=[], signal_handler_options=SignalHandlerOptions.NO)
-    nodes, monitor, executor, code = [], None, None, 0
+    nodes, monitor, spinner, code = [], None, None, 0
     print(f"oxygen-agent: parameters from {params_file}; nodes: "
           + ", ".join(item["spec"].name for item in plan), flush=True)
     try:
@@ -450,12 +511,11 @@ def main(argv: list[str] | None = None) -> int:
         monitor_node = rclpy.create_node("oxygen_agent_monitor")
         nodes.append(monitor_node)
         monitor = Monitor(monitor_node, inference, ns.text)
-        executor = MultiThreadedExecutor(num_threads=4)
-        for node in nodes:
-            executor.add_node(node)
+        spinner = Spinner(ns.executor, inference, monitor_node,
+                          [n for n in nodes if n is not inference and n is not monitor_node])
         deadline = None if ns.duration is None else time.monotonic() + ns.duration
-        while rclpy.ok() and (deadline is None or time.monotonic() < deadline):
-            executor.spin_once(timeout_sec=0.05)
+        while rclpy.ok() and spinner.alive() and (deadline is None or time.monotonic() < deadline):
+            time.sleep(0.05)
             monitor.status()
     except ParameterError as exc:
         print(f"oxygen-agent: {exc}", file=sys.stderr)
@@ -471,15 +531,13 @@ def main(argv: list[str] | None = None) -> int:
             for node in nodes:
                 if hasattr(node, "shutdown"):
                     node.shutdown()  # the inference node publishes its cancellations
-            if executor is not None and rclpy.ok():
-                end = time.monotonic() + 0.5  # let the cancellations reach the monitor
-                while time.monotonic() < end:
-                    executor.spin_once(timeout_sec=0.05)
+            if spinner is not None:
+                time.sleep(0.5)  # let the cancellations reach the monitor
             report = monitor.report() if monitor is not None else None
         except KeyboardInterrupt:  # a second Ctrl-C: stop now
             pass
-        if executor is not None:
-            executor.shutdown()
+        if spinner is not None:
+            spinner.shutdown()
         for node in reversed(nodes):
             node.destroy_node()
         rclpy.try_shutdown()

@@ -77,11 +77,20 @@ from oxygen_ros.msg import ActionChunk, TextToken
 from oxygen_ros.msg import Observation as ObservationMsg
 from oxygen_ros.msg import Question as QuestionMsg
 
-from ..core.chunk_clock import NS_PER_S, ORIGINS, Chunk, ChunkClock, chunk_origin, period_ns
+from ..core.chunk_clock import (
+    NS_PER_S,
+    ORIGINS,
+    Chunk,
+    ChunkClock,
+    chunk_origin,
+    period_ns,
+)
 from ..core.requests import TokenEvent
 from ..core.stats import Rolling, WindowRate, action_frequency, percentile
 from . import conversions
-from .camera_node import ParameterError  # one error type for every node: names the parameter
+from .camera_node import (
+    ParameterError,  # one error type for every node: names the parameter
+)
 
 try:  # rclpy >= Iron passes the timer's scheduled time to callbacks that ask for it
     from rclpy.timer import TimerInfo
@@ -254,7 +263,12 @@ def load_model(p: dict):
 
     import torch
 
-    from ..core.checkpoints import DEFAULT_MODEL_DIR, CheckpointError, LoadedCheckpoint, load_checkpoint
+    from ..core.checkpoints import (
+        DEFAULT_MODEL_DIR,
+        CheckpointError,
+        LoadedCheckpoint,
+        load_checkpoint,
+    )
     from ..core.model.config import preset
     from ..core.model.vla import build_model
     from ..core.normalization import load_norm_stats
@@ -352,8 +366,9 @@ class InferenceNode(Node):
                                   max_active=p["max_active"], queue_limit=p["queue_limit"],
                                   max_observations_per_frame=1,
                                   language_every_n_frames=p["language_every_n_frames"], seed=p["seed"])
-        except ValueError as exc:  # cross-checks not covered above
-            raise ParameterError(str(exc).split()[0], str(exc)) from exc
+        except ValueError as exc:  # a cross-check not covered by check_parameter
+            name = next((q.name for q in PARAMETERS if q.name in str(exc)), "setting")
+            raise ParameterError(name, str(exc)) from exc
         self.engine = Engine(self.loaded.model, self.loaded.tokenizer, config, normalizer=self.loaded.normalizer)
         self._warm_up(p["warmup_frames"])
 
@@ -363,6 +378,7 @@ class InferenceNode(Node):
         self._chunks = ChunkClock()
         self._period_ns = period_ns(p["control_rate_hz"])
         self._grid0: Optional[int] = None  # tick grid origin when TimerInfo is unavailable
+        self._last_scheduled: Optional[int] = None
         self._pending_obs: Optional[tuple] = None
         self._pending_questions: collections.deque = collections.deque()
         self._stop = False
@@ -378,7 +394,7 @@ class InferenceNode(Node):
         self.tokens_rate = WindowRate(5.0)
         self.counters = collections.Counter()
         self._last_batch = 0.0
-        self._diag_prev = {"underruns": 0, "t": time.monotonic()}
+        self._diag_prev = {"underruns": 0, "missed_ticks": 0}
 
         depth = lambda n: QoSProfile(depth=n, **_RELIABLE)  # noqa: E731
         self._pub_actions = self.create_publisher(ActionChunk, p["actions_topic"], depth(10))
@@ -459,7 +475,7 @@ class InferenceNode(Node):
             self.params.update(changes)
             if "control_rate_hz" in changes:
                 self._period_ns = period_ns(changes["control_rate_hz"])
-                self._grid0 = None
+                self._grid0 = self._last_scheduled = None
                 self._tick_timer.timer_period_ns = self._period_ns
             if "denoise_steps" in changes:
                 self._pending_config["denoise_steps"] = changes["denoise_steps"]
@@ -503,6 +519,10 @@ class InferenceNode(Node):
                     self._grid0 = actual_ns
                 k = round((actual_ns - self._grid0) / self._period_ns)
                 scheduled_ns = self._grid0 + k * self._period_ns
+            if self._last_scheduled is not None and scheduled_ns - self._last_scheduled > self._period_ns * 3 // 2:
+                # rcl skips the ticks of a timer that is late by more than a period
+                self.counters["missed_ticks"] += round((scheduled_ns - self._last_scheduled) / self._period_ns) - 1
+            self._last_scheduled = scheduled_ns
             due = self._chunks.tick(scheduled_ns)
             if due is not None and due.first:
                 record = self.records.get(due.chunk.frame_id)
@@ -687,6 +707,7 @@ class InferenceNode(Node):
             "underruns": underruns,
             "ticks": ticks,
             "ticks_waiting": waiting,
+            "missed_ticks": self.counters["missed_ticks"],
             "tick_lateness_p99_ms": percentile(self.tick_lateness_ms.values()[-500:], 99),
             "active_batch": len(self.engine.requests.active),
             "queued_requests": len(self.engine.requests.queue),
@@ -711,13 +732,15 @@ class InferenceNode(Node):
 
     def _publish_diagnostics(self) -> None:
         d = self.diagnostics()
-        now = time.monotonic()
         new_underruns = d["underruns"] - self._diag_prev["underruns"]
-        self._diag_prev = {"underruns": d["underruns"], "t": now}
+        new_missed = d["missed_ticks"] - self._diag_prev["missed_ticks"]
+        self._diag_prev = {"underruns": d["underruns"], "missed_ticks": d["missed_ticks"]}
         status = DiagnosticStatus(name=f"{self.get_name()}: engine", hardware_id=self.params["device"])
         problems = []
         if new_underruns:
             problems.append(f"{new_underruns} underruns")
+        if new_missed:
+            problems.append(f"{new_missed} ticks missed (timer late)")
         if d["frames"] == 0:
             problems.append("no observation frame yet")
         if d["frame_errors"]:
@@ -772,7 +795,7 @@ class InferenceNode(Node):
         try:
             self.shutdown()
         finally:
-            return super().destroy_node()
+            super().destroy_node()
 
 
 def _fmt(v: Any) -> str:
