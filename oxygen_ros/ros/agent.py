@@ -39,7 +39,9 @@ is measured:
 * ``ros_overhead_p99_ms`` (and ``_p50_ms``) - that latency minus the engine's
   own frame time for the same frame (``Engine.step`` wall time, read from the
   node in this process): queueing for the worker, message conversion,
-  waiting for the next tick, DDS both ways;
+  waiting for the next tick, DDS both ways; ``node_overhead_*_ms`` is the
+  part inside the inference node (observation received -> first
+  ActionChunk published, minus the engine's frame time);
 * ``actions_published`` / ``text_tokens_published`` - node-side counts in the
   window (``*_received`` are this process' subscriber counts).
 """
@@ -237,7 +239,8 @@ class Monitor:
         with self.lock:
             if self.window_start is None:
                 ticks = self.inference.tick_counts()
-                self.window_start = {"t": t, "ticks": ticks["ticks"], "underruns": ticks["underruns"],
+                self.window_start = {"t": t, "t_ns": time.monotonic_ns(), "ticks": ticks["ticks"],
+                                     "underruns": ticks["underruns"],
                                      "counters": dict(self.inference.counters),
                                      "lateness_total": self.inference.tick_lateness_ms.total}
             self.actions.append((t, int(msg.frame_id), int(msg.observation_seq)))
@@ -332,8 +335,10 @@ class Monitor:
             text_received = self.text_received
         end = final["t"]
         jitter = [abs((b - a) - self.period_s) * 1e3 for a, b in zip(arrivals, arrivals[1:])]
-        records = dict(node.records)
+        records = node.frame_records()
         overhead = [lat - records[f].engine_ms for f, _, lat in latencies if f in records]
+        node_overhead = [(r.first_published_ns - r.received_ns) / 1e6 - r.engine_ms for r in records.values()
+                         if r.first_published_ns is not None and (start is None or r.received_ns >= start["t_ns"])]
         lateness = final["lateness"]
         if start is not None:
             new_lateness = final["lateness_total"] - start["lateness_total"]
@@ -361,6 +366,8 @@ class Monitor:
             "obs_to_action_p99_ms": _pct([x for _, _, x in latencies], 99),
             "ros_overhead_p50_ms": _pct(overhead, 50),
             "ros_overhead_p99_ms": _pct(overhead, 99),
+            "node_overhead_p50_ms": _pct(node_overhead, 50),
+            "node_overhead_p99_ms": _pct(node_overhead, 99),
             "frame_latency_mean_ms": _round(d["frame_latency_ms"]),
             "frame_latency_p99_ms": _round(d["frame_latency_p99_ms"]),
             "action_frequency_hz": _round(d["action_frequency_hz"]),

@@ -21,7 +21,8 @@ How it runs
     idle and there is something to do - a newer observation (fresher than
     ``max_observation_age``), waiting questions, or (``decode_when_idle``)
     language requests still decoding while no new observation comes, at most
-    once per control period. Text tokens are published as each frame returns
+    once per control period and not when the next observation is expected
+    before such a frame would end (actions first). Text tokens are published as each frame returns
     them. Ticks are the only place actions are published, so the stream stays
     steady whatever the frame latency.
 
@@ -161,9 +162,10 @@ PARAMETERS: tuple = (
               "observation's capture stamp: the actions that fell into the latency are skipped; falls back "
               "to frame_end for stamps not on this clock) or 'frame_end' (the first tick after the frame).",
               True, "observation | frame_end"),
-    ParamSpec("decode_when_idle", True, "Run language-only frames (at most one per control period) while "
-              "requests are decoding and no new observation arrives. false: text advances only with "
-              "observation frames (deterministic replays).", True),
+    ParamSpec("decode_when_idle", True, "Run language-only frames (at most one per control period, never "
+              "when the next observation is due before one would end) while requests are decoding and no new "
+              "observation arrives. false: text advances only with observation frames (deterministic "
+              "replays).", True),
     ParamSpec("warmup_frames", 2, "Frames run on a black image at start-up, before the first tick.",
               constraints=">= 0"),
     ParamSpec("control_frame", "", "header.frame_id of ActionChunk and JointTrajectory messages."),
@@ -384,12 +386,15 @@ class InferenceNode(Node):
         self._stop = False
         self._busy = False
         self._last_frame_end = 0  # monotonic ns
+        self._last_obs_mono: Optional[int] = None
         self._obs_frames = 0
         self._pending_config: dict = {}
         self.records: "collections.OrderedDict[int, FrameRecord]" = collections.OrderedDict()
         self._max_records = 100_000
         # statistics
         self.frame_ms = Rolling(200)  # observation frames: engine time
+        self.language_frame_ms = Rolling(50)  # language-only frames: engine time
+        self.obs_interval_ms = Rolling(50)  # spacing of arriving observations
         self.tick_lateness_ms = Rolling(60_000)  # 20 min at 50 Hz (the agent's report reads them all)
         self.tokens_rate = WindowRate(5.0)
         self.counters = collections.Counter()
@@ -489,6 +494,9 @@ class InferenceNode(Node):
         received = (msg, self.get_clock().now().nanoseconds, time.monotonic_ns())
         with self._cond:
             self.counters["observations_received"] += 1
+            if self._last_obs_mono is not None:
+                self.obs_interval_ms.add((received[2] - self._last_obs_mono) / 1e6)
+            self._last_obs_mono = received[2]
             if self._pending_obs is not None:
                 self.counters["observations_superseded"] += 1
             self._pending_obs = received
@@ -572,10 +580,21 @@ class InferenceNode(Node):
             job.questions.append(self._pending_questions.popleft())
         if job.observation is not None or job.questions:
             return job
+        now = time.monotonic_ns()
         if (self.params["decode_when_idle"] and self.engine_has_work
-                and time.monotonic_ns() - self._last_frame_end >= self._period_ns):
+                and now - self._last_frame_end >= self._period_ns and not self._observation_due_soon(now)):
             return job  # a language-only frame
         return None
+
+    def _observation_due_soon(self, now_ns: int) -> bool:
+        """Would a language-only frame started now still run when the next observation
+        is expected (from the observations' recent spacing)? Actions come first."""
+        if self._last_obs_mono is None or len(self.obs_interval_ms) < 5:
+            return False
+        interval_ns = self.obs_interval_ms.percentile(50) * 1e6
+        expected = self._last_obs_mono + interval_ns
+        language_ns = (self.language_frame_ms.mean() if len(self.language_frame_ms) else 0.0) * 1e6
+        return expected - 1.5 * language_ns <= now_ns < expected + interval_ns / 2
 
     def _worker_loop(self) -> None:
         while True:
@@ -668,6 +687,7 @@ class InferenceNode(Node):
             self.frame_ms.add(result.total_ms)
             self.counters["frames"] += 1
         else:
+            self.language_frame_ms.add(result.total_ms)
             self.counters["language_frames"] += 1
         if result.batch_sizes:
             self._last_batch = sum(result.batch_sizes) / len(result.batch_sizes)
@@ -684,6 +704,11 @@ class InferenceNode(Node):
         self.counters["text_tokens_published"] += len(events)
 
     # ------------------------------------------------------------------ diagnostics
+    def frame_records(self) -> dict:
+        """A copy of the recent observation frames' timings, by engine frame id."""
+        with self._lock:
+            return {k: dataclasses.replace(r) for k, r in self.records.items()}
+
     def tick_counts(self) -> dict:
         """Control ticks so far: all, those that published, underruns, before the first chunk."""
         with self._lock:
