@@ -3,6 +3,7 @@
 Usage::
 
     oxygen-agent [name:=value ...] [--duration SECONDS] [--report PATH] [--text all|changed|none]
+                 [--executor split|multi]
 
 The arguments are the launch file's (:data:`ARGUMENTS`), written
 ``name:=value`` like ``ros2 launch`` arguments: ``params_file`` (default: the
@@ -12,8 +13,12 @@ the YAML's value), ``camera_topic`` (remaps ``/camera/image_raw`` of the
 camera node and the synthetic camera) and ``demo`` (default false: a robot
 must never act on a synthetic camera by accident; ``demo:=true`` adds the
 synthetic camera, and feeds its gripper position to the camera node as the
-robot state, :data:`DEMO_PARAMETERS`). The nodes (:data:`NODES`) run on one
-``MultiThreadedExecutor`` until Ctrl-C or ``--duration``.
+robot state, :data:`DEMO_PARAMETERS`). The nodes (:data:`NODES`) run until
+Ctrl-C (or SIGTERM) or ``--duration``, spun in background threads: by default
+(``--executor split``) the inference node and the measuring monitor each on a
+``SingleThreadedExecutor`` of its own, so the control tick never waits behind
+another node's callbacks, the camera nodes on a ``MultiThreadedExecutor``
+(``--executor multi``: everything on one ``MultiThreadedExecutor``).
 
 While running it prints a status line (action frequency f = H/T, chunk age,
 active batch, tokens/s, from the inference node's ``/diagnostics``) and the

@@ -815,6 +815,12 @@ class InferenceNode(Node):
                 print(f"{NODE_NAME}: could not publish {len(events)} cancellations: {exc}", file=sys.stderr)
             else:
                 self.get_logger().info(f"shutdown: {len(events)} requests cancelled")
+                try:  # the process may exit right after: let reliable subscribers receive them
+                    from rclpy.duration import Duration
+
+                    self._pub_text.wait_for_all_acked(Duration(seconds=1.0))
+                except Exception:  # noqa: BLE001 - best effort
+                    pass
 
     def destroy_node(self):
         try:
