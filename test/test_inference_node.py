@@ -232,3 +232,6 @@ def test_runtime_parameters_are_validated_over_the_parameter_service(ros):
     assert node._tick_timer.timer_period_ns == 40_000_000
     (result,) = set_params(steps_per_frame=2)
     assert result.successful and node.params["steps_per_frame"] == 2
+    (result,) = set_params(denoise_steps=4)  # applied by the worker between frames
+    assert result.successful
+    assert ros.wait_until(lambda: node.engine.config.denoise_steps == 4, 5.0)

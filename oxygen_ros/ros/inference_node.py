@@ -601,6 +601,9 @@ class InferenceNode(Node):
             with self._cond:
                 job = None
                 while not self._stop:
+                    if self._pending_config:  # between frames: only this thread uses the engine
+                        changes, self._pending_config = self._pending_config, {}
+                        self.engine.config = dataclasses.replace(self.engine.config, **changes)
                     job = self._next_job()
                     if job is not None:
                         break
@@ -610,10 +613,7 @@ class InferenceNode(Node):
                         self._pending_questions.extendleft(reversed(job.questions))
                     return
                 self._busy = True
-                config_changes, self._pending_config = self._pending_config, {}
             try:
-                if config_changes:
-                    self.engine.config = dataclasses.replace(self.engine.config, **config_changes)
                 self._run_frame(job)
             except Exception as exc:  # keep serving; the error is reported
                 self.counters["frame_errors"] += 1
