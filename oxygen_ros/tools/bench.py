@@ -84,7 +84,8 @@ def main(argv=None) -> int:
         raise SystemExit("no run: every --steps-per-frame exceeds every --max-decode")
     runs = []
     total = sum(args.frames + args.warmup for _ in combos)
-    with tqdm(total=total, unit="frame", disable=total < 200, file=sys.stderr) as bar:
+    # the bar shows on a terminal only (disable=None), and only for long sweeps
+    with tqdm(total=total, unit="frame", disable=True if total < 200 else None, file=sys.stderr) as bar:
         for setting, n, k, S in combos:
             spec = RunSpec(setting, n, k, S, args.frames, args.warmup, args.arrivals, agents=args.agents,
                            max_active=args.max_active, seed=args.seed)
@@ -94,10 +95,11 @@ def main(argv=None) -> int:
             runs.append(r)
     components = measure_components(model, tok, cameras=args.cameras)
     bounds = {}
-    for S, k in sorted({(r["S"], r["k"]) for r in runs}):
-        ox = [r for r in runs if r["setting"] == "oxygen" and r["S"] == S and r["k"] == k]
+    for S, n, k in sorted({(r["S"], r["N"], r["k"]) for r in runs}):
+        ox = [r for r in runs if r["setting"] == "oxygen" and (r["S"], r["N"], r["k"]) == (S, n, k)]
         per_frame = ox[0]["language_throughput_tps"] * ox[0]["frame_latency_ms"]["mean"] / 1e3 if ox else None
-        bounds[f"S={S},k={k}"] = upper_bound(components, S=S, k=k, H=c.action_horizon, tokens_per_frame=per_frame)
+        bounds[bound_key(S, n, k)] = upper_bound(components, S=S, k=k, H=c.action_horizon,
+                                                 tokens_per_frame=per_frame)
     result = {"runs": runs, "upper_bound": bounds, "components": components,
               "model": {"source": loaded.source, "preset": c.name, "device": args.device, "dtype": args.dtype,
                         "threads": args.threads}}
@@ -114,6 +116,10 @@ def main(argv=None) -> int:
     return 0
 
 
+def bound_key(S: int, n: int, k: int) -> str:
+    return f"S={S},N={n},k={k}"
+
+
 def print_table(runs: list[dict], bounds: dict) -> None:
     base = {(r["N"], r["k"], r["S"]): r for r in runs if r["setting"] == "baseline"}
     head = f"{'setting':<10} {'N':>3} {'k':>3} {'S':>3} {'T mean':>8} {'T p99':>8} {'f (Hz)':>8} " \
@@ -122,7 +128,7 @@ def print_table(runs: list[dict], bounds: dict) -> None:
     print("-" * len(head))
     for r in runs:
         b = base.get((r["N"], r["k"], r["S"]))
-        ub = bounds.get(f"S={r['S']},k={r['k']}")
+        ub = bounds.get(bound_key(r["S"], r["N"], r["k"]))
         speed = f"{r['action_frequency_hz'] / b['action_frequency_hz']:.2f}" if b else "-"
         ideal = f"{b['frame_latency_ms']['mean'] / ub['frame_latency_ms']:.2f}" if b and ub else "-"
         print(f"{r['setting']:<10} {r['N']:>3} {r['k']:>3} {r['S']:>3} {r['frame_latency_ms']['mean']:>8.2f} "
