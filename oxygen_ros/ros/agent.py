@@ -502,7 +502,7 @@ def main(argv: list[str] | None = None) -> int:
     from rclpy.signals import SignalHandlerOptions
 
     from .camera_node import ParameterError
-    from .inference_node import install_sigterm_as_keyboard_interrupt
+    from .inference_node import install_sigterm_as_keyboard_interrupt, settle_garbage_collector
 
     sys.setswitchinterval(0.001)  # the inference worker must not hold the GIL through a control tick
     install_sigterm_as_keyboard_interrupt()
@@ -523,6 +523,7 @@ def main(argv: list[str] | None = None) -> int:
         monitor_node = rclpy.create_node("oxygen_agent_monitor")
         nodes.append(monitor_node)
         monitor = Monitor(monitor_node, inference, ns.text)
+        settle_garbage_collector()
         spinner = Spinner(ns.executor, inference, monitor_node,
                           [n for n in nodes if n is not inference and n is not monitor_node])
         deadline = None if ns.duration is None else time.monotonic() + ns.duration
