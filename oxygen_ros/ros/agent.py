@@ -118,7 +118,9 @@ ARGUMENTS: tuple[Argument, ...] = (
 #: With demo:=true, the camera node also takes the synthetic camera's gripper
 #: position as the robot state (closing the loop the way the model was trained).
 DEMO_PARAMETERS: dict[str, dict[str, Any]] = {
-    "oxygen_camera": {"state_topic": "/joint_states"},
+    # the synthetic camera renders 32 px images for the embedded tiny model: pass
+    # them on at that size instead of upscaling them to the YAML's 224
+    "oxygen_camera": {"state_topic": "/joint_states", "image_size": 32},
 }
 
 
