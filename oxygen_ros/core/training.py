@@ -1,0 +1,400 @@
+"""Training the VLA on the synthetic reach task, through the model code that serves.
+
+One example is one joint sequence, run with :meth:`VLA.forward_joint`::
+
+    [ base image + prompt (prefix) | description tokens (text) | action tokens ]
+
+* the prefix (the ``base`` camera's patches and the π0.5 prompt with the
+  binned state) attends bidirectionally to its valid tokens;
+* the text tokens attend to the prefix and causally to each other; the
+  description ``describe(scene)`` + EOS is predicted with cross-entropy, its
+  first token from the last prompt position (as greedy decoding after
+  ``prefill`` reads it);
+* the action tokens attend to the prefix and to each other, never to the text,
+  and learn π0.5's flow matching: ``x_t = t * noise + (1 - t) * actions``,
+  target ``u = noise - actions``, ``t ~ Beta(1.5, 1) * 0.999 + 0.001``, loss
+  ``MSE(v, u)``.
+
+Positions are ``cumsum(valid) - 1`` over prefix and text, and the action tokens
+start right after the valid prefix, exactly as the cached ``prefill`` /
+``decode_step`` / ``denoise`` number them; since the prefix never sees the text
+or the actions and the actions never see the text, one forward trains both
+serving paths at once.
+
+Actions are trained normalised: the expert's displacements divided by
+``max_step`` (so each lies in ``[-1, 1]``); :func:`norm_stats` writes that
+scaling in openpi's ``norm_stats.json`` format, chosen so that z-score and
+quantile (q01/q99) normalisation are the same map. The state (gripper ``x, y``
+in ``[-1, 1]``) is passed through unchanged (identity statistics) into the
+prompt's 256-bin discretisation.
+
+Everything is deterministic for a seed (data, initialisation, noise and flow
+times each come from their own seeded generator) at a fixed thread count.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import asdict, dataclass
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from torch import Tensor
+
+from .model.config import ModelConfig
+from .model.vla import VLA, PrefixBatch, build_model
+from .observation import resize_with_pad
+from .model.vision import images_to_pixels
+from .sim import scene as sim
+from .tokenizer import Tokenizer, tokenize_prompt
+
+#: Real action dimensions of the synthetic task (dx, dy); the rest is padding.
+ACTION_DIMS = 2
+#: Real state dimensions (gripper x, y).
+STATE_DIMS = 2
+#: Training data seeds must stay below this; evaluation scenes use seeds from here on.
+EVAL_SEED_BASE = 1_000_000
+
+
+@dataclass(frozen=True)
+class TrainConfig:
+    steps: int = 6000
+    batch_size: int = 64
+    lr: float = 2e-3
+    min_lr_fraction: float = 0.05
+    warmup_steps: int = 200
+    weight_decay: float = 0.01
+    grad_clip: float = 1.0
+    seed: int = 0
+    text_weight: float = 1.0
+    action_weight: float = 1.0
+    pad_action_weight: float = 0.1  # weight of the padded action dims' velocity loss
+    at_target_prob: float = 0.1  # fraction of examples with the gripper already on the target
+    object_weights: tuple[float, float, float] = (0.2, 0.4, 0.4)  # P(1, 2, 3 objects): grounding needs 2-3
+    same_colour_prob: float = 0.5  # share of multi-object scenes with a distractor of the target's colour ...
+    hard_from: float = 0.4  # ... from this fraction of the steps on (first learn the task, then shapes)
+    hires_prob: float = 0.1  # fraction rendered at another size and resized (as another camera is)
+    max_step: float = sim.MAX_STEP
+
+    def __post_init__(self) -> None:
+        if not 0 <= self.seed < EVAL_SEED_BASE:
+            raise ValueError(f"seed must be in [0, {EVAL_SEED_BASE}) (higher seeds are held out for evaluation)")
+        if self.steps < 0 or self.batch_size <= 0 or self.lr <= 0:
+            raise ValueError("steps must be >= 0, batch_size and lr > 0")
+
+
+# --------------------------------------------------------------------------
+# Normalisation
+# --------------------------------------------------------------------------
+
+
+def norm_stats(max_step: float = sim.MAX_STEP) -> dict:
+    """openpi-style statistics: actions scaled by ``max_step``, state unchanged.
+
+    ``mean = 0``, ``std = q99 = -q01 = scale``: both openpi normalisations
+    (``(x - mean) / std`` and ``2 (x - q01) / (q99 - q01) - 1``) divide by ``scale``.
+    """
+
+    def stats(scale: float, dims: int) -> dict:
+        return {"mean": [0.0] * dims, "std": [scale] * dims, "q01": [-scale] * dims, "q99": [scale] * dims}
+
+    return {"norm_stats": {"state": stats(1.0, STATE_DIMS), "actions": stats(float(max_step), ACTION_DIMS)}}
+
+
+# --------------------------------------------------------------------------
+# Data
+# --------------------------------------------------------------------------
+
+
+def batch_examples(cfg: TrainConfig, index: int, image_size: int, horizon: int) -> list[sim.Example]:
+    """The examples of training batch ``index``: a pure function of ``(cfg.seed, index)``.
+
+    Like :func:`sim.examples` (gripper anywhere, a share of it already on the
+    target), plus a share of images rendered larger and resized down the way
+    serving resizes camera images. Each batch has its own generator, so batches
+    can be made in any order or process and the data stay the same.
+    """
+    rng = np.random.default_rng([cfg.seed, index])
+    same_colour_prob = cfg.same_colour_prob if index >= cfg.hard_from * cfg.steps else 0.0
+    out = []
+    for _ in range(cfg.batch_size):
+        n_objects = 1 + int(rng.choice(3, p=np.asarray(cfg.object_weights) / sum(cfg.object_weights)))
+        scene = sim.sample_scene(rng, n_objects, min_gripper_distance=0.0)
+        if n_objects > 1 and rng.random() < same_colour_prob:
+            # Hard negatives: only the shape tells the target from a distractor.
+            while not _same_colour_distractor(scene):
+                scene = sim.sample_scene(rng, n_objects, min_gripper_distance=0.0)
+        if rng.random() < cfg.at_target_prob:
+            angle = rng.uniform(0.0, 2 * math.pi)
+            radius = 0.9 * sim.REACH_TOLERANCE * math.sqrt(rng.random())
+            tx, ty = scene.target.position
+            scene = scene.with_gripper((tx + radius * math.cos(angle), ty + radius * math.sin(angle)))
+        ex = sim.make_example(scene, image_size, horizon, cfg.max_step)
+        if rng.random() < cfg.hires_prob:
+            sizes = [n for n in (image_size // 2, 2 * image_size, 3 * image_size, 224) if n >= 32 and n != image_size]
+            size = int(rng.choice(sizes))
+            ex = ex._replace(image=resize_with_pad(sim.render(scene, size), image_size))
+        out.append(ex)
+    return out
+
+
+def _same_colour_distractor(scene: sim.Scene) -> bool:
+    return any(o.colour == scene.target.colour for i, o in enumerate(scene.objects) if i != scene.target_index)
+
+
+@dataclass(frozen=True)
+class TrainBatch:
+    prefix: PrefixBatch  # one camera (base), prompt padded to the batch's longest
+    text_in: Tensor  # [B, D] description tokens fed to the model (pad 0)
+    text_mask: Tensor  # [B, D] bool
+    targets: Tensor  # [B, D + 1] next-token targets, -100 on padding
+    actions: Tensor  # [B, H, action_dim] normalised, zero-padded
+
+
+def make_train_batch(examples: list[sim.Example], tokenizer: Tokenizer, config: ModelConfig,
+                     max_step: float) -> TrainBatch:
+    b = len(examples)
+    prompts = [tokenize_prompt(tokenizer, ex.instruction, ex.state, config.max_token_len) for ex in examples]
+    plen = max(int(m.sum()) for _, m in prompts)
+    tokens = torch.from_numpy(np.stack([t[:plen] for t, _ in prompts]))
+    token_mask = torch.from_numpy(np.stack([m[:plen] for _, m in prompts]))
+    images = np.stack([resize_with_pad(ex.image, config.vision.image_size) for ex in examples])[:, None]
+    prefix = PrefixBatch(images_to_pixels(torch.from_numpy(images)), torch.ones(b, 1, dtype=torch.bool),
+                         tokens, token_mask)
+    desc = [tokenizer.encode(ex.description) for ex in examples]
+    d = max(len(x) for x in desc)
+    text_in = torch.zeros(b, d, dtype=torch.long)
+    text_mask = torch.zeros(b, d, dtype=torch.bool)
+    targets = torch.full((b, d + 1), -100, dtype=torch.long)
+    for i, ids in enumerate(desc):
+        text_in[i, : len(ids)] = torch.tensor(ids)
+        text_mask[i, : len(ids)] = True
+        targets[i, : len(ids) + 1] = torch.tensor(ids + [tokenizer.eos_id])
+    actions = torch.zeros(b, config.action_horizon, config.action_dim)
+    acts = torch.from_numpy(np.stack([ex.actions for ex in examples])) / max_step
+    actions[:, :, : acts.shape[-1]] = acts
+    return TrainBatch(prefix, text_in, text_mask, targets, actions)
+
+
+class BatchSource:
+    """Training batches ``0, 1, 2, ...`` in order.
+
+    With ``workers > 0`` they are made in that many processes, at most
+    ``prefetch`` ahead of use, so rendering overlaps the optimiser step; the
+    batches are the same either way (see :func:`batch_examples`).
+    """
+
+    def __init__(self, cfg: TrainConfig, model_config: ModelConfig, tokenizer: Tokenizer, *, workers: int = 0,
+                 prefetch: int = 4):
+        self._args = (cfg, model_config, str(tokenizer.path))
+        self._tokenizer = tokenizer
+        self._pool = None
+        self._pending: dict[int, object] = {}
+        self._prefetch = max(1, prefetch)
+        if workers > 0:
+            import multiprocessing
+
+            ctx = multiprocessing.get_context("spawn")  # no fork of a process that holds torch's thread pools
+            self._pool = ctx.Pool(workers, initializer=_worker_init, initargs=self._args)
+
+    def get(self, index: int) -> TrainBatch:
+        if self._pool is None:
+            return _make_batch(*self._args[:2], self._tokenizer, index)
+        for i in range(index, index + self._prefetch):
+            if i not in self._pending:
+                self._pending[i] = self._pool.apply_async(_worker_batch, (i,))
+        return self._pending.pop(index).get()
+
+    def close(self) -> None:
+        if self._pool is not None:
+            self._pool.terminate()
+            self._pool.join()
+            self._pool = None
+
+    def __enter__(self) -> "BatchSource":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+
+def _make_batch(cfg: TrainConfig, model_config: ModelConfig, tokenizer: Tokenizer, index: int) -> TrainBatch:
+    examples = batch_examples(cfg, index, model_config.vision.image_size, model_config.action_horizon)
+    return make_train_batch(examples, tokenizer, model_config, cfg.max_step)
+
+
+_WORKER: dict = {}
+
+
+def _worker_init(cfg: TrainConfig, model_config: ModelConfig, tokenizer_path: str) -> None:
+    torch.set_num_threads(1)
+    _WORKER.update(cfg=cfg, model_config=model_config, tokenizer=Tokenizer(tokenizer_path))
+
+
+def _worker_batch(index: int) -> TrainBatch:
+    return _make_batch(_WORKER["cfg"], _WORKER["model_config"], _WORKER["tokenizer"], index)
+
+
+# --------------------------------------------------------------------------
+# Loss
+# --------------------------------------------------------------------------
+
+
+def sample_time(b: int, generator: torch.Generator) -> Tensor:
+    """Flow-matching times as openpi samples them: Beta(1.5, 1) * 0.999 + 0.001."""
+    # Beta(1.5, 1) by inverse CDF (F(x) = x ** 1.5), so one seeded generator drives it.
+    u = torch.rand(b, generator=generator, dtype=torch.float64)
+    return u ** (1.0 / 1.5) * 0.999 + 0.001
+
+
+def joint_mask(prefix_valid: Tensor, text_valid: Tensor, horizon: int) -> Tensor:
+    """allowed [B, T, T] over [prefix | text | actions] (see the module docstring)."""
+    b, p = prefix_valid.shape
+    d = text_valid.shape[1]
+    ones = torch.ones(b, horizon, dtype=torch.bool)
+    zeros_p, zeros_d = torch.zeros_like(prefix_valid), torch.zeros_like(text_valid)
+    is_prefix = torch.cat([torch.ones_like(prefix_valid), zeros_d, ~ones], 1)
+    is_text = torch.cat([zeros_p, torch.ones_like(text_valid), ~ones], 1)
+    is_action = torch.cat([zeros_p, zeros_d, ones], 1)
+    valid = torch.cat([prefix_valid, text_valid, ones], 1)
+    idx = torch.arange(p + d + horizon)
+    causal = idx[None, :] <= idx[:, None]
+    sees_prefix = (is_prefix & valid)[:, None, :]
+    text_keys = (is_text & valid)[:, None, :] & causal[None] & is_text[:, :, None]
+    action_keys = is_action[:, None, :] & is_action[:, :, None]
+    return sees_prefix | text_keys | action_keys
+
+
+def losses(model: VLA, batch: TrainBatch, generator: torch.Generator, pad_action_weight: float) -> dict[str, Tensor]:
+    """Text cross-entropy and flow-matching MSE of one batch (differentiable)."""
+    x_p, valid_p = model.embed_prefix(batch.prefix)
+    b, p, _ = x_p.shape
+    x_txt = model.language_model.embed(batch.text_in).to(x_p.dtype)
+    vlm_x = torch.cat([x_p, x_txt], 1)
+    vlm_valid = torch.cat([valid_p, batch.text_mask], 1)
+    vlm_pos = vlm_valid.long().cumsum(1) - 1
+    prefix_len = valid_p.sum(1)
+    horizon = batch.actions.shape[1]
+    act_pos = prefix_len[:, None] + torch.arange(horizon)
+
+    actions = batch.actions.to(model.dtype)
+    noise = torch.randn(actions.shape, generator=generator, dtype=torch.float32).to(model.dtype)
+    t = sample_time(b, generator)
+    tt = t.to(model.dtype)[:, None, None]
+    x_t = tt * noise + (1 - tt) * actions
+    u = noise - actions
+
+    allowed = joint_mask(valid_p, batch.text_mask, horizon)
+    h_vlm, h_act = model.forward_joint(vlm_x, vlm_pos, model.action_in_proj(x_t), act_pos,
+                                       model.time_condition(t), allowed)
+    v = model.action_out_proj(h_act)
+
+    # Logit rows: the last valid prompt token predicts the first description
+    # token, then each description token predicts the next (the last one EOS).
+    last_prompt = (valid_p.long() * torch.arange(p)).amax(1)
+    rows = torch.cat([last_prompt[:, None], p + torch.arange(batch.text_in.shape[1]).expand(b, -1)], 1)
+    h_rows = torch.gather(h_vlm, 1, rows[..., None].expand(-1, -1, h_vlm.shape[-1]))
+    logits = model.language_model.logits(h_rows).float()
+    text = F.cross_entropy(logits.flatten(0, 1), batch.targets.flatten(), ignore_index=-100)
+
+    err = (v - u).float().pow(2)
+    real = err[..., :ACTION_DIMS].mean()
+    pad = err[..., ACTION_DIMS:].mean() if err.shape[-1] > ACTION_DIMS else err.new_zeros(())
+    with torch.no_grad():
+        hits = (logits.argmax(-1) == batch.targets) | (batch.targets == -100)
+        seq_acc = hits.all(1).float().mean()
+    return {"text": text, "action": real, "action_pad": pad, "seq_acc": seq_acc,
+            "action_total": real + pad_action_weight * pad}
+
+
+# --------------------------------------------------------------------------
+# Loop
+# --------------------------------------------------------------------------
+
+
+def lr_at(step: int, cfg: TrainConfig) -> float:
+    """Linear warm-up, then cosine decay to ``min_lr_fraction * lr``."""
+    if step < cfg.warmup_steps:
+        return cfg.lr * (step + 1) / cfg.warmup_steps
+    span = max(1, cfg.steps - cfg.warmup_steps)
+    progress = min(1.0, (step - cfg.warmup_steps) / span)
+    floor = cfg.min_lr_fraction
+    return cfg.lr * (floor + (1 - floor) * 0.5 * (1 + math.cos(math.pi * progress)))
+
+
+def _init_for_training(model: VLA, seed: int) -> None:
+    """Token embeddings at std 1/sqrt(width) (Gemma scales them up by sqrt(width) on
+    input, and the LM head is tied to them, so the first logits are O(1))."""
+    emb = model.language_model.embed_tokens.weight
+    gen = torch.Generator().manual_seed(seed + 1)
+    with torch.no_grad():
+        emb.copy_(torch.randn(emb.shape, generator=gen, dtype=torch.float32).to(emb.dtype) * emb.shape[1] ** -0.5)
+
+
+def train(
+    model_config: ModelConfig,
+    cfg: TrainConfig,
+    tokenizer: Tokenizer,
+    *,
+    log: Callable[[dict], None] | None = None,
+    log_every: int = 100,
+    workers: int = 0,
+) -> tuple[VLA, list[dict]]:
+    """Train a freshly initialised model; returns it (in eval mode) and the logged history."""
+    if tokenizer.vocab_size != model_config.vocab_size:
+        raise ValueError(f"tokenizer has {tokenizer.vocab_size} pieces, model expects {model_config.vocab_size}")
+    model = build_model(model_config, seed=cfg.seed)
+    _init_for_training(model, cfg.seed)
+    model.train()
+    decay = [p for n, p in model.named_parameters() if p.ndim >= 2 and "embed" not in n]
+    no_decay = [p for n, p in model.named_parameters() if not (p.ndim >= 2 and "embed" not in n)]
+    opt = torch.optim.AdamW([{"params": decay, "weight_decay": cfg.weight_decay},
+                             {"params": no_decay, "weight_decay": 0.0}], lr=cfg.lr, betas=(0.9, 0.95))
+    gen = torch.Generator().manual_seed(cfg.seed)
+    history: list[dict] = []
+    running: dict[str, float] = {}
+    start = time.perf_counter()
+    deterministic = torch.are_deterministic_algorithms_enabled()
+    torch.use_deterministic_algorithms(True)
+    with BatchSource(cfg, model_config, tokenizer, workers=workers) as data:
+        try:
+            for step in range(cfg.steps):
+                _step(model, opt, data.get(step), gen, step, cfg, running)
+                if (step + 1) % log_every == 0 or step + 1 == cfg.steps:
+                    n = (step % log_every) + 1
+                    entry = {"step": step + 1, "lr": round(lr_at(step, cfg), 7),
+                             "elapsed_s": round(time.perf_counter() - start, 1),
+                             **{k: round(v / n, 5) for k, v in running.items()}}
+                    running.clear()
+                    history.append(entry)
+                    if log is not None:
+                        log(entry)
+        finally:
+            torch.use_deterministic_algorithms(deterministic)
+    model.eval()
+    return model, history
+
+
+def _step(model: VLA, opt: torch.optim.Optimizer, batch: TrainBatch, gen: torch.Generator, step: int,
+          cfg: TrainConfig, running: dict[str, float]) -> None:
+    for group in opt.param_groups:
+        group["lr"] = lr_at(step, cfg)
+    out = losses(model, batch, gen, cfg.pad_action_weight)
+    loss = cfg.text_weight * out["text"] + cfg.action_weight * out["action_total"]
+    opt.zero_grad(set_to_none=True)
+    loss.backward()
+    torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip)
+    opt.step()
+    for k in ("text", "action", "action_pad", "seq_acc"):
+        running[k] = running.get(k, 0.0) + float(out[k].detach())
+
+
+def config_dict(cfg: TrainConfig) -> dict:
+    return asdict(cfg)
+
+
+__all__ = ["TrainConfig", "norm_stats", "batch_examples", "BatchSource", "make_train_batch", "losses", "joint_mask",
+           "sample_time", "train", "lr_at", "EVAL_SEED_BASE", "ACTION_DIMS"]

@@ -1,0 +1,229 @@
+"""oxygen-eval: the default (or any) model on held-out scenes of the reach task, through the engine.
+
+Figures, over ``--scenes`` scenes drawn from a seed range disjoint from
+training (``EVAL_SEED_BASE + seed``):
+
+* ``text_accuracy``: the description generated for the scene's first frame
+  names the target's colour and shape (``description_exact``: it is exactly
+  ``describe(scene)``, relation included);
+* ``first_action_cosine``: mean cosine between the first action of the first
+  chunk (robot units, 2-D) and the direction from the gripper to the target;
+* ``closed_loop_success``: the policy, run in the :class:`Simulator` (the
+  first ``--execute`` actions of each chunk, then a new observation), brings
+  the gripper within reach of the target in at most ``--max-steps`` actions.
+
+Everything runs through :class:`Engine` in the given ``--setting`` with one
+camera (``base``; the other camera slots are masked). Scenes are served with
+continuous batching: up to ``--concurrency`` scenes are in flight, a finished
+scene is replaced by the next at once, and each scene's first observation
+starts a language request that decodes (``--steps-per-frame`` tokens per
+frame under ``oxygen``) while that scene and the others keep acting.
+
+    oxygen-eval --scenes 200 --json /tmp/eval.json
+    oxygen-eval --scenes 50 --setting baseline
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import sys
+import time
+from collections import deque
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+import torch
+
+from ..core.engine import Engine, EngineConfig
+from ..core.observation import Observation, resize_with_pad
+from ..core.sim import scene as sim
+from ..core.training import EVAL_SEED_BASE
+from .common import add_model_args, load_model
+
+CAMERA = "base"
+CAMERA_NAMES = ("base", "left_wrist", "right_wrist")
+
+
+@dataclass
+class Episode:
+    index: int
+    scene: sim.Scene
+    simulator: sim.Simulator = field(init=False)
+    request: object = None  # the language request of the first frame
+    first_action: np.ndarray | None = None
+    steps: int = 0
+    success: bool = False
+    done: bool = False
+
+    def __post_init__(self) -> None:
+        self.simulator = sim.Simulator(self.scene)
+
+
+def held_out_scenes(count: int, seed: int = 0) -> list[sim.Scene]:
+    """``count`` evaluation scenes (gripper at least 0.3 from the target), never seen in training."""
+    rng = np.random.default_rng(EVAL_SEED_BASE + seed)
+    return [sim.sample_scene(rng) for _ in range(count)]
+
+
+def observe(episode: Episode, image_size: int, camera_size: int | None = None) -> Observation:
+    """The scene rendered at ``image_size``; with ``camera_size``, resized to it first as the camera
+    node does (``image_size`` there), so the model sees what it sees in the agent."""
+    s = episode.simulator
+    image = s.observe(image_size)
+    if camera_size:
+        image = resize_with_pad(image, camera_size)
+    return Observation(images={CAMERA: image}, instruction=s.instruction, state=s.state)
+
+
+def names_target(text: str, scene: sim.Scene) -> bool:
+    """The text starts with the target's colour and shape."""
+    return text.split()[:2] == [scene.target.colour, scene.target.shape]
+
+
+def cosine(a: np.ndarray, b: np.ndarray) -> float:
+    na, nb = float(np.linalg.norm(a)), float(np.linalg.norm(b))
+    return float(np.dot(a, b) / (na * nb)) if na > 0 and nb > 0 else 0.0
+
+
+def _frame_requests(engine: Engine, result, frame_id: int) -> list:
+    """The language requests a frame started, in the order of its observations."""
+    pool = list(engine.requests.active.values()) + list(engine.requests.queue) + list(result.finished)
+    return sorted({id(r): r for r in pool if r.frame_id == frame_id}.values(), key=lambda r: r.id)
+
+
+def run_episodes(engine: Engine, scenes: Sequence[sim.Scene], *, image_size: int, concurrency: int,
+                 execute: int, max_steps: int, camera_size: int | None = None) -> list[Episode]:
+    """Serve every scene to completion with continuous batching (see the module docstring)."""
+    pending = deque(Episode(i, s) for i, s in enumerate(scenes))
+    running: list[Episode] = []
+    episodes: list[Episode] = []
+    while pending or running:
+        new = []
+        while pending and len(running) + len(new) < concurrency:
+            new.append(pending.popleft())
+        if new:  # first observations: actions plus a language request each
+            result = engine.step([observe(e, image_size, camera_size) for e in new], start_language=True)
+            requests = _frame_requests(engine, result, result.frame_id)
+            if len(requests) != len(new):
+                raise RuntimeError(f"frame {result.frame_id}: {len(new)} observations but {len(requests)} requests")
+            for e, r, chunk in zip(new, requests, result.actions):
+                e.request, e.first_action = r, np.asarray(chunk)[0, :2]
+                _apply(e, chunk, execute, max_steps)
+        if running:
+            result = engine.step([observe(e, image_size, camera_size) for e in running], start_language=False)
+            for e, chunk in zip(running, result.actions):
+                _apply(e, chunk, execute, max_steps)
+        running = [e for e in running + new if not e.done]
+        episodes += [e for e in new]
+    engine.drain()
+    return sorted(episodes, key=lambda e: e.index)
+
+
+def _apply(e: Episode, chunk: np.ndarray, execute: int, max_steps: int) -> None:
+    for action in np.asarray(chunk)[:execute, :2]:
+        e.simulator.step(action)
+        e.steps += 1
+        if e.simulator.reached():
+            e.success = e.done = True
+            return
+        if e.steps >= max_steps:
+            e.done = True
+            return
+
+
+def summarise(episodes: Sequence[Episode]) -> dict:
+    texts = [e.request.text if e.request is not None else "" for e in episodes]
+    named = [names_target(t, e.scene) for t, e in zip(texts, episodes)]
+    exact = [t == sim.describe(e.scene) for t, e in zip(texts, episodes)]
+    cos = [cosine(e.first_action, np.subtract(e.scene.target.position, e.scene.gripper)) for e in episodes]
+    reasons = {}
+    for e in episodes:
+        reason = getattr(getattr(e.request, "finish_reason", None), "value", "none")
+        reasons[reason] = reasons.get(reason, 0) + 1
+    successes = [e for e in episodes if e.success]
+    return {
+        "scenes": len(episodes),
+        "text_accuracy": float(np.mean(named)),
+        "description_exact": float(np.mean(exact)),
+        "first_action_cosine": float(np.mean(cos)),
+        "first_action_cosine_min": float(np.min(cos)),
+        "closed_loop_success": len(successes) / len(episodes),
+        "mean_steps_to_success": float(np.mean([e.steps for e in successes])) if successes else None,
+        "finish_reasons": reasons,
+    }
+
+
+def evaluate(model, tokenizer, normalizer, *, scenes: int = 200, seed: int = 0, setting: str = "oxygen",
+             concurrency: int = 8, execute: int = 5, max_steps: int = 50, max_decode: int = 12,
+             steps_per_frame: int = 5, denoise_steps: int | None = None, camera_size: int | None = None,
+             with_texts: bool = False) -> dict:
+    """Run the evaluation and return its figures (and, with ``with_texts``, every generated text)."""
+    steps = denoise_steps or model.config.denoise_steps
+    config = EngineConfig(setting=setting, max_decode=max_decode, steps_per_frame=min(steps_per_frame, max_decode),
+                          denoise_steps=steps, max_active=concurrency, queue_limit=4 * concurrency,
+                          max_observations_per_frame=concurrency, language_every_n_frames=1, seed=seed,
+                          camera_names=CAMERA_NAMES)
+    engine = Engine(model, tokenizer, config, normalizer=normalizer)
+    start = time.perf_counter()
+    episodes = run_episodes(engine, held_out_scenes(scenes, seed), image_size=model.config.vision.image_size,
+                            concurrency=concurrency, execute=execute, max_steps=max_steps, camera_size=camera_size)
+    out = {"setting": setting, "seed": seed, "execute": execute, "max_steps": max_steps, "camera_size": camera_size,
+           "denoise_steps": steps, **summarise(episodes), "wall_s": round(time.perf_counter() - start, 2)}
+    if with_texts:
+        out["texts"] = [e.request.text for e in episodes]
+        out["tokens"] = [list(e.request.tokens) for e in episodes]
+    return out
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="oxygen-eval", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--scenes", type=int, default=200, help="held-out scenes (default 200)")
+    parser.add_argument("--setting", default="oxygen", help="engine setting: baseline, parallel, shared_kv, oxygen")
+    parser.add_argument("--compare", nargs="*", default=None, metavar="SETTING",
+                        help="also run these settings and check that every generated token is the same")
+    parser.add_argument("--json", default=None, help="write the figures to this file")
+    parser.add_argument("--seed", type=int, default=0, help="evaluation seed (scenes and action noise)")
+    parser.add_argument("--concurrency", type=int, default=8, help="scenes in flight at once")
+    parser.add_argument("--execute", type=int, default=5, help="actions executed from each chunk")
+    parser.add_argument("--max-steps", type=int, default=50, help="action budget per scene")
+    parser.add_argument("--camera-size", type=int, default=None,
+                        help="resize the rendered image to this size first, as the camera node does (its "
+                             "image_size, 224 in config/agent.yaml); default: the model's size, no resize")
+    add_model_args(parser)
+    args = parser.parse_args(argv)
+    ckpt = load_model(args)
+    if ckpt.normalizer is None:
+        print(f"note: {ckpt.source} has no normalisation statistics; actions are used as the model outputs them",
+              file=sys.stderr)
+    kwargs = dict(scenes=args.scenes, seed=args.seed, concurrency=args.concurrency, execute=args.execute,
+                  max_steps=args.max_steps, camera_size=args.camera_size)
+    report = evaluate(ckpt.model, ckpt.tokenizer, ckpt.normalizer, setting=args.setting, with_texts=True, **kwargs)
+    settings = [s for s in (args.compare or []) if s != args.setting]
+    if settings:
+        report["compare"] = {}
+        for s in settings:
+            other = evaluate(ckpt.model, ckpt.tokenizer, ckpt.normalizer, setting=s, with_texts=True, **kwargs)
+            same = other["tokens"] == report["tokens"]
+            report["compare"][s] = {k: v for k, v in other.items() if k not in ("texts", "tokens")}
+            report["compare"][s]["same_tokens"] = same
+    texts = report.pop("texts")
+    report.pop("tokens")
+    print(json.dumps(report, indent=2))
+    for e_text, scene in list(zip(texts, held_out_scenes(min(5, args.scenes), args.seed))):
+        print(f"  {sim.describe(scene)!r:45} -> {e_text!r}", file=sys.stderr)
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(report, f, indent=2)
+            f.write("\n")
+    mismatch = [s for s, r in report.get("compare", {}).items() if not r["same_tokens"]]
+    if mismatch:
+        print(f"generated tokens differ under: {', '.join(mismatch)}", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
