@@ -24,7 +24,7 @@ def _tradeoff(runs, path):
     for setting in dict.fromkeys(r["setting"] for r in runs):
         pts = sorted((r["language_throughput_tps"], r["action_frequency_hz"], r["N"], r["k"])
                      for r in runs if r["setting"] == setting)
-        ax.plot([p[0] for p in pts], [p[1] for p in pts], "o-", label=setting)
+        ax.plot([p[0] for p in pts], [p[1] for p in pts], "o", label=setting)
         for x, y, n, k in pts:
             ax.annotate(f"N{n} k{k}", (x, y), fontsize=6, alpha=0.7)
     ax.set_xlabel("language throughput (tokens/s)")
