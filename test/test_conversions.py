@@ -165,8 +165,9 @@ def _fuzz_images(draw):
     return encoding, height, width, step, size, is_bigendian, max_bytes
 
 
-def test_fuzz_raw_images_only_image_error_escapes(capsys):
+def test_fuzz_raw_images_only_image_error_escapes(capsys, record_property):
     outcomes = Counter()
+    covered = Counter()  # what the cases exercised: encodings, sizes, data lengths, steps
 
     @settings(max_examples=600, deadline=None, database=None,
               suppress_health_check=[HealthCheck.filter_too_much, HealthCheck.too_slow])
@@ -175,6 +176,14 @@ def test_fuzz_raw_images_only_image_error_escapes(capsys):
         encoding, height, width, step, size, is_bigendian, max_bytes = case
         msg = Image(height=height, width=width, encoding=encoding, step=step, is_bigendian=is_bigendian)
         msg.data = rnd.randbytes(size)
+        channels = conv.SUPPORTED_ENCODINGS.get(encoding)
+        covered["encoding " + (encoding if channels else "unsupported")] += 1
+        covered["size zero" if 0 in (height, width) else "size huge" if max(height, width) >= 65536
+                else "size small"] += 1
+        covered["data natural" if size == height * step else "data empty" if size == 0 else "data other"] += 1
+        if channels:
+            row = width * channels
+            covered["step packed" if step == row else "step short" if step < row else "step padded"] += 1
         try:
             out = conv.image_msg_to_rgb(msg, max_bytes=max_bytes)
         except ImageError as exc:
@@ -185,10 +194,19 @@ def test_fuzz_raw_images_only_image_error_escapes(capsys):
             outcomes["ok"] += 1
 
     run()
+    cases = sum(outcomes.values())
+    record_property("fuzz_cases", cases)
+    record_property("fuzz_outcomes", dict(sorted(outcomes.items())))
     with capsys.disabled():
-        print(f"\n  fuzzed raw images: {sum(outcomes.values())} cases {dict(sorted(outcomes.items()))}")
+        print(f"\n  fuzzed raw images: {cases} cases {dict(sorted(outcomes.items()))}"
+              f"\n    covering {dict(sorted(covered.items()))}")
+    assert cases >= 300
     assert outcomes["ok"] > 0
-    assert {"unsupported_encoding", "zero_size", "size_mismatch", "too_large"} <= set(outcomes)
+    assert set(conv.IMAGE_ERROR_REASONS) - {"unsupported_format", "corrupt_compressed", "conversion_failed"} \
+        <= set(outcomes), outcomes  # every raw-image reason was reached
+    assert {f"encoding {e}" for e in conv.SUPPORTED_ENCODINGS} | {"encoding unsupported"} <= set(covered)
+    assert {"size zero", "size huge", "size small", "data natural", "data empty", "data other", "step packed",
+            "step short", "step padded"} <= set(covered), covered
 
 
 # --------------------------------------------------------------------------
@@ -262,7 +280,7 @@ def test_compressed_size_limit():
     assert info.value.reason == "too_large"
 
 
-def test_fuzz_compressed_only_image_error_escapes(capsys):
+def test_fuzz_compressed_only_image_error_escapes(capsys, record_property):
     outcomes = Counter()
     seeds = [_png_bytes(_rgb(6, 5)), _jpeg_bytes(), b""]
 
@@ -283,6 +301,7 @@ def test_fuzz_compressed_only_image_error_escapes(capsys):
             outcomes["ok"] += 1
 
     run()
+    record_property("fuzz_cases", sum(outcomes.values()))
     with capsys.disabled():
         print(f"\n  fuzzed compressed images: {sum(outcomes.values())} cases {dict(sorted(outcomes.items()))}")
     assert outcomes["ok"] > 0 and outcomes["corrupt_compressed"] > 0

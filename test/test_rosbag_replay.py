@@ -4,8 +4,9 @@ The test writes a bag (MCAP and SQLite3) of rgb8 images and a latched
 instruction with ``write_bag``, plays it with the ``BagPlayer`` in lockstep
 (the next image waits for the ActionChunk of the previous observation), records
 ``actions_topic`` and ``text_topic`` into a bag of its own and checks that
-bag's content. Lockstep plus ``decode_when_idle: false`` makes a replay
-deterministic (one frame per observation, nothing else), so two replays -
+bag's content. Lockstep plus ``decode_when_idle: false`` and ``decode_budget:
+false`` (every frame decodes ``steps_per_frame`` steps, however long it takes)
+makes a replay deterministic (one frame per observation, nothing else), so two replays -
 and the two storages - must give identical chunks and texts.
 """
 
@@ -66,7 +67,7 @@ def _replay(bag, out_dir, prefix):
             recorder.create_subscription(
                 cls, topic, lambda m, t=topic: recorded.append((t, m, time.time_ns())), reliable(5000))
         inference = ros.add(InferenceNode(context=ros.context, namespace=prefix, parameter_overrides=params(
-            preset="tiny", model_path="", chunk_origin="frame_end", decode_when_idle=False,
+            preset="tiny", model_path="", chunk_origin="frame_end", decode_when_idle=False, decode_budget=False,
             question_topic=f"{prefix}/question", trajectory_topic=f"{prefix}/trajectory", **topics)))
         camera = ros.add(CameraNode(context=ros.context, namespace=prefix, parameter_overrides=params(
             image_topics=[f"{prefix}/camera/image_raw"], instruction_topic=f"{prefix}/instruction",

@@ -16,9 +16,18 @@
   in ``rejected[reason]`` and logged (throttled, naming topic and reason); the
   node keeps the camera's previous frame and uses the next good one;
 * control characters are stripped from the instruction (with a warning); until
-  an instruction arrives ``default_instruction`` is used;
-* a state with NaN/inf (or empty, or too long) is rejected and never forwarded;
-  with ``state_topic`` set, no group is published without a valid state.
+  an instruction arrives, and after an empty one, ``default_instruction`` is
+  used (an over-long one is cut to the model's prompt length by the inference
+  node);
+* a state with NaN/inf (or empty, or too long, or whose ``name`` and
+  ``position`` lengths disagree) is rejected and never forwarded; with
+  ``state_topic`` set, no group is published without a valid state;
+* once a second it publishes a ``diagnostic_msgs/DiagnosticArray`` on
+  ``/diagnostics`` (status ``oxygen_camera: cameras``): every rejection counter
+  (``rejected_<reason>``), groups published and dropped stale, frames received
+  and the age of the newest frame per camera; WARN when something was rejected
+  or dropped since the last status or a camera is silent for longer than
+  ``max_age``.
 
 Parameters are listed in :data:`PARAMETERS`; topics and camera names are read
 at start (read-only), the others can be changed at run time and are validated.
@@ -36,6 +45,7 @@ from typing import Any
 
 import numpy as np
 import rclpy
+from diagnostic_msgs.msg import DiagnosticArray, DiagnosticStatus, KeyValue
 from rcl_interfaces.msg import ParameterDescriptor, SetParametersResult
 from rclpy.exceptions import NameValidationException
 from rclpy.executors import ExternalShutdownException
@@ -83,7 +93,9 @@ OBSERVATION_QOS = QoSProfile(
 )
 
 #: Reasons (besides IMAGE_ERROR_REASONS) counted in ``CameraNode.rejected``.
-STATE_REJECTION_REASONS = ("state_not_finite", "state_empty", "state_too_long")
+STATE_REJECTION_REASONS = ("state_not_finite", "state_empty", "state_too_long", "state_names_mismatch")
+#: Seconds between two DiagnosticArray messages on /diagnostics.
+DIAGNOSTICS_PERIOD_S = 1.0
 
 
 # --------------------------------------------------------------------------
@@ -251,7 +263,8 @@ PARAMETERS: tuple[ParamSpec, ...] = (
               "float", positive, dynamic=True),
     ParamSpec("max_image_bytes", DEFAULT_MAX_IMAGE_BYTES, "largest accepted image in bytes "
               "(message data and decoded RGB)", "int", positive, dynamic=True),
-    ParamSpec("default_instruction", "", "instruction used until one arrives on instruction_topic",
+    ParamSpec("default_instruction", "", "instruction used until one arrives on instruction_topic, and after "
+              "an empty one",
               "str", dynamic=True),
 )
 
@@ -311,12 +324,16 @@ class CameraNode(Node):
         self.max_image_bytes: int = p["max_image_bytes"]
         self.default_instruction: str = clean_instruction(p["default_instruction"])
         self.state_topic: str = p["state_topic"]
+        self._instruction_topic: str = p["instruction_topic"]
 
         # Counters (read by diagnostics and tests).
         self.rejected: dict[str, int] = {r: 0 for r in IMAGE_ERROR_REASONS + STATE_REJECTION_REASONS}
         self.published = 0
         self.dropped_stale = 0
         self.waiting_for_state = 0
+        self.received = [0] * len(self.topics)  # good frames per camera
+        self._last_frame_mono: list[float | None] = [None] * len(self.topics)
+        self._diag_prev: dict[str, int] = {}
 
         self.seq = 0
         self.instruction: str | None = None
@@ -341,6 +358,8 @@ class CameraNode(Node):
 
         self.add_on_set_parameters_callback(parameter_callback(PARAMETERS))
         self.add_post_set_parameters_callback(self._apply_parameters)
+        self._diag_publisher = self.create_publisher(DiagnosticArray, "/diagnostics", 10)
+        self._diag_timer = self.create_timer(DIAGNOSTICS_PERIOD_S, self._publish_diagnostics)
         cams = ", ".join(f"{n}={t}" for n, t in zip(self.camera_names, self.topics))
         self.get_logger().info(
             f"grouping {len(self.topics)} camera(s) [{cams}] into {p['observation_topic']} at "
@@ -378,6 +397,8 @@ class CameraNode(Node):
             self.rejected[exc.reason] = self.rejected.get(exc.reason, 0) + 1
             self._warn((topic, exc.reason), f"rejected image on {topic}: {exc}")
             return
+        self.received[index] += 1
+        self._last_frame_mono[index] = time.monotonic()
         stamp_ns = stamp_to_ns(msg.header.stamp)
         header = msg.header
         if stamp_ns == 0:
@@ -398,16 +419,23 @@ class CameraNode(Node):
     def _on_instruction(self, msg: String) -> None:
         text = clean_instruction(msg.data)
         if text != msg.data:
-            self.get_logger().warning(
-                f"instruction had control characters, removed: {msg.data!r} -> {text!r}")
+            self._warn("instruction_control", f"instruction had control characters, removed: "
+                       f"{_clip(msg.data)!r} -> {_clip(text)!r}")
+        if not text.strip():
+            self._warn("instruction_empty", f"empty instruction on {self._instruction_topic}: using "
+                       f"default_instruction {self.default_instruction!r}")
+            self.instruction = None
+            return
         if text != self.instruction:
-            self.get_logger().info(f"instruction: {text!r}")
+            self.get_logger().info(f"instruction ({len(text)} characters): {_clip(text)!r}")
         self.instruction = text
 
     def _on_state(self, msg: JointState) -> None:
         state = np.asarray(msg.position, dtype=np.float64)
         if state.size == 0:
             reason, text = "state_empty", "JointState has no position values"
+        elif len(msg.name) and len(msg.name) != state.size:
+            reason, text = "state_names_mismatch", f"{len(msg.name)} joint names for {state.size} positions"
         elif state.size > self._core.MAX_STATE_DIM:
             reason, text = "state_too_long", f"{state.size} positions, at most {self._core.MAX_STATE_DIM} supported"
         elif not np.all(np.isfinite(state)):
@@ -418,6 +446,57 @@ class CameraNode(Node):
         self.state = None  # never forward an older state as if it were current
         self.rejected[reason] += 1
         self._warn((self.state_topic, reason), f"rejected state on {self.state_topic}: {text}")
+
+    # -- diagnostics --------------------------------------------------------
+
+    def diagnostics(self) -> dict[str, Any]:
+        """The figures published on /diagnostics, as a dict."""
+        now = time.monotonic()
+        out: dict[str, Any] = {f"rejected_{reason}": count for reason, count in self.rejected.items()}
+        out.update(rejected_total=sum(self.rejected.values()), published=self.published,
+                   dropped_stale=self.dropped_stale, waiting_for_state=self.waiting_for_state,
+                   instruction=_clip(self.instruction if self.instruction is not None else self.default_instruction))
+        for name, topic, count, last in zip(self.camera_names, self.topics, self.received, self._last_frame_mono):
+            out[f"{name}.topic"] = topic
+            out[f"{name}.frames"] = count
+            out[f"{name}.last_frame_age_s"] = math.nan if last is None else now - last
+        return out
+
+    def diagnostic_status(self, d: dict[str, Any] | None = None) -> tuple[bytes, str]:
+        """(level, message): WARN for rejections and stale groups since the last status,
+        and for cameras silent for longer than ``max_age``; else OK."""
+        d = self.diagnostics() if d is None else d
+        problems = []
+        new = {reason: count - self._diag_prev.get(reason, 0) for reason, count in self.rejected.items()}
+        self._diag_prev.update(self.rejected)
+        rejected = ", ".join(f"{n} {reason}" for reason, n in new.items() if n)
+        if rejected:
+            problems.append(f"rejected: {rejected}")
+        stale = self.dropped_stale - self._diag_prev.get("_stale", 0)
+        self._diag_prev["_stale"] = self.dropped_stale
+        if stale:
+            problems.append(f"{stale} stale groups dropped")
+        silent = [f"{name} ({d[f'{name}.last_frame_age_s']:.1f} s)" if self.received[i] else f"{name} (no frame yet)"
+                  for i, name in enumerate(self.camera_names)
+                  if not self.received[i] or d[f"{name}.last_frame_age_s"] > self.max_age]
+        if silent:
+            problems.append("no frame from " + ", ".join(silent))
+        level = DiagnosticStatus.WARN if problems else DiagnosticStatus.OK
+        return level, "; ".join(problems) if problems else f"{self.published} observations published"
+
+    def _publish_diagnostics(self) -> None:
+        try:
+            d = self.diagnostics()
+            level, message = self.diagnostic_status(d)
+            status = DiagnosticStatus(level=level, name=f"{self.get_name()}: cameras", message=message,
+                                      hardware_id=",".join(self.topics))
+            status.values = [KeyValue(key=k, value=(f"{v:.3f}" if isinstance(v, float) else str(v)))
+                             for k, v in d.items()]
+            array = DiagnosticArray(status=[status])
+            array.header.stamp = self.get_clock().now().to_msg()
+            self._diag_publisher.publish(array)
+        except Exception as exc:  # diagnostics must never end the node
+            self.get_logger().error(f"diagnostics failed: {exc!r}")
 
     # -- output -------------------------------------------------------------
 
@@ -456,6 +535,11 @@ class CameraNode(Node):
         self.published += 1
         self._fresh = [False] * len(self.topics)
         self._grouped_stamps = [f.stamp_ns for f in frames]
+
+
+def _clip(text: str, limit: int = 200) -> str:
+    """``text`` for a log line: at most ``limit`` characters (and how many more)."""
+    return text if len(text) <= limit else f"{text[:limit]}... ({len(text) - limit} more characters)"
 
 
 def main(args: list[str] | None = None) -> int:

@@ -42,7 +42,31 @@ Parameters
     and ``config/agent.yaml``. They are validated at start (a
     :class:`ParameterError` naming the parameter) and, for the run-time
     changeable ones, in the parameter callback (the refusal reason names the
-    parameter); the others are read-only.
+    parameter); the others are read-only. Overrides naming no parameter of
+    this node (a typo in the YAML) are logged as a warning.
+
+Reliability (nothing that arrives stops the control loop)
+    * Inputs: an Observation that does not convert (bad image, names and
+      images disagreeing, state NaN/inf, longer than MAX_STATE_DIM or than the
+      checkpoint's state statistics) is refused with its reason and never
+      reaches the model; an instruction whose prompt would exceed the model's
+      ``max_token_len`` is cut so that it fits (the state is kept) with a
+      warning; control characters are removed. A question without text is
+      answered ``rejected``; a longer one than the engine's
+      ``max_question_tokens`` is cut with a warning.
+    * Staleness: a frame never starts from an observation older than
+      ``max_observation_age``; when the chunk runs out, a tick publishes
+      nothing (``hold_action: none``) or the chunk's last row as a hold
+      message (``last``: offset = H, one row); underruns are counted.
+    * Overload: each frame's decode steps come from a
+      :class:`~oxygen_ros.core.budget.DecodeBudget` against
+      ``frame_deadline_ms`` (default: half the time a chunk covers), so
+      language shrinks (to zero steps) before an action is late.
+    * Faults: an exception in a frame is logged with its cause and the next
+      frame runs; chunks with non-finite values are dropped; after
+      ``max_consecutive_failures`` failed frames in a row the current chunk is
+      dropped and no ActionChunk is published (diagnostics: ERROR) until a frame
+      succeeds. A model that does not load stops the start with its cause.
 
 Shutdown
     :meth:`InferenceNode.shutdown` (also run by ``destroy_node``) stops the
@@ -83,6 +107,7 @@ from ..core.chunk_clock import (
     ORIGINS,
     Chunk,
     ChunkClock,
+    Due,
     chunk_origin,
     period_ns,
 )
@@ -92,6 +117,7 @@ from . import conversions
 from .camera_node import (
     ParameterError,  # one error type for every node: names the parameter
 )
+from .camera_node import clean_instruction as clean_text
 
 try:  # rclpy >= Iron passes the timer's scheduled time to callbacks that ask for it
     from rclpy.timer import TimerInfo
@@ -101,6 +127,12 @@ except ImportError:  # pragma: no cover - Humble
 NODE_NAME = "oxygen_inference"
 SETTINGS = ("baseline", "parallel", "shared_kv", "oxygen")
 DTYPES = ("float32", "bfloat16")
+HOLD_ACTIONS = ("none", "last")
+#: Characters of a question / instruction kept per token of its limit before
+#: tokenising (no SentencePiece piece is longer): a megabyte of text costs nothing.
+CHARS_PER_TOKEN = 100
+#: Parameters rclpy declares itself (not ours, never "unknown").
+_IMPLICIT_PARAMETERS = ("use_sim_time", "start_type_description_service")
 
 
 
@@ -147,7 +179,24 @@ PARAMETERS: tuple = (
     ParamSpec("language_every_n_frames", 1, "Start a language request on every n-th observation frame; "
               "0: only on demand (questions).", True, ">= 0"),
     ParamSpec("max_observation_age", 1.0, "Observations older than this (s, by their stamp on this node's "
-              "clock) are not used; <= 0: no age check.", True, "finite"),
+              "clock, when a frame would start from them) are not used; <= 0: no age check.", True, "finite"),
+    ParamSpec("hold_action", "none", "What a control tick publishes when the newest chunk has no action left "
+              "(an underrun: camera drop-out, stale observations, frames too slow): 'none' publishes nothing; "
+              "'last' repeats the chunk's last row as a hold message (offset = the chunk's horizon H, one row, "
+              "header.stamp = the tick), only for absolute (position) actions. Underruns are counted either way.",
+              True, "none | last"),
+    ParamSpec("frame_deadline_ms", 0.0, "Deadline of one frame for the language budget: the decode steps of a "
+              "frame shrink (down to 0) so that prefill + denoise + decoding fit in it, and grow back with "
+              "headroom. 0: half the time a chunk covers (horizon / control_rate_hz / 2: a frame started right "
+              "after the previous one must end while the previous chunk still has actions).", True,
+              ">= 0 (0: automatic)"),
+    ParamSpec("decode_budget", True, "Let the language budget shrink each frame's decode steps under overload "
+              "(see frame_deadline_ms). false: every frame decodes steps_per_frame steps, whatever the frame "
+              "time (deterministic text in lockstep replays; an overloaded frame may then make an action late).",
+              True),
+    ParamSpec("max_consecutive_failures", 3, "Frames failing in a row (an exception, non-finite actions) after "
+              "which the action output stops: the current chunk is dropped, no ActionChunk is published and "
+              "diagnostics report ERROR until a frame succeeds again.", True, ">= 1"),
     ParamSpec("seed", 0, "Seed of the action noise (and of the random preset weights).", constraints=">= 0"),
     ParamSpec("threads", 1, "Torch intra-op threads.", constraints=">= 1"),
     ParamSpec("joint_names", _str_array(), "Joint names; when set, the first len(joint_names) action "
@@ -226,8 +275,12 @@ def check_parameter(name: str, value: Any, current: Optional[dict] = None) -> An
         need(0.0 < value <= 1000.0, "must be > 0 and <= 1000 Hz")
     elif name == "denoise_steps":
         need(1 <= value <= 1000, "must be in 1..1000")
-    elif name in ("max_decode", "max_active", "threads"):
+    elif name in ("max_decode", "max_active", "threads", "max_consecutive_failures"):
         need(value >= 1, "must be >= 1")
+    elif name == "hold_action":
+        need(value in HOLD_ACTIONS, f"must be one of {', '.join(HOLD_ACTIONS)}")
+    elif name == "frame_deadline_ms":
+        need(value >= 0.0, "must be >= 0 ms (0: automatic)")
     elif name in ("queue_limit", "language_every_n_frames", "seed", "warmup_frames"):
         need(value >= 0, "must be >= 0")
     elif name == "steps_per_frame":
@@ -329,6 +382,10 @@ _RELIABLE = dict(reliability=ReliabilityPolicy.RELIABLE, durability=DurabilityPo
                  history=HistoryPolicy.KEEP_LAST)
 
 
+class ModelLoadError(RuntimeError):
+    """The model could not be loaded for a reason other than a bad parameter."""
+
+
 class InferenceNode(Node):
     """See the module doc. ``kwargs`` go to ``rclpy.node.Node`` (context,
     parameter_overrides, cli_args, namespace, ...)."""
@@ -340,7 +397,10 @@ class InferenceNode(Node):
         self._own_timers: list = []
         try:
             self._start()
-        except BaseException:
+        except BaseException as exc:
+            if isinstance(exc, Exception):  # the cause, in the node's log (main prints it too)
+                self.get_logger().fatal(f"start-up failed: {exc}" if isinstance(exc, ParameterError)
+                                        else f"start-up failed: {exc!r}\n{traceback.format_exc()}")
             self._stop_worker()
             super().destroy_node()
             raise
@@ -352,7 +412,15 @@ class InferenceNode(Node):
         import torch
 
         torch.set_num_threads(p["threads"])
-        self.loaded = load_model(p)
+        t0 = time.perf_counter()
+        try:
+            self.loaded = load_model(p)
+        except ParameterError:
+            raise
+        except Exception as exc:  # torch / safetensors / out of memory: say which model and why
+            raise ModelLoadError(f"could not load the model ({p['model_path'] or 'embedded default'} on "
+                                 f"{p['device']}, {p['dtype']}): {exc!r}") from exc
+        self.get_logger().info(f"model loaded in {(time.perf_counter() - t0) * 1e3:.0f} ms")
         mc = self.loaded.config
         self.horizon = mc.action_horizon
         if p["joint_names"]:
@@ -399,7 +467,19 @@ class InferenceNode(Node):
         self.tokens_rate = WindowRate(5.0)
         self.counters = collections.Counter()
         self._last_batch = 0.0
-        self._diag_prev = {"underruns": 0, "missed_ticks": 0}
+        self._diag_prev = {"underruns": 0, "missed_ticks": 0, "observations_stale": 0, "hold_ticks": 0,
+                           "frame_errors": 0, "actions_non_finite": 0}
+        # reliability: the language budget, repeated failures, newest observation, prompt fitting
+        from ..core.budget import DecodeBudget
+
+        self.budget = DecodeBudget(p["steps_per_frame"], self._deadline_ms())
+        self._last_k = p["steps_per_frame"]
+        self.k_history: collections.deque = collections.deque(maxlen=1000)  # (frame_id, k granted, observation?)
+        self._consecutive_failures = 0
+        self._faulted = False
+        self._last_failure = ""
+        self._newest_obs_stamp_ns: Optional[int] = None  # capture stamp of the newest observation received
+        self._fit_cache: Optional[tuple] = None  # (instruction, state length, characters kept)
 
         depth = lambda n: QoSProfile(depth=n, **_RELIABLE)  # noqa: E731
         self._pub_actions = self.create_publisher(ActionChunk, p["actions_topic"], depth(10))
@@ -425,6 +505,13 @@ class InferenceNode(Node):
             f"H={self.horizon} actions at {p['control_rate_hz']:g} Hz, k={p['steps_per_frame']}, "
             f"N={p['max_decode']}; {p['observation_topic']} -> {p['actions_topic']}, {p['text_topic']}")
 
+    def _deadline_ms(self) -> float:
+        """The frame deadline of the language budget (see ``frame_deadline_ms``)."""
+        p = self.params
+        if p["frame_deadline_ms"] > 0:
+            return p["frame_deadline_ms"]
+        return self.horizon / p["control_rate_hz"] * 1e3 / 2
+
     def _declare_and_read_parameters(self) -> dict:
         values = {}
         for spec in PARAMETERS:
@@ -445,6 +532,10 @@ class InferenceNode(Node):
         out = {}
         for spec in PARAMETERS:
             out[spec.name] = check_parameter(spec.name, values[spec.name], values)
+        unknown = sorted(n for n in getattr(self, "_parameter_overrides", {})
+                         if n not in _SPECS and n not in _IMPLICIT_PARAMETERS and not n.startswith("qos_overrides."))
+        if unknown:  # a typo in the YAML would otherwise go unnoticed (a wildcard section may hold others' too)
+            self.get_logger().warning(f"unknown parameter(s) {unknown} ignored; known: see config/agent.yaml")
         return out
 
     def _warm_up(self, frames: int) -> None:
@@ -484,6 +575,10 @@ class InferenceNode(Node):
                 self._tick_timer.timer_period_ns = self._period_ns
             if "denoise_steps" in changes:
                 self._pending_config["denoise_steps"] = changes["denoise_steps"]
+            if "steps_per_frame" in changes:
+                self.budget.k_max = changes["steps_per_frame"]
+            if {"control_rate_hz", "frame_deadline_ms"} & set(changes):
+                self.budget.deadline_ms = self._deadline_ms()
             self._cond.notify_all()
         if changes:
             self.get_logger().info("parameters changed: " + ", ".join(f"{k}={v}" for k, v in changes.items()))
@@ -500,6 +595,9 @@ class InferenceNode(Node):
             if self._pending_obs is not None:
                 self.counters["observations_superseded"] += 1
             self._pending_obs = received
+            stamp = conversions.stamp_to_ns(msg.header.stamp)
+            if stamp > 0 and (self._newest_obs_stamp_ns is None or stamp > self._newest_obs_stamp_ns):
+                self._newest_obs_stamp_ns = stamp
             self._cond.notify_all()
 
     def _on_question(self, msg: QuestionMsg) -> None:
@@ -531,26 +629,45 @@ class InferenceNode(Node):
                 # rcl skips the ticks of a timer that is late by more than a period
                 self.counters["missed_ticks"] += round((scheduled_ns - self._last_scheduled) / self._period_ns) - 1
             self._last_scheduled = scheduled_ns
-            due = self._chunks.tick(scheduled_ns)
-            if due is not None and due.first:
-                record = self.records.get(due.chunk.frame_id)
-                if record is not None:
-                    record.first_published_ns = time.monotonic_ns()
             if self._busy is False and (self._pending_questions or self.engine_has_work):
                 self._cond.notify_all()  # idle decoding is paced by the ticks
+            if self._faulted:  # repeated frame failures: no action output at all
+                self._chunks.ticks += 1
+                self.counters["ticks_faulted"] += 1
+                due = None
+            else:
+                due = self._chunks.tick(scheduled_ns)
+                if due is not None and due.first:
+                    record = self.records.get(due.chunk.frame_id)
+                    if record is not None:
+                        record.first_published_ns = time.monotonic_ns()
+                if due is None and self._chunks.chunk is not None and self.params["hold_action"] == "last":
+                    # an underrun (counted): repeat the last row, marked as a hold (offset = H, one row)
+                    c = self._chunks.chunk
+                    due = Due(c, c.horizon, scheduled_ns, False)
+                    self.counters["hold_ticks"] += 1
         self.tick_lateness_ms.add((actual_ns - scheduled_ns) / 1e6)
         if due is None:
             return
+        try:
+            self._publish_due(due)
+        except Exception as exc:  # never let one message end the control loop
+            self.counters["publish_errors"] += 1
+            self.get_logger().error(f"could not publish actions: {exc!r}", throttle_duration_sec=5.0)
+
+    def _publish_due(self, due: "Due") -> None:
         c = due.chunk
+        hold = due.offset >= c.horizon
+        actions = c.actions[-1:] if hold else due.actions
         msg = conversions.action_chunk_msg(
             conversions.ns_to_time_msg(due.stamp_ns), c.frame_id, c.observation_seq,
-            conversions.ns_to_time_msg(c.observation_stamp_ns), due.offset, c.period_ns / NS_PER_S, due.actions,
+            conversions.ns_to_time_msg(c.observation_stamp_ns), due.offset, c.period_ns / NS_PER_S, actions,
             header_frame_id=self.params["control_frame"])
         self._pub_actions.publish(msg)
         if self._pub_traj is not None:
             names = self.params["joint_names"]
             self._pub_traj.publish(conversions.joint_trajectory_msg(
-                msg.header.stamp, names, due.actions[:, :len(names)], c.period_ns / NS_PER_S,
+                msg.header.stamp, names, actions[:, :len(names)], c.period_ns / NS_PER_S,
                 frame_id=self.params["control_frame"]))
         self.counters["actions_published"] += 1
 
@@ -568,7 +685,8 @@ class InferenceNode(Node):
             msg, received_ros, _ = obs
             stamp = conversions.stamp_to_ns(msg.header.stamp)
             max_age = self.params["max_observation_age"]
-            age_s = (received_ros - stamp) / NS_PER_S
+            # its age now, when a frame would start from it (it may have waited for a long frame)
+            age_s = (max(received_ros, self.get_clock().now().nanoseconds) - stamp) / NS_PER_S
             if max_age > 0 and stamp > 0 and age_s > max_age:
                 self.counters["observations_stale"] += 1
                 self.get_logger().warning(
@@ -619,35 +737,43 @@ class InferenceNode(Node):
                 self.counters["frame_errors"] += 1
                 self.get_logger().error(f"frame failed: {exc}\n{traceback.format_exc()}",
                                         throttle_duration_sec=2.0)
+                self._frame_failed(f"{type(exc).__name__}: {exc}")
             finally:
                 with self._cond:
                     self._busy = False
                     self._last_frame_end = time.monotonic_ns()
 
     def _run_frame(self, job: _Job) -> None:
-        from ..core.engine import Question
-
         observations, received = [], None
         if job.observation is not None:
             msg, received_ros, received_mono = job.observation
             try:
-                observations = [conversions.msg_to_observation(msg)]
-                observations[0].check_cameras(self.loaded.config.max_cameras)
-            except ValueError as exc:  # ObservationError, ImageError
+                obs = conversions.msg_to_observation(msg)
+                obs.check_cameras(self.loaded.config.max_cameras)
+                self._check_state(obs)
+                obs = self._fit_instruction(obs, int(msg.seq))
+            except ValueError as exc:  # ObservationError, ImageError: never fed to the model
                 self.counters["observations_invalid"] += 1
                 self.get_logger().warning(f"observation {msg.seq} refused: {exc}", throttle_duration_sec=5.0)
-                observations = []
             else:
+                observations = [obs]
                 received = (msg, received_ros, received_mono)
-        questions = [Question(text=text, client_id=client) for client, text in job.questions]
+        questions, refused = [], []
+        for client, text in job.questions:
+            question = self._question(client, text)
+            if question is None:
+                refused.append(client)
+            else:
+                questions.append(question)
         if questions and not observations and self.engine.last_observation is None:
-            now = self.get_clock().now().nanoseconds
-            for client, _ in job.questions:
-                self._publish_tokens([TokenEvent(0, client, 0, 0, -1, "", True, "rejected")], now)
-            self.counters["questions_rejected_no_observation"] += 1
+            refused += [q.client_id for q in questions]
+            self.counters["questions_rejected_no_observation"] += len(questions)
             self.get_logger().warning("question(s) refused: no observation has arrived yet",
                                       throttle_duration_sec=5.0)
             questions = []
+        if refused:  # every question gets an answer: here its `rejected` end
+            self._publish_tokens([TokenEvent(0, client, 0, 0, -1, "", True, "rejected") for client in refused],
+                                 self.get_clock().now().nanoseconds)
         if not observations and not questions and not self.engine_has_work:
             return
         p = self.params
@@ -657,10 +783,12 @@ class InferenceNode(Node):
             self._obs_frames += 1
         else:
             start_language = False
+        with self._lock:
+            k = self.budget.next_k() if p["decode_budget"] else self.budget.k_max
+            self._last_k = k
         started = time.monotonic_ns()
         try:
-            result = self.engine.step(observations, questions, start_language=start_language,
-                                      decode_steps=p["steps_per_frame"])
+            result = self.engine.step(observations, questions, start_language=start_language, decode_steps=k)
         except Exception as exc:
             # the engine's FrameError carries what the frame produced before failing:
             # tokens already decoded still go to their clients
@@ -670,6 +798,19 @@ class InferenceNode(Node):
             raise
         finished = time.monotonic_ns()
         now_ros = self.get_clock().now().nanoseconds
+        steps = len(result.batch_sizes)
+        with self._lock:
+            if observations:
+                self.budget.observe(result.prefill_ms + result.denoise_ms, result.decode_ms, steps)
+            elif self.budget.action_ms is not None:  # language only: the decode step estimate
+                self.budget.observe(self.budget.action_ms, result.decode_ms, steps)
+            self.k_history.append((result.frame_id, k, bool(observations)))
+        if received is not None and not np.all(np.isfinite(result.actions[0])):
+            self.counters["actions_non_finite"] += 1
+            self._publish_tokens(result.tokens, now_ros)  # the text is still good
+            self._frame_failed(f"frame {result.frame_id} (observation {received[0].seq}): non-finite actions, "
+                               "not published")
+            return
         if received is not None:
             msg, received_ros, received_mono = received
             stamp = conversions.stamp_to_ns(msg.header.stamp)
@@ -686,12 +827,113 @@ class InferenceNode(Node):
                     self.records.popitem(last=False)
             self.frame_ms.add(result.total_ms)
             self.counters["frames"] += 1
+            self._frame_succeeded()
         else:
             self.language_frame_ms.add(result.total_ms)
             self.counters["language_frames"] += 1
         if result.batch_sizes:
             self._last_batch = sum(result.batch_sizes) / len(result.batch_sizes)
         self._publish_tokens(result.tokens, now_ros)
+
+    # ------------------------------------------------------------------ input checks (worker thread)
+    def _check_state(self, obs) -> None:
+        """A state longer than the checkpoint's state statistics is refused (NaN / inf,
+        more than MAX_STATE_DIM values and non-vectors are refused by Observation itself)."""
+        from ..core.observation import ObservationError
+
+        normalizer = self.loaded.normalizer
+        dim = getattr(normalizer, "state_dim", None) if normalizer is not None else None
+        if obs.state is not None and dim is not None and obs.state.shape[0] > dim:
+            raise ObservationError("state", f"has {obs.state.shape[0]} values, the checkpoint's state statistics "
+                                   f"cover {dim}")
+
+    def _fit_instruction(self, obs, seq: int):
+        """The observation with its instruction cleaned of control characters and, when
+        the prompt (instruction and state) would be longer than the model's
+        ``max_token_len``, cut so that it fits (the state is kept), with a warning."""
+        from ..core.tokenizer import prompt_ids
+
+        tok, max_len = self.engine.tokenizer, self.loaded.config.max_token_len
+        original = obs.instruction
+        text = _clean(original[:max_len * CHARS_PER_TOKEN])
+        n_state = 0 if obs.state is None else obs.state.shape[0]
+
+        def fits(n: int) -> bool:
+            return len(prompt_ids(tok, text[:n], obs.state)) <= max_len
+
+        keep = len(text)
+        if not fits(keep):
+            cached = self._fit_cache
+            if cached is not None and cached[:2] == (text, n_state) and fits(cached[2]):
+                keep = cached[2]
+            else:
+                lo, hi = 0, len(text)  # the longest prefix that fits (fits(lo) is kept true)
+                if not fits(0):
+                    lo = hi = 0
+                    self.get_logger().error(
+                        f"the prompt does not fit max_token_len={max_len} tokens even without an instruction "
+                        f"(state of {n_state} values): it is cut", throttle_duration_sec=5.0)
+                while lo < hi:
+                    mid = (lo + hi + 1) // 2
+                    if fits(mid):
+                        lo = mid
+                    else:
+                        hi = mid - 1
+                keep = lo
+                self._fit_cache = (text, n_state, keep)
+        truncated = keep < len(text) or len(original) > max_len * CHARS_PER_TOKEN
+        if truncated:
+            self.counters["instructions_truncated"] += 1
+            self.get_logger().warning(
+                f"observation {seq}: instruction of {len(original)} characters cut to {keep} so that the "
+                f"prompt fits max_token_len={max_len} tokens", throttle_duration_sec=5.0)
+        if truncated or text != original:
+            return dataclasses.replace(obs, instruction=text[:keep])
+        return obs
+
+    def _question(self, client: str, text: str):
+        """A Question from a message, or None (refused, logged) when it has no text.
+        Control characters are removed; a question longer than the engine's
+        ``max_question_tokens`` is cut to it with a warning."""
+        from ..core.engine import Question
+
+        limit = self.engine.config.max_question_tokens
+        cleaned = _clean(text[:limit * CHARS_PER_TOKEN]).strip()
+        if not cleaned:
+            self.counters["questions_rejected_empty"] += 1
+            self.get_logger().warning(f"question from {client!r} refused: no text", throttle_duration_sec=5.0)
+            return None
+        tokens = len(self.engine.tokenizer.encode(cleaned))
+        if tokens > limit or len(text) > limit * CHARS_PER_TOKEN:
+            self.counters["questions_truncated"] += 1
+            self.get_logger().warning(f"question from {client!r} ({len(text)} characters, {tokens}+ tokens) cut "
+                                      f"to {limit} tokens", throttle_duration_sec=5.0)
+        return Question(text=cleaned, client_id=client)
+
+    # ------------------------------------------------------------------ failures
+    def _frame_failed(self, reason: str) -> None:
+        """Count a failed frame; after ``max_consecutive_failures`` in a row, stop the
+        action output (the current chunk is dropped) until a frame succeeds."""
+        with self._lock:
+            self._consecutive_failures += 1
+            self._last_failure = reason
+            n, limit = self._consecutive_failures, self.params["max_consecutive_failures"]
+            stop = n >= limit and not self._faulted
+            if stop:
+                self._faulted = True
+                self._chunks.chunk = self._chunks.origin_ns = None
+        if stop:
+            self.get_logger().error(f"{n} frames failed in a row (last: {reason}): action output stopped until a "
+                                    "frame succeeds")
+        else:
+            self.get_logger().error(f"frame failed ({n} in a row): {reason}", throttle_duration_sec=2.0)
+
+    def _frame_succeeded(self) -> None:
+        with self._lock:
+            n, was_faulted = self._consecutive_failures, self._faulted
+            self._consecutive_failures, self._faulted = 0, False
+        if was_faulted:
+            self.get_logger().info(f"a frame succeeded after {n} failures: action output resumed")
 
     def _publish_tokens(self, events, stamp_ns: int) -> None:
         if not events:
@@ -721,6 +963,9 @@ class InferenceNode(Node):
         with self._lock:
             age_ns = self._chunks.age_ns(now_ros)
             underruns, ticks, waiting = self._chunks.underruns, self._chunks.ticks, self._chunks.waiting
+            faulted, failures, last_failure = self._faulted, self._consecutive_failures, self._last_failure
+            newest = self._newest_obs_stamp_ns
+            k, k_max, deadline = self._last_k, self.budget.k_max, self.budget.deadline_ms
         mean_frame_ms = self.frame_ms.mean()
         pool = self.engine.pool
         c = self.counters
@@ -741,9 +986,19 @@ class InferenceNode(Node):
             "kv_bytes_reserved": pool.bytes_reserved,
             "kv_bytes_in_use": pool.bytes_in_use,
             "setting": self.params["setting"],
-            "k": self.params["steps_per_frame"],
+            "k": k,  # decode steps granted to the last frame by the language budget
+            "k_max": k_max,  # steps_per_frame
+            "frame_deadline_ms": deadline,
             "control_rate_hz": self.params["control_rate_hz"],
             "horizon": self.horizon,
+            "hold_action": self.params["hold_action"],
+            "hold_ticks": c["hold_ticks"],
+            "observation_age_ms": math.nan if newest is None else (now_ros - newest) / 1e6,
+            "faulted": faulted,
+            "consecutive_failures": failures,
+            "last_failure": last_failure,
+            "ticks_faulted": c["ticks_faulted"],
+            "actions_non_finite": c["actions_non_finite"],
             "frames": c["frames"],
             "language_frames": c["language_frames"],
             "frame_errors": c["frame_errors"],
@@ -751,31 +1006,69 @@ class InferenceNode(Node):
             "observations_superseded": c["observations_superseded"],
             "observations_stale": c["observations_stale"],
             "observations_invalid": c["observations_invalid"],
+            "instructions_truncated": c["instructions_truncated"],
+            "questions_received": c["questions_received"],
+            "questions_rejected": c["questions_rejected_empty"] + c["questions_rejected_no_observation"],
+            "questions_truncated": c["questions_truncated"],
             "actions_published": c["actions_published"],
             "text_tokens_published": c["text_tokens_published"],
+            "publish_errors": c["publish_errors"],
         }
 
     def _publish_diagnostics(self) -> None:
-        d = self.diagnostics()
-        new_underruns = d["underruns"] - self._diag_prev["underruns"]
-        new_missed = d["missed_ticks"] - self._diag_prev["missed_ticks"]
-        self._diag_prev = {"underruns": d["underruns"], "missed_ticks": d["missed_ticks"]}
-        status = DiagnosticStatus(name=f"{self.get_name()}: engine", hardware_id=self.params["device"])
+        try:
+            self._publish_diagnostics_now()
+        except Exception as exc:  # diagnostics must never end the node
+            self.get_logger().error(f"diagnostics failed: {exc!r}", throttle_duration_sec=10.0)
+
+    def diagnostic_status(self, d: Optional[dict] = None) -> tuple:
+        """(level, message) of the status published now: ERROR when the action output is
+        stopped, WARN for what happened since the last status (underruns, stale
+        observations, holds, frame errors, a shrunken language budget, ...), else OK."""
+        d = self.diagnostics() if d is None else d
+        keys = ("underruns", "missed_ticks", "observations_stale", "hold_ticks", "frame_errors", "actions_non_finite")
+        new = {key: d[key] - self._diag_prev.get(key, 0) for key in keys}
+        self._diag_prev = {key: d[key] for key in keys}
         problems = []
-        if new_underruns:
-            problems.append(f"{new_underruns} underruns")
-        if new_missed:
-            problems.append(f"{new_missed} ticks missed (timer late)")
+        if d["faulted"]:
+            problems.append(f"action output stopped: {d['consecutive_failures']} frames failed in a row "
+                            f"(last: {d['last_failure']})")
+        if new["underruns"]:
+            problems.append(f"{new['underruns']} underruns")
+        if new["hold_ticks"]:
+            problems.append(f"holding the last action ({new['hold_ticks']} ticks)")
+        age = d["observation_age_ms"]
+        max_age = self.params["max_observation_age"]
+        if d["observations_received"] and max_age > 0 and not math.isnan(age) and age > max_age * 1e3:
+            problems.append(f"no fresh observation for {age / 1e3:.1f} s (camera drop-out?)")
+        if new["observations_stale"]:
+            problems.append(f"{new['observations_stale']} stale observations not used")
+        if new["missed_ticks"]:
+            problems.append(f"{new['missed_ticks']} ticks missed (timer late)")
         if d["frames"] == 0:
             problems.append("no observation frame yet")
-        if d["frame_errors"]:
-            problems.append(f"{d['frame_errors']} frame errors")
+        if new["frame_errors"]:
+            problems.append(f"{new['frame_errors']} frame errors")
+        if new["actions_non_finite"]:
+            problems.append(f"{new['actions_non_finite']} chunks with non-finite actions dropped")
+        if d["k"] < d["k_max"]:
+            problems.append(f"language budget k={d['k']} of {d['k_max']} (frames near the "
+                            f"{d['frame_deadline_ms']:.0f} ms deadline)")
         f = d["action_frequency_hz"]
         if not math.isnan(f) and f < d["control_rate_hz"]:
             problems.append(f"action frequency {f:.0f} Hz below the control rate")
-        status.level = DiagnosticStatus.WARN if problems else DiagnosticStatus.OK
-        status.message = "; ".join(problems) if problems else (
+        if d["faulted"]:
+            level = DiagnosticStatus.ERROR
+        else:
+            level = DiagnosticStatus.WARN if problems else DiagnosticStatus.OK
+        message = "; ".join(problems) if problems else (
             f"f={f:.0f} Hz, frame {d['frame_latency_ms']:.1f} ms, {d['tokens_per_s']:.0f} tok/s")
+        return level, message
+
+    def _publish_diagnostics_now(self) -> None:
+        d = self.diagnostics()
+        status = DiagnosticStatus(name=f"{self.get_name()}: engine", hardware_id=self.params["device"])
+        status.level, status.message = self.diagnostic_status(d)
         status.values = [KeyValue(key=k, value=_fmt(v)) for k, v in d.items()]
         array = DiagnosticArray(status=[status])
         array.header.stamp = self.get_clock().now().to_msg()
@@ -798,9 +1091,11 @@ class InferenceNode(Node):
         if self._shutdown_done:
             return
         self._shutdown_done = True
+        t0 = time.perf_counter()
         for timer in self._own_timers:
             timer.cancel()
         self._stop_worker()
+        self.stop_ms = (time.perf_counter() - t0) * 1e3  # timers and worker stopped
         if self._worker is not None and self._worker.is_alive():
             return  # the engine is still in use; do not touch it
         events = list(self.engine.cancel_all())
@@ -814,19 +1109,32 @@ class InferenceNode(Node):
             except Exception as exc:  # context already shut down
                 print(f"{NODE_NAME}: could not publish {len(events)} cancellations: {exc}", file=sys.stderr)
             else:
-                self.get_logger().info(f"shutdown: {len(events)} requests cancelled")
+                self.get_logger().info(f"shutdown: {len(events)} requests cancelled; timers and worker stopped "
+                                       f"in {self.stop_ms:.0f} ms")
                 try:  # the process may exit right after: let reliable subscribers receive them
                     from rclpy.duration import Duration
 
                     self._pub_text.wait_for_all_acked(Duration(seconds=1.0))
                 except Exception:  # noqa: BLE001 - best effort
                     pass
+        else:
+            try:
+                self.get_logger().info(f"shutdown: no request to cancel; timers and worker stopped in "
+                                       f"{self.stop_ms:.0f} ms")
+            except Exception:  # noqa: BLE001 - the context may be gone already
+                pass
 
     def destroy_node(self):
         try:
             self.shutdown()
         finally:
             super().destroy_node()
+
+
+def _clean(text: str) -> str:
+    """Text for the tokenizer: control characters removed (tabs and newlines become
+    spaces) and anything that is not valid UTF-8 (lone surrogates) replaced."""
+    return clean_text(text).encode("utf-8", "replace").decode("utf-8")
 
 
 def _fmt(v: Any) -> str:
@@ -843,7 +1151,8 @@ def main(args=None) -> int:
     sys.setswitchinterval(0.001)  # the worker's Python code must not hold the GIL through a tick
     install_sigterm_as_keyboard_interrupt()
     rclpy.init(args=args, signal_handler_options=SignalHandlerOptions.NO)
-    node = None
+    node = executor = None
+    code = 0
     try:
         node = InferenceNode()
         settle_garbage_collector()
@@ -853,14 +1162,29 @@ def main(args=None) -> int:
             executor.spin_once(timeout_sec=0.1)
     except ParameterError as exc:
         print(f"{NODE_NAME}: {exc}", file=sys.stderr)
-        return 2
+        code = 2
     except (KeyboardInterrupt, ExternalShutdownException):
         pass
+    except Exception as exc:  # a model that does not load, a fault outside the frames: say why, exit non-zero
+        print(f"{NODE_NAME}: {exc!r}\n{traceback.format_exc()}", file=sys.stderr)
+        code = 1
     finally:
         if node is not None:
             node.destroy_node()
+        if executor is not None:
+            executor.shutdown(timeout_sec=1.0)
         rclpy.try_shutdown()
-    return 0
+    report_leftover_threads()
+    return code
+
+
+def report_leftover_threads(out=sys.stderr) -> list:
+    """Threads still running at exit besides the main thread (none expected: the
+    worker and the executor threads are stopped); printed, and returned."""
+    left = [t for t in threading.enumerate() if t is not threading.main_thread() and t.is_alive()]
+    if left:
+        print(f"{NODE_NAME}: threads still running at exit: {[t.name for t in left]}", file=out)
+    return left
 
 
 def settle_garbage_collector() -> None:

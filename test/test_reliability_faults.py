@@ -1,0 +1,424 @@
+"""Reliability, issue 6 items 3-5 and 7: camera drop-out and stale data (hold_action),
+overload (the language budget shrinks before an action is late), admission, model
+faults (one failure is survived, repeated failures stop the action output, non-finite
+actions are never published) and parameter validation.
+
+Real inference nodes on real DDS; the *model* is slowed or broken by wrapping its
+methods. Counts and contents are checked, never durations.
+"""
+
+import math
+import threading
+import time
+
+import numpy as np
+import pytest
+import torch
+from ros_harness import Ros, check_chunks, check_text, observation_msg, reliable, ros_environment, unique_prefix
+
+H = 10  # tiny preset horizon
+
+
+@pytest.fixture
+def ros(monkeypatch, tmp_path):
+    ros_environment(monkeypatch, tmp_path)
+    with Ros() as r:
+        yield r
+
+
+def until(predicate, timeout=30.0, every=None, period=0.05):
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        if predicate():
+            return True
+        if every is not None:
+            every()
+        time.sleep(period)
+    return predicate()
+
+
+def _topics(prefix):
+    return {name: f"{prefix}/{name.replace('_topic', '')}" for name in
+            ("observation_topic", "question_topic", "actions_topic", "text_topic", "trajectory_topic")}
+
+
+def _node(ros, prefix, **params):
+    from rclpy.parameter import Parameter
+
+    from oxygen_ros.ros.inference_node import InferenceNode
+
+    values = {**_topics(prefix), "preset": "tiny", "model_path": "", "frame_deadline_ms": 5000.0, **params}
+    return ros.add(InferenceNode(context=ros.context, namespace=prefix,
+                                 parameter_overrides=[Parameter(k, value=v) for k, v in values.items()]))
+
+
+class Client:
+    def __init__(self, ros, prefix):
+        from diagnostic_msgs.msg import DiagnosticArray
+
+        from oxygen_ros.msg import ActionChunk, Observation, Question, TextToken
+
+        t = _topics(prefix)
+        self.prefix = prefix
+        self.node = ros.node("oxygen_test_fault_client")
+        self.chunks, self.text, self.diagnostics = [], [], []
+        self.node.create_subscription(ActionChunk, t["actions_topic"], self.chunks.append, reliable(200))
+        self.node.create_subscription(TextToken, t["text_topic"], self.text.append, reliable(5000))
+        self.node.create_subscription(DiagnosticArray, "/diagnostics", self._on_diag, reliable(50))
+        self.obs = self.node.create_publisher(Observation, t["observation_topic"], reliable(10))
+        self.q = self.node.create_publisher(Question, t["question_topic"], reliable(100))
+        self.Question = Question
+        self.seq = 0
+        assert until(lambda: self.obs.get_subscription_count() >= 1 and self.q.get_subscription_count() >= 1)
+
+    def _on_diag(self, msg):
+        for status in msg.status:  # (one inference node per test in this domain and process)
+            if status.name.startswith("oxygen_inference"):
+                self.diagnostics.append(status)
+
+    def observe(self, age_s=0.0):
+        now = self.node.get_clock().now().nanoseconds
+        self.obs.publish(observation_msg(self.seq, now - round(age_s * 1e9)))
+        self.seq += 1
+
+    def ask(self, client, text="what do you see?"):
+        self.q.publish(self.Question(client_id=client, text=text))
+
+
+def _diag_values(status):
+    return {kv.key: kv.value for kv in status.values}
+
+
+class Feeder:
+    """Publishes observations at `rate_hz` in a background thread while `on` is set."""
+
+    def __init__(self, client, rate_hz=20.0):
+        self.client, self.period = client, 1.0 / rate_hz
+        self.on = threading.Event()
+        self.stop = threading.Event()
+        self.age_s = 0.0
+        self.thread = threading.Thread(target=self._run, daemon=True)
+        self.thread.start()
+
+    def _run(self):
+        while not self.stop.is_set():
+            if self.on.is_set():
+                self.client.observe(self.age_s)
+            time.sleep(self.period)
+
+    def close(self):
+        self.stop.set()
+        self.thread.join(5.0)
+
+
+@pytest.fixture
+def feeder_factory():
+    made = []
+
+    def make(client, rate_hz=20.0):
+        made.append(Feeder(client, rate_hz))
+        return made[-1]
+
+    yield make
+    for f in made:
+        f.close()
+
+
+# --------------------------------------------------------------------------
+# 3. camera drop-out and stale data
+# --------------------------------------------------------------------------
+
+
+def test_camera_dropout_and_stale_observations_then_hold_last_and_recovery(ros, feeder_factory):
+    from rclpy.parameter import Parameter
+
+    prefix = unique_prefix()
+    node = _node(ros, prefix, max_observation_age=0.3, language_every_n_frames=0, chunk_origin="frame_end")
+    client = Client(ros, prefix)
+    feed = feeder_factory(client)
+    feed.on.set()
+    assert until(lambda: node.counters["frames"] >= 5 and len(client.chunks) >= 5)
+
+    # drop-out (hold_action none): once the chunk runs out nothing is published and underruns are counted
+    feed.on.clear()
+    assert until(lambda: node.tick_counts()["underruns"] >= 5)
+    published = node.counters["actions_published"]
+    underruns = node.tick_counts()["underruns"]
+    assert until(lambda: node.tick_counts()["underruns"] >= underruns + 10)
+    assert node.counters["actions_published"] == published, "an action was published from a used-up chunk"
+    assert until(lambda: any("underruns" in s.message and "no fresh observation" in s.message
+                             for s in client.diagnostics), timeout=15.0), [s.message for s in client.diagnostics]
+
+    # stale observations (2 s old, max_observation_age 0.3 s): no frame starts from them
+    frames = node.counters["frames"]
+    feed.age_s = 2.0
+    feed.on.set()
+    assert until(lambda: node.counters["observations_stale"] >= 10)
+    assert node.counters["frames"] == frames and node.counters["actions_published"] == published
+    assert until(lambda: any("stale observations not used" in s.message for s in client.diagnostics),
+                 timeout=15.0)
+
+    # fresh frames again: resumes by itself
+    feed.age_s = 0.0
+    assert until(lambda: node.counters["frames"] >= frames + 3 and node.counters["actions_published"] > published)
+
+    # hold_action last (set at run time): the last row is repeated, marked offset = H, one row
+    result = node.set_parameters([Parameter("hold_action", value="last")])[0]
+    assert result.successful, result.reason
+    feed.on.clear()
+    assert until(lambda: node.counters["hold_ticks"] >= 10)
+    underruns_with_hold = node.tick_counts()["underruns"]
+    assert underruns_with_hold >= underruns + 10  # still counted as underruns
+    feed.on.set()
+    assert until(lambda: node.counters["frames"] >= frames + 10 and client.chunks and client.chunks[-1].offset < H)
+    feed.on.clear()
+
+    chunks = list(client.chunks)
+    holds = [m for m in chunks if m.offset >= H]
+    normal = [m for m in chunks if m.offset < H]
+    assert len(holds) >= 10
+    assert all(m.offset == H and m.horizon == 1 for m in holds)
+    check_chunks(normal, horizon=H)
+    stamps = [m.header.stamp.sec * 10**9 + m.header.stamp.nanosec for m in chunks]
+    assert all(b > a for a, b in zip(stamps, stamps[1:])), "header stamps must increase through holds and back"
+    assert all(math.isfinite(v) for m in chunks for v in m.actions)
+    by_frame = {}
+    for m in normal:
+        by_frame[m.frame_id] = m
+    for m in holds:  # the row held is the last row of the chunk it came from, with its stamps
+        src = by_frame[m.frame_id]
+        a = np.asarray(src.actions, np.float32).reshape(src.horizon, src.action_dim)
+        assert np.array_equal(np.asarray(m.actions, np.float32), a[-1])
+        assert m.observation_stamp == src.observation_stamp and m.observation_seq == src.observation_seq
+    # the age of a hold grows: header.stamp - observation_stamp increases along a run of holds
+    ages = [(m.header.stamp.sec - m.observation_stamp.sec) * 10**9 + m.header.stamp.nanosec
+            - m.observation_stamp.nanosec for m in holds if m.frame_id == holds[0].frame_id]
+    assert ages == sorted(ages) and ages[-1] > ages[0]
+    assert until(lambda: any("holding the last action" in s.message for s in client.diagnostics), timeout=15.0)
+
+
+# --------------------------------------------------------------------------
+# 4. overload: the language budget shrinks first, requests lose no token
+# --------------------------------------------------------------------------
+
+
+def test_overload_shrinks_the_language_budget_to_zero_and_it_comes_back(ros, feeder_factory):
+    prefix = unique_prefix()
+    node = _node(ros, prefix, frame_deadline_ms=200.0, steps_per_frame=5, max_decode=30, chunk_origin="frame_end")
+    client = Client(ros, prefix)
+    slow = {"s": 0.0}
+    denoise = node.engine.model.denoise
+
+    def slow_denoise(*args, **kwargs):
+        time.sleep(slow["s"])
+        return denoise(*args, **kwargs)
+
+    node.engine.model.denoise = slow_denoise
+    feed = feeder_factory(client)
+    feed.on.set()
+    assert until(lambda: len(node.k_history) >= 3 and node.k_history[-1][1] == 5), list(node.k_history)[-5:]
+
+    slow["s"] = 0.5  # a slow device: the action part alone takes more than the 200 ms deadline
+    mark = node.engine.frame_id
+    assert until(lambda: any(f > mark and k == 0 for f, k, _ in node.k_history))
+    assert until(lambda: any(_diag_values(s).get("k") == "0" and "language budget k=0" in s.message
+                             for s in client.diagnostics), timeout=15.0)
+    assert node.budget.next_k() == 0
+
+    slow["s"] = 0.0  # headroom again: the budget grows back to steps_per_frame
+    mark = node.engine.frame_id
+    assert until(lambda: any(f > mark and k == 5 for f, k, _ in node.k_history))
+    ks = [k for f, k, _ in node.k_history]
+    assert 0 in ks and ks[-1] == 5 and all(0 <= k <= 5 for k in ks)
+
+    # decode_budget false (deterministic replays): steps_per_frame whatever the frame time
+    from rclpy.parameter import Parameter
+
+    assert node.set_parameters([Parameter("decode_budget", value=False)])[0].successful
+    slow["s"] = 0.5
+    mark = node.engine.frame_id
+    assert until(lambda: sum(1 for f, k, obs in node.k_history if f > mark and obs) >= 3)
+    assert all(k == 5 for f, k, _ in node.k_history if f > mark) and node.budget.next_k() == 0
+    slow["s"] = 0.0
+    feed.on.clear()
+    # no request lost a token: indices are contiguous per request, whatever k was
+    check_text(client.text)
+    check_chunks(list(client.chunks), horizon=H)
+
+
+def test_requests_that_cannot_be_admitted_are_rejected_never_dropped(ros, feeder_factory):
+    prefix = unique_prefix()
+    node = _node(ros, prefix, language_every_n_frames=0, max_active=1, queue_limit=1, max_decode=6,
+                 steps_per_frame=1, decode_when_idle=False)
+    client = Client(ros, prefix)
+    feed = feeder_factory(client, rate_hz=10.0)
+    feed.on.set()
+    assert until(lambda: node.counters["frames"] >= 2)
+    feed.on.clear()
+    time.sleep(0.3)  # let the last frame end: the four questions then meet one idle worker
+    names = [f"q{i}" for i in range(4)]
+    for name in names:
+        client.ask(name)
+    assert until(lambda: sum(1 for m in client.text if m.done and m.client_id in names) >= 2)
+    feed.on.set()  # frames again: the admitted requests decode to their end
+    assert until(lambda: {m.client_id for m in client.text if m.done} >= set(names))
+    feed.on.clear()
+    finished = check_text(client.text)
+    ends = {}
+    for m in client.text:
+        if m.done:
+            ends.setdefault(m.client_id, []).append(m.finish_reason)
+    assert all(len(v) == 1 for v in ends.values()), ends  # one end per question
+    reasons = sorted(ends[n][0] for n in names)
+    assert reasons.count("rejected") == 2 and all(r in ("eos", "length") for r in reasons if r != "rejected")
+    for ms in finished.values():  # tokens received == the final index says
+        real = [m for m in ms if m.token_id >= 0]
+        assert len(real) == ms[-1].index + (1 if ms[-1].token_id >= 0 else 0)
+
+
+# --------------------------------------------------------------------------
+# 5. model faults
+# --------------------------------------------------------------------------
+
+
+def test_frame_failures_one_survived_repeated_stop_the_actions_then_recovery(ros, feeder_factory):
+    prefix = unique_prefix()
+    node = _node(ros, prefix, max_consecutive_failures=3, language_every_n_frames=2, chunk_origin="frame_end")
+    client = Client(ros, prefix)
+    fail = {"n": 0}
+    denoise = node.engine.model.denoise
+
+    def broken(*args, **kwargs):
+        if fail["n"] > 0:
+            fail["n"] -= 1
+            raise RuntimeError("injected model fault")
+        return denoise(*args, **kwargs)
+
+    node.engine.model.denoise = broken
+    feed = feeder_factory(client)
+    feed.on.set()
+    assert until(lambda: node.counters["frames"] >= 3)
+
+    # one failure: logged and counted; the next frame runs, the output never stops
+    frames, errors = node.counters["frames"], node.counters["frame_errors"]
+    fail["n"] = 1
+    assert until(lambda: node.counters["frame_errors"] == errors + 1 and node.counters["frames"] > frames + 2)
+    assert not node.diagnostics()["faulted"]
+
+    # repeated failures: the action output stops (current chunk dropped), ERROR in diagnostics
+    fail["n"] = 10**9
+    assert until(lambda: node.diagnostics()["faulted"])
+    published = node.counters["actions_published"]
+    ticks_faulted = node.counters["ticks_faulted"]
+    assert until(lambda: node.counters["ticks_faulted"] >= ticks_faulted + 10
+                 and node.counters["frame_errors"] >= errors + 6)
+    assert node.counters["actions_published"] == published, "actions published while faulted"
+    assert until(lambda: any(s.level == b"\x02" and "action output stopped" in s.message
+                             and "injected model fault" in s.message for s in client.diagnostics), timeout=15.0)
+
+    # a frame succeeds: the output resumes by itself
+    fail["n"] = 0
+    assert until(lambda: not node.diagnostics()["faulted"] and node.counters["actions_published"] > published)
+    assert until(lambda: client.diagnostics and client.diagnostics[-1].level != b"\x02", timeout=15.0)
+    check_chunks(list(client.chunks), horizon=H)
+    check_text(client.text)
+
+
+def test_non_finite_actions_are_never_published(ros, feeder_factory):
+    prefix = unique_prefix()
+    node = _node(ros, prefix, max_consecutive_failures=3, language_every_n_frames=0, chunk_origin="frame_end")
+    client = Client(ros, prefix)
+    poison = {"n": 0, "frames": []}
+    denoise = node.engine.model.denoise
+
+    def poisoned(*args, **kwargs):
+        out = denoise(*args, **kwargs)
+        if poison["n"] > 0:
+            poison["n"] -= 1
+            poison["frames"].append(node.engine.frame_id)
+            out = out.clone()
+            out[..., 0, 0] = math.nan if poison["n"] % 2 else math.inf
+        return out
+
+    node.engine.model.denoise = poisoned
+    feed = feeder_factory(client)
+    feed.on.set()
+    assert until(lambda: node.counters["frames"] >= 3)
+    poison["n"] = 2  # fewer than max_consecutive_failures: the previous chunk plays on
+    assert until(lambda: node.counters["actions_non_finite"] == 2 and node.counters["frames"] >= 6)
+    assert not node.diagnostics()["faulted"]
+    poison["n"] = 5  # more: the output stops until a finite chunk arrives
+    assert until(lambda: node.counters["actions_non_finite"] == 7)
+    assert until(lambda: node.counters["actions_published"] > 0 and not node.diagnostics()["faulted"])
+    mark = node.counters["frames"]
+    assert until(lambda: node.counters["frames"] >= mark + 3)
+    feed.on.clear()
+    time.sleep(0.3)
+    chunks = list(client.chunks)
+    check_chunks(chunks, horizon=H)  # every value finite
+    assert not {m.frame_id for m in chunks} & set(poison["frames"])
+    assert len(poison["frames"]) == 7 and node.counters["ticks_faulted"] > 0
+
+
+# --------------------------------------------------------------------------
+# 7. parameters
+# --------------------------------------------------------------------------
+
+
+BAD_START = [
+    ("control_rate_hz", 0.0),
+    ("control_rate_hz", -50.0),
+    ("steps_per_frame", 8, {"max_decode": 4}),  # k > N
+    ("setting", "turbo"),
+    ("device", "tpu"),
+    ("device", "cuda:x"),
+    ("hold_action", "previous"),
+    ("frame_deadline_ms", -1.0),
+    ("max_consecutive_failures", 0),
+]
+
+
+@pytest.mark.parametrize("case", BAD_START, ids=[f"{c[0]}={c[1]}" for c in BAD_START])
+def test_start_refuses_out_of_range_and_inconsistent_parameters(ros, case):
+    from oxygen_ros.ros.camera_node import ParameterError
+
+    name, value = case[0], case[1]
+    extra = case[2] if len(case) > 2 else {}
+    with pytest.raises(ParameterError, match=f"'{name}'") as info:
+        _node(ros, unique_prefix(), **{name: value}, **extra)
+    assert info.value.name == name
+
+
+def test_cuda_device_without_cuda_is_refused_naming_device(ros):
+    from oxygen_ros.ros.camera_node import ParameterError
+
+    if torch.cuda.is_available():
+        pytest.skip("this machine has CUDA")
+    with pytest.raises(ParameterError, match="'device'"):
+        _node(ros, unique_prefix(), device="cuda:0")
+
+
+def test_run_time_changes_are_validated_with_a_reason(ros):
+    from rclpy.parameter import Parameter
+
+    node = _node(ros, unique_prefix(), max_decode=10, steps_per_frame=5)
+    refused = [("control_rate_hz", 0.0), ("control_rate_hz", -1.0), ("steps_per_frame", 11),
+               ("setting", "baseline"), ("setting", "turbo"), ("device", "tpu"), ("device", "cuda"),
+               ("hold_action", "sometimes"), ("frame_deadline_ms", -5.0), ("max_consecutive_failures", 0)]
+    for name, value in refused:
+        result = node.set_parameters([Parameter(name, value=value)])[0]
+        assert not result.successful, (name, value)
+        assert name in result.reason, result.reason
+    assert node.params["setting"] == "oxygen" and node.params["device"] == "cpu"
+    # accepted ones take effect: the budget follows steps_per_frame and the deadline
+    assert node.set_parameters([Parameter("steps_per_frame", value=3)])[0].successful
+    assert node.budget.k_max == 3
+    assert node.set_parameters([Parameter("frame_deadline_ms", value=0.0)])[0].successful
+    assert node.budget.deadline_ms == pytest.approx(H / 50.0 * 1e3 / 2)
+    assert node.set_parameters([Parameter("control_rate_hz", value=25.0)])[0].successful
+    assert node.budget.deadline_ms == pytest.approx(H / 25.0 * 1e3 / 2)
+    assert node.set_parameters([Parameter("frame_deadline_ms", value=150)])[0].successful
+    assert node.budget.deadline_ms == 150.0
+    assert node.set_parameters([Parameter("hold_action", value="last")])[0].successful
+    assert node.set_parameters([Parameter("max_consecutive_failures", value=7)])[0].successful
+    assert node.params["max_consecutive_failures"] == 7

@@ -1,0 +1,203 @@
+"""Reliability, issue 6 items 5-6: start-up failures say why; SIGTERM / shutdown stop the
+timers and the worker, finish in-flight language requests with ``cancelled`` and leave
+no thread behind.
+
+The node runs as a user runs it (``python -m oxygen_ros.ros.inference_node --ros-args
+...``, a real process on real DDS) for the signal and exit-code tests; PYTHONPATH puts
+this checkout first. Durations are printed, never asserted (the machine may be loaded).
+"""
+
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+from ros_harness import Ros, observation_msg, reliable, ros_environment, unique_prefix
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture
+def ros(monkeypatch, tmp_path):
+    ros_environment(monkeypatch, tmp_path)
+    with Ros() as r:
+        yield r
+
+
+def until(predicate, timeout=30.0, every=None, period=0.05):
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        if predicate():
+            return True
+        if every is not None:
+            every()
+        time.sleep(period)
+    return predicate()
+
+
+def _env():
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join([str(REPO)] + [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p])
+    env["PYTHONUNBUFFERED"] = "1"
+    return env
+
+
+def _topics(prefix):
+    return {name: f"{prefix}/{name.replace('_topic', '')}" for name in
+            ("observation_topic", "question_topic", "actions_topic", "text_topic", "trajectory_topic")}
+
+
+class NodeProcess:
+    """``python -m oxygen_ros.ros.inference_node --ros-args -p ...``; its output is
+    collected as it comes (``output()``)."""
+
+    def __init__(self, prefix, **params):
+        values = {**_topics(prefix), "preset": "tiny", "frame_deadline_ms": 5000.0, **params}
+        args = [sys.executable, "-m", "oxygen_ros.ros.inference_node", "--ros-args"]
+        for k, v in values.items():
+            args += ["-p", f"{k}:={str(v).lower() if isinstance(v, bool) else v}"]
+        self.proc = subprocess.Popen(args, env=_env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        self.lines = []
+        self._reader = threading.Thread(target=self._read, daemon=True)
+        self._reader.start()
+
+    def _read(self):
+        for line in self.proc.stdout:
+            self.lines.append(line)
+
+    def output(self, last=4000):
+        return "".join(self.lines)[-last:]
+
+    def wait(self, timeout=30.0):
+        """Wait for the exit (killed past ``timeout``); the return code."""
+        try:
+            self.proc.wait(timeout=timeout)
+        finally:
+            self.kill()
+        self._reader.join(5.0)
+        return self.proc.returncode
+
+    def kill(self):
+        if self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait()
+
+
+def test_sigterm_cancels_in_flight_requests_and_the_process_exits_cleanly(ros):
+    from oxygen_ros.msg import ActionChunk, Observation, Question, TextToken
+
+    prefix = unique_prefix()
+    proc = NodeProcess(prefix, language_every_n_frames=0, steps_per_frame=1, max_decode=30,
+                       decode_when_idle=False)
+    try:
+        t = _topics(prefix)
+        client = ros.node("oxygen_test_sigterm_client")
+        text, chunks = [], []
+        client.create_subscription(TextToken, t["text_topic"], text.append, reliable(1000))
+        client.create_subscription(ActionChunk, t["actions_topic"], chunks.append, reliable(100))
+        obs = client.create_publisher(Observation, t["observation_topic"], reliable(10))
+        questions = client.create_publisher(Question, t["question_topic"], reliable(10))
+        seq = [0]
+
+        def observe():
+            obs.publish(observation_msg(seq[0], client.get_clock().now().nanoseconds))
+            seq[0] += 1
+
+        assert until(lambda: obs.get_subscription_count() >= 1 and questions.get_subscription_count() >= 1,
+                     timeout=60.0), "the node process did not come up:\n" + proc.output()
+        # observation frames first (a question needs one), then the question; frames until it is running
+        assert until(lambda: chunks, every=observe, period=0.05), proc.output()
+        questions.publish(Question(client_id="in-flight", text="what do you see?"))
+        assert until(lambda: any(m.client_id == "in-flight" for m in text), every=observe, period=0.05)
+        # no more observations: with decode_when_idle false the request stays in flight
+        time.sleep(0.3)
+        assert not any(m.client_id == "in-flight" and m.done for m in text), \
+            str([(m.index, m.token_id, m.finish_reason) for m in text if m.client_id == "in-flight"]) + proc.output()
+
+        t0 = time.monotonic()
+        proc.proc.send_signal(signal.SIGTERM)
+        code = proc.wait()
+        exit_s = time.monotonic() - t0
+        out = proc.output(100_000)
+        assert code == 0, out[-3000:]
+        assert until(lambda: any(m.client_id == "in-flight" and m.done for m in text), timeout=10.0), out[-3000:]
+        (end,) = [m for m in text if m.client_id == "in-flight" and m.done]
+        assert end.finish_reason == "cancelled" and end.token_id == -1
+        tokens = [m for m in text if m.client_id == "in-flight"]
+        assert [m.index for m in tokens] == list(range(len(tokens)))  # nothing lost before the cancellation
+        assert end.index == len(tokens) - 1
+        assert "requests cancelled" in out
+        assert "threads still running at exit" not in out, out[-3000:]
+        stopped = [line for line in out.splitlines() if "timers and worker stopped in" in line]
+        print(f"\n  SIGTERM -> process exit {exit_s:.2f} s; {stopped[-1].split(': ', 1)[-1] if stopped else ''}")
+    finally:
+        proc.kill()
+
+
+def test_shutdown_in_process_stops_timers_and_worker_and_cancels(ros):
+    from rclpy.parameter import Parameter
+
+    from oxygen_ros.msg import Observation, Question, TextToken
+    from oxygen_ros.ros.inference_node import InferenceNode
+
+    prefix = unique_prefix()
+    t = _topics(prefix)
+    params = {**t, "preset": "tiny", "language_every_n_frames": 1, "steps_per_frame": 1, "max_decode": 30,
+              "decode_when_idle": False, "frame_deadline_ms": 5000.0}
+    node = ros.add(InferenceNode(context=ros.context, parameter_overrides=[Parameter(k, value=v)
+                                                                           for k, v in params.items()]))
+    client = ros.node("oxygen_test_shutdown_client")
+    text = []
+    client.create_subscription(TextToken, t["text_topic"], text.append, reliable(1000))
+    obs = client.create_publisher(Observation, t["observation_topic"], reliable(10))
+    client.create_publisher(Question, t["question_topic"], reliable(10))
+    seq = [0]
+
+    def observe():
+        obs.publish(observation_msg(seq[0], client.get_clock().now().nanoseconds))
+        seq[0] += 1
+
+    assert until(lambda: node.engine.active_requests >= 2, every=observe, period=0.05)
+    worker = node._worker
+    assert worker.is_alive()
+    running = {r.id for r in node.engine.requests.active.values()}
+    node.shutdown()  # what destroy_node, Ctrl-C and SIGTERM run
+    assert not worker.is_alive()
+    assert all(timer.is_canceled() for timer in node._own_timers)
+    ros.remove(node)
+    assert not [th for th in threading.enumerate() if th.name.startswith("oxygen-inference")]
+    assert until(lambda: running <= {m.request_id for m in text if m.done and m.finish_reason == "cancelled"},
+                 timeout=10.0)
+    print(f"\n  in-process shutdown: timers and worker stopped in {node.stop_ms:.0f} ms")
+
+
+def test_a_model_that_does_not_load_is_refused_with_its_cause(tmp_path, ros):
+    bad = tmp_path / "checkpoint"
+    bad.mkdir()
+    (bad / "config.json").write_text("{}")
+    (bad / "model.safetensors").write_bytes(b"garbage, not safetensors")
+    proc = NodeProcess(unique_prefix(), model_path=str(bad))
+    code = proc.wait(timeout=120.0)
+    out = proc.output()
+    assert code == 2, out[-3000:]
+    assert "parameter 'model_path'" in out and "safetensors" in out, out[-3000:]
+    assert "start-up failed" in out  # the node's own log line, with the cause
+
+
+def test_a_model_load_fault_that_is_not_a_parameter_is_reported_with_its_cause(ros, monkeypatch):
+    from rclpy.parameter import Parameter
+
+    from oxygen_ros.ros import inference_node
+
+    def out_of_memory(params):
+        raise RuntimeError("CUDA out of memory. Tried to allocate 20.00 GiB")
+
+    monkeypatch.setattr(inference_node, "load_model", out_of_memory)
+    with pytest.raises(inference_node.ModelLoadError, match="out of memory") as info:
+        inference_node.InferenceNode(context=ros.context, parameter_overrides=[Parameter("preset", value="tiny")])
+    assert "embedded default" in str(info.value) and "cpu" in str(info.value)
+    assert not [th for th in threading.enumerate() if th.name.startswith("oxygen-inference")]
