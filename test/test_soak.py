@@ -1,0 +1,51 @@
+"""`oxygen-soak` as a user runs it, for a few seconds (the long run is done by hand:
+``oxygen-soak --duration 600 --json soak.json``).
+
+The installed launcher is used; PYTHONPATH puts this checkout first, so the sources
+under test are the ones run even before `make venv` reinstalled them.
+"""
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from ros_harness import ros_environment
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def _soak():
+    path = Path(sys.prefix) / "bin" / "oxygen-soak"
+    if not path.is_file():
+        pytest.fail(f"{path} missing (run `make venv`)")
+    return str(path)
+
+
+def test_soak_smoke(monkeypatch, tmp_path):
+    ros_environment(monkeypatch, tmp_path)
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join([str(REPO)] + [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p])
+    out = tmp_path / "soak.json"
+    proc = subprocess.run([_soak(), "--duration", "10", "--gap-every", "4", "--gap-s", "1.5", "--inject-every",
+                           "0.25", "--json", str(out)], cwd=tmp_path, env=env, capture_output=True, text=True,
+                          timeout=180)
+    assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-4000:]
+    report = json.loads(out.read_text())
+    print("\n" + "\n".join(line for line in proc.stdout.splitlines() if line.startswith("  ")))
+    for key in ("ticks", "underruns_in_gaps", "underruns_outside_gaps", "frames", "requests_started",
+                "requests_finished", "requests_rejected", "requests_cancelled", "tokens_lost", "rss_start_mb",
+                "rss_end_mb", "rss_growth_pct"):
+        assert key in report, key
+    assert report["ticks"] > 0 and report["frames"] > 0 and report["requests_started"] > 0
+    assert report["tokens_lost"] == 0 and report["requests_open_at_end"] == 0
+    assert report["questions_unanswered"] == 0
+    assert report["gaps"] >= 1
+    # the bad input went where it should: refused by the nodes, each with its reason
+    assert sum(report["camera_rejected"]["oxygen_camera"].values()) > 0
+    assert sum(report["camera_rejected"]["oxygen_soak_compressed_camera"].values()) > 0
+    assert report["inference_refused"]["observations_invalid"] > 0
+    assert report["requests_rejected"] > 0  # the empty questions
+    assert "underruns" in proc.stdout and "memory (RSS)" in proc.stdout
