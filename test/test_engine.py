@@ -193,3 +193,24 @@ def test_a_failed_frame_loses_nothing_and_the_next_one_runs(model, tok, setting)
     for cid, r in by_client.items():
         streamed = [e.token_id for e in events if e.client_id == cid]
         assert streamed == r.tokens and r.finish_reason.value in ("eos", "length")
+
+
+def test_the_state_is_normalised_with_the_checkpoint_statistics_before_binning(model, tok):
+    from oxygen_ros.core.normalization import Normalizer
+    from oxygen_ros.core.tokenizer import discretize_state
+
+    stats = {"mean": [10.0, 20.0], "std": [5.0, 5.0], "q01": [0.0, 0.0], "q99": [20.0, 40.0]}
+    act = {"mean": [0.0] * 2, "std": [1.0] * 2, "q01": [-1.0] * 2, "q99": [1.0] * 2}
+    norm = Normalizer(stats, act, mode="quantile")
+    base = observations(1)[0]
+    robot = Observation(base.images, base.instruction, np.array([10.0, 30.0], np.float32))
+    normalised = norm.normalize_state(robot.state).astype(np.float32)  # about [0, 0.5]
+    np.testing.assert_allclose(normalised, [0.0, 0.5], atol=1e-5)
+    assert list(discretize_state(robot.state)) == [255, 255]  # unnormalised it would saturate
+    model_units = Observation(base.images, base.instruction, normalised)
+    config = EngineConfig(setting="oxygen", max_decode=8, steps_per_frame=8)
+    with_stats = Engine(model, tok, config, normalizer=norm).step([robot])
+    plain = Engine(model, tok, config).step([model_units])
+    raw = Engine(model, tok, config).step([robot])
+    assert with_stats.finished[0].tokens == plain.finished[0].tokens
+    assert with_stats.finished[0].tokens != raw.finished[0].tokens

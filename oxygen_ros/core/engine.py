@@ -10,6 +10,7 @@ only decide when each is called and with which slots.
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -197,6 +198,7 @@ class Engine:
     def prefill(self, observations: list[Observation], dests: list[list[int]]) -> torch.Tensor:
         """Write each observation's prefix into its slots; returns last-token logits."""
         t0 = time.perf_counter()
+        observations = [self._model_state(o) for o in observations]
         batch = make_prefix_batch(observations, self.tokenizer, self.model.config, self.config.camera_names)
         res = self.model.prefill(batch, self.pool.cache, dests)
         for length, slots in zip(res.lengths.tolist(), dests):
@@ -206,6 +208,14 @@ class Engine:
                 self.pool.record_copy(length * (len(slots) - 1))  # one prefix stored more than once
         self._result.prefill_ms += (time.perf_counter() - t0) * 1e3
         return res.logits
+
+    def _model_state(self, obs: Observation) -> Observation:
+        """The state as the model was trained on it: π0.5 normalises the robot's
+        state with the checkpoint's statistics before it is binned into the prompt."""
+        n = self.normalizer
+        if n is None or obs.state is None or getattr(n, "state_stats", None) is None:
+            return obs
+        return dataclasses.replace(obs, state=n.normalize_state(obs.state).astype(np.float32))
 
     def act(self, start: int, count: int, observation_ids: list[int]) -> list[np.ndarray]:
         """Denoise action chunks for slots ``start .. start+count`` (read in place)."""
