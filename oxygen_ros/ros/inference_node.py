@@ -785,6 +785,11 @@ class InferenceNode(Node):
             start_language = False
         with self._lock:
             k = self.budget.next_k() if p["decode_budget"] else self.budget.k_max
+            if not observations and self.budget.k_max > 0:
+                # a language-only frame has no action to protect (it only runs when the
+                # next observation is not due before it ends): at least one step, so
+                # text never starves once the budget has shrunk to zero
+                k = max(1, k)
             self._last_k = k
         started = time.monotonic_ns()
         try:
