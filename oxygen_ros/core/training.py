@@ -61,7 +61,7 @@ EVAL_SEED_BASE = 1_000_000
 
 @dataclass(frozen=True)
 class TrainConfig:
-    steps: int = 6000
+    steps: int = 12000
     batch_size: int = 64
     lr: float = 2e-3
     min_lr_fraction: float = 0.05
@@ -113,9 +113,13 @@ def batch_examples(cfg: TrainConfig, index: int, image_size: int, horizon: int) 
     """The examples of training batch ``index``: a pure function of ``(cfg.seed, index)``.
 
     Like :func:`sim.examples` (gripper anywhere, a share of it already on the
-    target), plus a share of images rendered larger and resized down the way
-    serving resizes camera images. Each batch has its own generator, so batches
-    can be made in any order or process and the data stay the same.
+    target), with more multi-object scenes (``object_weights``), and, from
+    ``hard_from`` of the steps on, a share of scenes where a distractor has the
+    target's colour so that only its shape tells them apart (learned last: the
+    task is picked up faster without them); a share of the images is rendered
+    at another size and resized the way serving resizes camera images. Each
+    batch has its own generator, so batches can be made in any order or
+    process and the data stay the same.
     """
     rng = np.random.default_rng([cfg.seed, index])
     same_colour_prob = cfg.same_colour_prob if index >= cfg.hard_from * cfg.steps else 0.0

@@ -134,6 +134,19 @@ def _apply(e: Episode, chunk: np.ndarray, execute: int, max_steps: int) -> None:
             return
 
 
+def distractors(scene: sim.Scene) -> str:
+    """What tells the target apart: ``single`` (no other object), ``same_colour`` (a distractor
+    shares its colour: only the shape tells), ``same_shape``, or ``distinct``."""
+    others = [o for i, o in enumerate(scene.objects) if i != scene.target_index]
+    if not others:
+        return "single"
+    if any(o.colour == scene.target.colour for o in others):
+        return "same_colour"
+    if any(o.shape == scene.target.shape for o in others):
+        return "same_shape"
+    return "distinct"
+
+
 def summarise(episodes: Sequence[Episode]) -> dict:
     texts = [e.request.text if e.request is not None else "" for e in episodes]
     named = [names_target(t, e.scene) for t, e in zip(texts, episodes)]
@@ -144,6 +157,13 @@ def summarise(episodes: Sequence[Episode]) -> dict:
         reason = getattr(getattr(e.request, "finish_reason", None), "value", "none")
         reasons[reason] = reasons.get(reason, 0) + 1
     successes = [e for e in episodes if e.success]
+    groups: dict[str, list[int]] = {}
+    for i, e in enumerate(episodes):
+        groups.setdefault(distractors(e.scene), []).append(i)
+    by_kind = {k: {"scenes": len(ix), "text_accuracy": float(np.mean([named[i] for i in ix])),
+                   "first_action_cosine": float(np.mean([cos[i] for i in ix])),
+                   "closed_loop_success": float(np.mean([episodes[i].success for i in ix]))}
+               for k, ix in sorted(groups.items())}
     return {
         "scenes": len(episodes),
         "text_accuracy": float(np.mean(named)),
@@ -153,6 +173,7 @@ def summarise(episodes: Sequence[Episode]) -> dict:
         "closed_loop_success": len(successes) / len(episodes),
         "mean_steps_to_success": float(np.mean([e.steps for e in successes])) if successes else None,
         "finish_reasons": reasons,
+        "by_distractor": by_kind,
     }
 
 

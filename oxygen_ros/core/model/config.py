@@ -119,12 +119,16 @@ PI05 = ModelConfig(
 )
 
 # Same structure, sized so that a whole frame runs in a few milliseconds on
-# one CPU core. The vocabulary matches the shipped SentencePiece model.
+# one CPU core. The vocabulary matches the shipped SentencePiece model. The
+# expert is as wide as the VLM: at width 32 it could not learn to find the
+# named object among several (the shipped default model is trained on this
+# preset, see oxygen_ros/data/default_model/card.md); depth is what costs
+# time (every denoising step runs every layer), width hardly does.
 TINY = ModelConfig(
     name="tiny",
     vision=VisionConfig(hidden=64, depth=2, heads=4, mlp=128, image_size=32, patch_size=8),
     vlm=GemmaConfig(width=64, depth=2, mlp=128, heads=4, kv_heads=1, head_dim=16),
-    expert=GemmaConfig(width=32, depth=2, mlp=64, heads=4, kv_heads=1, head_dim=16),
+    expert=GemmaConfig(width=64, depth=2, mlp=128, heads=4, kv_heads=1, head_dim=16),
     vocab_size=512,
     max_token_len=32,
     max_cameras=3,

@@ -1,0 +1,127 @@
+"""The shipped default model on held-out scenes, and the training code it comes from."""
+
+import numpy as np
+import pytest
+import torch
+
+from oxygen_ros.core import training
+from oxygen_ros.core.model.cache import SlotView
+from oxygen_ros.core.model.config import TINY
+from oxygen_ros.core.model.vla import build_model
+from oxygen_ros.core.normalization import load_norm_stats
+from oxygen_ros.core.observation import Observation, make_prefix_batch
+from oxygen_ros.core.tokenizer import Tokenizer
+from oxygen_ros.tools.eval import CAMERA_NAMES, evaluate
+
+SCENES = 20
+
+
+@pytest.fixture(scope="module")
+def default():
+    from oxygen_ros.core.checkpoints import DEFAULT_MODEL_DIR, load_default
+
+    assert (DEFAULT_MODEL_DIR / "model.safetensors").is_file(), f"no shipped model in {DEFAULT_MODEL_DIR}"
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)  # the figures below are measured at one thread
+    yield load_default()
+    torch.set_num_threads(threads)
+
+
+@pytest.fixture(scope="module")
+def results(default):
+    return {s: evaluate(default.model, default.tokenizer, default.normalizer, scenes=SCENES, setting=s,
+                        with_texts=True)
+            for s in ("oxygen", "shared_kv", "baseline")}
+
+
+def test_default_model_describes_and_reaches(results):
+    r = results["oxygen"]
+    assert r["scenes"] == SCENES
+    assert r["text_accuracy"] >= 0.9, r
+    assert r["first_action_cosine"] >= 0.9, r
+    assert r["closed_loop_success"] >= 0.9, r
+
+
+def test_settings_generate_the_same_tokens(results):
+    want = results["oxygen"]
+    for setting in ("shared_kv", "baseline"):
+        got = results[setting]
+        assert got["tokens"] == want["tokens"], setting
+        for key in ("text_accuracy", "first_action_cosine", "closed_loop_success"):
+            assert got[key] == pytest.approx(want[key], abs=1e-6), (setting, key)
+
+
+def test_shipped_norm_stats_scale_actions_by_max_step(default):
+    from oxygen_ros.core.checkpoints import DEFAULT_MODEL_DIR
+
+    chunk = np.zeros((TINY.action_horizon, TINY.action_dim))
+    chunk[:, :2] = np.linspace(-1, 1, 2 * TINY.action_horizon).reshape(-1, 2)
+    for mode in ("quantile", "zscore"):
+        n = load_norm_stats(DEFAULT_MODEL_DIR, mode=mode)
+        np.testing.assert_allclose(n.unnormalize_actions(chunk), chunk[:, :2] * training.sim.MAX_STEP, atol=1e-6)
+        np.testing.assert_allclose(n.normalize_state(np.array([0.3, -0.7])), [0.3, -0.7], atol=1e-5)
+    assert default.normalizer.action_dim == 2
+
+
+def test_training_is_deterministic_for_a_seed():
+    tok = Tokenizer.default()
+    cfg = training.TrainConfig(steps=3, batch_size=4, seed=5, warmup_steps=1)
+    with torch.random.fork_rng(devices=[]):
+        a, _ = training.train(TINY, cfg, tok)
+        b, _ = training.train(TINY, cfg, tok)
+        c, _ = training.train(TINY, training.TrainConfig(steps=3, batch_size=4, seed=6, warmup_steps=1), tok)
+    sa, sb, sc = a.state_dict(), b.state_dict(), c.state_dict()
+    assert all(torch.equal(sa[k], sb[k]) for k in sa)
+    assert not all(torch.equal(sa[k], sc[k]) for k in sa)
+    assert not all(torch.equal(sa[k], v) for k, v in build_model(TINY, seed=5).state_dict().items())
+
+
+def test_batches_do_not_depend_on_the_process_that_makes_them():
+    tok = Tokenizer.default()
+    cfg = training.TrainConfig(batch_size=3, seed=2)
+    with training.BatchSource(cfg, TINY, tok, workers=1, prefetch=2) as remote:
+        far = [remote.get(i) for i in range(3)]
+    local = training.BatchSource(cfg, TINY, tok)
+    for i, batch in enumerate(far):
+        here = local.get(i)
+        assert torch.equal(batch.prefix.pixels, here.prefix.pixels)
+        assert torch.equal(batch.targets, here.targets) and torch.equal(batch.actions, here.actions)
+
+
+def test_training_forward_is_what_serving_computes():
+    """The joint training sequence gives the logits prefill/decode_step give
+    (teacher forced) and the velocity denoise integrates."""
+    tok = Tokenizer.default()
+    model = build_model(TINY, seed=1, dtype="float64")
+    examples = training.batch_examples(training.TrainConfig(batch_size=3, seed=3), 0, 32, TINY.action_horizon)
+    tb = training.make_train_batch(examples, tok, TINY, training.sim.MAX_STEP)
+    x_p, valid_p = model.embed_prefix(tb.prefix)
+    p = x_p.shape[1]
+    vlm_x = torch.cat([x_p, model.language_model.embed(tb.text_in).to(x_p.dtype)], 1)
+    vlm_valid = torch.cat([valid_p, tb.text_mask], 1)
+    horizon = TINY.action_horizon
+    noise = torch.randn(3, horizon, TINY.action_dim, dtype=torch.float64, generator=torch.Generator().manual_seed(0))
+    lengths = valid_p.sum(1)
+    with torch.no_grad():
+        h_vlm, h_act = model.forward_joint(
+            vlm_x, vlm_valid.long().cumsum(1) - 1, model.action_in_proj(noise), lengths[:, None] + torch.arange(horizon),
+            model.time_condition(torch.ones(3, dtype=torch.float64)), training.joint_mask(valid_p, tb.text_mask, horizon))
+        velocity = model.action_out_proj(h_act)
+
+    observations = [Observation({"base": e.image}, e.instruction, e.state) for e in examples]
+    batch = make_prefix_batch(observations, tok, TINY, CAMERA_NAMES)
+    cache = model.new_cache(slots=3, max_len=TINY.prefix_len + 8)
+    res = model.prefill(batch, cache, [[0], [1], [2]])
+    assert torch.equal(res.lengths, lengths)
+    last = (valid_p.long() * torch.arange(p)).amax(1)
+    want = model.language_model.logits(h_vlm[torch.arange(3), last]).float()
+    torch.testing.assert_close(res.logits, want, rtol=1e-6, atol=1e-5)
+    one_step = model.denoise(cache, SlotView.of(0, lengths.tolist()), noise, steps=1)  # x_0 = x_1 - v(x_1, t=1)
+    torch.testing.assert_close(one_step, noise - velocity, rtol=0, atol=1e-10)
+    pos = lengths.tolist()
+    for j in range(tb.text_in.shape[1]):
+        out = model.decode_step(cache, SlotView.of(0, pos), tb.text_in[:, j])
+        pos = [n + 1 for n in pos]
+        rows = tb.text_mask[:, j]
+        want = model.language_model.logits(h_vlm[rows, p + j]).float()
+        torch.testing.assert_close(out[rows], want, rtol=1e-6, atol=1e-5)
