@@ -21,3 +21,15 @@ def lively(model):
 @pytest.fixture(scope="session")
 def lively_tiny():
     return lively(build_model(TINY, seed=2))
+
+
+@pytest.fixture(scope="session")
+def random_tiny_dir(tmp_path_factory):
+    """A native checkpoint of the untrained tiny preset (seed 0): for node tests that
+    need long answers (the shipped default model says EOS after a few tokens)."""
+    from oxygen_ros.core.checkpoints import save_native
+    from oxygen_ros.core.tokenizer import default_tokenizer_path
+
+    out = tmp_path_factory.mktemp("random_tiny")
+    save_native(build_model(TINY, seed=0), out, tokenizer_path=default_tokenizer_path())
+    return str(out)

@@ -80,9 +80,10 @@ class Client:
         self.q_pub.publish(self.Question(client_id=client_id, text=text))
 
 
-def test_actions_at_control_rate_text_streams_and_questions(ros):
+def test_actions_at_control_rate_text_streams_and_questions(ros, random_tiny_dir):
     prefix = unique_prefix()
-    node = _node(ros, prefix, joint_names=["j0", "j1"])
+    # untrained weights: requests run to max_decode, so some are in flight at shutdown
+    node = _node(ros, prefix, joint_names=["j0", "j1"], model_path=random_tiny_dir)
     client = Client(ros, prefix)
     client.wait_matched(ros)
 

@@ -246,9 +246,11 @@ def test_overload_shrinks_the_language_budget_to_zero_and_it_comes_back(ros, fee
     check_chunks(list(client.chunks), horizon=H)
 
 
-def test_requests_that_cannot_be_admitted_are_rejected_never_dropped(ros, feeder_factory):
+def test_requests_that_cannot_be_admitted_are_rejected_never_dropped(ros, feeder_factory, random_tiny_dir):
     prefix = unique_prefix()
-    node = _node(ros, prefix, language_every_n_frames=0, max_active=1, queue_limit=1, max_decode=6,
+    # untrained weights: answers run to max_decode, so the one slot stays busy
+    node = _node(ros, prefix, model_path=random_tiny_dir, language_every_n_frames=0, max_active=1,
+                 queue_limit=1, max_decode=6,
                  steps_per_frame=1, decode_when_idle=False)
     client = Client(ros, prefix)
     feed = feeder_factory(client, rate_hz=10.0)

@@ -68,10 +68,12 @@ def _replay(bag, out_dir, prefix):
                 cls, topic, lambda m, t=topic: recorded.append((t, m, time.time_ns())), reliable(5000))
         inference = ros.add(InferenceNode(context=ros.context, namespace=prefix, parameter_overrides=params(
             preset="tiny", model_path="", chunk_origin="frame_end", decode_when_idle=False, decode_budget=False,
+            max_observation_age=0.0,  # replay timing, not staleness, is under test here
             question_topic=f"{prefix}/question", trajectory_topic=f"{prefix}/trajectory", **topics)))
         camera = ros.add(CameraNode(context=ros.context, namespace=prefix, parameter_overrides=params(
             image_topics=[f"{prefix}/camera/image_raw"], instruction_topic=f"{prefix}/instruction",
-            observation_topic=topics["observation_topic"], image_size=32, default_instruction=INSTRUCTION)))
+            observation_topic=topics["observation_topic"], image_size=32, default_instruction=INSTRUCTION,
+            max_age=10.0)))  # lockstep holds images while a frame runs: their stamps age
         player = ros.add(BagPlayer(context=ros.context, namespace=prefix, parameter_overrides=params(
             bag_path=str(bag), lockstep=True, rate=4.0, action_topic=topics["actions_topic"], start_delay_s=1.0)))
         assert ros.wait_until(player.done.done, 60.0), "the bag player did not finish"

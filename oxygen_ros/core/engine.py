@@ -226,7 +226,9 @@ class Engine:
                                     self.config.denoise_steps)
         out = [a for a in chunks.float().cpu().numpy()]
         if self.normalizer is not None:
-            out = [self.normalizer.unnormalize_actions(a) for a in out]
+            # a non-finite chunk is passed on as it is (the caller must refuse it);
+            # unnormalising it would raise and lose the frame's text with it
+            out = [self.normalizer.unnormalize_actions(a) if np.isfinite(a).all() else a for a in out]
         self._result.denoise_ms += (time.perf_counter() - t0) * 1e3
         assert all(a.shape[0] == mc.action_horizon for a in out)
         return out
