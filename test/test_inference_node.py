@@ -96,11 +96,13 @@ def test_actions_at_control_rate_text_streams_and_questions(ros, random_tiny_dir
     assert ros.wait_until(lambda: any(m.finish_reason == "cancelled" for m in client.text), 10.0)
     time.sleep(0.3)
 
-    # ActionChunks: about one per tick once the first frame is done (count, not timing)
+    # ActionChunks: one per tick while a chunk has actions left (count, not timing)
     chunks = list(client.chunks)
     published = node.counters["actions_published"]
     assert len(chunks) >= 0.9 * published
-    assert published >= 0.4 * RATE * 2.0, f"only {published} ActionChunks in ~3 s at {RATE} Hz"
+    # more than one chunk's worth: ticks keep publishing the newest chunk at an advancing offset
+    # (the rate itself is a benchmark figure, `oxygen-agent --report`, not asserted here)
+    assert published >= 2 * H, f"only {published} ActionChunks in ~3 s at {RATE} Hz: {dict(node.counters)}"
     check_chunks(chunks, horizon=H, period=1 / RATE)
     seqs = {m.observation_seq for m in chunks}
     assert seqs <= set(range(client.seq))
