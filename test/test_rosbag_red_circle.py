@@ -1,0 +1,116 @@
+"""The shipped default model end to end on ROS: a rosbag of a red-circle scene.
+
+The test renders one scene of the synthetic task (target: the red circle, a
+blue square beside it) into a rosbag2 of camera images, joint states (the
+gripper position) and the latched instruction, replays it in lockstep through
+camera node -> inference node running the embedded default model, and checks
+what a user would look for: the streamed text names the red circle, and the
+actions point the gripper at it. The image reaches both outputs only through
+the prefill's shared KV cache, so this is the whole pipeline on real DDS.
+"""
+
+import numpy as np
+import pytest
+from ros_harness import Ros, check_text, reliable, ros_environment, unique_prefix
+
+from oxygen_ros.core.sim import scene as sim
+
+FRAMES = 4
+CAMERA_PIXELS = 64  # the camera node resizes to the model's 32
+
+
+def _scene():
+    objects = (sim.SceneObject("blue", "square", (-0.45, 0.4)), sim.SceneObject("red", "circle", (0.4, -0.35)))
+    return sim.Scene(objects, target_index=1, gripper=(-0.3, -0.2))
+
+
+def _write_bag(path, prefix, scene):
+    from sensor_msgs.msg import JointState
+    from std_msgs.msg import Header, String
+
+    from oxygen_ros.ros.bags import write_bag
+    from oxygen_ros.ros.conversions import ns_to_time_msg, rgb_to_image_msg
+    from oxygen_ros.ros.sources import JOINT_NAMES
+
+    image = sim.render(scene, CAMERA_PIXELS)
+    t0 = 1_700_000_000 * 10**9
+    messages = [(f"{prefix}/instruction", String(data=scene.instruction), t0)]
+    for i in range(FRAMES):
+        stamp = t0 + (i + 1) * 100_000_000
+        state = JointState(header=Header(stamp=ns_to_time_msg(stamp), frame_id="table"), name=list(JOINT_NAMES),
+                           position=[float(v) for v in scene.gripper])
+        messages.append((f"{prefix}/joint_states", state, stamp - 50_000_000))  # well before its image: topics are not ordered
+        messages.append((f"{prefix}/camera/image_raw", rgb_to_image_msg(image, "rgb8", stamp * 1e-9, "cam"), stamp))
+    return write_bag(path, "mcap", messages, latched_topics=[f"{prefix}/instruction"])
+
+
+@pytest.fixture(scope="module")
+def replay(tmp_path_factory):
+    """(chunks, text tokens) of the default agent on the red-circle bag."""
+    from oxygen_ros.msg import ActionChunk, TextToken
+    from rclpy.parameter import Parameter
+
+    from oxygen_ros.ros.camera_node import CameraNode
+    from oxygen_ros.ros.inference_node import InferenceNode
+    from oxygen_ros.ros.sources import BagPlayer
+
+    def params(**kw):
+        return [Parameter(k, value=v) for k, v in kw.items()]
+
+    mp = pytest.MonkeyPatch()
+    ros_environment(mp, tmp_path_factory.mktemp("ros"))
+    prefix = unique_prefix()
+    scene = _scene()
+    bag = _write_bag(tmp_path_factory.mktemp("bag") / "red_circle", prefix, scene)
+    topics = dict(observation_topic=f"{prefix}/observation", actions_topic=f"{prefix}/actions",
+                  text_topic=f"{prefix}/text")
+    chunks, text = [], []
+    try:
+        with Ros() as ros:
+            client = ros.node("oxygen_test_recorder")
+            client.create_subscription(ActionChunk, topics["actions_topic"], chunks.append, reliable(1000))
+            client.create_subscription(TextToken, topics["text_topic"], text.append, reliable(5000))
+            ros.add(InferenceNode(context=ros.context, namespace=prefix, parameter_overrides=params(
+                model_path="",  # the embedded default model
+                chunk_origin="frame_end", max_observation_age=0.0, question_topic=f"{prefix}/question",
+                trajectory_topic=f"{prefix}/trajectory", **topics)))
+            camera = ros.add(CameraNode(context=ros.context, namespace=prefix, parameter_overrides=params(
+                image_topics=[f"{prefix}/camera/image_raw"], instruction_topic=f"{prefix}/instruction",
+                state_topic=f"{prefix}/joint_states", observation_topic=topics["observation_topic"],
+                image_size=32, max_age=10.0)))
+            player = ros.add(BagPlayer(context=ros.context, namespace=prefix, parameter_overrides=params(
+                bag_path=str(bag), lockstep=True, rate=4.0, action_topic=topics["actions_topic"],
+                start_delay_s=1.0)))
+            assert ros.wait_until(player.done.done, 60.0), "the bag player did not finish"
+            assert player.lockstep_timeouts == 0, \
+                f"lockstep broke: an ActionChunk did not come ({camera.published} observations published)"
+
+            def answered():
+                ends = [m for m in text if m.done]
+                return len(ends) >= FRAMES and all(m.finish_reason in ("eos", "length") for m in ends)
+            assert ros.wait_until(answered, 30.0), f"not every frame's description finished: {text[-3:]}"
+    finally:
+        mp.undo()
+    return scene, list(chunks), list(text)
+
+
+def test_text_of_a_red_circle_bag_names_the_red_circle(replay):
+    _, _, text = replay
+    requests = check_text(text)
+    assert len(requests) >= FRAMES
+    for tokens in requests.values():
+        words = "".join(m.piece for m in tokens if not m.done or m.token_id >= 0).split()
+        assert words[:2] == ["red", "circle"], f"request {tokens[0].request_id} said {' '.join(words)!r}"
+        assert "square" not in words, "the description names the distractor"
+
+
+def test_actions_of_a_red_circle_bag_head_for_the_red_circle(replay):
+    scene, chunks, _ = replay
+    ideal = np.subtract(scene.target.position, scene.gripper)
+    firsts = {}
+    for m in chunks:  # the first message of each frame: its action due then (offset 0 unless a tick was late)
+        firsts.setdefault(m.frame_id, np.asarray(m.actions, np.float64).reshape(-1, m.action_dim)[0, :2])
+    assert len(firsts) >= FRAMES, f"every observation must give a chunk, got frames {sorted(firsts)}"
+    for frame, a in firsts.items():
+        cosine = float(a @ ideal / (np.linalg.norm(a) * np.linalg.norm(ideal)))
+        assert cosine >= 0.9, f"frame {frame}: first action {a} points away from the red circle ({cosine:.2f})"
