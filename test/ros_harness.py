@@ -2,7 +2,7 @@
 
 * :func:`ros_environment` - the isolation ``make test`` sets (a domain id, discovery
   on this machine only, a private log directory), set here when missing.
-* :class:`Ros` - a private rclpy context with an executor spinning in a thread.
+* :class:`Ros` - a private rclpy context; each node spins on its own executor thread.
 * :func:`observation_msg` - an ``oxygen_ros/Observation`` message from numpy.
 * :func:`check_chunks` / :func:`check_text` - the well-formedness rules of the
   inference node's outputs, shared by the node, agent and replay tests.
@@ -39,42 +39,59 @@ def unique_prefix() -> str:
 
 
 class Ros:
-    """A private context and a MultiThreadedExecutor spinning in a background thread."""
+    """A private context; every node added spins on a SingleThreadedExecutor of its own in a
+    background thread, as ``oxygen-agent`` runs them (rclpy's MultiThreadedExecutor keeps a
+    core busy rebuilding its wait set, which starves the nodes under test on 2 cores)."""
 
-    def __init__(self, threads: int = 3):
+    def __init__(self):
         import rclpy
         from rclpy.context import Context
-        from rclpy.executors import MultiThreadedExecutor
 
         self.context = Context()
         rclpy.init(context=self.context, domain_id=int(os.environ["ROS_DOMAIN_ID"]))
-        self.executor = MultiThreadedExecutor(num_threads=threads, context=self.context)
         self.nodes = []
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._spin, daemon=True)
-        self._thread.start()
-
-    def _spin(self) -> None:
-        while not self._stop.is_set():
-            try:
-                self.executor.spin_once(timeout_sec=0.02)
-            except Exception:  # the context is going down
-                if self._stop.is_set():
-                    return
-                raise
+        self._spinners = {}  # node -> (executor, stop event, thread)
 
     def add(self, node):
+        from rclpy.executors import SingleThreadedExecutor
+
+        executor = SingleThreadedExecutor(context=self.context)
+        executor.add_node(node)
+        stop = threading.Event()
+        thread = threading.Thread(target=self._spin, args=(executor, stop), daemon=True,
+                                  name=f"ros-test-{node.get_name()}")
         self.nodes.append(node)
-        self.executor.add_node(node)
+        self._spinners[node] = (executor, stop, thread)
+        thread.start()
         return node
+
+    @staticmethod
+    def _spin(executor, stop) -> None:
+        while not stop.is_set():
+            try:
+                executor.spin_once(timeout_sec=0.02)
+            except Exception:  # the context is going down
+                if stop.is_set():
+                    return
+                raise
 
     def node(self, name: str):
         import rclpy
 
         return self.add(rclpy.create_node(f"{name}_{uuid.uuid4().hex[:6]}", context=self.context))
 
+    def _stop(self, node) -> None:
+        executor, stop, thread = self._spinners.pop(node)
+        stop.set()
+        thread.join(5.0)
+        try:
+            executor.remove_node(node)
+        except Exception:
+            pass
+        executor.shutdown()
+
     def remove(self, node) -> None:
-        self.executor.remove_node(node)
+        self._stop(node)
         node.destroy_node()
         self.nodes.remove(node)
 
@@ -90,16 +107,10 @@ class Ros:
     def close(self) -> None:
         import rclpy
 
-        self._stop.set()
-        self._thread.join(5.0)
         for node in reversed(self.nodes):
-            try:
-                self.executor.remove_node(node)
-            except Exception:
-                pass
+            self._stop(node)
             node.destroy_node()
         self.nodes.clear()
-        self.executor.shutdown()
         rclpy.try_shutdown(context=self.context)
 
     def __enter__(self):

@@ -63,7 +63,7 @@ def test_demo_is_off_by_default(ros_env, tmp_path):
     proc = subprocess.Popen([_agent(), "--duration", "5", "--report", str(report)], cwd=tmp_path, env=_env(),
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     try:
-        with Ros(threads=2) as ros:
+        with Ros() as ros:
             probe = ros.node("oxygen_test_graph_probe")
 
             def names():

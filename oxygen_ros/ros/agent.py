@@ -15,10 +15,12 @@ must never act on a synthetic camera by accident; ``demo:=true`` adds the
 synthetic camera, and feeds its gripper position to the camera node as the
 robot state, :data:`DEMO_PARAMETERS`). The nodes (:data:`NODES`) run until
 Ctrl-C (or SIGTERM) or ``--duration``, spun in background threads: by default
-(``--executor split``) the inference node and the measuring monitor each on a
-``SingleThreadedExecutor`` of its own, so the control tick never waits behind
-another node's callbacks, the camera nodes on a ``MultiThreadedExecutor``
-(``--executor multi``: everything on one ``MultiThreadedExecutor``).
+(``--executor split``) every node (inference, camera, synthetic camera, the
+measuring monitor) on a ``SingleThreadedExecutor`` of its own, so the control
+tick never waits behind another node's callbacks (``--executor multi``:
+everything on one ``MultiThreadedExecutor``, for comparison: its wait-set
+rebuilding in Python keeps most of a core busy, which on 2 cores delays the
+frames and the control tick).
 
 While running it prints a status line (action frequency f = H/T, chunk age,
 active batch, tokens/s, from the inference node's ``/diagnostics``) and the
@@ -420,8 +422,7 @@ class Spinner:
         if mode == "multi":
             groups = [(MultiThreadedExecutor(num_threads=4), [inference, monitor, *others])]
         else:  # split: the control tick (and the measuring subscriber) never wait behind other nodes' callbacks
-            groups = [(SingleThreadedExecutor(), [inference]), (SingleThreadedExecutor(), [monitor]),
-                      (MultiThreadedExecutor(num_threads=2), others)]
+            groups = [(SingleThreadedExecutor(), [node]) for node in (inference, monitor, *others)]
         self.executors = []
         self.threads = []
         for executor, nodes in groups:

@@ -1150,7 +1150,7 @@ def _fmt(v: Any) -> str:
 
 def main(args=None) -> int:
     """``ros2 run oxygen_ros inference_node [--ros-args ...]``."""
-    from rclpy.executors import ExternalShutdownException, MultiThreadedExecutor
+    from rclpy.executors import ExternalShutdownException, SingleThreadedExecutor
     from rclpy.signals import SignalHandlerOptions
 
     sys.setswitchinterval(0.001)  # the worker's Python code must not hold the GIL through a tick
@@ -1161,7 +1161,9 @@ def main(args=None) -> int:
     try:
         node = InferenceNode()
         settle_garbage_collector()
-        executor = MultiThreadedExecutor(num_threads=2)
+        # single-threaded: every callback is short (the frames run on the worker thread), and
+        # rclpy's MultiThreadedExecutor spends most of a core rebuilding its wait set
+        executor = SingleThreadedExecutor()
         executor.add_node(node)
         while rclpy.ok():
             executor.spin_once(timeout_sec=0.1)
