@@ -54,6 +54,25 @@ def test_demo_publishes_actions_and_text_and_writes_the_report(ros_env, tmp_path
         assert data[key] is not None and data[key] >= 0, (key, data[key])
     assert "f=" in proc.stdout  # the status line
     assert "[request " in proc.stdout  # the streamed text
+    # the jitter comes from a subscriber in its own process, which is gone with the agent
+    assert data["tick_jitter_measured_by"] == "arrival_probe (own process)", proc.stderr[-2000:]
+    assert data["tick_jitter_in_process_p99_ms"] is not None
+    assert not _probes(), "the arrival probe outlived the agent"
+    for key in ("queue_wait_p99_ms", "tick_wait_p99_ms", "conversion_p99_ms"):
+        assert data[key] is not None and data[key] >= 0, (key, data[key])
+
+
+def _probes() -> list[str]:
+    """Command lines of running arrival probes."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        try:
+            cmd = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode()
+        except OSError:
+            continue
+        if "oxygen_ros.ros.arrival_probe" in cmd:
+            found.append(cmd)
+    return found
 
 
 def test_demo_is_off_by_default(ros_env, tmp_path):

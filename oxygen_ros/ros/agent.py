@@ -34,8 +34,12 @@ is measured:
   over the measurement window (first ActionChunk received .. end) / its length;
 * ``tick_jitter_p50_ms`` / ``tick_jitter_p99_ms`` - subscriber side:
   ``|inter-arrival - control period|`` of consecutive ``ActionChunk`` messages
-  on ``actions_topic`` as received by this process (what a controller sees:
-  the node's tick latency plus DDS delivery); ``tick_lateness_*_ms`` is the
+  on ``actions_topic`` as received by a subscriber in a process of its own
+  (:mod:`.arrival_probe`, what a controller sees: the node's tick latency plus
+  DDS delivery; ``tick_jitter_measured_by`` says so, or says ``agent
+  process`` if the probe could not start); ``tick_jitter_in_process_*_ms``
+  is the same seen by the monitor in this process, whose threads share the
+  interpreter lock with the inference worker; ``tick_lateness_*_ms`` is the
   node-side part alone (timer callback start - scheduled time);
 * ``underruns`` - node side: ticks with no action left in the window;
   ``missed_ticks``: ticks rcl skipped because the timer callback was more
@@ -43,12 +47,17 @@ is measured:
 * ``obs_to_action_p50_ms`` / ``_p99_ms`` - subscriber side: arrival of an
   ``Observation`` here -> arrival of the first ``ActionChunk`` computed from it
   (matched by ``observation_seq``);
-* ``ros_overhead_p99_ms`` (and ``_p50_ms``) - that latency minus the engine's
-  own frame time for the same frame (``Engine.step`` wall time, read from the
-  node in this process): queueing for the worker, message conversion,
-  waiting for the next tick, DDS both ways; ``node_overhead_*_ms`` is the
-  part inside the inference node (observation received -> first
-  ActionChunk published, minus the engine's frame time);
+* ``ros_overhead_p99_ms`` (and ``_p50_ms``) - what ROS adds: that latency
+  minus, for the same frame (read from the node in this process), the
+  engine's frame time (``Engine.step``), the wait for the worker
+  (``queue_wait``: a frame was still running when the observation came) and
+  the wait for the control tick that first publishes the chunk
+  (``tick_wait``: actions go out on the tick grid, at most one period). What
+  is left is DDS delivery both ways, the callbacks' scheduling and the message
+  conversions (``conversion_*_ms``, the part inside the node). The three
+  parts are reported too (``queue_wait_*``, ``tick_wait_*``, ``conversion_*``,
+  p50/p99 over the frames in the window), so that
+  ``obs_to_action = ros_overhead + queue_wait + engine + tick_wait`` per frame;
 * ``actions_published`` / ``text_tokens_published`` - node-side counts in the
   window (``*_received`` are this process' subscriber counts).
 """
@@ -331,8 +340,13 @@ class Monitor:
                                "lateness": node.tick_lateness_ms.values(),
                                "lateness_total": node.tick_lateness_ms.total, "actions": len(self.actions)}
 
-    def report(self) -> dict[str, Any]:
-        """The figures described in the module doc (``None`` where nothing was measured)."""
+    def _jitter(self, arrivals: list[float]) -> list[float]:
+        """|inter-arrival - control period| (ms) of consecutive ActionChunks."""
+        return [abs((b - a) - self.period_s) * 1e3 for a, b in zip(arrivals, arrivals[1:])]
+
+    def report(self, probe_arrivals: list[float] | None = None) -> dict[str, Any]:
+        """The figures described in the module doc (``None`` where nothing was measured).
+        ``probe_arrivals``: ActionChunk arrival times recorded by :mod:`.arrival_probe`."""
         node = self.inference
         if self.window_end is None:
             self.freeze()
@@ -343,11 +357,21 @@ class Monitor:
             latencies = list(self.latencies)
             text_received = self.text_received
         end = final["t"]
-        jitter = [abs((b - a) - self.period_s) * 1e3 for a, b in zip(arrivals, arrivals[1:])]
+        in_process = self._jitter(arrivals)
+        if probe_arrivals is not None and start is not None:
+            jitter = self._jitter([t for t in probe_arrivals if start["t"] <= t <= end])
+            measured_by = "arrival_probe (own process)"
+        else:
+            jitter, measured_by = in_process, "agent process"
         records = node.frame_records()
-        overhead = [lat - records[f].engine_ms for f, _, lat in latencies if f in records]
-        node_overhead = [(r.first_published_ns - r.received_ns) / 1e6 - r.engine_ms for r in records.values()
-                         if r.first_published_ns is not None and (start is None or r.received_ns >= start["t_ns"])]
+        parts = {f: _latency_parts(records[f]) for f, _, _ in latencies
+                 if f in records and records[f].first_published_ns is not None}
+        # subscriber-side latency minus what is not ROS: the engine's frame, the wait for the
+        # worker (a frame already running) and the wait for the control tick that publishes it
+        overhead = [lat - parts[f]["engine"] - parts[f]["queue_wait"] - parts[f]["tick_wait"]
+                    for f, _, lat in latencies if f in parts]
+        in_window = [_latency_parts(r) for r in records.values()
+                     if r.first_published_ns is not None and (start is None or r.received_ns >= start["t_ns"])]
         lateness = final["lateness"]
         if start is not None:
             new_lateness = final["lateness_total"] - start["lateness_total"]
@@ -367,6 +391,9 @@ class Monitor:
             "tick_rate_hz": round((ticks["ticks"] - start["ticks"]) / window, 3) if window > 0 else None,
             "tick_jitter_p50_ms": _pct(jitter, 50),
             "tick_jitter_p99_ms": _pct(jitter, 99),
+            "tick_jitter_measured_by": measured_by,
+            "tick_jitter_in_process_p50_ms": _pct(in_process, 50),
+            "tick_jitter_in_process_p99_ms": _pct(in_process, 99),
             "tick_lateness_p50_ms": _pct(lateness, 50),
             "tick_lateness_p99_ms": _pct(lateness, 99),
             "underruns": ticks["underruns"] - (start["underruns"] if start else 0),
@@ -375,8 +402,8 @@ class Monitor:
             "obs_to_action_p99_ms": _pct([x for _, _, x in latencies], 99),
             "ros_overhead_p50_ms": _pct(overhead, 50),
             "ros_overhead_p99_ms": _pct(overhead, 99),
-            "node_overhead_p50_ms": _pct(node_overhead, 50),
-            "node_overhead_p99_ms": _pct(node_overhead, 99),
+            **{f"{name}_p{q}_ms": _pct([x[name] for x in in_window], q)
+               for name in ("queue_wait", "tick_wait", "conversion") for q in (50, 99)},
             "frame_latency_mean_ms": _round(d["frame_latency_ms"]),
             "frame_latency_p99_ms": _round(d["frame_latency_p99_ms"]),
             "action_frequency_hz": _round(d["action_frequency_hz"]),
@@ -390,6 +417,52 @@ class Monitor:
             "observations_received": counters.get("observations_received", 0),
             "load_average": list(os.getloadavg()) if hasattr(os, "getloadavg") else None,
         }
+
+
+class Probe:
+    """:mod:`.arrival_probe` in a child process, for ``--report``: started before the
+    nodes spin, stopped (SIGINT) at the end of the measurement window; never left running."""
+
+    def __init__(self, topic: str, workdir: Path):
+        import subprocess
+
+        self.out = workdir / f"oxygen_arrivals_{os.getpid()}.json"
+        self.proc = subprocess.Popen([sys.executable, "-m", "oxygen_ros.ros.arrival_probe", topic, str(self.out)],
+                                     stdout=subprocess.PIPE, text=True)
+        ready = self.proc.stdout.readline().strip()  # after its rclpy start-up (~1 s)
+        if ready != "arrival probe ready":
+            self.stop()
+            raise RuntimeError(f"the arrival probe did not start (exit code {self.proc.returncode})")
+
+    def stop(self) -> list[float] | None:
+        """End the probe; its arrival times, or None if it wrote none."""
+        import signal
+        import subprocess
+
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGINT)
+            try:
+                self.proc.wait(5.0)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        try:
+            return json.loads(self.out.read_text())["arrivals"]
+        except (OSError, ValueError, KeyError):
+            return None
+        finally:
+            self.out.unlink(missing_ok=True)
+
+
+def _latency_parts(r) -> dict[str, float]:
+    """Where one frame's observation-to-first-action time went inside the inference
+    node (ms): ``queue_wait`` (callback -> the worker takes it: a frame was running),
+    ``conversion`` (message -> model input, and the engine's result -> chunk),
+    ``engine`` (``Engine.step``), ``tick_wait`` (frame end -> the control tick that
+    first publishes its chunk)."""
+    total = (r.finished_ns - r.dequeued_ns) / 1e6
+    return {"queue_wait": (r.dequeued_ns - r.received_ns) / 1e6, "engine": r.engine_ms,
+            "conversion": total - r.engine_ms, "tick_wait": (r.first_published_ns - r.finished_ns) / 1e6}
 
 
 def _num(value, digits=0):
@@ -468,12 +541,11 @@ def _parse_args(argv: list[str]) -> tuple[argparse.Namespace, dict[str, str]]:
     parser.add_argument("--duration", type=float, default=None, help="stop after this many seconds")
     parser.add_argument("--report", type=Path, default=None, help="write the JSON report here at the end")
     parser.add_argument("--executor", choices=EXECUTORS, default="split",
-                        help="split (default): the inference node and the monitor each on an executor of its "
-                             "own, the other nodes on a multi-threaded one; multi: all on one multi-threaded "
-                             "executor")
+                        help="split (default): every node on a single-threaded executor of its own; "
+                             "multi: all on one multi-threaded executor")
     parser.add_argument("--text", choices=("all", "changed", "none"), default="changed",
                         help="which finished texts to print (default: answers and changed periodic texts)")
-    ns = parser.parse_args(argv)
+    ns = parser.parse_intermixed_args(argv)  # launch arguments before or after the options
     values = {}
     for item in ns.launch_args:
         if ":=" not in item:
@@ -510,7 +582,7 @@ def main(argv: list[str] | None = None) -> int:
     sys.setswitchinterval(0.001)  # the inference worker must not hold the GIL through a control tick
     install_sigterm_as_keyboard_interrupt()
     rclpy.init(args=[], signal_handler_options=SignalHandlerOptions.NO)
-    nodes, monitor, spinner, code = [], None, None, 0
+    nodes, monitor, spinner, probe, code = [], None, None, None, 0
     print(f"oxygen-agent: parameters from {params_file}; nodes: "
           + ", ".join(item["spec"].name for item in plan), flush=True)
     try:
@@ -526,6 +598,13 @@ def main(argv: list[str] | None = None) -> int:
         monitor_node = rclpy.create_node("oxygen_agent_monitor")
         nodes.append(monitor_node)
         monitor = Monitor(monitor_node, inference, ns.text)
+        if ns.report is not None:  # the tick jitter as a subscriber in another process sees it
+            import tempfile
+
+            try:
+                probe = Probe(inference.params["actions_topic"], Path(tempfile.gettempdir()))
+            except (OSError, RuntimeError) as exc:
+                print(f"oxygen-agent: {exc}; tick jitter measured in this process", file=sys.stderr)
         settle_garbage_collector()
         spinner = Spinner(ns.executor, inference, monitor_node,
                           [n for n in nodes if n is not inference and n is not monitor_node])
@@ -547,11 +626,15 @@ def main(argv: list[str] | None = None) -> int:
             for node in nodes:
                 if hasattr(node, "shutdown"):
                     node.shutdown()  # the inference node publishes its cancellations
+            arrivals = probe.stop() if probe is not None else None
+            probe = None
             if spinner is not None:
                 time.sleep(0.5)  # let the cancellations reach the monitor
-            report = monitor.report() if monitor is not None else None
+            report = monitor.report(arrivals) if monitor is not None else None
         except KeyboardInterrupt:  # a second Ctrl-C: stop now
             pass
+        if probe is not None:  # a second Ctrl-C came before it was stopped
+            probe.stop()
         if spinner is not None:
             spinner.shutdown()
         for node in reversed(nodes):

@@ -365,8 +365,9 @@ class FrameRecord:
 
     frame_id: int
     observation_seq: int
-    received_ns: int
-    started_ns: int
+    received_ns: int  # the observation callback
+    dequeued_ns: int  # the worker took it (after any frame that was running)
+    started_ns: int  # Engine.step called (after the message -> Observation conversion)
     finished_ns: int
     engine_ms: float
     first_published_ns: Optional[int] = None  # first ActionChunk carrying this frame
@@ -744,6 +745,7 @@ class InferenceNode(Node):
                     self._last_frame_end = time.monotonic_ns()
 
     def _run_frame(self, job: _Job) -> None:
+        dequeued = time.monotonic_ns()
         observations, received = [], None
         if job.observation is not None:
             msg, received_ros, received_mono = job.observation
@@ -824,7 +826,8 @@ class InferenceNode(Node):
                                        period_ns=self._period_ns, horizon=self.horizon),
                           frame_id=result.frame_id, observation_seq=int(msg.seq), observation_stamp_ns=stamp,
                           ready_ns=now_ros)
-            record = FrameRecord(result.frame_id, int(msg.seq), received_mono, started, finished, result.total_ms)
+            record = FrameRecord(result.frame_id, int(msg.seq), received_mono, dequeued, started, finished,
+                                 result.total_ms)
             with self._lock:
                 self._chunks.push(chunk)
                 self.records[result.frame_id] = record
