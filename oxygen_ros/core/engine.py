@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import dataclasses
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -88,6 +88,7 @@ class FrameResult:
     denoise_ms: float = 0.0
     decode_ms: float = 0.0
     total_ms: float = 0.0
+    paused_ms: float = 0.0  # of those, time spent in ``Engine.pause_point`` (counted in the phases too)
     copy_bytes: int = 0
 
 
@@ -105,6 +106,10 @@ class Engine:
         self.requests = RequestManager(self.pool, tokenizer, max_active=config.max_active,
                                        queue_limit=config.queue_limit)
         self.frame_id = 0
+        #: called as ``pause_point(work)`` before each piece of a frame ("prefill", "denoise",
+        #: "decode": one denoise or decode step each): where the caller may hold the frame back
+        #: for a moment (the ROS node lets its control tick run there); None: never
+        self.pause_point: Callable[[str], None] | None = None
         self.last_observation: Observation | None = None
         self._result: FrameResult | None = None
         self._starting: list[Request] = []
@@ -197,6 +202,7 @@ class Engine:
     # ------------------------------------------------------------------ primitives (used by scheduler.py)
     def prefill(self, observations: list[Observation], dests: list[list[int]]) -> torch.Tensor:
         """Write each observation's prefix into its slots; returns last-token logits."""
+        self._pause("prefill")
         t0 = time.perf_counter()
         observations = [self._model_state(o) for o in observations]
         batch = make_prefix_batch(observations, self.tokenizer, self.model.config, self.config.camera_names)
@@ -223,7 +229,8 @@ class Engine:
         mc = self.model.config
         noise = torch.stack([self.noise(i) for i in observation_ids])
         chunks = self.model.denoise(self.pool.cache, self.pool.view(range(start, start + count)), noise,
-                                    self.config.denoise_steps)
+                                    self.config.denoise_steps,
+                                    before_step=None if self.pause_point is None else self._pause_denoise)
         out = [a for a in chunks.float().cpu().numpy()]
         if self.normalizer is not None:
             # a non-finite chunk is passed on as it is (the caller must refuse it);
@@ -262,6 +269,7 @@ class Engine:
             running = list(self.requests.running())
             if not running:
                 break
+            self._pause("decode")
             span = self.pool.span()
             live, tokens = [False] * span, [0] * span
             for r in running:
@@ -286,6 +294,15 @@ class Engine:
             self._result.tokens.append(finish_event(r))
         self._starting = starting
         return starting
+
+    def _pause(self, work: str) -> None:
+        if self.pause_point is not None:
+            t0 = time.perf_counter()
+            self.pause_point(work)
+            self._result.paused_ms += (time.perf_counter() - t0) * 1e3
+
+    def _pause_denoise(self) -> None:
+        self._pause("denoise")
 
     def _emit(self, event: TokenEvent) -> None:
         self._result.tokens.append(event)

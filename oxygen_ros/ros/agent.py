@@ -49,7 +49,8 @@ is measured:
   (matched by ``observation_seq``);
 * ``ros_overhead_p99_ms`` (and ``_p50_ms``) - what ROS adds: that latency
   minus, for the same frame (read from the node in this process), the
-  engine's frame time (``Engine.step``), the wait for the worker
+  engine's frame time (``Engine.step``, less the time it paused to let control
+  ticks run, ``paused_*_ms``, which counts as overhead), the wait for the worker
   (``queue_wait``: a frame was still running when the observation came) and
   the wait for the control tick that first publishes the chunk
   (``tick_wait``: actions go out on the tick grid, at most one period). What
@@ -403,7 +404,7 @@ class Monitor:
             "ros_overhead_p50_ms": _pct(overhead, 50),
             "ros_overhead_p99_ms": _pct(overhead, 99),
             **{f"{name}_p{q}_ms": _pct([x[name] for x in in_window], q)
-               for name in ("queue_wait", "tick_wait", "conversion") for q in (50, 99)},
+               for name in ("queue_wait", "tick_wait", "conversion", "paused") for q in (50, 99)},
             "frame_latency_mean_ms": _round(d["frame_latency_ms"]),
             "frame_latency_p99_ms": _round(d["frame_latency_p99_ms"]),
             "action_frequency_hz": _round(d["action_frequency_hz"]),
@@ -458,11 +459,13 @@ def _latency_parts(r) -> dict[str, float]:
     """Where one frame's observation-to-first-action time went inside the inference
     node (ms): ``queue_wait`` (callback -> the worker takes it: a frame was running),
     ``conversion`` (message -> model input, and the engine's result -> chunk),
-    ``engine`` (``Engine.step``), ``tick_wait`` (frame end -> the control tick that
-    first publishes its chunk)."""
+    ``engine`` (``Engine.step`` less ``paused``, the time it stepped aside for
+    control ticks, ``yield_to_ticks``), ``tick_wait`` (frame end -> the control
+    tick that first publishes its chunk)."""
     total = (r.finished_ns - r.dequeued_ns) / 1e6
-    return {"queue_wait": (r.dequeued_ns - r.received_ns) / 1e6, "engine": r.engine_ms,
-            "conversion": total - r.engine_ms, "tick_wait": (r.first_published_ns - r.finished_ns) / 1e6}
+    return {"queue_wait": (r.dequeued_ns - r.received_ns) / 1e6, "engine": r.engine_ms - r.paused_ms,
+            "paused": r.paused_ms, "conversion": total - r.engine_ms,
+            "tick_wait": (r.first_published_ns - r.finished_ns) / 1e6}
 
 
 def _num(value, digits=0):

@@ -112,6 +112,7 @@ from ..core.chunk_clock import (
     period_ns,
 )
 from ..core.requests import TokenEvent
+from ..core.tick_guard import TickGuard
 from ..core.stats import Rolling, WindowRate, action_frequency, percentile
 from . import conversions
 from .camera_node import (
@@ -211,6 +212,10 @@ PARAMETERS: tuple = (
               "observation's capture stamp: the actions that fell into the latency are skipped; falls back "
               "to frame_end for stamps not on this clock) or 'frame_end' (the first tick after the frame).",
               True, "observation | frame_end"),
+    ParamSpec("yield_to_ticks", True, "Between the pieces of a frame (prefill, each denoise and decode step), "
+              "let a control tick that falls due before the next piece would end run first: the worker and the "
+              "tick share one Python interpreter lock, and a tick waiting for it is late. Costs a frame about one "
+              "piece per tick inside it."),
     ParamSpec("decode_when_idle", True, "Run language-only frames (at most one per control period, never "
               "when the next observation is due before one would end) while requests are decoding and no new "
               "observation arrives. false: text advances only with observation frames (deterministic "
@@ -370,6 +375,7 @@ class FrameRecord:
     started_ns: int  # Engine.step called (after the message -> Observation conversion)
     finished_ns: int
     engine_ms: float
+    paused_ms: float = 0.0  # of engine_ms, spent letting control ticks run (``yield_to_ticks``)
     first_published_ns: Optional[int] = None  # first ActionChunk carrying this frame
 
 
@@ -442,6 +448,8 @@ class InferenceNode(Node):
             raise ParameterError(name, str(exc)) from exc
         self.engine = Engine(self.loaded.model, self.loaded.tokenizer, config, normalizer=self.loaded.normalizer)
         self._warm_up(p["warmup_frames"])
+        self._tick_guard = TickGuard() if p["yield_to_ticks"] else None
+        self.engine.pause_point = None if self._tick_guard is None else self._tick_guard.pause_point
 
         # state shared between the tick, the subscriptions, the worker and diagnostics
         self._lock = threading.Lock()
@@ -620,6 +628,15 @@ class InferenceNode(Node):
         return tick
 
     def _on_tick(self, scheduled_ns: Optional[int], actual_ns: int) -> None:
+        mono = time.monotonic_ns()
+        try:
+            self._tick(scheduled_ns, actual_ns)
+        finally:
+            if self._tick_guard is not None:  # a frame waiting for this tick may go on
+                late = actual_ns - scheduled_ns if scheduled_ns is not None else 0
+                self._tick_guard.tick_served(mono - late + self._period_ns)
+
+    def _tick(self, scheduled_ns: Optional[int], actual_ns: int) -> None:
         with self._lock:
             if scheduled_ns is None:  # round to the tick grid
                 if self._grid0 is None:
@@ -797,6 +814,8 @@ class InferenceNode(Node):
         try:
             result = self.engine.step(observations, questions, start_language=start_language, decode_steps=k)
         except Exception as exc:
+            if self._tick_guard is not None:
+                self._tick_guard.frame_done()
             # the engine's FrameError carries what the frame produced before failing:
             # tokens already decoded still go to their clients
             partial = getattr(exc, "result", None)
@@ -804,6 +823,8 @@ class InferenceNode(Node):
                 self._publish_tokens(partial.tokens, self.get_clock().now().nanoseconds)
             raise
         finished = time.monotonic_ns()
+        if self._tick_guard is not None:
+            self._tick_guard.frame_done()
         now_ros = self.get_clock().now().nanoseconds
         steps = len(result.batch_sizes)
         with self._lock:
@@ -827,7 +848,7 @@ class InferenceNode(Node):
                           frame_id=result.frame_id, observation_seq=int(msg.seq), observation_stamp_ns=stamp,
                           ready_ns=now_ros)
             record = FrameRecord(result.frame_id, int(msg.seq), received_mono, dequeued, started, finished,
-                                 result.total_ms)
+                                 result.total_ms, result.paused_ms)
             with self._lock:
                 self._chunks.push(chunk)
                 self.records[result.frame_id] = record

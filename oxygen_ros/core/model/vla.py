@@ -18,7 +18,7 @@ against.
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import torch
@@ -161,11 +161,13 @@ class VLA(nn.Module):
 
     # ------------------------------------------------------------------ actions
     @torch.inference_mode()
-    def denoise(self, cache: KVCache, view: SlotView, noise: Tensor, steps: int | None = None) -> Tensor:
+    def denoise(self, cache: KVCache, view: SlotView, noise: Tensor, steps: int | None = None,
+                before_step: Callable[[], None] | None = None) -> Tensor:
         """Euler flow matching from noise at t=1 to actions at t=0 over cached prefixes.
 
         noise [B, H, action_dim] with B = view.rows. The prefix keys/values are
-        read in place and left untouched.
+        read in place and left untouched. ``before_step`` (if given) is called
+        before each of the steps (a point where the caller may pause the frame).
         """
         steps = steps or self.config.denoise_steps
         b, horizon, _ = noise.shape
@@ -185,6 +187,8 @@ class VLA(nn.Module):
         times = 1.0 - torch.arange(steps, device=self.device, dtype=torch.float64) / steps
         conds = self.time_condition(times)  # all steps' conditions in one call
         for step in range(steps):
+            if before_step is not None:
+                before_step()
             cond = conds[step : step + 1].expand(b, -1)
             v_t = self._velocity(x_t, cond, prefix, prefix_bias, suffix_bias, table)
             x_t = x_t + dt * v_t
