@@ -87,12 +87,13 @@ class NodeProcess:
             self.proc.wait()
 
 
-def test_sigterm_cancels_in_flight_requests_and_the_process_exits_cleanly(ros):
+def test_sigterm_cancels_in_flight_requests_and_the_process_exits_cleanly(ros, random_tiny_dir):
     from oxygen_ros.msg import ActionChunk, Observation, Question, TextToken
 
     prefix = unique_prefix()
+    # untrained weights: the answer runs to max_decode (the default model may say EOS at once)
     proc = NodeProcess(prefix, language_every_n_frames=0, steps_per_frame=1, max_decode=30,
-                       decode_when_idle=False)
+                       decode_when_idle=False, model_path=random_tiny_dir)
     try:
         t = _topics(prefix)
         client = ros.node("oxygen_test_sigterm_client")
