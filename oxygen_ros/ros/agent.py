@@ -49,15 +49,16 @@ is measured:
   (matched by ``observation_seq``);
 * ``ros_overhead_p99_ms`` (and ``_p50_ms``) - what ROS adds: that latency
   minus, for the same frame (read from the node in this process), the
-  engine's frame time (``Engine.step``, less the time it paused to let control
-  ticks run, ``paused_*_ms``, which counts as overhead), the wait for the worker
+  engine's frame time (``Engine.step``'s wall time, which includes the time the
+  frame stepped aside for control ticks, reported as ``paused_*_ms``;
+  ``ros_overhead_with_pauses_*_ms`` counts them as ROS's), the wait for the worker
   (``queue_wait``: a frame was still running when the observation came) and
   the wait for the control tick that first publishes the chunk
   (``tick_wait``: actions go out on the tick grid, at most one period). What
   is left is DDS delivery both ways, the callbacks' scheduling and the message
   conversions (``conversion_*_ms``, the part inside the node). The three
   parts are reported too (``queue_wait_*``, ``tick_wait_*``, ``conversion_*``,
-  p50/p99 over the frames in the window), so that
+  ``paused_*``, p50/p99 over the frames in the window), so that
   ``obs_to_action = ros_overhead + queue_wait + engine + tick_wait`` per frame;
 * ``actions_published`` / ``text_tokens_published`` - node-side counts in the
   window (``*_received`` are this process' subscriber counts).
@@ -371,6 +372,8 @@ class Monitor:
         # worker (a frame already running) and the wait for the control tick that publishes it
         overhead = [lat - parts[f]["engine"] - parts[f]["queue_wait"] - parts[f]["tick_wait"]
                     for f, _, lat in latencies if f in parts]
+        with_pauses = [x + parts[f]["paused"] for x, (f, _, _) in
+                       zip(overhead, [item for item in latencies if item[0] in parts])]
         in_window = [_latency_parts(r) for r in records.values()
                      if r.first_published_ns is not None and (start is None or r.received_ns >= start["t_ns"])]
         lateness = final["lateness"]
@@ -403,6 +406,8 @@ class Monitor:
             "obs_to_action_p99_ms": _pct([x for _, _, x in latencies], 99),
             "ros_overhead_p50_ms": _pct(overhead, 50),
             "ros_overhead_p99_ms": _pct(overhead, 99),
+            "ros_overhead_with_pauses_p50_ms": _pct(with_pauses, 50),
+            "ros_overhead_with_pauses_p99_ms": _pct(with_pauses, 99),
             **{f"{name}_p{q}_ms": _pct([x[name] for x in in_window], q)
                for name in ("queue_wait", "tick_wait", "conversion", "paused") for q in (50, 99)},
             "frame_latency_mean_ms": _round(d["frame_latency_ms"]),
@@ -459,11 +464,11 @@ def _latency_parts(r) -> dict[str, float]:
     """Where one frame's observation-to-first-action time went inside the inference
     node (ms): ``queue_wait`` (callback -> the worker takes it: a frame was running),
     ``conversion`` (message -> model input, and the engine's result -> chunk),
-    ``engine`` (``Engine.step`` less ``paused``, the time it stepped aside for
-    control ticks, ``yield_to_ticks``), ``tick_wait`` (frame end -> the control
-    tick that first publishes its chunk)."""
+    ``engine`` (``Engine.step``'s wall time; ``paused`` is the part of it spent
+    stepping aside for control ticks, ``yield_to_ticks``), ``tick_wait`` (frame
+    end -> the control tick that first publishes its chunk)."""
     total = (r.finished_ns - r.dequeued_ns) / 1e6
-    return {"queue_wait": (r.dequeued_ns - r.received_ns) / 1e6, "engine": r.engine_ms - r.paused_ms,
+    return {"queue_wait": (r.dequeued_ns - r.received_ns) / 1e6, "engine": r.engine_ms,
             "paused": r.paused_ms, "conversion": total - r.engine_ms,
             "tick_wait": (r.first_published_ns - r.finished_ns) / 1e6}
 
