@@ -36,17 +36,18 @@ is measured:
   ``|inter-arrival - control period|`` of consecutive ``ActionChunk`` messages
   on ``actions_topic`` as received by a subscriber in a process of its own
   (:mod:`.arrival_probe`, what a controller sees: the node's tick latency plus
-  DDS delivery; ``tick_jitter_measured_by`` says so, or says ``agent
-  process`` if the probe could not start); ``tick_jitter_in_process_*_ms``
-  is the same seen by the monitor in this process, whose threads share the
-  interpreter lock with the inference worker; ``tick_lateness_*_ms`` is the
-  node-side part alone (timer callback start - scheduled time);
+  DDS delivery; ``measured_by`` says so, or says ``agent process`` if the
+  probe could not start); ``tick_jitter_in_process_*_ms`` is the same seen by
+  the monitor in this process, whose threads share the interpreter lock with
+  the inference worker; ``tick_lateness_*_ms`` is the node-side part alone
+  (timer callback start - scheduled time);
 * ``underruns`` - node side: ticks with no action left in the window;
   ``missed_ticks``: ticks rcl skipped because the timer callback was more
   than a period late (they count neither as ticks nor as underruns);
-* ``obs_to_action_p50_ms`` / ``_p99_ms`` - subscriber side: arrival of an
-  ``Observation`` here -> arrival of the first ``ActionChunk`` computed from it
-  (matched by ``observation_seq``);
+* ``obs_to_action_p50_ms`` / ``_p99_ms`` - subscriber side, in the probe's
+  process too: arrival of an ``Observation`` -> arrival of the first
+  ``ActionChunk`` computed from it (matched by ``observation_seq``);
+  ``obs_to_action_in_process_*`` as the monitor in this process sees it;
 * ``ros_overhead_p99_ms`` (and ``_p50_ms``) - what ROS adds: that latency
   minus, for the same frame (read from the node in this process), the
   engine's frame time (``Engine.step``'s wall time, which includes the time the
@@ -346,9 +347,9 @@ class Monitor:
         """|inter-arrival - control period| (ms) of consecutive ActionChunks."""
         return [abs((b - a) - self.period_s) * 1e3 for a, b in zip(arrivals, arrivals[1:])]
 
-    def report(self, probe_arrivals: list[float] | None = None) -> dict[str, Any]:
+    def report(self, probed: dict[str, Any] | None = None) -> dict[str, Any]:
         """The figures described in the module doc (``None`` where nothing was measured).
-        ``probe_arrivals``: ActionChunk arrival times recorded by :mod:`.arrival_probe`."""
+        ``probed``: what :mod:`.arrival_probe` recorded in its own process."""
         node = self.inference
         if self.window_end is None:
             self.freeze()
@@ -360,8 +361,12 @@ class Monitor:
             text_received = self.text_received
         end = final["t"]
         in_process = self._jitter(arrivals)
-        if probe_arrivals is not None and start is not None:
-            jitter = self._jitter([t for t in probe_arrivals if start["t"] <= t <= end])
+        in_process_latencies = latencies
+        if probed is not None and start is not None:
+            jitter = self._jitter([t for t in probed["arrivals"] if start["t"] <= t <= end])
+            obs = probed["observations"]
+            latencies = sorted((f, seq, (t - obs[seq]) * 1e3) for f, (seq, t) in probed["first_actions"].items()
+                               if seq in obs and start["t"] <= t <= end)
             measured_by = "arrival_probe (own process)"
         else:
             jitter, measured_by = in_process, "agent process"
@@ -395,7 +400,7 @@ class Monitor:
             "tick_rate_hz": round((ticks["ticks"] - start["ticks"]) / window, 3) if window > 0 else None,
             "tick_jitter_p50_ms": _pct(jitter, 50),
             "tick_jitter_p99_ms": _pct(jitter, 99),
-            "tick_jitter_measured_by": measured_by,
+            "measured_by": measured_by,
             "tick_jitter_in_process_p50_ms": _pct(in_process, 50),
             "tick_jitter_in_process_p99_ms": _pct(in_process, 99),
             "tick_lateness_p50_ms": _pct(lateness, 50),
@@ -404,6 +409,8 @@ class Monitor:
             "missed_ticks": counters.get("missed_ticks", 0) - base.get("missed_ticks", 0),
             "obs_to_action_p50_ms": _pct([x for _, _, x in latencies], 50),
             "obs_to_action_p99_ms": _pct([x for _, _, x in latencies], 99),
+            "obs_to_action_in_process_p50_ms": _pct([x for _, _, x in in_process_latencies], 50),
+            "obs_to_action_in_process_p99_ms": _pct([x for _, _, x in in_process_latencies], 99),
             "ros_overhead_p50_ms": _pct(overhead, 50),
             "ros_overhead_p99_ms": _pct(overhead, 99),
             "ros_overhead_with_pauses_p50_ms": _pct(with_pauses, 50),
@@ -429,19 +436,19 @@ class Probe:
     """:mod:`.arrival_probe` in a child process, for ``--report``: started before the
     nodes spin, stopped (SIGINT) at the end of the measurement window; never left running."""
 
-    def __init__(self, topic: str, workdir: Path):
+    def __init__(self, actions_topic: str, observation_topic: str, workdir: Path):
         import subprocess
 
         self.out = workdir / f"oxygen_arrivals_{os.getpid()}.json"
-        self.proc = subprocess.Popen([sys.executable, "-m", "oxygen_ros.ros.arrival_probe", topic, str(self.out)],
-                                     stdout=subprocess.PIPE, text=True)
+        self.proc = subprocess.Popen([sys.executable, "-m", "oxygen_ros.ros.arrival_probe", actions_topic,
+                                      observation_topic, str(self.out)], stdout=subprocess.PIPE, text=True)
         ready = self.proc.stdout.readline().strip()  # after its rclpy start-up (~1 s)
         if ready != "arrival probe ready":
             self.stop()
             raise RuntimeError(f"the arrival probe did not start (exit code {self.proc.returncode})")
 
-    def stop(self) -> list[float] | None:
-        """End the probe; its arrival times, or None if it wrote none."""
+    def stop(self) -> dict[str, Any] | None:
+        """End the probe; what it recorded (see :mod:`.arrival_probe`), or None."""
         import signal
         import subprocess
 
@@ -453,7 +460,9 @@ class Probe:
                 self.proc.kill()
                 self.proc.wait()
         try:
-            return json.loads(self.out.read_text())["arrivals"]
+            data = json.loads(self.out.read_text())
+            return {"arrivals": data["arrivals"], "observations": {int(k): v for k, v in data["observations"].items()},
+                    "first_actions": {int(k): v for k, v in data["first_actions"].items()}}
         except (OSError, ValueError, KeyError):
             return None
         finally:
@@ -610,7 +619,8 @@ def main(argv: list[str] | None = None) -> int:
             import tempfile
 
             try:
-                probe = Probe(inference.params["actions_topic"], Path(tempfile.gettempdir()))
+                probe = Probe(inference.params["actions_topic"], inference.params["observation_topic"],
+                              Path(tempfile.gettempdir()))
             except (OSError, RuntimeError) as exc:
                 print(f"oxygen-agent: {exc}; tick jitter measured in this process", file=sys.stderr)
         settle_garbage_collector()
@@ -634,11 +644,11 @@ def main(argv: list[str] | None = None) -> int:
             for node in nodes:
                 if hasattr(node, "shutdown"):
                     node.shutdown()  # the inference node publishes its cancellations
-            arrivals = probe.stop() if probe is not None else None
+            probed = probe.stop() if probe is not None else None
             probe = None
             if spinner is not None:
                 time.sleep(0.5)  # let the cancellations reach the monitor
-            report = monitor.report(arrivals) if monitor is not None else None
+            report = monitor.report(probed) if monitor is not None else None
         except KeyboardInterrupt:  # a second Ctrl-C: stop now
             pass
         if probe is not None:  # a second Ctrl-C came before it was stopped
