@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import sys
 import time
 from collections import deque
@@ -35,7 +34,6 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
-import torch
 
 from ..core.engine import Engine, EngineConfig
 from ..core.observation import Observation, resize_with_pad
