@@ -3,6 +3,7 @@
 * :func:`ros_environment` - the isolation ``make test`` sets (a domain id, discovery
   on this machine only, a private log directory), set here when missing.
 * :class:`Ros` - a private rclpy context; each node spins on its own executor thread.
+* :class:`SteppedRos` - a private context whose one executor the test spins itself.
 * :func:`observation_msg` - an ``oxygen_ros/Observation`` message from numpy.
 * :func:`check_chunks` / :func:`check_text` - the well-formedness rules of the
   inference node's outputs, shared by the node, agent and replay tests.
@@ -112,6 +113,63 @@ class Ros:
             node.destroy_node()
         self.nodes.clear()
         rclpy.try_shutdown(context=self.context)
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+
+class SteppedRos:
+    """A private context and one SingleThreadedExecutor that the test itself spins
+    (``spin_until``), for tests that interleave publishing and spinning step by step."""
+
+    def __init__(self):
+        import rclpy
+        from rclpy.context import Context
+        from rclpy.executors import SingleThreadedExecutor
+
+        self.context = Context()
+        rclpy.init(context=self.context, domain_id=int(os.environ["ROS_DOMAIN_ID"]))
+        self.executor = SingleThreadedExecutor(context=self.context)
+        self.nodes = []
+        self.prefix = f"/t{uuid.uuid4().hex[:10]}"
+
+    def add(self, node):
+        self.nodes.append(node)
+        self.executor.add_node(node)
+        return node
+
+    def node(self, name: str = "oxygen_test"):
+        import rclpy
+
+        return self.add(rclpy.create_node(f"{name}_{uuid.uuid4().hex[:8]}", context=self.context))
+
+    def spin_until(self, condition, timeout: float = 10.0, every=None, period: float = 0.05) -> bool:
+        """Spin until condition() is true (False after ``timeout``); call every() each ``period`` s meanwhile."""
+        deadline = time.monotonic() + timeout
+        next_call = 0.0
+        while not condition():
+            now = time.monotonic()
+            if now > deadline:
+                return False
+            if every is not None and now >= next_call:
+                every()
+                next_call = now + period
+            self.executor.spin_once(timeout_sec=0.005)
+        return True
+
+    def spin_for(self, seconds: float) -> None:
+        self.spin_until(lambda: False, timeout=seconds)
+
+    def close(self) -> None:
+        import rclpy
+
+        self.executor.shutdown()
+        for node in self.nodes:
+            node.destroy_node()
+        rclpy.shutdown(context=self.context)
 
     def __enter__(self):
         return self

@@ -7,73 +7,18 @@ its own, so that runs and tests never hear each other.
 """
 
 import math
-import os
-import random
-import time
-import uuid
 
 import numpy as np
 import pytest
+from ros_harness import SteppedRos, ros_environment
 
 
 @pytest.fixture
 def ros(tmp_path, monkeypatch):
-    """A private, initialised rclpy context with an executor; nodes added with ros.add()."""
-    if not os.environ.get("ROS_DOMAIN_ID"):
-        monkeypatch.setenv("ROS_DOMAIN_ID", str(random.Random(os.getpid() ^ time.time_ns()).randint(1, 100)))
-    if not os.environ.get("ROS_AUTOMATIC_DISCOVERY_RANGE"):
-        monkeypatch.setenv("ROS_AUTOMATIC_DISCOVERY_RANGE", "LOCALHOST")
-    if not os.environ.get("ROS_LOG_DIR"):
-        monkeypatch.setenv("ROS_LOG_DIR", str(tmp_path / "ros_log"))
-
-    import rclpy
-    from rclpy.context import Context
-    from rclpy.executors import SingleThreadedExecutor
-
-    class Ros:
-        def __init__(self):
-            self.context = Context()
-            rclpy.init(context=self.context, domain_id=int(os.environ["ROS_DOMAIN_ID"]))
-            self.executor = SingleThreadedExecutor(context=self.context)
-            self.nodes = []
-            self.prefix = f"/t{uuid.uuid4().hex[:10]}"
-
-        def add(self, node):
-            self.nodes.append(node)
-            self.executor.add_node(node)
-            return node
-
-        def node(self, name="oxygen_test"):
-            return self.add(rclpy.create_node(f"{name}_{uuid.uuid4().hex[:8]}", context=self.context))
-
-        def spin_until(self, condition, timeout=10.0, every=None, period=0.05):
-            """Spin until condition() is true; call every() each `period` s meanwhile."""
-            deadline = time.monotonic() + timeout
-            next_call = 0.0
-            while not condition():
-                now = time.monotonic()
-                if now > deadline:
-                    return False
-                if every is not None and now >= next_call:
-                    every()
-                    next_call = now + period
-                self.executor.spin_once(timeout_sec=0.01)
-            return True
-
-        def spin_for(self, seconds):
-            self.spin_until(lambda: False, timeout=seconds)
-
-        def close(self):
-            self.executor.shutdown()
-            for node in self.nodes:
-                node.destroy_node()
-            rclpy.shutdown(context=self.context)
-
-    r = Ros()
-    try:
+    """A private, initialised rclpy context with an executor the test spins; nodes added with ros.add()."""
+    ros_environment(monkeypatch, tmp_path)
+    with SteppedRos() as r:
         yield r
-    finally:
-        r.close()
 
 
 def _params(**values):
