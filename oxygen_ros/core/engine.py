@@ -202,8 +202,8 @@ class Engine:
     # ------------------------------------------------------------------ primitives (used by scheduler.py)
     def prefill(self, observations: list[Observation], dests: list[list[int]]) -> torch.Tensor:
         """Write each observation's prefix into its slots; returns last-token logits."""
-        self._pause("prefill")
         t0 = time.perf_counter()
+        self._pause("prefill")
         observations = [self._model_state(o) for o in observations]
         batch = make_prefix_batch(observations, self.tokenizer, self.model.config, self.config.camera_names)
         res = self.model.prefill(batch, self.pool.cache, dests)

@@ -375,10 +375,10 @@ class Monitor:
                  if f in records and records[f].first_published_ns is not None}
         # subscriber-side latency minus what is not ROS: the engine's frame, the wait for the
         # worker (a frame already running) and the wait for the control tick that publishes it
-        overhead = [lat - parts[f]["engine"] - parts[f]["queue_wait"] - parts[f]["tick_wait"]
-                    for f, _, lat in latencies if f in parts]
-        with_pauses = [x + parts[f]["paused"] for x, (f, _, _) in
-                       zip(overhead, [item for item in latencies if item[0] in parts])]
+        per_frame = [(lat - p["engine"] - p["queue_wait"] - p["tick_wait"], p["paused"])
+                     for f, _, lat in latencies if (p := parts.get(f)) is not None]
+        overhead = [x for x, _ in per_frame]
+        with_pauses = [x + paused for x, paused in per_frame]
         in_window = [_latency_parts(r) for r in records.values()
                      if r.first_published_ns is not None and (start is None or r.received_ns >= start["t_ns"])]
         lateness = final["lateness"]
@@ -442,7 +442,10 @@ class Probe:
         self.out = workdir / f"oxygen_arrivals_{os.getpid()}.json"
         self.proc = subprocess.Popen([sys.executable, "-m", "oxygen_ros.ros.arrival_probe", actions_topic,
                                       observation_topic, str(self.out)], stdout=subprocess.PIPE, text=True)
-        ready = self.proc.stdout.readline().strip()  # after its rclpy start-up (~1 s)
+        import select
+
+        started = select.select([self.proc.stdout], [], [], 30.0)[0]  # its rclpy start-up takes ~1 s
+        ready = self.proc.stdout.readline().strip() if started else ""
         if ready != "arrival probe ready":
             self.stop()
             raise RuntimeError(f"the arrival probe did not start (exit code {self.proc.returncode})")
@@ -622,7 +625,7 @@ def main(argv: list[str] | None = None) -> int:
                 probe = Probe(inference.params["actions_topic"], inference.params["observation_topic"],
                               Path(tempfile.gettempdir()))
             except (OSError, RuntimeError) as exc:
-                print(f"oxygen-agent: {exc}; tick jitter measured in this process", file=sys.stderr)
+                print(f"oxygen-agent: {exc}; jitter and latency measured in this process", file=sys.stderr)
         settle_garbage_collector()
         spinner = Spinner(ns.executor, inference, monitor_node,
                           [n for n in nodes if n is not inference and n is not monitor_node])

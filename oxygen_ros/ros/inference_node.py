@@ -637,17 +637,16 @@ class InferenceNode(Node):
         try:
             result = self.engine.step(observations, questions, start_language=start_language, decode_steps=k)
         except Exception as exc:
-            if self._tick_guard is not None:
-                self._tick_guard.frame_done()
             # the engine's FrameError carries what the frame produced before failing:
             # tokens already decoded still go to their clients
             partial = getattr(exc, "result", None)
             if partial is not None and partial.tokens:
                 self._publish_tokens(partial.tokens, self.get_clock().now().nanoseconds)
             raise
+        finally:
+            if self._tick_guard is not None:
+                self._tick_guard.frame_done()
         finished = time.monotonic_ns()
-        if self._tick_guard is not None:
-            self._tick_guard.frame_done()
         now_ros = self.get_clock().now().nanoseconds
         steps = len(result.batch_sizes)
         with self._lock:
