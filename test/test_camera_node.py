@@ -133,6 +133,7 @@ def test_groups_cameras_into_observations_with_latched_instruction(ros):
 
     # A new group needs a new frame from *every* camera; a re-sent frame
     # (same stamp as the one already grouped) is not new.
+    ros.spin_for(0.3)  # send_both may have run more than once: let its later groups arrive first
     before = len(rig.observations)
     for _ in range(5):
         rig.send_raw(red)

@@ -212,17 +212,29 @@ class BatchSource:
                 self._pending[i] = self._pool.apply_async(_worker_batch, (i,))
         return self._pending.pop(index).get()
 
-    def close(self) -> None:
-        if self._pool is not None:
-            self._pool.terminate()
-            self._pool.join()
-            self._pool = None
+    def close(self, *, graceful: bool = True) -> None:
+        """Stop the workers. ``graceful``: let the prefetched batches finish first, as
+        ``terminate()`` with results outstanding can fail inside CPython's Pool ("Cannot
+        have cache with result_hander not alive", a race seen in the test suite); after
+        an error (a worker may have died with its task) the pool is terminated."""
+        if self._pool is None:
+            return
+        pool, self._pool = self._pool, None
+        self._pending.clear()
+        if graceful:
+            pool.close()
+        else:
+            try:
+                pool.terminate()
+            except AssertionError:  # that race: the workers are gone all the same
+                pass
+        pool.join()
 
     def __enter__(self) -> "BatchSource":
         return self
 
-    def __exit__(self, *exc) -> None:
-        self.close()
+    def __exit__(self, exc_type, *exc) -> None:
+        self.close(graceful=exc_type is None)
 
 
 def _make_batch(cfg: TrainConfig, model_config: ModelConfig, tokenizer: Tokenizer, index: int) -> TrainBatch:
