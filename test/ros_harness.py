@@ -4,6 +4,7 @@
   on this machine only, a private log directory), set here when missing.
 * :class:`Ros` - a private rclpy context; each node spins on its own executor thread.
 * :class:`SteppedRos` - a private context whose one executor the test spins itself.
+* :func:`until` - wait for a condition, optionally publishing meanwhile.
 * :func:`observation_msg` - an ``oxygen_ros/Observation`` message from numpy.
 * :func:`check_chunks` / :func:`check_text` - the well-formedness rules of the
   inference node's outputs, shared by the node, agent and replay tests.
@@ -32,6 +33,19 @@ def ros_environment(monkeypatch, tmp_path) -> int:
     if not os.environ.get("ROS_LOG_DIR"):
         monkeypatch.setenv("ROS_LOG_DIR", str(tmp_path / "ros_log"))
     return int(os.environ["ROS_DOMAIN_ID"])
+
+
+def until(predicate, timeout: float = 30.0, every=None, period: float = 0.05) -> bool:
+    """Wait until predicate() is true (False after ``timeout`` s); call every() each
+    ``period`` s meanwhile (to keep publishing on best-effort topics)."""
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        if predicate():
+            return True
+        if every is not None:
+            every()
+        time.sleep(period)
+    return predicate()
 
 
 def unique_prefix() -> str:
@@ -98,12 +112,7 @@ class Ros:
 
     @staticmethod
     def wait_until(predicate, timeout: float, poll: float = 0.02) -> bool:
-        end = time.monotonic() + timeout
-        while time.monotonic() < end:
-            if predicate():
-                return True
-            time.sleep(poll)
-        return predicate()
+        return until(predicate, timeout, period=poll)
 
     def close(self) -> None:
         import rclpy

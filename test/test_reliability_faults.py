@@ -14,7 +14,7 @@ import time
 import numpy as np
 import pytest
 import torch
-from ros_harness import Ros, check_chunks, check_text, observation_msg, reliable, ros_environment, unique_prefix
+from ros_harness import Ros, check_chunks, check_text, observation_msg, reliable, ros_environment, unique_prefix, until
 
 H = 10  # tiny preset horizon
 
@@ -24,17 +24,6 @@ def ros(monkeypatch, tmp_path):
     ros_environment(monkeypatch, tmp_path)
     with Ros() as r:
         yield r
-
-
-def until(predicate, timeout=30.0, every=None, period=0.05):
-    end = time.monotonic() + timeout
-    while time.monotonic() < end:
-        if predicate():
-            return True
-        if every is not None:
-            every()
-        time.sleep(period)
-    return predicate()
 
 
 def _topics(prefix):
@@ -55,7 +44,6 @@ def _node(ros, prefix, **params):
 class Client:
     def __init__(self, ros, prefix):
         from diagnostic_msgs.msg import DiagnosticArray
-
         from oxygen_ros.msg import ActionChunk, Observation, Question, TextToken
 
         t = _topics(prefix)

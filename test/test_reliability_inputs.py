@@ -6,12 +6,14 @@ contents are checked, never durations.
 """
 
 import array
+import functools
 import json
 import math
 import time
 
 import numpy as np
 import pytest
+import ros_harness
 from ros_harness import Ros, observation_msg, reliable, ros_environment, unique_prefix
 
 from oxygen_ros.ros.conversions import IMAGE_ERROR_REASONS
@@ -24,16 +26,7 @@ def ros(monkeypatch, tmp_path):
         yield r
 
 
-def until(predicate, timeout=20.0, every=None, period=0.05):
-    """Wait for predicate(); call every() each `period` s meanwhile (best-effort topics)."""
-    end = time.monotonic() + timeout
-    while time.monotonic() < end:
-        if predicate():
-            return True
-        if every is not None:
-            every()
-        time.sleep(period)
-    return predicate()
+until = functools.partial(ros_harness.until, timeout=20.0)  # best-effort topics: publish meanwhile
 
 
 def _params(**values):
@@ -66,12 +59,12 @@ class CameraRig:
 
     def __init__(self, ros, **params):
         from diagnostic_msgs.msg import DiagnosticArray
+        from oxygen_ros.msg import Observation
         from rcl_interfaces.msg import Log
         from rclpy.qos import DurabilityPolicy, QoSProfile, ReliabilityPolicy, qos_profile_sensor_data
         from sensor_msgs.msg import CompressedImage, Image, JointState
         from std_msgs.msg import String
 
-        from oxygen_ros.msg import Observation
         from oxygen_ros.ros.camera_node import LATCHED_QOS, OBSERVATION_QOS, CameraNode
 
         p = self.prefix = unique_prefix()

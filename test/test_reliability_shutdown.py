@@ -16,7 +16,7 @@ import time
 from pathlib import Path
 
 import pytest
-from ros_harness import Ros, observation_msg, reliable, ros_environment, unique_prefix
+from ros_harness import Ros, observation_msg, reliable, ros_environment, unique_prefix, until
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -26,17 +26,6 @@ def ros(monkeypatch, tmp_path):
     ros_environment(monkeypatch, tmp_path)
     with Ros() as r:
         yield r
-
-
-def until(predicate, timeout=30.0, every=None, period=0.05):
-    end = time.monotonic() + timeout
-    while time.monotonic() < end:
-        if predicate():
-            return True
-        if every is not None:
-            every()
-        time.sleep(period)
-    return predicate()
 
 
 def _env():
@@ -140,9 +129,9 @@ def test_sigterm_cancels_in_flight_requests_and_the_process_exits_cleanly(ros, r
 
 
 def test_shutdown_in_process_stops_timers_and_worker_and_cancels(ros):
+    from oxygen_ros.msg import Observation, Question, TextToken
     from rclpy.parameter import Parameter
 
-    from oxygen_ros.msg import Observation, Question, TextToken
     from oxygen_ros.ros.inference_node import InferenceNode
 
     prefix = unique_prefix()

@@ -204,6 +204,25 @@ def node_plan(values: dict[str, str]) -> list[dict[str, Any]]:
     return plan
 
 
+def build_nodes(plan: list[dict[str, Any]], params_file: str, nodes: list) -> list:
+    """Construct the nodes of ``plan`` (see :func:`node_plan`) with ``params_file``,
+    appending each to ``nodes`` as it is made (so a caller can destroy those already
+    made if a later one fails); returns ``nodes``."""
+    import importlib
+
+    from rclpy.parameter import Parameter
+
+    for item in plan:
+        spec = item["spec"]
+        cls = getattr(importlib.import_module(spec.module), spec.cls)
+        cli = ["--ros-args", "--params-file", params_file]
+        for src, dst in item["remappings"]:
+            cli += ["-r", f"{src}:={dst}"]
+        overrides = [Parameter(k, value=v) for k, v in item["parameters"].items()]
+        nodes.append(cls(cli_args=cli, parameter_overrides=overrides))
+    return nodes
+
+
 # --------------------------------------------------------------------------
 # Monitor: status line, text, report
 # --------------------------------------------------------------------------
@@ -589,31 +608,18 @@ def main(argv: list[str] | None = None) -> int:
         print(f"oxygen-agent: parameters file {params_file} not found", file=sys.stderr)
         return 2
 
-    import importlib
-
     import rclpy
     from rclpy.executors import ExternalShutdownException
-    from rclpy.parameter import Parameter
-    from rclpy.signals import SignalHandlerOptions
 
     from .camera_node import ParameterError
-    from .inference_node import install_sigterm_as_keyboard_interrupt, settle_garbage_collector
+    from .inference_node import init_control_process, settle_garbage_collector
 
-    sys.setswitchinterval(0.001)  # the inference worker must not hold the GIL through a control tick
-    install_sigterm_as_keyboard_interrupt()
-    rclpy.init(args=[], signal_handler_options=SignalHandlerOptions.NO)
+    init_control_process([])
     nodes, monitor, spinner, probe, code = [], None, None, None, 0
     print(f"oxygen-agent: parameters from {params_file}; nodes: "
           + ", ".join(item["spec"].name for item in plan), flush=True)
     try:
-        for item in plan:
-            spec = item["spec"]
-            cls = getattr(importlib.import_module(spec.module), spec.cls)
-            cli = ["--ros-args", "--params-file", params_file]
-            for src, dst in item["remappings"]:
-                cli += ["-r", f"{src}:={dst}"]
-            overrides = [Parameter(k, value=v) for k, v in item["parameters"].items()]
-            nodes.append(cls(cli_args=cli, parameter_overrides=overrides))
+        build_nodes(plan, params_file, nodes)
         inference = next(n for n in nodes if n.get_name() == "oxygen_inference")
         monitor_node = rclpy.create_node("oxygen_agent_monitor")
         nodes.append(monitor_node)

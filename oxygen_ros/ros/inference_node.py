@@ -997,11 +997,8 @@ def _fmt(v: Any) -> str:
 def main(args=None) -> int:
     """``ros2 run oxygen_ros inference_node [--ros-args ...]``."""
     from rclpy.executors import ExternalShutdownException, SingleThreadedExecutor
-    from rclpy.signals import SignalHandlerOptions
 
-    sys.setswitchinterval(0.001)  # the worker's Python code must not hold the GIL through a tick
-    install_sigterm_as_keyboard_interrupt()
-    rclpy.init(args=args, signal_handler_options=SignalHandlerOptions.NO)
+    init_control_process(args)
     node = executor = None
     code = 0
     try:
@@ -1050,6 +1047,18 @@ def settle_garbage_collector() -> None:
 
     gc.collect()
     gc.freeze()
+
+
+def init_control_process(args=None) -> None:
+    """Set up a process that runs the inference node's control loop: the worker's Python
+    code hands the interpreter lock over every 1 ms (so it never holds it through a
+    tick), SIGTERM ends the process like Ctrl-C, and rclpy starts without its own signal
+    handlers (shutdown is ours: requests are cancelled first)."""
+    from rclpy.signals import SignalHandlerOptions
+
+    sys.setswitchinterval(0.001)
+    install_sigterm_as_keyboard_interrupt()
+    rclpy.init(args=args, signal_handler_options=SignalHandlerOptions.NO)
 
 
 def install_sigterm_as_keyboard_interrupt() -> None:

@@ -374,7 +374,7 @@ def _mb(n: int) -> float:
 
 def main(argv: list[str] | None = None) -> int:
     ns, values = _parse(sys.argv[1:] if argv is None else argv)
-    from ..ros.agent import Spinner, default_params_file, node_plan
+    from ..ros.agent import Spinner, build_nodes, default_params_file, node_plan
 
     try:
         plan = node_plan(values)
@@ -383,32 +383,20 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     params_file = values.get("params_file") or default_params_file()
 
-    import importlib
-
     import rclpy
     from rclpy.executors import ExternalShutdownException
     from rclpy.parameter import Parameter
-    from rclpy.signals import SignalHandlerOptions
 
     from ..ros.camera_node import CameraNode, ParameterError
-    from ..ros.inference_node import install_sigterm_as_keyboard_interrupt, settle_garbage_collector
+    from ..ros.inference_node import init_control_process, settle_garbage_collector
 
-    sys.setswitchinterval(0.001)
-    install_sigterm_as_keyboard_interrupt()
-    rclpy.init(args=[], signal_handler_options=SignalHandlerOptions.NO)
+    init_control_process([])
     nodes, spinner, soak, report, code = [], None, None, None, 0
     settle = ns.settle if ns.settle is not None else min(30.0, ns.duration / 10)
     t0 = time.monotonic()
     rss_launch, rss_start, rss_samples, windows, under_gap, under_out = rss_bytes(), None, [], [], 0, 0
     try:
-        for item in plan:
-            spec = item["spec"]
-            cls = getattr(importlib.import_module(spec.module), spec.cls)
-            cli = ["--ros-args", "--params-file", params_file]
-            for src, dst in item["remappings"]:
-                cli += ["-r", f"{src}:={dst}"]
-            nodes.append(cls(cli_args=cli, parameter_overrides=[Parameter(k, value=v)
-                                                                for k, v in item["parameters"].items()]))
+        build_nodes(plan, params_file, nodes)
         by_name = {n.get_name(): n for n in nodes}
         inference, camera, synthetic = by_name["oxygen_inference"], by_name["oxygen_camera"], \
             by_name["oxygen_synthetic_camera"]
