@@ -5,6 +5,7 @@
 * :class:`Ros` - a private rclpy context; each node spins on its own executor thread.
 * :class:`SteppedRos` - a private context whose one executor the test spins itself.
 * :func:`until` - wait for a condition, optionally publishing meanwhile.
+* :func:`inference_topics` / :func:`inference_node` - the inference node on a topic prefix.
 * :func:`observation_msg` - an ``oxygen_ros/Observation`` message from numpy.
 * :func:`check_chunks` / :func:`check_text` - the well-formedness rules of the
   inference node's outputs, shared by the node, agent and replay tests.
@@ -185,6 +186,24 @@ class SteppedRos:
 
     def __exit__(self, *exc):
         self.close()
+
+
+def inference_topics(prefix: str) -> dict[str, str]:
+    """The inference node's topic parameters, all under ``prefix``."""
+    return {name: f"{prefix}/{name.replace('_topic', '')}" for name in
+            ("observation_topic", "question_topic", "actions_topic", "text_topic", "trajectory_topic")}
+
+
+def inference_node(ros: "Ros", prefix: str, **params):
+    """An InferenceNode added to ``ros`` on :func:`inference_topics` (``preset`` tiny,
+    the embedded model unless ``model_path`` is given; ``params`` override)."""
+    from rclpy.parameter import Parameter
+
+    from oxygen_ros.ros.inference_node import InferenceNode
+
+    values = {**inference_topics(prefix), "preset": "tiny", "model_path": "", **params}
+    return ros.add(InferenceNode(context=ros.context, namespace=prefix,
+                                 parameter_overrides=[Parameter(k, value=v) for k, v in values.items()]))
 
 
 def reliable(depth: int):

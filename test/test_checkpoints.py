@@ -8,7 +8,12 @@ import numpy as np
 import pytest
 import torch
 
-from oxygen_ros.core.checkpoints import CheckpointError, default_model, load_checkpoint, save_native
+from oxygen_ros.core.checkpoints import (
+    CheckpointError,
+    default_model,
+    load_checkpoint,
+    save_native,
+)
 from oxygen_ros.core.model.cache import SlotView
 from oxygen_ros.core.model.config import TINY
 from oxygen_ros.core.model.vla import PrefixBatch, build_model
@@ -108,9 +113,10 @@ def test_default_model_is_random_tiny_without_shipped_default():
 
 # ---------------------------------------------------------------------------- foreign layouts
 # Small sizes with the real shape relations: SigLIP head size 72, MQA Gemma stacks.
+from safetensors.torch import save_file  # noqa: E402
+
 from oxygen_ros.core.checkpoints import sizes  # noqa: E402
 from oxygen_ros.core.model.config import GemmaConfig, ModelConfig, VisionConfig  # noqa: E402
-from safetensors.torch import save_file  # noqa: E402
 
 SMALL = ModelConfig(
     name="small",

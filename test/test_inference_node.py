@@ -12,6 +12,8 @@ from ros_harness import (
     Ros,
     check_chunks,
     check_text,
+    inference_node,
+    inference_topics,
     observation_msg,
     reliable,
     ros_environment,
@@ -29,21 +31,6 @@ def ros(monkeypatch, tmp_path):
         yield r
 
 
-def _topics(prefix):
-    return {name: f"{prefix}/{name.replace('_topic', '')}" for name in
-            ("observation_topic", "question_topic", "actions_topic", "text_topic", "trajectory_topic")}
-
-
-def _node(ros, prefix, **params):
-    from rclpy.parameter import Parameter
-
-    from oxygen_ros.ros.inference_node import InferenceNode
-
-    values = {**_topics(prefix), "preset": "tiny", "model_path": "", **params}
-    return ros.add(InferenceNode(context=ros.context, namespace=prefix,
-                                 parameter_overrides=[Parameter(k, value=v) for k, v in values.items()]))
-
-
 class Client:
     """A test node: publishes observations and questions, records every output."""
 
@@ -52,7 +39,7 @@ class Client:
         from oxygen_ros.msg import ActionChunk, Observation, Question, TextToken
         from trajectory_msgs.msg import JointTrajectory
 
-        t = _topics(prefix)
+        t = inference_topics(prefix)
         self.node = ros.node("oxygen_test_client")
         self.chunks, self.text, self.trajectories, self.diagnostics = [], [], [], []
         self.node.create_subscription(ActionChunk, t["actions_topic"], self.chunks.append, reliable(100))
@@ -83,7 +70,7 @@ class Client:
 def test_actions_at_control_rate_text_streams_and_questions(ros, random_tiny_dir):
     prefix = unique_prefix()
     # untrained weights: requests run to max_decode, so some are in flight at shutdown
-    node = _node(ros, prefix, joint_names=["j0", "j1"], model_path=random_tiny_dir)
+    node = inference_node(ros, prefix, joint_names=["j0", "j1"], model_path=random_tiny_dir)
     client = Client(ros, prefix)
     client.wait_matched(ros)
 
@@ -140,7 +127,7 @@ def test_actions_at_control_rate_text_streams_and_questions(ros, random_tiny_dir
 
 def test_on_demand_only_and_question_before_any_observation(ros):
     prefix = unique_prefix()
-    node = _node(ros, prefix, language_every_n_frames=0, chunk_origin="frame_end")
+    node = inference_node(ros, prefix, language_every_n_frames=0, chunk_origin="frame_end")
     client = Client(ros, prefix)
     client.wait_matched(ros)
 
@@ -190,7 +177,7 @@ def test_start_refuses_bad_parameters_naming_them(ros, name, value):
     from oxygen_ros.ros.camera_node import ParameterError
 
     with pytest.raises(ParameterError, match=f"'{name}'") as info:
-        _node(ros, unique_prefix(), **{name: value})
+        inference_node(ros, unique_prefix(), **{name: value})
     assert info.value.name == name
 
 
@@ -198,7 +185,7 @@ def test_joint_names_longer_than_the_action_is_refused(ros):
     from oxygen_ros.ros.camera_node import ParameterError
 
     with pytest.raises(ParameterError, match="'joint_names'"):
-        _node(ros, unique_prefix(), joint_names=[f"j{i}" for i in range(33)])
+        inference_node(ros, unique_prefix(), joint_names=[f"j{i}" for i in range(33)])
 
 
 def test_runtime_parameters_are_validated_over_the_parameter_service(ros):
@@ -206,7 +193,7 @@ def test_runtime_parameters_are_validated_over_the_parameter_service(ros):
     from rclpy.parameter import Parameter
 
     prefix = unique_prefix()
-    node = _node(ros, prefix)
+    node = inference_node(ros, prefix)
     client_node = ros.node("oxygen_test_param_client")
     service = f"{prefix}/oxygen_inference/set_parameters"
     cli = client_node.create_client(SetParameters, service)

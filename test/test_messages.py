@@ -490,7 +490,10 @@ def test_installed_python_sources_match_checkout():
 
 
 def test_ament_index_lookup(monkeypatch):
-    from ament_index_python.packages import get_package_prefix, get_package_share_directory
+    from ament_index_python.packages import (
+        get_package_prefix,
+        get_package_share_directory,
+    )
 
     prefix = _installed_prefix()
     monkeypatch.setenv("AMENT_PREFIX_PATH", str(prefix))

@@ -10,7 +10,12 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from safetensors.numpy import save_file
 
-from oxygen_ros.core.normalization import Normalizer, NormStatsError, Stats, load_norm_stats
+from oxygen_ros.core.normalization import (
+    Normalizer,
+    NormStatsError,
+    Stats,
+    load_norm_stats,
+)
 
 STATE = {"mean": [0.5, -1.0, 2.0], "std": [1.0, 0.5, 4.0], "q01": [-1.0, -2.0, 0.0], "q99": [3.0, 0.0, 10.0]}
 ACTIONS = {"mean": [0.0, 1.0], "std": [2.0, 0.1], "q01": [-0.5, 0.9], "q99": [0.5, 1.1]}

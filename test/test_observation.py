@@ -5,7 +5,12 @@ import pytest
 import torch
 
 from oxygen_ros.core.model.config import TINY
-from oxygen_ros.core.observation import Observation, ObservationError, make_prefix_batch, resize_with_pad
+from oxygen_ros.core.observation import (
+    Observation,
+    ObservationError,
+    make_prefix_batch,
+    resize_with_pad,
+)
 from oxygen_ros.core.tokenizer import Tokenizer, default_tokenizer_path
 
 

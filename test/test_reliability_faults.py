@@ -14,7 +14,18 @@ import time
 import numpy as np
 import pytest
 import torch
-from ros_harness import Ros, check_chunks, check_text, observation_msg, reliable, ros_environment, unique_prefix, until
+from ros_harness import (
+    Ros,
+    check_chunks,
+    check_text,
+    inference_node,
+    inference_topics,
+    observation_msg,
+    reliable,
+    ros_environment,
+    unique_prefix,
+    until,
+)
 
 H = 10  # tiny preset horizon
 
@@ -26,19 +37,8 @@ def ros(monkeypatch, tmp_path):
         yield r
 
 
-def _topics(prefix):
-    return {name: f"{prefix}/{name.replace('_topic', '')}" for name in
-            ("observation_topic", "question_topic", "actions_topic", "text_topic", "trajectory_topic")}
-
-
 def _node(ros, prefix, **params):
-    from rclpy.parameter import Parameter
-
-    from oxygen_ros.ros.inference_node import InferenceNode
-
-    values = {**_topics(prefix), "preset": "tiny", "model_path": "", "frame_deadline_ms": 5000.0, **params}
-    return ros.add(InferenceNode(context=ros.context, namespace=prefix,
-                                 parameter_overrides=[Parameter(k, value=v) for k, v in values.items()]))
+    return inference_node(ros, prefix, **{"frame_deadline_ms": 5000.0, **params})
 
 
 class Client:
@@ -46,7 +46,7 @@ class Client:
         from diagnostic_msgs.msg import DiagnosticArray
         from oxygen_ros.msg import ActionChunk, Observation, Question, TextToken
 
-        t = _topics(prefix)
+        t = inference_topics(prefix)
         self.prefix = prefix
         self.node = ros.node("oxygen_test_fault_client")
         self.chunks, self.text, self.diagnostics = [], [], []

@@ -14,7 +14,14 @@ import time
 import numpy as np
 import pytest
 import ros_harness
-from ros_harness import Ros, observation_msg, reliable, ros_environment, unique_prefix
+from ros_harness import (
+    Ros,
+    inference_topics,
+    observation_msg,
+    reliable,
+    ros_environment,
+    unique_prefix,
+)
 
 from oxygen_ros.ros.conversions import IMAGE_ERROR_REASONS
 
@@ -61,7 +68,12 @@ class CameraRig:
         from diagnostic_msgs.msg import DiagnosticArray
         from oxygen_ros.msg import Observation
         from rcl_interfaces.msg import Log
-        from rclpy.qos import DurabilityPolicy, QoSProfile, ReliabilityPolicy, qos_profile_sensor_data
+        from rclpy.qos import (
+            DurabilityPolicy,
+            QoSProfile,
+            ReliabilityPolicy,
+            qos_profile_sensor_data,
+        )
         from sensor_msgs.msg import CompressedImage, Image, JointState
         from std_msgs.msg import String
 
@@ -273,15 +285,10 @@ def test_camera_node_rejects_bad_states_and_handles_bad_instructions(ros):
 # --------------------------------------------------------------------------
 
 
-def _topics(prefix):
-    return {name: f"{prefix}/{name.replace('_topic', '')}" for name in
-            ("observation_topic", "question_topic", "actions_topic", "text_topic", "trajectory_topic")}
-
-
 def _inference(ros, prefix, **params):
     from oxygen_ros.ros.inference_node import InferenceNode
 
-    values = {**_topics(prefix), "preset": "tiny", "model_path": "", "frame_deadline_ms": 5000.0, **params}
+    values = {**inference_topics(prefix), "preset": "tiny", "model_path": "", "frame_deadline_ms": 5000.0, **params}
     return ros.add(InferenceNode(context=ros.context, parameter_overrides=_params(**values)))
 
 
@@ -289,7 +296,7 @@ class Client:
     def __init__(self, ros, prefix):
         from oxygen_ros.msg import ActionChunk, Observation, Question, TextToken
 
-        t = _topics(prefix)
+        t = inference_topics(prefix)
         self.node = ros.node("oxygen_test_reliability_client")
         self.chunks, self.text = [], []
         self.node.create_subscription(ActionChunk, t["actions_topic"], self.chunks.append, reliable(100))

@@ -16,7 +16,15 @@ import time
 from pathlib import Path
 
 import pytest
-from ros_harness import Ros, observation_msg, reliable, ros_environment, unique_prefix, until
+from ros_harness import (
+    Ros,
+    inference_topics,
+    observation_msg,
+    reliable,
+    ros_environment,
+    unique_prefix,
+    until,
+)
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -35,17 +43,12 @@ def _env():
     return env
 
 
-def _topics(prefix):
-    return {name: f"{prefix}/{name.replace('_topic', '')}" for name in
-            ("observation_topic", "question_topic", "actions_topic", "text_topic", "trajectory_topic")}
-
-
 class NodeProcess:
     """``python -m oxygen_ros.ros.inference_node --ros-args -p ...``; its output is
     collected as it comes (``output()``)."""
 
     def __init__(self, prefix, **params):
-        values = {**_topics(prefix), "preset": "tiny", "frame_deadline_ms": 5000.0, **params}
+        values = {**inference_topics(prefix), "preset": "tiny", "frame_deadline_ms": 5000.0, **params}
         args = [sys.executable, "-m", "oxygen_ros.ros.inference_node", "--ros-args"]
         for k, v in values.items():
             args += ["-p", f"{k}:={str(v).lower() if isinstance(v, bool) else v}"]
@@ -84,7 +87,7 @@ def test_sigterm_cancels_in_flight_requests_and_the_process_exits_cleanly(ros, r
     proc = NodeProcess(prefix, language_every_n_frames=0, steps_per_frame=1, max_decode=30,
                        decode_when_idle=False, model_path=random_tiny_dir)
     try:
-        t = _topics(prefix)
+        t = inference_topics(prefix)
         client = ros.node("oxygen_test_sigterm_client")
         text, chunks = [], []
         client.create_subscription(TextToken, t["text_topic"], text.append, reliable(1000))
@@ -135,7 +138,7 @@ def test_shutdown_in_process_stops_timers_and_worker_and_cancels(ros):
     from oxygen_ros.ros.inference_node import InferenceNode
 
     prefix = unique_prefix()
-    t = _topics(prefix)
+    t = inference_topics(prefix)
     params = {**t, "preset": "tiny", "language_every_n_frames": 1, "steps_per_frame": 1, "max_decode": 30,
               "decode_when_idle": False, "frame_deadline_ms": 5000.0}
     node = ros.add(InferenceNode(context=ros.context, parameter_overrides=[Parameter(k, value=v)

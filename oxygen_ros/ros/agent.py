@@ -204,6 +204,16 @@ def node_plan(values: dict[str, str]) -> list[dict[str, Any]]:
     return plan
 
 
+def resolve(values: dict[str, str]) -> tuple[list[dict[str, Any]], str]:
+    """The node plan and the parameters file for the given argument values; ValueError
+    naming what is wrong (an unknown argument, a bad value, a missing parameters file)."""
+    plan = node_plan(values)
+    params_file = values.get("params_file") or default_params_file()
+    if not Path(params_file).is_file():
+        raise ValueError(f"parameters file {params_file} not found")
+    return plan, params_file
+
+
 def build_nodes(plan: list[dict[str, Any]], params_file: str, nodes: list) -> list:
     """Construct the nodes of ``plan`` (see :func:`node_plan`) with ``params_file``,
     appending each to ``nodes`` as it is made (so a caller can destroy those already
@@ -599,13 +609,9 @@ def _parse_args(argv: list[str]) -> tuple[argparse.Namespace, dict[str, str]]:
 def main(argv: list[str] | None = None) -> int:
     ns, values = _parse_args(sys.argv[1:] if argv is None else argv)
     try:
-        plan = node_plan(values)
+        plan, params_file = resolve(values)
     except ValueError as exc:
         print(f"oxygen-agent: {exc}", file=sys.stderr)
-        return 2
-    params_file = values.get("params_file") or default_params_file()
-    if not Path(params_file).is_file():
-        print(f"oxygen-agent: parameters file {params_file} not found", file=sys.stderr)
         return 2
 
     import rclpy

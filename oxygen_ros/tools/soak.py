@@ -374,14 +374,13 @@ def _mb(n: int) -> float:
 
 def main(argv: list[str] | None = None) -> int:
     ns, values = _parse(sys.argv[1:] if argv is None else argv)
-    from ..ros.agent import Spinner, build_nodes, default_params_file, node_plan
+    from ..ros.agent import Spinner, build_nodes, resolve
 
     try:
-        plan = node_plan(values)
+        plan, params_file = resolve(values)
     except ValueError as exc:
         print(f"oxygen-soak: {exc}", file=sys.stderr)
         return 2
-    params_file = values.get("params_file") or default_params_file()
 
     import rclpy
     from rclpy.executors import ExternalShutdownException
