@@ -56,7 +56,7 @@ def test_demo_publishes_actions_and_text_and_writes_the_report(ros_env, tmp_path
     assert "[request " in proc.stdout  # the streamed text
     # the jitter comes from a subscriber in its own process, which is gone with the agent
     assert data["measured_by"] == "arrival_probe (own process)", proc.stderr[-2000:]
-    assert data["tick_jitter_in_process_p99_ms"] is not None and data["obs_to_action_in_process_p99_ms"] is not None
+    assert data["actions_received"] > 0
     assert not _probes(), "the arrival probe outlived the agent"
     for key in ("queue_wait_p99_ms", "tick_wait_p99_ms", "conversion_p99_ms", "paused_p99_ms",
                 "ros_overhead_with_pauses_p99_ms"):
@@ -93,6 +93,16 @@ def test_demo_is_off_by_default(ros_env, tmp_path):
             time.sleep(0.5)
             seen = names()
             assert "oxygen_camera" in seen and "oxygen_synthetic_camera" not in seen, seen
+
+            def readers(topic):
+                return {i.node_name for i in probe.get_subscriptions_info_by_topic(topic)}
+
+            # the report's subscriber is the probe in its own process; the agent's monitor
+            # (status line and text) takes neither the actions nor the camera observations
+            for topic in ("/oxygen/actions", "/oxygen/observation"):
+                assert ros.wait_until(lambda: any(n.startswith("oxygen_arrival_probe") for n in readers(topic)),
+                                      30.0), (topic, readers(topic))
+                assert "oxygen_agent_monitor" not in readers(topic), (topic, readers(topic))
         out, _ = proc.communicate(timeout=60)
     finally:
         if proc.poll() is None:

@@ -16,8 +16,10 @@ synthetic camera, and feeds its gripper position to the camera node as the
 robot state, :data:`DEMO_PARAMETERS`). The nodes (:data:`NODES`) run until
 Ctrl-C (or SIGTERM) or ``--duration``, spun in background threads: by default
 (``--executor split``) every node (inference, camera, synthetic camera, the
-measuring monitor) on a ``SingleThreadedExecutor`` of its own, so the control
-tick never waits behind another node's callbacks (``--executor multi``:
+monitor) on a ``SingleThreadedExecutor`` of its own, so the control tick never
+waits behind another node's callbacks, and the threads of the nodes off the
+control path (synthetic camera, monitor) at a lower priority
+(``--background-niceness``, see :class:`Spinner`) (``--executor multi``:
 everything on one ``MultiThreadedExecutor``, for comparison: its wait-set
 rebuilding in Python keeps most of a core busy, which on 2 cores delays the
 frames and the control tick).
@@ -31,23 +33,23 @@ periodic ones when their text changed, or all with ``--text all``).
 is measured:
 
 * ``tick_rate_hz`` - node side: control ticks counted by the inference node
-  over the measurement window (first ActionChunk received .. end) / its length;
+  over the measurement window (first ActionChunk published .. end) / its length;
 * ``tick_jitter_p50_ms`` / ``tick_jitter_p99_ms`` - subscriber side:
   ``|inter-arrival - control period|`` of consecutive ``ActionChunk`` messages
   on ``actions_topic`` as received by a subscriber in a process of its own
   (:mod:`.arrival_probe`, what a controller sees: the node's tick latency plus
-  DDS delivery; ``measured_by`` says so, or says ``agent process`` if the
-  probe could not start); ``tick_jitter_in_process_*_ms`` is the same seen by
-  the monitor in this process, whose threads share the interpreter lock with
-  the inference worker; ``tick_lateness_*_ms`` is the node-side part alone
-  (timer callback start - scheduled time);
+  DDS delivery; ``measured_by`` says so). Only if the probe cannot start does
+  the monitor in this process subscribe to the actions and observations and
+  measure them itself (``measured_by: agent process``; its threads share the
+  interpreter lock with the inference worker, so it sees more jitter); without
+  ``--report`` nothing subscribes to them here. ``tick_lateness_*_ms`` is the
+  node-side part alone (timer callback start - scheduled time);
 * ``underruns`` - node side: ticks with no action left in the window;
   ``missed_ticks``: ticks rcl skipped because the timer callback was more
   than a period late (they count neither as ticks nor as underruns);
 * ``obs_to_action_p50_ms`` / ``_p99_ms`` - subscriber side, in the probe's
   process too: arrival of an ``Observation`` -> arrival of the first
   ``ActionChunk`` computed from it (matched by ``observation_seq``);
-  ``obs_to_action_in_process_*`` as the monitor in this process sees it;
 * ``ros_overhead_p99_ms`` (and ``_p50_ms``) - what ROS adds: that latency
   minus, for the same frame (read from the node in this process), the
   engine's frame time (``Engine.step``'s wall time, which includes the time the
@@ -62,7 +64,8 @@ is measured:
   ``paused_*``, p50/p99 over the frames in the window), so that
   ``obs_to_action = ros_overhead + queue_wait + engine + tick_wait`` per frame;
 * ``actions_published`` / ``text_tokens_published`` - node-side counts in the
-  window (``*_received`` are this process' subscriber counts).
+  window; ``actions_received`` is the measuring subscriber's count in the
+  window, ``text_tokens_received`` the monitor's (it prints the text).
 """
 
 from __future__ import annotations
@@ -248,7 +251,7 @@ def _pct(values, q):
 class Monitor:
     """Subscribes to the outputs (and the observations) and keeps what the report needs."""
 
-    def __init__(self, node, inference, text_mode: str = "changed", out=sys.stdout):
+    def __init__(self, node, inference, text_mode: str = "changed", out=sys.stdout, measure: bool = False):
         from diagnostic_msgs.msg import DiagnosticArray
         from rclpy.qos import QoSProfile, ReliabilityPolicy
 
@@ -271,10 +274,16 @@ class Monitor:
         self.window_end: dict[str, Any] | None = None
         self.partial = ""
         reliable = lambda n: QoSProfile(depth=n, reliability=ReliabilityPolicy.RELIABLE)  # noqa: E731
-        node.create_subscription(ActionChunk, p["actions_topic"], self._on_actions, reliable(50))
         node.create_subscription(TextToken, p["text_topic"], self._on_text, reliable(1000))
-        node.create_subscription(ObservationMsg, p["observation_topic"], self._on_observation, reliable(10))
         node.create_subscription(DiagnosticArray, "/diagnostics", self._on_diagnostics, reliable(10))
+        # Actions and observations only when this process must measure them itself (a
+        # report without the arrival probe): every subscription here is one more
+        # callback, and for observations one more image deserialised, in the process
+        # that runs the control loop, at the moments the control path is busy.
+        self.measure = measure
+        if measure:
+            node.create_subscription(ActionChunk, p["actions_topic"], self._on_actions, reliable(50))
+            node.create_subscription(ObservationMsg, p["observation_topic"], self._on_observation, reliable(10))
         self.tty = hasattr(out, "isatty") and out.isatty()
         self._last_status = 0.0
         self._status_len = 0
@@ -284,15 +293,24 @@ class Monitor:
         with self.lock:
             self.obs_arrival[int(msg.seq)] = time.monotonic()
 
+    def poll(self) -> None:
+        """Start the measurement window at the first ActionChunk the node published
+        (called by the main loop; with ``measure``, the first one received starts it)."""
+        if self.window_start is None and self.inference.tick_counts()["published"] > 0:
+            with self.lock:
+                self._start_window(time.monotonic())
+
+    def _start_window(self, t: float) -> None:
+        if self.window_start is None:
+            ticks = self.inference.tick_counts()
+            self.window_start = {"t": t, "t_ns": time.monotonic_ns(), "ticks": ticks["ticks"],
+                                 "underruns": ticks["underruns"], "counters": dict(self.inference.counters),
+                                 "lateness_total": self.inference.tick_lateness_ms.total}
+
     def _on_actions(self, msg) -> None:
         t = time.monotonic()
         with self.lock:
-            if self.window_start is None:
-                ticks = self.inference.tick_counts()
-                self.window_start = {"t": t, "t_ns": time.monotonic_ns(), "ticks": ticks["ticks"],
-                                     "underruns": ticks["underruns"],
-                                     "counters": dict(self.inference.counters),
-                                     "lateness_total": self.inference.tick_lateness_ms.total}
+            self._start_window(t)
             self.actions.append((t, int(msg.frame_id), int(msg.observation_seq)))
             if msg.frame_id not in self.seen_frames:
                 self.seen_frames.add(int(msg.frame_id))
@@ -389,16 +407,15 @@ class Monitor:
             latencies = list(self.latencies)
             text_received = self.text_received
         end = final["t"]
-        in_process = self._jitter(arrivals)
-        in_process_latencies = latencies
         if probed is not None and start is not None:
-            jitter = self._jitter([t for t in probed["arrivals"] if start["t"] <= t <= end])
+            arrivals = [t for t in probed["arrivals"] if start["t"] <= t <= end]
             obs = probed["observations"]
             latencies = sorted((f, seq, (t - obs[seq]) * 1e3) for f, (seq, t) in probed["first_actions"].items()
                                if seq in obs and start["t"] <= t <= end)
             measured_by = "arrival_probe (own process)"
         else:
-            jitter, measured_by = in_process, "agent process"
+            measured_by = "agent process" if self.measure else None
+        jitter = self._jitter(arrivals)
         records = node.frame_records()
         parts = {f: _latency_parts(records[f]) for f, _, _ in latencies
                  if f in records and records[f].first_published_ns is not None}
@@ -430,16 +447,12 @@ class Monitor:
             "tick_jitter_p50_ms": _pct(jitter, 50),
             "tick_jitter_p99_ms": _pct(jitter, 99),
             "measured_by": measured_by,
-            "tick_jitter_in_process_p50_ms": _pct(in_process, 50),
-            "tick_jitter_in_process_p99_ms": _pct(in_process, 99),
             "tick_lateness_p50_ms": _pct(lateness, 50),
             "tick_lateness_p99_ms": _pct(lateness, 99),
             "underruns": ticks["underruns"] - (start["underruns"] if start else 0),
             "missed_ticks": counters.get("missed_ticks", 0) - base.get("missed_ticks", 0),
             "obs_to_action_p50_ms": _pct([x for _, _, x in latencies], 50),
             "obs_to_action_p99_ms": _pct([x for _, _, x in latencies], 99),
-            "obs_to_action_in_process_p50_ms": _pct([x for _, _, x in in_process_latencies], 50),
-            "obs_to_action_in_process_p99_ms": _pct([x for _, _, x in in_process_latencies], 99),
             "ros_overhead_p50_ms": _pct(overhead, 50),
             "ros_overhead_p99_ms": _pct(overhead, 99),
             "ros_overhead_with_pauses_p50_ms": _pct(with_pauses, 50),
@@ -534,11 +547,27 @@ def _round(v):
 EXECUTORS = ("split", "multi")
 
 
+#: The nodes on the path camera -> observation -> frame -> ActionChunk. In the
+#: ``split`` layout every other node (the synthetic camera or bag player, the
+#: monitor) spins on a thread of lower CPU priority (``--background-niceness``).
+CONTROL_PATH = ("oxygen_camera", "oxygen_inference")
+BACKGROUND_NICENESS = 10
+
+
 class Spinner:
     """Spins the nodes in background threads (so that the main thread only prints
-    and waits for Ctrl-C), with the executor layout chosen by ``--executor``."""
+    and waits for Ctrl-C), with the executor layout chosen by ``--executor``.
 
-    def __init__(self, mode: str, inference, monitor, others):
+    ``split`` (default): one ``SingleThreadedExecutor`` and thread per node. The
+    threads of nodes off the control path (:data:`CONTROL_PATH`) lower their own
+    scheduling priority by ``background_niceness`` (Linux, where a thread has a
+    niceness of its own; 0 leaves it): on a machine with few cores, the demo
+    source and the status monitor then wait for a free core instead of taking it
+    from the control tick, the observation hand-off or a controller in another
+    process at the moments all of them wake together (every ActionChunk wakes the
+    synthetic camera's subscriber too). Raising niceness needs no privilege."""
+
+    def __init__(self, mode: str, inference, monitor, others, background_niceness: int = BACKGROUND_NICENESS):
         from rclpy.executors import MultiThreadedExecutor, SingleThreadedExecutor
 
         if mode == "multi":
@@ -547,10 +576,16 @@ class Spinner:
             groups = [(SingleThreadedExecutor(), [node]) for node in (inference, monitor, *others)]
         self.executors = []
         self.threads = []
+        self.background: list[str] = []  # nodes spun at lower priority
         for executor, nodes in groups:
             for node in nodes:
                 executor.add_node(node)
-            thread = threading.Thread(target=self._spin, args=(executor,), daemon=True,
+            niceness = 0
+            if (mode != "multi" and background_niceness > 0 and sys.platform.startswith("linux")
+                    and not any(n.get_name() in CONTROL_PATH for n in nodes)):
+                niceness = background_niceness
+                self.background += [n.get_name() for n in nodes]
+            thread = threading.Thread(target=self._spin, args=(executor, niceness), daemon=True,
                                       name=f"oxygen-agent-{type(executor).__name__}")
             self.executors.append(executor)
             self.threads.append(thread)
@@ -558,9 +593,15 @@ class Spinner:
         for thread in self.threads:
             thread.start()
 
-    def _spin(self, executor) -> None:
+    def _spin(self, executor, niceness: int = 0) -> None:
         from rclpy.executors import ExternalShutdownException
 
+        if niceness:
+            try:  # this thread only (Linux: a thread's id is a process id for setpriority)
+                os.setpriority(os.PRIO_PROCESS, threading.get_native_id(),
+                               os.getpriority(os.PRIO_PROCESS, threading.get_native_id()) + niceness)
+            except OSError as exc:  # a sandbox may forbid it: run at normal priority
+                print(f"oxygen-agent: could not lower a background thread's priority: {exc}", file=sys.stderr)
         try:
             executor.spin()
         except ExternalShutdownException:
@@ -592,6 +633,9 @@ def _parse_args(argv: list[str]) -> tuple[argparse.Namespace, dict[str, str]]:
     parser.add_argument("--executor", choices=EXECUTORS, default="split",
                         help="split (default): every node on a single-threaded executor of its own; "
                              "multi: all on one multi-threaded executor")
+    parser.add_argument("--background-niceness", type=int, default=BACKGROUND_NICENESS, metavar="N",
+                        help=f"split executors: lower the priority of the threads of nodes off the control path "
+                             f"(demo source, monitor) by N (default {BACKGROUND_NICENESS}; 0: leave it)")
     parser.add_argument("--text", choices=("all", "changed", "none"), default="changed",
                         help="which finished texts to print (default: answers and changed periodic texts)")
     ns = parser.parse_intermixed_args(argv)  # launch arguments before or after the options
@@ -601,6 +645,8 @@ def _parse_args(argv: list[str]) -> tuple[argparse.Namespace, dict[str, str]]:
             parser.error(f"expected name:=value, got {item!r}")
         name, value = item.split(":=", 1)
         values[name.strip()] = value
+    if not 0 <= ns.background_niceness <= 19:
+        parser.error(f"--background-niceness must be 0..19, got {ns.background_niceness}")
     if ns.duration is not None and not ns.duration > 0:
         parser.error(f"--duration must be > 0, got {ns.duration}")
     return ns, values
@@ -627,9 +673,6 @@ def main(argv: list[str] | None = None) -> int:
     try:
         build_nodes(plan, params_file, nodes)
         inference = next(n for n in nodes if n.get_name() == "oxygen_inference")
-        monitor_node = rclpy.create_node("oxygen_agent_monitor")
-        nodes.append(monitor_node)
-        monitor = Monitor(monitor_node, inference, ns.text)
         if ns.report is not None:  # the tick jitter as a subscriber in another process sees it
             import tempfile
 
@@ -638,12 +681,17 @@ def main(argv: list[str] | None = None) -> int:
                               Path(tempfile.gettempdir()))
             except (OSError, RuntimeError) as exc:
                 print(f"oxygen-agent: {exc}; jitter and latency measured in this process", file=sys.stderr)
+        monitor_node = rclpy.create_node("oxygen_agent_monitor")
+        nodes.append(monitor_node)
+        monitor = Monitor(monitor_node, inference, ns.text, measure=ns.report is not None and probe is None)
         settle_garbage_collector()
         spinner = Spinner(ns.executor, inference, monitor_node,
-                          [n for n in nodes if n is not inference and n is not monitor_node])
+                          [n for n in nodes if n is not inference and n is not monitor_node],
+                          background_niceness=ns.background_niceness)
         deadline = None if ns.duration is None else time.monotonic() + ns.duration
         while rclpy.ok() and spinner.alive() and (deadline is None or time.monotonic() < deadline):
             time.sleep(0.05)
+            monitor.poll()
             monitor.status()
     except ParameterError as exc:
         print(f"oxygen-agent: {exc}", file=sys.stderr)
@@ -676,7 +724,8 @@ def main(argv: list[str] | None = None) -> int:
     if report is not None:
         summary = {k: report[k] for k in ("tick_rate_hz", "tick_jitter_p99_ms", "underruns",
                                           "obs_to_action_p50_ms", "obs_to_action_p99_ms", "ros_overhead_p99_ms",
-                                          "actions_published", "text_tokens_published")}
+                                          "actions_published", "text_tokens_published")
+                   if report[k] is not None}  # subscriber-side figures need --report
         print("oxygen-agent: " + json.dumps(summary), flush=True)
         if ns.report is not None:
             ns.report.parent.mkdir(parents=True, exist_ok=True)
