@@ -112,3 +112,36 @@ def test_demo_is_off_by_default(ros_env, tmp_path):
     assert "oxygen_synthetic_camera" not in out
     data = json.loads(report.read_text())
     assert data["observations_received"] == 0 and data["actions_published"] == 0
+
+
+def _thread_niceness(pid: int) -> list[int]:
+    """The niceness of every thread of a process (field 19 of /proc/PID/task/TID/stat)."""
+    values = []
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        try:
+            stat = (task / "stat").read_text()
+        except OSError:
+            continue
+        values.append(int(stat.rsplit(")", 1)[1].split()[16]))
+    return values
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="per-thread niceness is Linux's")
+def test_nodes_off_the_control_path_spin_at_lower_priority(ros_env, tmp_path):
+    """The synthetic camera's and the monitor's threads run at niceness +10; every
+    other thread (control tick, camera node, frame worker, DDS) keeps its priority."""
+    proc = subprocess.Popen([_agent(), "demo:=true", "--duration", "20", "--text", "none"], cwd=tmp_path,
+                            env=_env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        deadline = time.monotonic() + 60
+        seen = []
+        while time.monotonic() < deadline and proc.poll() is None:
+            seen = _thread_niceness(proc.pid)
+            if seen.count(10) >= 2:
+                break
+            time.sleep(0.2)
+        assert sorted(set(seen)) == [0, 10] and seen.count(10) == 2, seen
+    finally:
+        proc.terminate()
+        out, _ = proc.communicate(timeout=60)
+    assert proc.returncode == 0, out[-3000:]
