@@ -249,7 +249,9 @@ def _pct(values, q):
 
 
 class Monitor:
-    """Subscribes to the outputs (and the observations) and keeps what the report needs."""
+    """Prints the status line (from ``/diagnostics``) and the streamed text, and keeps
+    what the report needs. Subscribes to the actions and observations only with
+    ``measure`` (a report whose arrival probe could not start)."""
 
     def __init__(self, node, inference, text_mode: str = "changed", out=sys.stdout, measure: bool = False):
         from diagnostic_msgs.msg import DiagnosticArray
@@ -576,7 +578,6 @@ class Spinner:
             groups = [(SingleThreadedExecutor(), [node]) for node in (inference, monitor, *others)]
         self.executors = []
         self.threads = []
-        self.background: list[str] = []  # nodes spun at lower priority
         for executor, nodes in groups:
             for node in nodes:
                 executor.add_node(node)
@@ -584,7 +585,6 @@ class Spinner:
             if (mode != "multi" and background_niceness > 0 and sys.platform.startswith("linux")
                     and not any(n.get_name() in CONTROL_PATH for n in nodes)):
                 niceness = background_niceness
-                self.background += [n.get_name() for n in nodes]
             thread = threading.Thread(target=self._spin, args=(executor, niceness), daemon=True,
                                       name=f"oxygen-agent-{type(executor).__name__}")
             self.executors.append(executor)
