@@ -4,6 +4,7 @@ The installed launcher is used; PYTHONPATH puts this checkout first, so the
 sources under test are the ones run even before `make venv` reinstalled them.
 """
 
+import io
 import json
 import os
 import subprocess
@@ -12,7 +13,7 @@ import time
 from pathlib import Path
 
 import pytest
-from ros_harness import Ros, ros_environment
+from ros_harness import Ros, inference_node, inference_topics, observation_msg, reliable, ros_environment, unique_prefix
 
 REPO = Path(__file__).resolve().parents[1]
 REPORT_KEYS = ("tick_rate_hz", "tick_jitter_p50_ms", "tick_jitter_p99_ms", "underruns", "obs_to_action_p50_ms",
@@ -145,3 +146,27 @@ def test_nodes_off_the_control_path_spin_at_lower_priority(ros_env, tmp_path):
         proc.terminate()
         out, _ = proc.communicate(timeout=60)
     assert proc.returncode == 0, out[-3000:]
+
+
+def test_without_the_probe_the_monitor_measures_in_its_own_process(ros_env):
+    """The report's fallback when the arrival probe cannot start: the monitor then
+    subscribes to the actions and observations itself and says so."""
+    from oxygen_ros.msg import Observation
+    from oxygen_ros.ros.agent import Monitor
+
+    with Ros() as ros:
+        prefix = unique_prefix()
+        node = inference_node(ros, prefix)
+        monitor = Monitor(ros.node("oxygen_agent_monitor"), node, "none", out=io.StringIO(), measure=True)
+        camera = ros.node("oxygen_test_camera")
+        pub = camera.create_publisher(Observation, inference_topics(prefix)["observation_topic"], reliable(10))
+        assert ros.wait_until(lambda: pub.get_subscription_count() >= 2, 20.0), "subscribers not matched"
+        for seq in range(30):
+            pub.publish(observation_msg(seq, camera.get_clock().now().nanoseconds))
+            monitor.poll()
+            time.sleep(0.1)
+        report = monitor.report(None)
+    assert report["measured_by"] == "agent process"
+    assert report["actions_received"] > 0 and report["frames"] > 0
+    for key in ("tick_jitter_p99_ms", "obs_to_action_p50_ms", "ros_overhead_p99_ms"):
+        assert report[key] is not None and report[key] >= 0, (key, report[key])
