@@ -11,6 +11,7 @@ only decide when each is called and with which slots.
 from __future__ import annotations
 
 import dataclasses
+import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -19,14 +20,13 @@ import numpy as np
 import torch
 
 from . import scheduler
-from .kv_pool import KVPool
+from .kv_pool import SCRATCH, KVPool
 from .model.vla import VLA
 from .observation import Observation, make_prefix_batch
 from .requests import FinishReason, Request, RequestManager, TokenEvent, finish_event
 from .tokenizer import Tokenizer
 
 SETTINGS = scheduler.SETTINGS
-SCRATCH = "scratch"  # pool owner of slots that hold a prefix only for the action expert
 
 
 @dataclass(frozen=True)
@@ -102,7 +102,7 @@ class Engine:
         self.prefix_max = mc.image_tokens + mc.max_token_len
         slot_len = self.prefix_max + config.max_question_tokens + config.max_decode
         cache = model.new_cache(slots=config.max_active + config.max_observations_per_frame, max_len=slot_len)
-        self.pool = KVPool(cache)
+        self.pool = KVPool(cache, on_move=self._slot_moved)
         self.requests = RequestManager(self.pool, tokenizer, max_active=config.max_active,
                                        queue_limit=config.queue_limit)
         self.frame_id = 0
@@ -112,6 +112,7 @@ class Engine:
         self.pause_point: Callable[[str], None] | None = None
         self.last_observation: Observation | None = None
         self._result: FrameResult | None = None
+        self._timing = threading.Lock()  # phase times are added from both threads of ``parallel``
         self._starting: list[Request] = []
 
     # ------------------------------------------------------------------ public
@@ -150,7 +151,7 @@ class Engine:
                                           question_ids=ids, observation=obs), idx))
         k = c.steps_per_frame if decode_steps is None else decode_steps
         try:
-            scheduler.run_frame(c.setting, self, list(observations), new, k)
+            self._result.actions = scheduler.run_frame(c.setting, self, list(observations), new, k)
         except Exception as e:
             res = self._finish_frame(t0, copies0)
             self._recover(new)
@@ -166,9 +167,8 @@ class Engine:
     def _recover(self, new: list[tuple[Request, int | None]]) -> None:
         """After a failed frame: free the scratch slots, and put every request that
         was about to start (or had just arrived) back at the head of the queue."""
-        for s in range(self.pool.capacity):
-            if self.pool.owner(s) == SCRATCH:
-                self.pool.release(s)
+        for s in self.pool.slots_of(SCRATCH):
+            self.pool.release(s)
         waiting = {r.id for r in self.requests.queue}
         back = [r for r in self._starting + [r for r, _ in new]
                 if r.id not in self.requests.active and not r.done and r.id not in waiting]
@@ -209,10 +209,10 @@ class Engine:
         res = self.model.prefill(batch, self.pool.cache, dests)
         for length, slots in zip(res.lengths.tolist(), dests):
             for s in slots:
-                self.pool.lengths[s] = length
+                self.pool.set_length(s, length)
             if len(slots) > 1:
                 self.pool.record_copy(length * (len(slots) - 1))  # one prefix stored more than once
-        self._result.prefill_ms += (time.perf_counter() - t0) * 1e3
+        self._add_time("prefill_ms", t0)
         return res.logits
 
     def _model_state(self, obs: Observation) -> Observation:
@@ -236,7 +236,7 @@ class Engine:
             # a non-finite chunk is passed on as it is (the caller must refuse it);
             # unnormalising it would raise and lose the frame's text with it
             out = [self.normalizer.unnormalize_actions(a) if np.isfinite(a).all() else a for a in out]
-        self._result.denoise_ms += (time.perf_counter() - t0) * 1e3
+        self._add_time("denoise_ms", t0)
         assert all(a.shape[0] == mc.action_horizon for a in out)
         return out
 
@@ -255,8 +255,8 @@ class Engine:
             t0 = time.perf_counter()
             ids = torch.tensor([request.question_ids])
             logits = self.model.extend(self.pool.cache, self.pool.view(range(slot, slot + 1)), ids)[0]
-            self.pool.lengths[slot] += len(request.question_ids)
-            self._result.prefill_ms += (time.perf_counter() - t0) * 1e3
+            self.pool.advance(slot, len(request.question_ids))
+            self._add_time("prefill_ms", t0)
         self._emit(self.requests.update(request.id, int(logits.argmax()), self.tokenizer.eos_id))
 
     def decode(self, max_steps: int | None) -> None:
@@ -278,11 +278,11 @@ class Engine:
                                             torch.tensor(tokens))
             chosen = logits.argmax(dim=-1).tolist()
             for r in running:
-                self.pool.lengths[r.slot] += 1
+                self.pool.advance(r.slot)
                 self._emit(self.requests.update(r.id, chosen[r.slot], self.tokenizer.eos_id))
             self._result.batch_sizes.append(len(running))
             step += 1
-        self._result.decode_ms += (time.perf_counter() - t0) * 1e3
+        self._add_time("decode_ms", t0)
 
     def admit(self, new: list[Request], *, unlimited: bool = False) -> list[Request]:
         """Who starts this frame (queued first, then ``new``); the rest wait or are
@@ -299,7 +299,16 @@ class Engine:
         if self.pause_point is not None:
             t0 = time.perf_counter()
             self.pause_point(work)
-            self._result.paused_ms += (time.perf_counter() - t0) * 1e3
+            self._add_time("paused_ms", t0)
+
+    def _add_time(self, phase: str, t0: float) -> None:
+        """Add the time since ``t0`` to the frame result's ``phase`` (either thread of ``parallel``)."""
+        ms = (time.perf_counter() - t0) * 1e3
+        with self._timing:
+            setattr(self._result, phase, getattr(self._result, phase) + ms)
+
+    def _slot_moved(self, owner, src: int, dst: int) -> None:
+        self.requests.moved(owner, dst)
 
     def _pause_denoise(self) -> None:
         self._pause("denoise")
@@ -310,5 +319,4 @@ class Engine:
             self._result.finished.append(self.requests.remove(event.request_id))
 
 
-__all__ = ["Engine", "EngineConfig", "FrameResult", "FrameError", "Question", "SETTINGS", "FinishReason",
-           "SCRATCH"]
+__all__ = ["Engine", "EngineConfig", "FrameResult", "FrameError", "Question", "SETTINGS", "FinishReason"]

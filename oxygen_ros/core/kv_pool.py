@@ -13,14 +13,24 @@ no contiguous run of free slots is left for a frame's observations) and
 :meth:`record_copy` for callers that duplicate a prefix.
 
 The pool knows nothing about models, configs or requests: an owner is any
-hashable key.
+hashable key (:data:`SCRATCH` marks slots that hold a prefix only for the
+action expert, for the length of one frame).
+
+Threads: every method that reads or changes who holds a slot, or a slot's
+length, takes the pool's lock, so two threads of one frame (the ``parallel``
+setting's action and language tasks) may allocate, advance and release slots
+concurrently. The K/V storage itself is not locked: each thread writes only
+the slots it holds.
 """
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable, Hashable
 
 from .model.cache import KVCache, SlotView
+
+SCRATCH = "scratch"  # owner of slots that hold a prefix only for the action expert
 
 
 class PoolFull(RuntimeError):
@@ -28,16 +38,16 @@ class PoolFull(RuntimeError):
 
 
 class KVPool:
-    """``on_move(owner, src, dst)`` is called whenever a held slot moves."""
+    """``on_move(owner, src, dst)`` (a constructor argument) is called whenever a held slot moves."""
 
     def __init__(self, cache: KVCache, on_move: Callable[[Hashable, int, int], None] | None = None):
         self.cache = cache
-        self.on_move = on_move
+        self._on_move = on_move
         self.capacity = cache.slots
         self._owner: list[Hashable | None] = [None] * self.capacity
-        self.lengths: list[int] = [0] * self.capacity
+        self._lengths: list[int] = [0] * self.capacity
+        self._lock = threading.RLock()
         self.copy_bytes = 0
-        self.moves = 0
 
     # ------------------------------------------------------------------ queries
     @property
@@ -51,15 +61,20 @@ class KVPool:
     def owner(self, slot: int) -> Hashable | None:
         return self._owner[slot]
 
+    def length(self, slot: int) -> int:
+        """Tokens slot ``slot`` holds (0 for a free slot)."""
+        return self._lengths[slot]
+
+    def slots_of(self, owner: Hashable) -> list[int]:
+        with self._lock:
+            return [s for s, o in enumerate(self._owner) if o == owner]
+
     def span(self) -> int:
         """One past the highest held slot (0 when empty)."""
         for s in range(self.capacity - 1, -1, -1):
             if self._owner[s] is not None:
                 return s + 1
         return 0
-
-    def can_allocate(self, n: int = 1) -> bool:
-        return self.free >= n
 
     @property
     def bytes_reserved(self) -> int:
@@ -68,13 +83,15 @@ class KVPool:
     @property
     def bytes_in_use(self) -> int:
         per = self.cache.bytes_per_token()
-        return sum(n for n, o in zip(self.lengths, self._owner) if o is not None) * per
+        with self._lock:
+            return sum(n for n, o in zip(self._lengths, self._owner) if o is not None) * per
 
     def view(self, slots: range, live: list[bool] | None = None) -> SlotView:
         """A view over consecutive ``slots`` with their current lengths."""
         if len(slots) == 0 or slots.step != 1:
             raise ValueError(f"a view needs a non-empty run of consecutive slots, got {slots}")
-        lengths = [self.lengths[s] for s in slots]
+        with self._lock:
+            lengths = [self._lengths[s] for s in slots]
         return SlotView.of(slots.start, lengths, live, device=self.cache.k.device)
 
     # ------------------------------------------------------------------ allocation
@@ -90,29 +107,49 @@ class KVPool:
         """
         if n <= 0:
             raise ValueError(f"run length must be positive, got {n}")
-        if self.free < n:
-            raise PoolFull(f"{n} slot(s) requested, {self.free} free of {self.capacity}")
-        start = self._find_run(n)
-        if start is None:
-            self.compact()
+        with self._lock:
+            if self.free < n:
+                raise PoolFull(f"{n} slot(s) requested, {self.free} free of {self.capacity}")
             start = self._find_run(n)
-            assert start is not None, "compaction leaves every free slot after the held ones"
-        for s in range(start, start + n):
-            self._owner[s] = owner
-            self.lengths[s] = 0
-        return start
+            if start is None:
+                self.compact()
+                start = self._find_run(n)
+                assert start is not None, "compaction leaves every free slot after the held ones"
+            for s in range(start, start + n):
+                self._owner[s] = owner
+                self._lengths[s] = 0
+            return start
 
     def assign(self, slot: int, owner: Hashable) -> None:
         """Hand a held slot to another owner (no data moves)."""
-        if self._owner[slot] is None:
-            raise ValueError(f"slot {slot} is free; allocate it first")
-        self._owner[slot] = owner
+        with self._lock:
+            self._held(slot)
+            self._owner[slot] = owner
 
     def release(self, slot: int) -> None:
+        with self._lock:
+            if self._owner[slot] is None:
+                raise ValueError(f"slot {slot} is already free")
+            self._owner[slot] = None
+            self._lengths[slot] = 0
+
+    # ------------------------------------------------------------------ lengths
+    def set_length(self, slot: int, n: int) -> None:
+        """Slot ``slot`` now holds ``n`` tokens (after a prefill wrote them)."""
+        with self._lock:
+            self._held(slot)
+            if not 0 <= n <= self.cache.max_len:
+                raise ValueError(f"length {n} out of range 0..{self.cache.max_len} for slot {slot}")
+            self._lengths[slot] = n
+
+    def advance(self, slot: int, n: int = 1) -> None:
+        """``n`` more tokens were appended to slot ``slot`` (a question, a decode step)."""
+        with self._lock:
+            self.set_length(slot, self._lengths[slot] + n)
+
+    def _held(self, slot: int) -> None:
         if self._owner[slot] is None:
-            raise ValueError(f"slot {slot} is already free")
-        self._owner[slot] = None
-        self.lengths[slot] = 0
+            raise ValueError(f"slot {slot} is free; allocate it first")
 
     def _find_run(self, n: int) -> int | None:
         run = 0
@@ -125,31 +162,33 @@ class KVPool:
     # ------------------------------------------------------------------ copies
     def move(self, src: int, dst: int) -> None:
         """Move a held slot's tokens into a free slot (a counted copy)."""
-        if self._owner[src] is None or self._owner[dst] is not None:
-            raise ValueError(f"move needs a held source and a free destination, got {src} -> {dst}")
-        n = self.lengths[src]
-        self.cache.k[:, dst, :, :n] = self.cache.k[:, src, :, :n]
-        self.cache.v[:, dst, :, :n] = self.cache.v[:, src, :, :n]
-        self.record_copy(n)
-        self.moves += 1
-        owner = self._owner[src]
-        self._owner[dst], self.lengths[dst] = owner, n
-        self._owner[src], self.lengths[src] = None, 0
-        if self.on_move is not None:
-            self.on_move(owner, src, dst)
+        with self._lock:
+            if self._owner[src] is None or self._owner[dst] is not None:
+                raise ValueError(f"move needs a held source and a free destination, got {src} -> {dst}")
+            n = self._lengths[src]
+            self.cache.k[:, dst, :, :n] = self.cache.k[:, src, :, :n]
+            self.cache.v[:, dst, :, :n] = self.cache.v[:, src, :, :n]
+            self.record_copy(n)
+            owner = self._owner[src]
+            self._owner[dst], self._lengths[dst] = owner, n
+            self._owner[src], self._lengths[src] = None, 0
+        if self._on_move is not None:
+            self._on_move(owner, src, dst)
 
     def compact(self) -> list[tuple[Hashable, int, int]]:
         """Move the highest held slots into the lowest holes until held slots are
         ``0 .. held-1``. Returns (owner, from, to) for each move."""
         moved = []
-        while True:
-            holes = [s for s in range(self.capacity) if self._owner[s] is None]
-            top = self.span() - 1
-            if not holes or top < 0 or holes[0] > top:
-                return moved
-            owner = self._owner[top]
-            self.move(top, holes[0])
-            moved.append((owner, top, holes[0]))
+        with self._lock:
+            while True:
+                holes = [s for s in range(self.capacity) if self._owner[s] is None]
+                top = self.span() - 1
+                if not holes or top < 0 or holes[0] > top:
+                    return moved
+                owner = self._owner[top]
+                self.move(top, holes[0])
+                moved.append((owner, top, holes[0]))
 
     def record_copy(self, tokens: int) -> None:
-        self.copy_bytes += tokens * self.cache.bytes_per_token()
+        with self._lock:
+            self.copy_bytes += tokens * self.cache.bytes_per_token()

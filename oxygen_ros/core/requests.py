@@ -57,7 +57,6 @@ class Request:
     finish_reason: FinishReason | None = None
     created: float = field(default_factory=time.perf_counter)
     finished: float | None = None
-    context: object = None  # caller's tag (e.g. which agent), carried through untouched
     _stream: StreamDecoder | None = field(default=None, repr=False)
     _pieces: list[str] = field(default_factory=list, repr=False)
 
@@ -86,7 +85,6 @@ class RequestManager:
         self.active: dict[int, Request] = {}
         self.queue: deque[Request] = deque()
         self._ids = itertools.count(1)
-        pool.on_move = self._moved
 
     def new(self, frame_id: int, max_tokens: int, **kwargs) -> Request:
         return Request(id=next(self._ids), frame_id=frame_id, max_tokens=max_tokens, **kwargs)
@@ -129,9 +127,6 @@ class RequestManager:
         request._stream = StreamDecoder(self.tokenizer)
         self.active[request.id] = request
 
-    def retrieve(self, request_id: int) -> Request:
-        return self.active[request_id]
-
     def update(self, request_id: int, token: int, eos_id: int) -> TokenEvent:
         """Append one produced token; finish on EOS or at ``max_tokens``."""
         r = self.active[request_id]
@@ -171,7 +166,8 @@ class RequestManager:
     def running(self) -> Iterator[Request]:
         return (r for r in self.active.values() if not r.done)
 
-    def _moved(self, owner, src: int, dst: int) -> None:
+    def moved(self, owner, dst: int) -> None:
+        """The pool moved ``owner``'s slot to ``dst`` (wire it as the pool's ``on_move``)."""
         r = self.active.get(owner)
         if r is not None:
             r.slot = dst

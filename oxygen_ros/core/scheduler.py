@@ -12,33 +12,60 @@
   batched forward per step; requests live across frames in their slots.
 
 Every setting uses the engine's primitives over the same pool; they differ
-only in when those run and over which slots. No setting copies K/V.
+only in when those run and over which slots. No setting copies K/V. Each
+returns the frame's action chunks (one per observation); the tokens reach the
+frame's result through the engine's primitives.
+
+Threads: ``parallel`` runs the language task on a second thread. The two
+threads share only the pool, whose bookkeeping is locked, and the engine's
+frame result, whose phase timings are added under the engine's lock; each
+thread holds its own slots and the requests belong to the language thread
+alone. An exception on the language thread is raised again on the caller's
+thread after both tasks have stopped.
 """
 
 from __future__ import annotations
 
 import threading
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
+
+from .kv_pool import SCRATCH, KVPool
 
 if TYPE_CHECKING:  # pragma: no cover
-    from .engine import Engine
+    import numpy as np
+    import torch
+
     from .observation import Observation
     from .requests import Request
+
+
+class Engine(Protocol):
+    """What a setting may use of the engine: its pool, its model's device and five primitives."""
+
+    pool: KVPool
+    model: "torch.nn.Module"
+
+    def prefill(self, observations: list["Observation"], dests: list[list[int]]) -> "torch.Tensor": ...
+    def act(self, start: int, count: int, observation_ids: list[int]) -> list["np.ndarray"]: ...
+    def begin(self, request: "Request", slot: int, logits: "torch.Tensor") -> None: ...
+    def decode(self, max_steps: int | None) -> None: ...
+    def admit(self, new: list["Request"], *, unlimited: bool = False) -> list["Request"]: ...
 
 SETTINGS = ("baseline", "parallel", "shared_kv", "oxygen")
 
 NewRequests = list[tuple["Request", "int | None"]]
+Actions = list["np.ndarray"]
 
 
-def run_frame(setting: str, engine: "Engine", observations: list["Observation"], new: NewRequests, k: int) -> None:
-    {"baseline": baseline, "parallel": parallel, "shared_kv": shared_kv, "oxygen": oxygen}[setting](
+def run_frame(setting: str, engine: "Engine", observations: list["Observation"], new: NewRequests,
+              k: int) -> Actions:
+    """One frame of ``setting``; returns the action chunk of every observation."""
+    return {"baseline": baseline, "parallel": parallel, "shared_kv": shared_kv, "oxygen": oxygen}[setting](
         engine, observations, new, k)
 
 
 # ---------------------------------------------------------------------- isolated tasks
-def _actions_isolated(engine: "Engine", observations: list["Observation"]) -> None:
-    from .engine import SCRATCH
-
+def _actions_isolated(engine: "Engine", observations: list["Observation"]) -> Actions:
     actions = []
     for i, obs in enumerate(observations):
         slot = engine.pool.allocate(SCRATCH)
@@ -47,10 +74,11 @@ def _actions_isolated(engine: "Engine", observations: list["Observation"]) -> No
             actions += engine.act(slot, 1, [i])
         finally:
             engine.pool.release(slot)
-    engine._result.actions = actions
+    return actions
 
 
 def _language_isolated(engine: "Engine", new: NewRequests, slots: list[int]) -> None:
+    engine.decode(None)  # a request that a failed frame left running finishes first
     for (request, _), slot in zip(new, slots):
         logits = engine.prefill([request.observation], [[slot]])
         engine.begin(request, slot, logits[0])
@@ -58,8 +86,6 @@ def _language_isolated(engine: "Engine", new: NewRequests, slots: list[int]) -> 
 
 
 def _claim_slots(engine: "Engine", new: NewRequests) -> list[int]:
-    from .engine import SCRATCH
-
     return [engine.pool.allocate(SCRATCH) for _ in new]
 
 
@@ -70,38 +96,49 @@ def _all_pending(engine: "Engine", new: NewRequests) -> NewRequests:
     return [(r, index.get(r.id)) for r in engine.admit([r for r, _ in new], unlimited=True)]
 
 
-def baseline(engine: "Engine", observations, new: NewRequests, k: int) -> None:
-    _actions_isolated(engine, observations)
+def baseline(engine: "Engine", observations, new: NewRequests, k: int) -> Actions:
+    actions = _actions_isolated(engine, observations)
     for item in _all_pending(engine, new):
         _language_isolated(engine, [item], _claim_slots(engine, [item]))
+    return actions
 
 
-def parallel(engine: "Engine", observations, new: NewRequests, k: int) -> None:
+def parallel(engine: "Engine", observations, new: NewRequests, k: int) -> Actions:
     new = _all_pending(engine, new)
     slots = _claim_slots(engine, new)  # allocation stays on this thread
-    language = threading.Thread(target=_on_own_stream, args=(engine, _language_isolated, engine, new, slots),
-                                name="oxygen-language")
-    language.start()
+    failure: list[BaseException] = []
+
+    def language() -> None:
+        try:
+            _on_own_stream(engine, _language_isolated, engine, new, slots)
+        except BaseException as e:  # noqa: BLE001 - handed to the caller's thread below
+            failure.append(e)
+
+    thread = threading.Thread(target=language, name="oxygen-language")
+    thread.start()
     try:
-        _on_own_stream(engine, _actions_isolated, engine, observations)
+        actions = _on_own_stream(engine, _actions_isolated, engine, observations)
     finally:
-        language.join()
+        thread.join()
+    if failure:
+        raise failure[0]
+    return actions
 
 
-def _on_own_stream(engine: "Engine", fn, *args) -> None:
+def _on_own_stream(engine: "Engine", fn, *args):
     """Run ``fn`` on a CUDA stream of its own when the model is on a GPU (so the two
     tasks overlap on the device, as MPS/streams do in the paper), else as is."""
     device = engine.model.device
     if device.type != "cuda":
-        fn(*args)
-        return
+        return fn(*args)
     import torch
 
     stream = torch.cuda.Stream(device=device)
     stream.wait_stream(torch.cuda.current_stream(device))
     with torch.cuda.stream(stream):
-        fn(*args)
+        out = fn(*args)
     stream.synchronize()
+    return out
 
 
 # ---------------------------------------------------------------------- shared prefill
@@ -110,10 +147,8 @@ def _shared_prefill(engine: "Engine", observations, starting: list["Request"], i
     starting requests that read an older observation), denoise the run, and
     hand each observation's slot to its first starting request.
 
-    Returns (request, slot, logits row) for every starting request.
+    Returns the action chunks and (request, slot, logits row) for every starting request.
     """
-    from .engine import SCRATCH
-
     pool = engine.pool
     n = len(observations)
     run = pool.allocate_run(n, SCRATCH) if n else 0
@@ -137,25 +172,28 @@ def _shared_prefill(engine: "Engine", observations, starting: list["Request"], i
             dests.append([slot])
     if n or extra_obs:
         logits = engine.prefill(list(observations) + extra_obs, dests)
-    if n:
-        engine._result.actions = engine.act(run, n, list(range(n)))
+    actions = engine.act(run, n, list(range(n))) if n else []
     for i in range(n):
         if i not in claimed:
             pool.release(run + i)
-    return [(r, slot, logits[row]) for r, slot, row in rows]
+    return actions, [(r, slot, logits[row]) for r, slot, row in rows]
 
 
-def shared_kv(engine: "Engine", observations, new: NewRequests, k: int) -> None:
+def _shared_frame(engine: "Engine", observations, new: NewRequests, decode_steps: int | None) -> Actions:
     index = {r.id: i for r, i in new}
     starting = engine.admit([r for r, _ in new])
-    for r, slot, logits in _shared_prefill(engine, observations, starting, index):
+    actions, starts = _shared_prefill(engine, observations, starting, index)
+    for r, slot, logits in starts:
         engine.begin(r, slot, logits)
-    engine.decode(None)
+    engine.decode(decode_steps)
+    return actions
 
 
-def oxygen(engine: "Engine", observations, new: NewRequests, k: int) -> None:
-    index = {r.id: i for r, i in new}
-    starting = engine.admit([r for r, _ in new])
-    for r, slot, logits in _shared_prefill(engine, observations, starting, index):
-        engine.begin(r, slot, logits)
-    engine.decode(k)
+def shared_kv(engine: "Engine", observations, new: NewRequests, k: int) -> Actions:
+    """The frame's new requests decode to completion (``decode(None)``)."""
+    return _shared_frame(engine, observations, new, None)
+
+
+def oxygen(engine: "Engine", observations, new: NewRequests, k: int) -> Actions:
+    """Every active request advances ``k`` tokens."""
+    return _shared_frame(engine, observations, new, k)

@@ -1,0 +1,112 @@
+"""The four settings' schedules (seen through the engine's pause point) and the
+``parallel`` setting's second thread."""
+
+import threading
+
+import numpy as np
+import pytest
+
+from oxygen_ros.core.engine import Engine, EngineConfig, FrameError, Question
+from oxygen_ros.core.observation import Observation
+from oxygen_ros.core.sim.scene import render, sample_scene
+from oxygen_ros.core.tokenizer import Tokenizer
+
+S = 3  # denoise steps
+
+
+@pytest.fixture(scope="module")
+def tok():
+    return Tokenizer.default()
+
+
+def observations(n, seed=0):
+    rng = np.random.default_rng(seed)
+    scenes = [sample_scene(rng) for _ in range(n)]
+    return [Observation({"base": render(s, 32)}, s.instruction, s.state) for s in scenes]
+
+
+def engine_for(model, tok, setting, **cfg):
+    cfg = {"max_decode": 6, "steps_per_frame": 2, "denoise_steps": S, "language_every_n_frames": 0, **cfg}
+    return Engine(model, tok, EngineConfig(setting=setting, **cfg))
+
+
+def trace(engine, observations, questions):
+    """The pieces one frame ran, in order, and its result."""
+    pieces = []
+    engine.pause_point = pieces.append
+    try:
+        return pieces, engine.step(observations, questions)
+    finally:
+        engine.pause_point = None
+
+
+def decoded(result):
+    return len([e for e in result.tokens if e.token_id >= 0]) - len(result.started)  # first tokens need no step
+
+
+def test_baseline_runs_a_prefill_for_the_action_and_another_for_the_request(lively_tiny, tok):
+    engine = engine_for(lively_tiny, tok, "baseline")
+    pieces, res = trace(engine, observations(1), [Question("", "q")])
+    steps = decoded(res)
+    assert pieces == ["prefill"] + ["denoise"] * S + ["prefill"] + ["decode"] * steps
+    assert res.finished and res.finished[0].client_id == "q", "baseline decodes the request to its end"
+
+
+def test_shared_kv_prefills_once_and_decodes_to_the_end(lively_tiny, tok):
+    engine = engine_for(lively_tiny, tok, "shared_kv")
+    pieces, res = trace(engine, observations(1), [Question("", "q")])
+    assert pieces == ["prefill"] + ["denoise"] * S + ["decode"] * decoded(res)
+    assert res.finished and engine.active_requests == 0
+
+
+def test_oxygen_prefills_once_and_decodes_k_steps(lively_tiny, tok):
+    engine = engine_for(lively_tiny, tok, "oxygen", max_decode=6, steps_per_frame=2)
+    pieces, res = trace(engine, observations(1), [Question("", "q", max_tokens=6)])
+    assert not res.finished
+    assert pieces == ["prefill"] + ["denoise"] * S + ["decode"] * 2
+    assert engine.active_requests == 1, "the request keeps its slot for the next frame"
+
+
+def test_parallel_runs_the_language_task_on_a_second_thread(lively_tiny, tok):
+    engine = engine_for(lively_tiny, tok, "parallel")
+    threads = []
+    engine.pause_point = lambda work: threads.append((work, threading.current_thread().name))
+    res = engine.step(observations(1), [Question("", "q")])
+    engine.pause_point = None
+    assert {name for work, name in threads if work == "denoise"} == {threading.current_thread().name}
+    assert {name for work, name in threads if work == "decode"} == {"oxygen-language"}
+    assert sorted(w for w, _ in threads).count("prefill") == 2
+    assert len(res.actions) == 1 and res.finished
+
+
+def test_a_failure_on_the_language_thread_reaches_the_caller_and_no_request_is_left(lively_tiny, tok):
+    engine = engine_for(lively_tiny, tok, "parallel", max_decode=6)
+    obs = observations(3)
+    failed = []
+
+    def fail_once_in_decode(work):
+        if work == "decode" and not failed:
+            failed.append(threading.current_thread().name)
+            raise RuntimeError("device lost")
+
+    engine.pause_point = fail_once_in_decode
+    with pytest.raises(FrameError, match="device lost") as err:
+        engine.step([obs[0]], [Question("", "during", max_tokens=6)])
+    engine.pause_point = None
+    assert failed == ["oxygen-language"]
+    assert err.value.result.actions == [], "a failed frame publishes no chunk"
+    events, finished = list(err.value.result.tokens), list(err.value.result.finished)
+    for o in obs[1:]:
+        res = engine.step([o])
+        assert len(res.actions) == 1
+        events += res.tokens
+        finished += res.finished
+    while engine.active_requests or engine.queued_requests:
+        res = engine.step()
+        events += res.tokens
+        finished += res.finished
+    assert [r.client_id for r in finished] == ["during"], "the interrupted request finishes"
+    r = finished[0]
+    assert r.finish_reason.value in ("eos", "length")
+    assert [e.token_id for e in events if e.token_id >= 0] == r.tokens, "no token lost or repeated"
+    assert engine.pool.held == 0
