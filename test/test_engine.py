@@ -214,3 +214,35 @@ def test_the_state_is_normalised_with_the_checkpoint_statistics_before_binning(m
     raw = Engine(model, tok, config).step([robot])
     assert with_stats.finished[0].tokens == plain.finished[0].tokens
     assert with_stats.finished[0].tokens != raw.finished[0].tokens
+
+
+def test_a_tokenizer_smaller_than_the_vocabulary_masks_the_ids_it_cannot_decode(tok, caplog):
+    import dataclasses
+    import logging
+
+    import torch
+
+    from oxygen_ros.core.model.config import TINY
+    from oxygen_ros.core.model.vla import build_model
+
+    big = build_model(dataclasses.replace(TINY, vocab_size=tok.vocab_size + 64), seed=3)
+    with torch.no_grad():  # ids past the tokenizer win every greedy choice unless masked
+        big.language_model.embed_tokens.weight[tok.vocab_size:] *= 50.0
+    with caplog.at_level(logging.WARNING, logger="oxygen_ros.core.engine"):
+        engine = Engine(big, tok, EngineConfig(max_decode=8, steps_per_frame=8, language_every_n_frames=0))
+    assert f"tokenizer has {tok.vocab_size} tokens, the model's vocabulary {tok.vocab_size + 64}" in caplog.text
+    res = engine.step(observations(1), [Question("where is the target?", "q")])
+    assert res.finished and res.finished[0].finish_reason.value in ("eos", "length")
+    assert all(0 <= t < tok.vocab_size for t in res.finished[0].tokens)
+
+
+def test_a_tokenizer_larger_than_the_vocabulary_is_refused_naming_both_sizes(tok):
+    import dataclasses
+
+    from oxygen_ros.core.model.config import TINY
+    from oxygen_ros.core.model.vla import build_model
+
+    small = build_model(dataclasses.replace(TINY, vocab_size=tok.vocab_size - 12), seed=3)
+    with pytest.raises(ValueError, match=f"tokenizer has {tok.vocab_size} tokens, the model's vocabulary only "
+                                         f"{tok.vocab_size - 12}"):
+        Engine(small, tok, EngineConfig())

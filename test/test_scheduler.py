@@ -110,3 +110,43 @@ def test_a_failure_on_the_language_thread_reaches_the_caller_and_no_request_is_l
     assert r.finish_reason.value in ("eos", "length")
     assert [e.token_id for e in events if e.token_id >= 0] == r.tokens, "no token lost or repeated"
     assert engine.pool.held == 0
+
+
+@pytest.mark.parametrize("piece", ["prefill", "denoise", "decode"])
+@pytest.mark.parametrize("setting", ["baseline", "parallel", "shared_kv", "oxygen"])
+def test_a_fault_in_any_piece_of_any_setting_is_a_frame_error_and_every_request_finishes(
+        lively_tiny, tok, setting, piece):
+    engine = engine_for(lively_tiny, tok, setting, max_decode=6, steps_per_frame=2)
+    obs = observations(4, seed=3)
+    first = engine.step([obs[0]], [Question("", "early", max_tokens=6)])
+    events, finished = list(first.tokens), list(first.finished)
+    seen = []
+    nth = 2 if piece == "decode" else 1  # the second decode step: some tokens of the frame are out
+
+    def fault(work):
+        seen.append(work)
+        if work == piece and seen.count(piece) == nth:
+            raise RuntimeError(f"fault in {piece}")
+
+    engine.pause_point = fault
+    with pytest.raises(FrameError, match=f"fault in {piece}") as err:
+        engine.step([obs[1]], [Question("", "during", max_tokens=6)])
+    engine.pause_point = None
+    assert err.value.result.actions == []
+    events += err.value.result.tokens
+    finished += err.value.result.finished
+    for o in obs[2:]:
+        res = engine.step([o])
+        assert len(res.actions) == 1, "the frames after a failure act again"
+        events += res.tokens
+        finished += res.finished
+    while engine.active_requests or engine.queued_requests:
+        res = engine.step()
+        events += res.tokens
+        finished += res.finished
+    assert sorted(r.client_id for r in finished) == ["during", "early"]
+    for r in finished:
+        assert r.finish_reason.value in ("eos", "length"), r.client_id
+        streamed = [e.token_id for e in events if e.client_id == r.client_id and e.token_id >= 0]
+        assert streamed == r.tokens, f"{r.client_id}: tokens lost or repeated"
+    assert engine.pool.held == 0

@@ -11,6 +11,7 @@ only decide when each is called and with which slots.
 from __future__ import annotations
 
 import dataclasses
+import logging
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -27,6 +28,7 @@ from .requests import FinishReason, Request, RequestManager, TokenEvent, finish_
 from .tokenizer import Tokenizer
 
 SETTINGS = scheduler.SETTINGS
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -97,8 +99,7 @@ class Engine:
                  normalizer=None):
         self.model, self.tokenizer, self.config, self.normalizer = model, tokenizer, config, normalizer
         mc = model.config
-        if tokenizer.vocab_size > mc.vocab_size:
-            raise ValueError(f"tokenizer has {tokenizer.vocab_size} tokens, the model only {mc.vocab_size}")
+        self.vocab_limit = usable_vocabulary(tokenizer.vocab_size, mc.vocab_size)
         self.prefix_max = mc.image_tokens + mc.max_token_len
         slot_len = self.prefix_max + config.max_question_tokens + config.max_decode
         cache = model.new_cache(slots=config.max_active + config.max_observations_per_frame, max_len=slot_len)
@@ -257,7 +258,7 @@ class Engine:
             logits = self.model.extend(self.pool.cache, self.pool.view(range(slot, slot + 1)), ids)[0]
             self.pool.advance(slot, len(request.question_ids))
             self._add_time("prefill_ms", t0)
-        self._emit(self.requests.update(request.id, int(logits.argmax()), self.tokenizer.eos_id))
+        self._emit(self.requests.update(request.id, int(self._greedy(logits)), self.tokenizer.eos_id))
 
     def decode(self, max_steps: int | None) -> None:
         """Advance every running request by one token per step, all in one batched
@@ -276,7 +277,7 @@ class Engine:
                 live[r.slot], tokens[r.slot] = True, r.pending_token
             logits = self.model.decode_step(self.pool.cache, self.pool.view(range(span), live),
                                             torch.tensor(tokens))
-            chosen = logits.argmax(dim=-1).tolist()
+            chosen = self._greedy(logits).tolist()
             for r in running:
                 self.pool.advance(r.slot)
                 self._emit(self.requests.update(r.id, chosen[r.slot], self.tokenizer.eos_id))
@@ -307,6 +308,10 @@ class Engine:
         with self._timing:
             setattr(self._result, phase, getattr(self._result, phase) + ms)
 
+    def _greedy(self, logits: torch.Tensor) -> torch.Tensor:
+        """The most likely token among those the tokenizer can decode."""
+        return logits[..., : self.vocab_limit].argmax(dim=-1)
+
     def _slot_moved(self, owner, src: int, dst: int) -> None:
         self.requests.moved(owner, dst)
 
@@ -317,6 +322,19 @@ class Engine:
         self._result.tokens.append(event)
         if event.done:
             self._result.finished.append(self.requests.remove(event.request_id))
+
+
+def usable_vocabulary(tokenizer_size: int, model_size: int) -> int:
+    """How many of the model's token ids text may use: a tokenizer larger than the
+    model's vocabulary is refused; a smaller one is accepted, and logits past its
+    size are never chosen (said once in the log), so no frame fails on an id the
+    tokenizer cannot decode."""
+    if tokenizer_size > model_size:
+        raise ValueError(f"tokenizer has {tokenizer_size} tokens, the model's vocabulary only {model_size}")
+    if tokenizer_size < model_size:
+        log.warning("tokenizer has %d tokens, the model's vocabulary %d: ids %d..%d are masked out of decoding",
+                    tokenizer_size, model_size, tokenizer_size, model_size - 1)
+    return tokenizer_size
 
 
 __all__ = ["Engine", "EngineConfig", "FrameResult", "FrameError", "Question", "SETTINGS", "FinishReason"]

@@ -78,7 +78,6 @@ def _actions_isolated(engine: "Engine", observations: list["Observation"]) -> Ac
 
 
 def _language_isolated(engine: "Engine", new: NewRequests, slots: list[int]) -> None:
-    engine.decode(None)  # a request that a failed frame left running finishes first
     for (request, _), slot in zip(new, slots):
         logits = engine.prefill([request.observation], [[slot]])
         engine.begin(request, slot, logits[0])
@@ -96,8 +95,15 @@ def _all_pending(engine: "Engine", new: NewRequests) -> NewRequests:
     return [(r, index.get(r.id)) for r in engine.admit([r for r, _ in new], unlimited=True)]
 
 
+def _finish_interrupted(engine: "Engine") -> None:
+    """Isolated settings decode a request to its end in the frame it starts: one
+    still running was interrupted by a failed frame, and finishes first."""
+    engine.decode(None)
+
+
 def baseline(engine: "Engine", observations, new: NewRequests, k: int) -> Actions:
     actions = _actions_isolated(engine, observations)
+    _finish_interrupted(engine)
     for item in _all_pending(engine, new):
         _language_isolated(engine, [item], _claim_slots(engine, [item]))
     return actions
@@ -110,6 +116,7 @@ def parallel(engine: "Engine", observations, new: NewRequests, k: int) -> Action
 
     def language() -> None:
         try:
+            _on_own_stream(engine, _finish_interrupted, engine)
             _on_own_stream(engine, _language_isolated, engine, new, slots)
         except BaseException as e:  # noqa: BLE001 - handed to the caller's thread below
             failure.append(e)
