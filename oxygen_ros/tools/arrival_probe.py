@@ -37,8 +37,8 @@ class Probe:
 
     def __init__(self, actions_topic: str, observation_topic: str, workdir: Path):
         self.out = workdir / f"oxygen_arrivals_{os.getpid()}.json"
-        self.proc = subprocess.Popen([sys.executable, "-m", "oxygen_ros.tools.arrival_probe", actions_topic, observation_topic,
-                                      str(self.out)], stdout=subprocess.PIPE, text=True)
+        cmd = [sys.executable, "-m", "oxygen_ros.tools.arrival_probe", actions_topic, observation_topic, str(self.out)]
+        self.proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, text=True)
         started = select.select([self.proc.stdout], [], [], START_TIMEOUT_S)[0]
         ready = self.proc.stdout.readline().strip() if started else ""
         if ready != READY:
