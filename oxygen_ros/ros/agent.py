@@ -177,7 +177,6 @@ def build_nodes(plan: list[dict[str, Any]], params_file: str, nodes: list) -> li
     return nodes
 
 
-
 def parse_launch_args(items: list[str]) -> dict[str, str]:
     """``name:=value`` command-line items as ``{name: value}``; ValueError naming a bad item."""
     values = {}
@@ -228,12 +227,12 @@ class Spinner:
             groups = [(SingleThreadedExecutor(), [node]) for node in nodes]
         self.executors = []
         self.threads = []
-        for executor, nodes in groups:
-            for node in nodes:
+        for executor, members in groups:
+            for node in members:
                 executor.add_node(node)
             niceness = 0
             if (mode != "multi" and background_niceness > 0 and sys.platform.startswith("linux")
-                    and not any(n.get_name() in CONTROL_PATH for n in nodes)):
+                    and not any(n.get_name() in CONTROL_PATH for n in members)):
                 niceness = background_niceness
             thread = threading.Thread(target=self._spin, args=(executor, niceness), daemon=True,
                                       name=f"oxygen-agent-{type(executor).__name__}")

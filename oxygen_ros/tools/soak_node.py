@@ -9,11 +9,27 @@ request's final index (tokens lost) and how every question ended.
 
 from __future__ import annotations
 
+import array
 import math
+import struct
 import threading
 import time
+import zlib
 from collections import Counter
 from typing import Any, Callable
+
+import numpy as np
+from rclpy.qos import QoSProfile, ReliabilityPolicy, qos_profile_sensor_data
+from rclpy.serialization import serialize_message
+from sensor_msgs.msg import CompressedImage, Image, JointState
+from std_msgs.msg import String
+
+from oxygen_ros.msg import ActionChunk, Question, TextToken
+from oxygen_ros.msg import Observation as ObservationMsg
+
+from ..core.observation import Observation
+from ..ros.camera_node import LATCHED_QOS
+from ..ros.conversions import observation_to_msg, rgb_to_compressed_msg
 
 COMPRESSED_TOPIC = "/oxygen_soak/compressed"
 INVALID_UTF8 = b"\xff\xfe\xc3("  # a stray continuation byte, a truncated sequence
@@ -23,8 +39,6 @@ def with_invalid_utf8(msg, marker: str) -> bytes:
     """``msg`` serialized with the UTF-8 bytes of ``marker`` (4 ASCII characters, once in
     one of its strings) replaced by invalid UTF-8: what a publisher that does not
     check its text can put on the wire. Published as raw bytes."""
-    from rclpy.serialization import serialize_message
-
     data = serialize_message(msg)
     key = marker.encode("ascii")
     assert len(key) == len(INVALID_UTF8) and data.count(key) == 1, marker
@@ -37,8 +51,6 @@ def with_invalid_utf8(msg, marker: str) -> bytes:
 
 
 def _raw_image(encoding="rgb8", height=4, width=4, step=None, data=None, stamp=None):
-    from sensor_msgs.msg import Image
-
     channels = {"rgb8": 3, "bgr8": 3, "mono8": 1}.get(encoding, 3)
     step = width * channels if step is None else step
     msg = Image(height=height, width=width, encoding=encoding, step=step)
@@ -49,8 +61,6 @@ def _raw_image(encoding="rgb8", height=4, width=4, step=None, data=None, stamp=N
 
 
 def _compressed(data: bytes, stamp=None):
-    from sensor_msgs.msg import CompressedImage
-
     msg = CompressedImage(format="jpeg")
     if stamp is not None:
         msg.header.stamp = stamp
@@ -59,42 +69,29 @@ def _compressed(data: bytes, stamp=None):
 
 
 def _png_header(width: int, height: int) -> bytes:
-    import struct
-    import zlib
-
     ihdr = struct.pack(">IIBBBBB", width, height, 8, 2, 0, 0, 0)
     return b"\x89PNG\r\n\x1a\n" + struct.pack(">I", 13) + b"IHDR" + ihdr + struct.pack(">I", zlib.crc32(b"IHDR" + ihdr))
 
 
-# Changes to a valid Observation message (``change(msg, array)`` of Soak._observation)
+# Changes that make a valid Observation message bad (``change`` of Soak._observation)
 def _set_state(values):
-    return lambda m, array: setattr(m, "state", array.array("f", values))
+    return lambda m: setattr(m, "state", array.array("f", values))
 
 
-def _names_mismatch(m, array):
+def _names_mismatch(m):
     m.camera_names = ["base", "wrist"]
 
 
-def _bad_step(m, array):
+def _bad_step(m):
     m.images[0].step = 5
 
 
 class Soak:
-    """The soak node: injects, pauses the camera, counts what comes out."""
+    """The soak node: injects bad input, counts what comes out (the camera gaps are
+    :class:`.soak.SoakSession`'s, the instruction after an injected one the scene's again)."""
 
     def __init__(self, node, inference, synthetic, cameras, topics: dict[str, str]):
-        import numpy as np
-        from rclpy.qos import QoSProfile, ReliabilityPolicy, qos_profile_sensor_data
-        from sensor_msgs.msg import CompressedImage, Image, JointState
-        from std_msgs.msg import String
-
-        from oxygen_ros.msg import ActionChunk, Question, TextToken
-        from oxygen_ros.msg import Observation as ObservationMsg
-        from oxygen_ros.ros.camera_node import LATCHED_QOS
-        from oxygen_ros.ros.conversions import rgb_to_compressed_msg
-
         self.node, self.inference, self.synthetic, self.cameras = node, inference, synthetic, cameras
-        self.np = np
         reliable = lambda n: QoSProfile(depth=n, reliability=ReliabilityPolicy.RELIABLE)  # noqa: E731
         self.pub_image = node.create_publisher(Image, topics["image"], qos_profile_sensor_data)
         self.pub_compressed = node.create_publisher(CompressedImage, COMPRESSED_TOPIC, qos_profile_sensor_data)
@@ -164,8 +161,6 @@ class Soak:
         return self.node.get_clock().now().to_msg()
 
     def _ask(self, kind: str, text: str | None = None, raw: bytes | None = None) -> None:
-        from oxygen_ros.msg import Question
-
         self._question_n += 1
         client = f"soak-{kind}-{self._question_n}"
         with self.lock:
@@ -178,8 +173,6 @@ class Soak:
             self.pub_question.publish(Question(client_id=client, text=text))
 
     def _instruction(self, text: str | None = None, invalid_utf8: bool = False) -> None:
-        from std_msgs.msg import String
-
         if invalid_utf8:
             self.pub_instruction.publish(with_invalid_utf8(String(data="move to the XUTF square"), "XUTF"))
         else:
@@ -187,26 +180,18 @@ class Soak:
         self._restore_at = time.monotonic() + 0.5  # then the scene's instruction again
 
     def _state(self, position, names=None) -> None:
-        from sensor_msgs.msg import JointState
-
         msg = JointState(name=list(names or []))
         msg.header.stamp = self._now()
         msg.position = [float(v) for v in position]
         self.pub_state.publish(msg)
 
     def _observation(self, change: Callable) -> None:
-        import array
-
-        from oxygen_ros.core.observation import Observation
-        from oxygen_ros.ros.conversions import observation_to_msg
-
-        image = self.np.zeros((32, 32, 3), self.np.uint8)
+        image = np.zeros((32, 32, 3), np.uint8)
         msg = observation_to_msg(Observation({"base": image}, "soak", None), 0, stamp=self._now())
-        change(msg, array)
+        change(msg)
         self.pub_observation.publish(msg)
 
     def _cycle(self) -> list[tuple[str, Callable[[], None]]]:
-        np = self.np
         nan, inf = math.nan, math.inf
         image = lambda **kw: (lambda: self.pub_image.publish(_raw_image(stamp=self._now(), **kw)))  # noqa: E731
         compressed = lambda data: (lambda: self.pub_compressed.publish(_compressed(data, self._now())))  # noqa: E731
@@ -260,8 +245,6 @@ class Soak:
 
     def poll(self) -> None:
         """Restore the scene's instruction after an injected one."""
-        from std_msgs.msg import String
-
         if self._restore_at is not None and time.monotonic() >= self._restore_at:
             self._restore_at = None
             self.pub_instruction.publish(String(data=self.synthetic.sim.instruction))
