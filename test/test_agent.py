@@ -72,7 +72,7 @@ def _probes() -> list[str]:
             cmd = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode()
         except OSError:
             continue
-        if "oxygen_ros.ros.arrival_probe" in cmd:
+        if "oxygen_ros.tools.arrival_probe" in cmd:
             found.append(cmd)
     return found
 
@@ -152,7 +152,7 @@ def test_without_the_probe_the_monitor_measures_in_its_own_process(ros_env):
     """The report's fallback when the arrival probe cannot start: the monitor then
     subscribes to the actions and observations itself and says so."""
     from oxygen_ros.msg import Observation
-    from oxygen_ros.ros.agent import Monitor
+    from oxygen_ros.tools.agent_monitor import Monitor
 
     with Ros() as ros:
         prefix = unique_prefix()

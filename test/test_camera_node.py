@@ -321,3 +321,27 @@ def test_synthetic_camera_closes_the_loop_through_the_camera_node(ros):
     assert np.linalg.norm(np.array(sim.sim.scene.gripper) - target) < np.linalg.norm(start - target) or \
         sim.retargets > 0
     assert camera.rejected == {k: 0 for k in camera.rejected}
+
+
+def test_synthetic_camera_pause_stops_its_images_until_resumed(ros):
+    """A camera drop-out as oxygen-soak injects it: a paused synthetic camera
+    publishes no image; resumed, it publishes again."""
+    from rclpy.qos import qos_profile_sensor_data
+    from sensor_msgs.msg import Image
+
+    from oxygen_ros.ros.sources import SyntheticCamera
+
+    p = ros.prefix
+    sim = ros.add(SyntheticCamera(context=ros.context, parameter_overrides=_params(
+        rate_hz=20.0, image_size=32, image_topic=f"{p}/image", instruction_topic=f"{p}/instruction",
+        joint_state_topic=f"{p}/joint_states", action_topic=f"{p}/actions")))
+    images = []
+    ros.node("oxygen_test_viewer").create_subscription(Image, f"{p}/image", images.append, qos_profile_sensor_data)
+    assert ros.spin_until(lambda: len(images) >= 2, timeout=15.0), "no image before the pause"
+    sim.pause()
+    ros.spin_for(0.2)  # what was already on its way
+    paused_at = len(images)
+    ros.spin_for(1.0)  # 20 periods
+    assert len(images) == paused_at
+    sim.pause(False)
+    assert ros.spin_until(lambda: len(images) >= paused_at + 2, timeout=15.0), "no image after resuming"

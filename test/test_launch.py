@@ -118,6 +118,38 @@ def test_node_plan_demo_is_off_by_default_and_overrides_are_typed():
         node_plan({"modle_path": "/x"})
 
 
+def test_launch_arguments_parse_and_a_bad_one_is_named():
+    from oxygen_ros.ros.agent import parse_launch_args
+
+    assert parse_launch_args(["demo:=true", " camera_topic :=/a:=b", "model_path:="]) == {
+        "demo": "true", "camera_topic": "/a:=b", "model_path": ""}
+    with pytest.raises(ValueError, match="'demo=true'"):
+        parse_launch_args(["demo=true"])
+
+
+def test_run_agent_refuses_a_bad_argument_before_starting_anything(capsys):
+    """oxygen-agent and oxygen-soak share this start-up: a misspelt argument is named,
+    exit status 2, and no node (nor the command's own part) is started."""
+    from oxygen_ros.ros.agent import run_agent
+
+    class Session:
+        calls = []
+
+        def start(self, agent):
+            self.calls.append("start")
+
+        def run(self, agent):
+            self.calls.append("run")
+            return 0
+
+        def finish(self, agent):
+            self.calls.append("finish")
+
+    assert run_agent("oxygen-test", {"modle_path": "/x"}, Session()) == 2
+    assert "oxygen-test: unknown argument(s) ['modle_path']" in capsys.readouterr().err
+    assert Session.calls == []
+
+
 def test_every_executable_is_installed():
     from oxygen_ros.ros.agent import NODES
 

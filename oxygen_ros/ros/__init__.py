@@ -11,6 +11,10 @@ everything that decides something lives in :mod:`oxygen_ros.core`.
   instruction and the joint state) into ``Observation`` messages.
 * :mod:`.sources` - a synthetic closed-loop camera and a rosbag2 player.
 * :mod:`.bags` - write and read rosbag2 directories (MCAP or SQLite3).
+* :mod:`.agent` - the agent's node plan (shared with ``launch/agent.launch.py``),
+  spinning, and the one start-up of ``oxygen-agent`` and ``oxygen-soak``.
+* :mod:`.process` - the process set-up of every entry point that runs the
+  control loop.
 
 Importing this package imports nothing heavy; the submodules import rclpy.
 """

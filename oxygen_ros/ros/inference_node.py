@@ -126,6 +126,7 @@ from .inference_parameters import (
     SPECS,
     check_parameter,
 )
+from .process import init_control_process, report_leftover_threads, settle_garbage_collector
 
 try:  # rclpy >= Iron passes the timer's scheduled time to callbacks that ask for it
     from rclpy.timer import TimerInfo
@@ -1024,52 +1025,8 @@ def main(args=None) -> int:
         if executor is not None:
             executor.shutdown(timeout_sec=1.0)
         rclpy.try_shutdown()
-    report_leftover_threads()
+    report_leftover_threads(NODE_NAME)
     return code
-
-
-def report_leftover_threads(out=sys.stderr) -> list:
-    """Threads still running at exit besides the main thread (none expected: the
-    worker and the executor threads are stopped); printed, and returned."""
-    left = [t for t in threading.enumerate() if t is not threading.main_thread() and t.is_alive()]
-    if left:
-        print(f"{NODE_NAME}: threads still running at exit: {[t.name for t in left]}", file=out)
-    return left
-
-
-def settle_garbage_collector() -> None:
-    """After start-up: collect once, then move every object alive now (model,
-    modules, libraries) out of the collector's reach. A full collection of a
-    process holding torch and rclpy otherwise pauses every thread for 100-200 ms
-    every few seconds (measured on the tiny demo), which a 50 Hz control tick
-    cannot hide. Call it from a process entry point, once the nodes exist."""
-    import gc
-
-    gc.collect()
-    gc.freeze()
-
-
-def init_control_process(args=None) -> None:
-    """Set up a process that runs the inference node's control loop: the worker's Python
-    code hands the interpreter lock over every 1 ms (so it never holds it through a
-    tick), SIGTERM ends the process like Ctrl-C, and rclpy starts without its own signal
-    handlers (shutdown is ours: requests are cancelled first)."""
-    from rclpy.signals import SignalHandlerOptions
-
-    sys.setswitchinterval(0.001)
-    install_sigterm_as_keyboard_interrupt()
-    rclpy.init(args=args, signal_handler_options=SignalHandlerOptions.NO)
-
-
-def install_sigterm_as_keyboard_interrupt() -> None:
-    """Make SIGTERM (sent by launch after SIGINT, and by `kill`) end the process like Ctrl-C."""
-    import signal
-
-    def handler(signum, frame):
-        raise KeyboardInterrupt
-
-    if threading.current_thread() is threading.main_thread():
-        signal.signal(signal.SIGTERM, handler)
 
 
 if __name__ == "__main__":

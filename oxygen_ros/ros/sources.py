@@ -169,6 +169,14 @@ class SyntheticCamera(Node):
                     self.destroy_timer(self._timer)
                     self._timer = self.create_timer(1.0 / self.rate_hz, self._tick)
 
+    def pause(self, paused: bool = True) -> None:
+        """Stop publishing (a camera drop-out, as ``oxygen-soak`` injects one) or, with
+        ``paused=False``, publish again at the rate's next period."""
+        if paused:
+            self._timer.cancel()
+        else:
+            self._timer.reset()
+
     def _publish_instruction(self) -> None:
         text = self.sim.instruction
         if text != self._published_instruction:

@@ -1,1 +1,2 @@
-"""Command-line tools (training the tokenizer, ...)."""
+"""Command-line tools: oxygen-agent (with its status line, report and arrival probe),
+oxygen-soak, oxygen-bench, oxygen-calibrate, oxygen-train, oxygen-eval, training the tokenizer."""

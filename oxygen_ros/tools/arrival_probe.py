@@ -10,26 +10,64 @@ writes the arrival times (``time.monotonic()``, the system-wide
 ``CLOCK_MONOTONIC``, comparable with the agent's) as JSON when it gets SIGINT
 or SIGTERM, or when its parent process goes away:
 ``{"arrivals": [t, ...], "observations": {seq: t}, "first_actions": {frame_id: [seq, t]}}``.
+:class:`Probe` is the agent's side: it starts the probe and reads what it wrote.
 
-    python -m oxygen_ros.ros.arrival_probe ACTIONS_TOPIC OBSERVATION_TOPIC OUT.json
+    python -m oxygen_ros.tools.arrival_probe ACTIONS_TOPIC OBSERVATION_TOPIC OUT.json
 """
 
 from __future__ import annotations
 
 import json
 import os
+import select
 import signal
+import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 READY = "arrival probe ready"
+START_TIMEOUT_S = 30.0  # its rclpy start-up takes ~1 s
+
+
+class Probe:
+    """This module in a child process, for ``oxygen-agent --report``: started before the
+    nodes spin, stopped (SIGINT) at the end of the measurement window; never left running."""
+
+    def __init__(self, actions_topic: str, observation_topic: str, workdir: Path):
+        self.out = workdir / f"oxygen_arrivals_{os.getpid()}.json"
+        cmd = [sys.executable, "-m", "oxygen_ros.tools.arrival_probe", actions_topic, observation_topic, str(self.out)]
+        self.proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, text=True)
+        started = select.select([self.proc.stdout], [], [], START_TIMEOUT_S)[0]
+        ready = self.proc.stdout.readline().strip() if started else ""
+        if ready != READY:
+            self.stop()
+            raise RuntimeError(f"the arrival probe did not start (exit code {self.proc.returncode})")
+
+    def stop(self) -> dict[str, Any] | None:
+        """End the probe; what it recorded (see the module doc), or None."""
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGINT)
+            try:
+                self.proc.wait(5.0)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        try:
+            data = json.loads(self.out.read_text())
+            return {"arrivals": data["arrivals"], "observations": {int(k): v for k, v in data["observations"].items()},
+                    "first_actions": {int(k): v for k, v in data["first_actions"].items()}}
+        except (OSError, ValueError, KeyError):
+            return None
+        finally:
+            self.out.unlink(missing_ok=True)
 
 
 def main(argv: list[str] | None = None) -> int:
     args = sys.argv[1:] if argv is None else argv
     if len(args) != 3:
-        print("usage: python -m oxygen_ros.ros.arrival_probe ACTIONS_TOPIC OBSERVATION_TOPIC OUT.json",
+        print("usage: python -m oxygen_ros.tools.arrival_probe ACTIONS_TOPIC OBSERVATION_TOPIC OUT.json",
               file=sys.stderr)
         return 2
     topic, observation_topic, out = args[0], args[1], Path(args[2])

@@ -1,0 +1,146 @@
+"""``oxygen-agent``: the nodes of ``launch/agent.launch.py`` in one process, with a live status line.
+
+Usage::
+
+    oxygen-agent [name:=value ...] [--duration SECONDS] [--report PATH] [--text all|changed|none]
+                 [--executor split|multi] [--background-niceness N]
+
+The arguments are the launch file's (``oxygen_ros.ros.agent.ARGUMENTS``),
+written ``name:=value`` like ``ros2 launch`` arguments: ``params_file``
+(default: the installed ``config/agent.yaml``), ``model_path``, ``preset``,
+``device``, ``dtype``, ``setting``, ``control_rate_hz``, ``steps_per_frame``
+(empty: keep the YAML's value), ``camera_topic`` (remaps
+``/camera/image_raw`` of the camera node and the synthetic camera) and
+``demo`` (default false: a robot must never act on a synthetic camera by
+accident; ``demo:=true`` adds the synthetic camera, and feeds its gripper
+position to the camera node as the robot state). The nodes run until Ctrl-C
+(or SIGTERM) or ``--duration``, spun in background threads: by default
+(``--executor split``) every node (inference, camera, synthetic camera, the
+monitor) on a ``SingleThreadedExecutor`` of its own, so the control tick never
+waits behind another node's callbacks, and the threads of the nodes off the
+control path (synthetic camera, monitor) at a lower priority
+(``--background-niceness``, see ``oxygen_ros.ros.agent.Spinner``)
+(``--executor multi``: everything on one ``MultiThreadedExecutor``, for
+comparison: its wait-set rebuilding in Python keeps most of a core busy, which
+on 2 cores delays the frames and the control tick).
+
+While running it prints a status line and the streamed text
+(:mod:`.agent_monitor`). ``--report PATH`` writes the run's figures as JSON;
+:mod:`.agent_report` describes every field and where it is measured.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+from ..ros.agent import ARGUMENTS, BACKGROUND_NICENESS, EXECUTORS, Agent, parse_launch_args, run_agent
+
+SUMMARY = ("tick_rate_hz", "tick_jitter_p99_ms", "underruns", "obs_to_action_p50_ms", "obs_to_action_p99_ms",
+           "ros_overhead_p99_ms", "actions_published", "text_tokens_published")
+
+
+def _parse_args(argv: list[str]) -> tuple[argparse.Namespace, dict[str, str]]:
+    names = ", ".join(f"{a.name}:=" for a in ARGUMENTS)
+    parser = argparse.ArgumentParser(
+        prog="oxygen-agent", description="Run the oxygen_ros nodes in one process (like launch/agent.launch.py).",
+        epilog=f"launch arguments: {names}")
+    parser.add_argument("launch_args", nargs="*", metavar="name:=value", help="launch arguments")
+    parser.add_argument("--duration", type=float, default=None, help="stop after this many seconds")
+    parser.add_argument("--report", type=Path, default=None, help="write the JSON report here at the end")
+    parser.add_argument("--executor", choices=EXECUTORS, default="split",
+                        help="split (default): every node on a single-threaded executor of its own; "
+                             "multi: all on one multi-threaded executor")
+    parser.add_argument("--background-niceness", type=int, default=BACKGROUND_NICENESS, metavar="N",
+                        help=f"split executors: lower the priority of the threads of nodes off the control path "
+                             f"(demo source, monitor) by N (default {BACKGROUND_NICENESS}; 0: leave it)")
+    parser.add_argument("--text", choices=("all", "changed", "none"), default="changed",
+                        help="which finished texts to print (default: answers and changed periodic texts)")
+    ns = parser.parse_intermixed_args(argv)  # launch arguments before or after the options
+    try:
+        values = parse_launch_args(ns.launch_args)
+    except ValueError as exc:
+        parser.error(str(exc))
+    if not 0 <= ns.background_niceness <= 19:
+        parser.error(f"--background-niceness must be 0..19, got {ns.background_niceness}")
+    if ns.duration is not None and not ns.duration > 0:
+        parser.error(f"--duration must be > 0, got {ns.duration}")
+    return ns, values
+
+
+class AgentSession:
+    """The agent's own part of the start-up: the arrival probe (``--report``), the
+    monitor node, the main loop (status line, text) and the report at the end."""
+
+    def __init__(self, ns: argparse.Namespace):
+        self.ns = ns
+        self.probe = None
+        self.monitor = None
+        self.report: dict[str, Any] | None = None
+
+    def start(self, agent: Agent) -> None:
+        import rclpy
+
+        from .agent_monitor import Monitor
+        from .arrival_probe import Probe
+
+        p = agent.inference.params
+        if self.ns.report is not None:  # the tick jitter as a subscriber in another process sees it
+            try:
+                self.probe = Probe(p["actions_topic"], p["observation_topic"], Path(tempfile.gettempdir()))
+            except (OSError, RuntimeError) as exc:
+                print(f"oxygen-agent: {exc}; jitter and latency measured in this process", file=sys.stderr)
+        node = agent.add(rclpy.create_node("oxygen_agent_monitor"))
+        self.monitor = Monitor(node, agent.inference, self.ns.text,
+                               measure=self.ns.report is not None and self.probe is None)
+
+    def run(self, agent: Agent) -> int:
+        import rclpy
+
+        deadline = None if self.ns.duration is None else time.monotonic() + self.ns.duration
+        while rclpy.ok() and agent.alive() and (deadline is None or time.monotonic() < deadline):
+            time.sleep(0.05)
+            self.monitor.poll()
+            self.monitor.status()
+        return 0
+
+    def finish(self, agent: Agent) -> None:
+        try:
+            if self.monitor is not None:
+                self.monitor.end_status()
+                self.monitor.freeze()  # the measurement window ends here, before the shutdown
+            for node in agent.nodes:
+                if hasattr(node, "shutdown"):
+                    node.shutdown()  # the inference node publishes its cancellations
+            probed = self.probe.stop() if self.probe is not None else None
+            self.probe = None
+            if agent.spinner is not None:
+                time.sleep(0.5)  # let the cancellations reach the monitor
+            self.report = self.monitor.report(probed) if self.monitor is not None else None
+        finally:
+            if self.probe is not None:  # a second Ctrl-C came before it was stopped
+                self.probe.stop()
+
+
+def main(argv: list[str] | None = None) -> int:
+    ns, values = _parse_args(sys.argv[1:] if argv is None else argv)
+    session = AgentSession(ns)
+    code = run_agent("oxygen-agent", values, session, ns.executor, ns.background_niceness)
+    report = session.report
+    if report is not None:
+        summary = {k: report[k] for k in SUMMARY if report[k] is not None}  # subscriber-side figures need --report
+        print("oxygen-agent: " + json.dumps(summary), flush=True)
+        if ns.report is not None:
+            ns.report.parent.mkdir(parents=True, exist_ok=True)
+            ns.report.write_text(json.dumps(report, indent=2) + "\n")
+            print(f"oxygen-agent: report written to {ns.report}", flush=True)
+    return code
+
+
+if __name__ == "__main__":
+    sys.exit(main())

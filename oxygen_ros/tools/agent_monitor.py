@@ -1,0 +1,149 @@
+"""What ``oxygen-agent`` prints while it runs: the status line and the streamed text.
+
+The :class:`Monitor` is a node of the agent process. It subscribes to the
+inference node's ``/diagnostics`` (the status line: action frequency f = H/T,
+chunk age, frame time, active batch, tokens/s, underruns) and text topic
+(every finished language request: answers to questions always, periodic ones
+when their text changed, or all with ``--text all``), and keeps the
+measurement window of the report (:class:`.agent_report.Measurement`). It
+subscribes to the actions and observations only with ``measure`` (a report
+whose arrival probe could not start): every subscription here is one more
+callback, and for observations one more image deserialised, in the process
+that runs the control loop, at the moments the control path is busy.
+"""
+
+from __future__ import annotations
+
+import math
+import sys
+import threading
+import time
+from typing import Any
+
+from diagnostic_msgs.msg import DiagnosticArray
+from rclpy.qos import QoSProfile, ReliabilityPolicy
+
+from oxygen_ros.msg import ActionChunk, TextToken
+from oxygen_ros.msg import Observation as ObservationMsg
+
+from .agent_report import Measurement
+
+TEXT_MODES = ("all", "changed", "none")
+
+
+def _reliable(depth: int) -> QoSProfile:
+    return QoSProfile(depth=depth, reliability=ReliabilityPolicy.RELIABLE)
+
+
+class Monitor:
+    """Prints the status line and the streamed text of the inference node ``inference``
+    to ``out`` with the subscriptions of ``node``, and measures the run for the report."""
+
+    def __init__(self, node, inference, text_mode: str = "changed", out=sys.stdout, measure: bool = False):
+        if text_mode not in TEXT_MODES:
+            raise ValueError(f"text mode {text_mode!r}: expected one of {TEXT_MODES}")
+        self.node, self.inference, self.text_mode, self.out = node, inference, text_mode, out
+        self.lock = threading.Lock()
+        self.measurement = Measurement(inference, measure)
+        self.text_received = 0
+        self.requests: dict[int, list[str]] = {}
+        self.last_periodic: str | None = None
+        self.diag: dict[str, str] = {}
+        self.partial = ""
+        p = inference.params
+        node.create_subscription(TextToken, p["text_topic"], self._on_text, _reliable(1000))
+        node.create_subscription(DiagnosticArray, "/diagnostics", self._on_diagnostics, _reliable(10))
+        if measure:
+            m = self.measurement
+            node.create_subscription(ActionChunk, p["actions_topic"], m.on_actions, _reliable(50))
+            node.create_subscription(ObservationMsg, p["observation_topic"], m.on_observation, _reliable(10))
+        self.tty = hasattr(out, "isatty") and out.isatty()
+        self._last_status = 0.0
+        self._status_len = 0
+
+    # -- the report's window (see :mod:`.agent_report`)
+    def poll(self) -> None:
+        """Start the measurement window once the node published its first ActionChunk."""
+        self.measurement.poll()
+
+    def freeze(self) -> None:
+        """End the measurement window (before the nodes shut down)."""
+        self.measurement.freeze()
+
+    def report(self, probed: dict[str, Any] | None = None) -> dict[str, Any]:
+        """The report's figures; ``probed``: what the arrival probe recorded, or None."""
+        with self.lock:
+            text_received = self.text_received
+        return self.measurement.report(probed, text_received)
+
+    # -- callbacks
+    def _on_text(self, msg) -> None:
+        with self.lock:
+            self.text_received += 1
+            pieces = self.requests.setdefault(int(msg.request_id), [])
+            pieces.append(msg.piece)
+            text = "".join(pieces)
+            self.partial = text
+            if not msg.done:
+                return
+            del self.requests[int(msg.request_id)]
+        who = f"client {msg.client_id!r}" if msg.client_id else f"frame {msg.frame_id}"
+        line = f"[request {msg.request_id}, {who}, {msg.finish_reason}] {text!r}"
+        if self.text_mode == "none":
+            return
+        if not msg.client_id and self.text_mode == "changed":
+            if text == self.last_periodic:
+                return
+            self.last_periodic = text
+        self._print_line(line)
+
+    def _on_diagnostics(self, msg) -> None:
+        for status in msg.status:
+            if status.name.startswith(self.inference.get_name()):
+                with self.lock:
+                    self.diag = {kv.key: kv.value for kv in status.values}
+
+    # -- output
+    def _print_line(self, line: str) -> None:
+        if self.tty and self._status_len:
+            self.out.write("\r" + " " * self._status_len + "\r")
+        self.out.write(line + "\n")
+        self.out.flush()
+        self._status_len = 0
+
+    def status(self) -> None:
+        """Print the status line (overwritten in place on a terminal, once a second otherwise)."""
+        now = time.monotonic()
+        if not self.tty and now - self._last_status < 1.0:
+            return
+        self._last_status = now
+        with self.lock:
+            d = dict(self.diag)
+            partial = self.partial
+        if not d:
+            line = "waiting for the inference node's diagnostics ..."
+        else:
+            line = (f"f={_num(d.get('action_frequency_hz'))} Hz  chunk age {_num(d.get('chunk_age_ms'))} ms  "
+                    f"frame {_num(d.get('frame_latency_ms'), 1)} ms  batch {d.get('active_batch', '?')}  "
+                    f"{_num(d.get('tokens_per_s'))} tok/s  underruns {d.get('underruns', '?')}  "
+                    f"| {partial[-40:]!r}")
+        if self.tty:
+            self.out.write("\r" + line.ljust(self._status_len))
+            self._status_len = len(line)
+        else:
+            self.out.write(line + "\n")
+        self.out.flush()
+
+    def end_status(self) -> None:
+        if self.tty and self._status_len:
+            self.out.write("\n")
+            self.out.flush()
+            self._status_len = 0
+
+
+def _num(value, digits=0):
+    try:
+        v = float(value)
+    except (TypeError, ValueError):
+        return "?"
+    return "?" if math.isnan(v) else f"{v:.{digits}f}"

@@ -1,0 +1,232 @@
+"""The figures of ``oxygen-agent --report``: what a run measured, and where.
+
+:class:`Measurement` keeps the measurement window (the first ActionChunk the
+inference node published .. :meth:`Measurement.freeze`, before the shutdown)
+with the node's counts at both ends; :meth:`Measurement.report` turns it into
+the JSON fields below (``None`` where nothing was measured):
+
+* ``tick_rate_hz`` - node side: control ticks counted by the inference node
+  over the measurement window / its length;
+* ``tick_jitter_p50_ms`` / ``tick_jitter_p99_ms`` - subscriber side:
+  ``|inter-arrival - control period|`` of consecutive ``ActionChunk`` messages
+  on ``actions_topic`` as received by a subscriber in a process of its own
+  (:mod:`.arrival_probe`, what a controller sees: the node's tick latency plus
+  DDS delivery; ``measured_by`` says so). Only if the probe cannot start does
+  the agent process subscribe to the actions and observations and measure them
+  itself (``measured_by: agent process``; its threads share the interpreter
+  lock with the inference worker, so it sees more jitter); without
+  ``--report`` nothing subscribes to them there. ``tick_lateness_*_ms`` is the
+  node-side part alone (timer callback start - scheduled time);
+* ``underruns`` - node side: ticks with no action left in the window;
+  ``missed_ticks``: ticks rcl skipped because the timer callback was more
+  than a period late (they count neither as ticks nor as underruns);
+* ``obs_to_action_p50_ms`` / ``_p99_ms`` - subscriber side, in the probe's
+  process too: arrival of an ``Observation`` -> arrival of the first
+  ``ActionChunk`` computed from it (matched by ``observation_seq``);
+* ``ros_overhead_p99_ms`` (and ``_p50_ms``) - what ROS adds: that latency
+  minus, for the same frame (read from the node in the agent process), the
+  engine's frame time (``Engine.step``'s wall time, which includes the time the
+  frame stepped aside for control ticks, reported as ``paused_*_ms``;
+  ``ros_overhead_with_pauses_*_ms`` counts them as ROS's), the wait for the worker
+  (``queue_wait``: a frame was still running when the observation came) and
+  the wait for the control tick that first publishes the chunk
+  (``tick_wait``: actions go out on the tick grid, at most one period). What
+  is left is DDS delivery both ways, the callbacks' scheduling and the message
+  conversions (``conversion_*_ms``, the part inside the node). The three
+  parts are reported too (``queue_wait_*``, ``tick_wait_*``, ``conversion_*``,
+  ``paused_*``, p50/p99 over the frames in the window), so that
+  ``obs_to_action = ros_overhead + queue_wait + engine + tick_wait`` per frame;
+* ``actions_published`` / ``text_tokens_published`` - node-side counts in the
+  window; ``actions_received`` is the measuring subscriber's count in the
+  window, ``text_tokens_received`` the agent's monitor's (it prints the text).
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import threading
+import time
+from typing import Any
+
+from ..core.stats import percentile
+
+PARTS = ("queue_wait", "tick_wait", "conversion", "paused")
+
+
+class Measurement:
+    """The measurement window of one run of the inference node ``inference``, and, with
+    ``measure`` (a report whose arrival probe could not start), the ActionChunk and
+    Observation arrivals in this process (:meth:`on_actions`, :meth:`on_observation`)."""
+
+    def __init__(self, inference, measure: bool = False):
+        self.inference, self.measure = inference, measure
+        self.lock = threading.Lock()
+        self.period_s = 1.0 / inference.params["control_rate_hz"]
+        self.actions: list[tuple[float, int, int]] = []  # (arrival, frame_id, observation_seq)
+        self.obs_arrival: dict[int, float] = {}
+        self.latencies: list[tuple[int, int, float]] = []  # (frame_id, seq, obs->action ms)
+        self.seen_frames: set[int] = set()
+        self.start: dict[str, Any] | None = None
+        self.end: dict[str, Any] | None = None
+
+    def poll(self) -> None:
+        """Start the window at the first ActionChunk the node published (called by the
+        agent's main loop; with ``measure``, the first one received starts it)."""
+        if self.start is None and self.inference.tick_counts()["published"] > 0:
+            with self.lock:
+                self._start_window(time.monotonic())
+
+    def _start_window(self, t: float) -> None:
+        if self.start is None:
+            node = self.inference
+            ticks = node.tick_counts()
+            self.start = {"t": t, "t_ns": time.monotonic_ns(), "ticks": ticks["ticks"],
+                          "underruns": ticks["underruns"], "counters": dict(node.counters),
+                          "lateness_total": node.tick_lateness_ms.total}
+
+    def on_observation(self, msg) -> None:
+        with self.lock:
+            self.obs_arrival[int(msg.seq)] = time.monotonic()
+
+    def on_actions(self, msg) -> None:
+        t = time.monotonic()
+        with self.lock:
+            self._start_window(t)
+            self.actions.append((t, int(msg.frame_id), int(msg.observation_seq)))
+            if msg.frame_id not in self.seen_frames:
+                self.seen_frames.add(int(msg.frame_id))
+                t_obs = self.obs_arrival.pop(int(msg.observation_seq), None)
+                if t_obs is not None:
+                    self.latencies.append((int(msg.frame_id), int(msg.observation_seq), (t - t_obs) * 1e3))
+
+    def freeze(self) -> None:
+        """End the window: keep the node's counts as they are now."""
+        node = self.inference
+        with self.lock:
+            self.end = {"t": time.monotonic(), "ticks": node.tick_counts(), "counters": dict(node.counters),
+                        "lateness": node.tick_lateness_ms.values(),
+                        "lateness_total": node.tick_lateness_ms.total, "actions": len(self.actions)}
+
+    def report(self, probed: dict[str, Any] | None = None, text_received: int = 0) -> dict[str, Any]:
+        """The figures described in the module doc. ``probed``: what :mod:`.arrival_probe`
+        recorded in its own process; ``text_received``: TextTokens the agent received."""
+        if self.end is None:
+            self.freeze()
+        with self.lock:
+            end, start = self.end, self.start
+            arrivals = [t for t, _, _ in self.actions[:end["actions"]]]
+            latencies = list(self.latencies)
+        if probed is not None and start is not None:
+            arrivals, latencies = _probed_in_window(probed, start["t"], end["t"])
+            measured_by = "arrival_probe (own process)"
+        else:
+            measured_by = "agent process" if self.measure else None
+        node = self.inference
+        return {**_run(node, start, end), **_timing(self.period_s, arrivals, start, end), "measured_by": measured_by,
+                **_latency(node.frame_records(), latencies, start), **_counts(node, start, end),
+                "actions_received": len(arrivals), "text_tokens_received": text_received,
+                "load_average": list(os.getloadavg()) if hasattr(os, "getloadavg") else None}
+
+
+def _probed_in_window(probed: dict[str, Any], t0: float, t1: float) -> tuple[list, list]:
+    """The probe's ActionChunk arrivals and (frame, seq, obs->action ms) inside ``t0 .. t1``."""
+    arrivals = [t for t in probed["arrivals"] if t0 <= t <= t1]
+    obs = probed["observations"]
+    latencies = sorted((f, seq, (t - obs[seq]) * 1e3) for f, (seq, t) in probed["first_actions"].items()
+                       if seq in obs and t0 <= t <= t1)
+    return arrivals, latencies
+
+
+def _run(node, start, end) -> dict[str, Any]:
+    """What ran, and for how long."""
+    window = (end["t"] - start["t"]) if start else 0.0
+    ticks = end["ticks"]["ticks"] - (start["ticks"] if start else 0)
+    return {
+        "duration_s": round(window, 3),
+        "control_rate_hz": node.params["control_rate_hz"],
+        "setting": node.params["setting"],
+        "k": node.params["steps_per_frame"],
+        "horizon": node.horizon,
+        "model": node.loaded.source,
+        "tick_rate_hz": round(ticks / window, 3) if window > 0 else None,
+    }
+
+
+def _timing(period_s: float, arrivals: list[float], start, end) -> dict[str, Any]:
+    """Tick jitter (subscriber side) and tick lateness (node side) in the window."""
+    jitter = [abs((b - a) - period_s) * 1e3 for a, b in zip(arrivals, arrivals[1:])]
+    lateness = end["lateness"]
+    if start is not None:
+        new_lateness = end["lateness_total"] - start["lateness_total"]
+        lateness = lateness[-new_lateness:] if new_lateness > 0 else []
+    return {"tick_jitter_p50_ms": _pct(jitter, 50), "tick_jitter_p99_ms": _pct(jitter, 99),
+            "tick_lateness_p50_ms": _pct(lateness, 50), "tick_lateness_p99_ms": _pct(lateness, 99)}
+
+
+def _latency(records: dict, latencies: list[tuple[int, int, float]], start) -> dict[str, Any]:
+    """Observation -> first action, what ROS adds to it, and its parts inside the node."""
+    parts = {f: latency_parts(records[f]) for f, _, _ in latencies
+             if f in records and records[f].first_published_ns is not None}
+    # subscriber-side latency minus what is not ROS: the engine's frame, the wait for the
+    # worker (a frame already running) and the wait for the control tick that publishes it
+    per_frame = [(lat - p["engine"] - p["queue_wait"] - p["tick_wait"], p["paused"])
+                 for f, _, lat in latencies if (p := parts.get(f)) is not None]
+    overhead = [x for x, _ in per_frame]
+    with_pauses = [x + paused for x, paused in per_frame]
+    in_window = [latency_parts(r) for r in records.values()
+                 if r.first_published_ns is not None and (start is None or r.received_ns >= start["t_ns"])]
+    return {
+        "obs_to_action_p50_ms": _pct([x for _, _, x in latencies], 50),
+        "obs_to_action_p99_ms": _pct([x for _, _, x in latencies], 99),
+        "ros_overhead_p50_ms": _pct(overhead, 50),
+        "ros_overhead_p99_ms": _pct(overhead, 99),
+        "ros_overhead_with_pauses_p50_ms": _pct(with_pauses, 50),
+        "ros_overhead_with_pauses_p99_ms": _pct(with_pauses, 99),
+        **{f"{name}_p{q}_ms": _pct([x[name] for x in in_window], q) for name in PARTS for q in (50, 99)},
+    }
+
+
+def _counts(node, start, end) -> dict[str, Any]:
+    """The node's own figures, and its counts over the window."""
+    counters = end["counters"]
+    base = start["counters"] if start else {}
+
+    def count(name: str) -> int:
+        return counters.get(name, 0) - base.get(name, 0)
+
+    d = node.diagnostics()
+    return {
+        "underruns": end["ticks"]["underruns"] - (start["underruns"] if start else 0),
+        "missed_ticks": count("missed_ticks"),
+        "frame_latency_mean_ms": _round(d["frame_latency_ms"]),
+        "frame_latency_p99_ms": _round(d["frame_latency_p99_ms"]),
+        "action_frequency_hz": _round(d["action_frequency_hz"]),
+        "frames": count("frames"),
+        "actions_published": count("actions_published"),
+        "text_tokens_published": count("text_tokens_published"),
+        "text_tokens_published_total": node.counters.get("text_tokens_published", 0),
+        "observations_received": counters.get("observations_received", 0),
+    }
+
+
+def latency_parts(r) -> dict[str, float]:
+    """Where one frame's observation-to-first-action time went inside the inference
+    node (ms): ``queue_wait`` (callback -> the worker takes it: a frame was running),
+    ``conversion`` (message -> model input, and the engine's result -> chunk),
+    ``engine`` (``Engine.step``'s wall time; ``paused`` is the part of it spent
+    stepping aside for control ticks, ``yield_to_ticks``), ``tick_wait`` (frame
+    end -> the control tick that first publishes its chunk)."""
+    total = (r.finished_ns - r.dequeued_ns) / 1e6
+    return {"queue_wait": (r.dequeued_ns - r.received_ns) / 1e6, "engine": r.engine_ms,
+            "paused": r.paused_ms, "conversion": total - r.engine_ms,
+            "tick_wait": (r.first_published_ns - r.finished_ns) / 1e6}
+
+
+def _pct(values, q):
+    v = percentile(values, q)
+    return None if math.isnan(v) else round(v, 3)
+
+
+def _round(v):
+    return None if v is None or (isinstance(v, float) and math.isnan(v)) else round(v, 3)
