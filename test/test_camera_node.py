@@ -52,7 +52,7 @@ class _Rig:
         from sensor_msgs.msg import CompressedImage, Image, JointState
         from std_msgs.msg import String
 
-        from oxygen_ros.ros.camera_node import LATCHED_QOS, OBSERVATION_QOS
+        from oxygen_ros.ros.qos import LATCHED_QOS, OBSERVATION_QOS
 
         p = ros.prefix
         self.ros = ros
@@ -253,7 +253,7 @@ def test_state_instruction_cleaning_and_nan_state_rejected(ros):
 def test_parameters_validated_at_start_and_at_run_time(ros):
     from rclpy.parameter import Parameter
 
-    from oxygen_ros.ros.camera_node import ParameterError
+    from oxygen_ros.ros.parameters import ParameterError
 
     bad = [
         ({"image_size": 0}, "image_size"),
@@ -287,7 +287,7 @@ def test_synthetic_camera_closes_the_loop_through_the_camera_node(ros):
     from oxygen_ros.msg import ActionChunk, Observation
 
     from oxygen_ros.core.sim import scene
-    from oxygen_ros.ros.camera_node import OBSERVATION_QOS
+    from oxygen_ros.ros.qos import OBSERVATION_QOS
     from oxygen_ros.ros.conversions import action_chunk_msg, msg_to_observation
     from oxygen_ros.ros.sources import SyntheticCamera
 

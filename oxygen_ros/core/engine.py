@@ -34,7 +34,7 @@ class EngineConfig:
     setting: str = "oxygen"
     max_decode: int = 30  # N: tokens per language request
     steps_per_frame: int = 5  # k: decode steps per frame (oxygen)
-    denoise_steps: int = 10  # S
+    denoise_steps: int | None = None  # S; None: the model's own (its config's, i.e. the checkpoint's)
     max_active: int = 8  # language requests decoding at once
     queue_limit: int = 16  # requests waiting for a slot; past it they are rejected
     max_observations_per_frame: int = 4  # scratch slots for a frame's action prefixes
@@ -46,7 +46,9 @@ class EngineConfig:
     def __post_init__(self) -> None:
         if self.setting not in SETTINGS:
             raise ValueError(f"setting must be one of {', '.join(SETTINGS)}, got {self.setting!r}")
-        for name in ("max_decode", "denoise_steps", "max_active", "max_observations_per_frame"):
+        if self.denoise_steps is not None and self.denoise_steps < 1:
+            raise ValueError(f"denoise_steps must be >= 1 (or None: the model's), got {self.denoise_steps}")
+        for name in ("max_decode", "max_active", "max_observations_per_frame"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
         for name in ("steps_per_frame", "queue_limit", "max_question_tokens", "language_every_n_frames"):
@@ -96,6 +98,7 @@ class Engine:
     def __init__(self, model: VLA, tokenizer: Tokenizer, config: EngineConfig = EngineConfig(),
                  normalizer=None):
         self.model, self.tokenizer, self.config, self.normalizer = model, tokenizer, config, normalizer
+        self._base_config = config  # ``config`` is it, with a frame's plan applied while the frame runs
         mc = model.config
         if tokenizer.vocab_size > mc.vocab_size:
             raise ValueError(f"tokenizer has {tokenizer.vocab_size} tokens, the model only {mc.vocab_size}")
@@ -116,11 +119,18 @@ class Engine:
 
     # ------------------------------------------------------------------ public
     def step(self, observations: Sequence[Observation] = (), questions: Sequence[Question] = (), *,
-             start_language: bool | None = None, decode_steps: int | None = None) -> FrameResult:
+             start_language: bool | None = None, decode_steps: int | None = None,
+             denoise_steps: int | None = None) -> FrameResult:
         """Run one frame. Every observation gets an action chunk; each starts a
         language request when due (``language_every_n_frames``, or
-        ``start_language``); each question starts one on the newest observation."""
-        c = self.config
+        ``start_language``); each question starts one on the newest observation.
+        ``decode_steps`` (k) and ``denoise_steps`` (S) are this frame's plan; None:
+        the configured ones. The configured ``EngineConfig`` never changes: while a
+        frame runs, ``self.config`` is it with the frame's S (which ``act`` reads)."""
+        if denoise_steps is not None and denoise_steps < 1:
+            raise ValueError(f"denoise_steps must be >= 1, got {denoise_steps}")
+        c = self.config = self._base_config if denoise_steps is None else dataclasses.replace(
+            self._base_config, denoise_steps=denoise_steps)
         if len(observations) > c.max_observations_per_frame:
             raise ValueError(f"{len(observations)} observations in one frame, at most "
                              f"{c.max_observations_per_frame} (max_observations_per_frame)")

@@ -16,10 +16,11 @@ detection and key maps), ``sizes.py`` (model sizes from configs and shapes),
 """
 
 from .errors import CheckpointError
-from .loading import DEFAULT_MODEL_DIR, LoadedCheckpoint, default_model, load_checkpoint, load_default
+from .loading import (DEFAULT_MODEL_DIR, LoadedCheckpoint, default_model, load_checkpoint, load_default,
+                      load_model)
 from .native import FORMAT_NAME, FORMAT_VERSION, config_from_dict, config_to_dict, save_native
 
 __all__ = [
-    "CheckpointError", "LoadedCheckpoint", "load_checkpoint", "save_native", "default_model", "load_default",
+    "CheckpointError", "LoadedCheckpoint", "load_checkpoint", "load_model", "save_native", "default_model", "load_default",
     "DEFAULT_MODEL_DIR", "FORMAT_NAME", "FORMAT_VERSION", "config_to_dict", "config_from_dict",
 ]
