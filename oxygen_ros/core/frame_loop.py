@@ -30,6 +30,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .budget import DecodeBudget
+from .chunk_clock import NS_PER_S, period_ns
 from .engine import Engine, FrameResult, Question
 from .failures import FailureCount
 from .frame_records import FrameRecords
@@ -37,8 +38,6 @@ from .input_fit import FittedInstruction, InstructionFitter, fit_question
 from .observation import Observation, ObservationError
 from .stats import Rolling
 from .throttle import Throttle
-
-NS_PER_S = 1_000_000_000
 
 
 @dataclass(frozen=True)
@@ -114,7 +113,8 @@ class FrameLoop:
     # ------------------------------------------------------------------ settings
     @property
     def period_ns(self) -> int:
-        return round(NS_PER_S / self.settings.control_rate_hz)
+        """The control period (``control_rate_hz``)."""
+        return period_ns(self.settings.control_rate_hz)
 
     def deadline_ms(self) -> float:
         """The frame deadline of the language budget (``frame_deadline_ms``, or half a chunk)."""
@@ -306,3 +306,18 @@ class FrameLoop:
         n, was_stopped = self.failures.succeeded()
         if was_stopped:
             self.log.info(f"a frame succeeded after {n} failures: action output resumed")
+
+    # ------------------------------------------------------------------ figures
+    def figures(self, now_ros_ns: int) -> dict:
+        """The loop's figures for diagnostics (the last frame's k, the budget, failures, the
+        newest observation's age)."""
+        newest, f = self.newest_stamp_ros_ns, self.failures
+        return {
+            "k": self.last_k,  # decode steps granted to the last frame by the language budget
+            "k_max": self.budget.k_max,  # steps_per_frame
+            "frame_deadline_ms": self.budget.deadline_ms,
+            "observation_age_ms": float("nan") if newest is None else (now_ros_ns - newest) / 1e6,
+            "faulted": f.stopped,
+            "consecutive_failures": f.in_a_row,
+            "last_failure": f.last,
+        }

@@ -78,7 +78,6 @@ Shutdown
 # No `from __future__ import annotations` here: rclpy finds the TimerInfo
 # argument of a timer callback by comparing the annotation with the class.
 
-import pathlib
 import sys
 import threading
 import time
@@ -91,23 +90,22 @@ import torch
 from diagnostic_msgs.msg import DiagnosticArray, DiagnosticStatus, KeyValue
 from rclpy.callback_groups import MutuallyExclusiveCallbackGroup
 from rclpy.node import Node
-from trajectory_msgs.msg import JointTrajectory
 
-from oxygen_ros.msg import ActionChunk, TextToken
+from oxygen_ros.msg import TextToken
 from oxygen_ros.msg import Observation as ObservationMsg
 from oxygen_ros.msg import Question as QuestionMsg
 
-from ..core import checkpoints
-from ..core.chunk_clock import NS_PER_S, Chunk, ChunkClock, Due, chunk_origin
-from ..core.engine import Engine, EngineConfig
+from ..core.chunk_clock import NS_PER_S, Chunk, chunk_origin
+from ..core.engine import Engine
 from ..core.frame_loop import Arrival, FrameLoop, FramePlan, Job, LoopSettings
 from ..core.frame_records import FrameRecord
-from ..core.observation import Observation
 from ..core.requests import TokenEvent
 from ..core.stats import Rolling, WindowRate, action_frequency, percentile
 from ..core.tick_guard import TickGuard
 from . import conversions
+from .action_output import ActionOutput
 from .inference_parameters import IMPLICIT_PARAMETERS, PARAMETERS, SPECS
+from .inference_setup import engine_config, load_model, model_load_error, startup_summary, warm_up
 from .inference_status import StatusReporter, format_value
 from .parameters import ParameterError, changed_values, declare_parameters, parameter_callback
 from .qos import reliable
@@ -120,24 +118,11 @@ except ImportError:  # pragma: no cover - Humble
 NODE_NAME = "oxygen_inference"
 
 
-def load_model(p: dict) -> checkpoints.LoadedCheckpoint:
-    """The LoadedCheckpoint the parameters ask for (errors name the parameter); the
-    precedence is :func:`oxygen_ros.core.checkpoints.load_model`'s."""
-    for name in ("model_path", "tokenizer_path", "norm_stats_path"):
-        if p[name] and not pathlib.Path(p[name]).exists():
-            raise ParameterError(name, f"{p[name]} does not exist")
-    if p["device"].startswith("cuda") and not torch.cuda.is_available():
-        raise ParameterError("device", f"{p['device']} requested but torch sees no CUDA device")
-    try:
-        return checkpoints.load_model(p["model_path"] or None, fallback_preset=p["preset"], device=p["device"],
-                                      dtype=p["dtype"], seed=p["seed"], tokenizer_path=p["tokenizer_path"] or None,
-                                      norm_stats_path=p["norm_stats_path"] or None)
-    except checkpoints.CheckpointError as exc:
-        raise ParameterError("model_path", str(exc)) from exc
-
-
-class ModelLoadError(RuntimeError):
-    """The model could not be loaded for a reason other than a bad parameter."""
+#: Counters published on /diagnostics as they are (``questions_rejected`` after the 11th).
+COUNTED = ("ticks_faulted", "actions_non_finite", "frames", "language_frames", "frame_errors",
+           "observations_received", "observations_superseded", "observations_stale", "observations_invalid",
+           "instructions_truncated", "questions_received", "questions_truncated", "actions_published",
+           "text_tokens_published", "publish_errors")
 
 
 def _loop_settings(p: dict) -> dict:
@@ -176,61 +161,37 @@ class InferenceNode(Node):
         if unknown:  # a typo in the YAML would otherwise go unnoticed (a wildcard section may hold others' too)
             self.get_logger().warning(f"unknown parameter(s) {unknown} ignored; known: see config/agent.yaml")
         torch.set_num_threads(p["threads"])
-        self.loaded = self._load(p)
-        mc = self.loaded.config
+        t0 = time.perf_counter()
+        try:
+            self.loaded = load_model(p)
+        except ParameterError:
+            raise
+        except Exception as exc:  # torch / safetensors / out of memory: say which model and why
+            raise model_load_error(p, exc) from exc
+        self.get_logger().info(f"model loaded in {(time.perf_counter() - t0) * 1e3:.0f} ms")
+        mc, normalizer = self.loaded.config, self.loaded.normalizer
         self.horizon = mc.action_horizon
-        normalizer = self.loaded.normalizer
         action_dim = normalizer.action_dim if normalizer is not None else mc.action_dim
         if len(p["joint_names"]) > action_dim:
             raise ParameterError("joint_names", f"{len(p['joint_names'])} names for actions with "
                                  f"{action_dim} dimensions")
-        self.engine = Engine(self.loaded.model, self.loaded.tokenizer, self._engine_config(p), normalizer=normalizer)
+        self.engine = Engine(self.loaded.model, self.loaded.tokenizer, engine_config(p), normalizer=normalizer)
         self.loop = FrameLoop(self.engine, LoopSettings(**_loop_settings(p)), mc.max_token_len, horizon=self.horizon,
                               state_dim=getattr(normalizer, "state_dim", None), log=self.get_logger())
         self.counters = self.loop.counters
-        self._warm_up(p["warmup_frames"])
+        if p["warmup_frames"] > 0:
+            ms = warm_up(self.engine, p["warmup_frames"], p["steps_per_frame"])
+            self.get_logger().info(f"warmed up: {p['warmup_frames']} frames in {ms:.0f} ms")
         self._tick_guard = TickGuard() if p["yield_to_ticks"] else None
         self.engine.pause_point = None if self._tick_guard is None else self._tick_guard.pause_point
         self._init_state()
         self._init_interfaces(p)
-        s = mc.denoise_steps if not p["denoise_steps"] else p["denoise_steps"]
-        self.get_logger().info(
-            f"{self.loaded.source} ({self.loaded.layout}, {p['device']}, {p['dtype']}): setting {p['setting']}, "
-            f"H={self.horizon} actions (the checkpoint's) at {p['control_rate_hz']:g} Hz, S={s} denoise steps "
-            f"({'parameter denoise_steps' if p['denoise_steps'] else 'the checkpoint' + chr(39) + 's'}), "
-            f"k={p['steps_per_frame']}, N={p['max_decode']}; {p['observation_topic']} -> {p['actions_topic']}, "
-            f"{p['text_topic']}")
-
-    def _load(self, p: dict) -> checkpoints.LoadedCheckpoint:
-        t0 = time.perf_counter()
-        try:
-            loaded = load_model(p)
-        except ParameterError:
-            raise
-        except Exception as exc:  # torch / safetensors / out of memory: say which model and why
-            raise ModelLoadError(f"could not load the model ({p['model_path'] or 'embedded default'} on "
-                                 f"{p['device']}, {p['dtype']}): {exc!r}") from exc
-        self.get_logger().info(f"model loaded in {(time.perf_counter() - t0) * 1e3:.0f} ms")
-        return loaded
-
-    def _engine_config(self, p: dict) -> EngineConfig:
-        try:
-            return EngineConfig(setting=p["setting"], max_decode=p["max_decode"],
-                                steps_per_frame=p["steps_per_frame"], denoise_steps=p["denoise_steps"] or None,
-                                max_active=p["max_active"], queue_limit=p["queue_limit"],
-                                max_observations_per_frame=1,
-                                language_every_n_frames=p["language_every_n_frames"], seed=p["seed"])
-        except ValueError as exc:  # a cross-check not covered by the parameter checks
-            name = next((q.name for q in PARAMETERS if q.name in str(exc)), "setting")
-            raise ParameterError(name, str(exc)) from exc
+        self.get_logger().info(startup_summary(self.loaded, p))
 
     def _init_state(self) -> None:
         # state shared between the tick, the subscriptions, the worker and diagnostics
         self._lock = threading.Lock()
         self._cond = threading.Condition(self._lock)
-        self._chunks = ChunkClock()
-        self._grid0: Optional[int] = None  # tick grid origin when TimerInfo is unavailable
-        self._last_scheduled: Optional[int] = None
         self._stop = False
         self._busy = False
         self.frame_ms = Rolling(200)  # observation frames: engine time
@@ -240,11 +201,9 @@ class InferenceNode(Node):
         self._status = StatusReporter()
 
     def _init_interfaces(self, p: dict) -> None:
-        self._pub_actions = self.create_publisher(ActionChunk, p["actions_topic"], reliable(10))
+        self.output = ActionOutput(self, self.params, self.counters, self.loop.records)
         self._pub_text = self.create_publisher(TextToken, p["text_topic"], reliable(1000))
         self._pub_diag = self.create_publisher(DiagnosticArray, "/diagnostics", reliable(10))
-        self._pub_traj = (self.create_publisher(JointTrajectory, p["trajectory_topic"], reliable(10))
-                          if p["joint_names"] else None)
         inputs = MutuallyExclusiveCallbackGroup()
         self.create_subscription(ObservationMsg, p["observation_topic"], self._on_observation, reliable(2),
                                  callback_group=inputs)
@@ -260,18 +219,6 @@ class InferenceNode(Node):
         self._worker = threading.Thread(target=self._worker_loop, name="oxygen-inference-worker", daemon=True)
         self._worker.start()
 
-    def _warm_up(self, frames: int) -> None:
-        if frames <= 0:
-            return
-        size = self.loaded.config.vision.image_size
-        obs = Observation({"warmup": np.zeros((size, size, 3), np.uint8)}, "warm up")
-        t0 = time.perf_counter()
-        for _ in range(frames):
-            self.engine.step([obs], start_language=True, decode_steps=max(1, self.params["steps_per_frame"]))
-        self.engine.cancel_all()
-        self.engine.last_observation = None  # questions must never be answered from the warm-up image
-        self.get_logger().info(f"warmed up: {frames} frames in {(time.perf_counter() - t0) * 1e3:.0f} ms")
-
     # ------------------------------------------------------------------ parameters at run time
     def _apply_parameters(self, parameters) -> None:
         """After the parameter callback accepted them (same checks as at start)."""
@@ -282,7 +229,7 @@ class InferenceNode(Node):
             self.params.update(changes)
             self.loop.configure(**_loop_settings(changes))
             if "control_rate_hz" in changes:
-                self._grid0 = self._last_scheduled = None
+                self.output.rate_changed()
                 self._tick_timer.timer_period_ns = self.loop.period_ns
             self._cond.notify_all()
         self.get_logger().info("parameters changed: " + ", ".join(f"{k}={v}" for k, v in changes.items()))
@@ -331,63 +278,18 @@ class InferenceNode(Node):
 
     def _tick(self, scheduled_ns: Optional[int], actual_ns: int) -> None:
         with self._lock:
-            scheduled_ns = self._count_tick(scheduled_ns, actual_ns)
+            scheduled_ns, due = self.output.tick(scheduled_ns, actual_ns, self.loop.period_ns,
+                                                 self.loop.failures.stopped, time.monotonic_ns())
             if self._busy is False and self.loop.wants_language_frame():
                 self._cond.notify_all()  # idle decoding is paced by the ticks
-            due = self._due(scheduled_ns)
         self.tick_lateness_ms.add((actual_ns - scheduled_ns) / 1e6)
         if due is None:
             return
         try:
-            self._publish_due(due)
+            self.output.publish(due)
         except Exception as exc:  # never let one message end the control loop
             self.counters["publish_errors"] += 1
             self.get_logger().error(f"could not publish actions: {exc!r}", throttle_duration_sec=5.0)
-
-    def _count_tick(self, scheduled_ns: Optional[int], actual_ns: int) -> int:
-        """Called with the lock held: the tick's scheduled time; missed ticks counted."""
-        period = self.loop.period_ns
-        if scheduled_ns is None:  # round to the tick grid
-            if self._grid0 is None:
-                self._grid0 = actual_ns
-            scheduled_ns = self._grid0 + round((actual_ns - self._grid0) / period) * period
-        if self._last_scheduled is not None and scheduled_ns - self._last_scheduled > period * 3 // 2:
-            # rcl skips the ticks of a timer that is late by more than a period
-            self.counters["missed_ticks"] += round((scheduled_ns - self._last_scheduled) / period) - 1
-        self._last_scheduled = scheduled_ns
-        return scheduled_ns
-
-    def _due(self, scheduled_ns: int) -> Optional[Due]:
-        """Called with the lock held: what this tick publishes, if anything."""
-        if self.loop.failures.stopped:  # repeated frame failures: no action output at all
-            self._chunks.ticks += 1
-            self.counters["ticks_faulted"] += 1
-            return None
-        due = self._chunks.tick(scheduled_ns)
-        if due is not None and due.first:
-            self.loop.records.published(due.chunk.frame_id, time.monotonic_ns())
-        if due is None and self._chunks.chunk is not None and self.params["hold_action"] == "last":
-            # an underrun (counted): repeat the last row, marked as a hold (offset = H, one row)
-            c = self._chunks.chunk
-            due = Due(c, c.horizon, scheduled_ns, False)
-            self.counters["hold_ticks"] += 1
-        return due
-
-    def _publish_due(self, due: Due) -> None:
-        c = due.chunk
-        hold = due.offset >= c.horizon
-        actions = c.actions[-1:] if hold else due.actions
-        msg = conversions.action_chunk_msg(
-            conversions.ns_to_time_msg(due.stamp_ns), c.frame_id, c.observation_seq,
-            conversions.ns_to_time_msg(c.observation_stamp_ns), due.offset, c.period_ns / NS_PER_S, actions,
-            header_frame_id=self.params["control_frame"])
-        self._pub_actions.publish(msg)
-        if self._pub_traj is not None:
-            names = self.params["joint_names"]
-            self._pub_traj.publish(conversions.joint_trajectory_msg(
-                msg.header.stamp, names, actions[:, :len(names)], c.period_ns / NS_PER_S,
-                frame_id=self.params["control_frame"]))
-        self.counters["actions_published"] += 1
 
     # ------------------------------------------------------------------ worker
     def _worker_loop(self) -> None:
@@ -483,7 +385,7 @@ class InferenceNode(Node):
                       frame_id=result.frame_id, observation_seq=arrival.seq, observation_stamp_ns=stamp,
                       ready_ns=now_ros)
         with self._lock:
-            self._chunks.push(chunk)
+            self.output.push(chunk)
             self.loop.records.add(record)
         self.frame_ms.add(result.total_ms)
         self.counters["frames"] += 1
@@ -494,7 +396,7 @@ class InferenceNode(Node):
         """Count a failed frame; when the loop stops the action output, drop the chunk."""
         with self._lock:
             if self.loop.frame_failed(reason):
-                self._chunks.chunk = self._chunks.origin_ns = None
+                self.output.drop()
 
     def _publish_tokens(self, events, stamp_ns: int) -> None:
         if not events:
@@ -515,26 +417,23 @@ class InferenceNode(Node):
     def tick_counts(self) -> dict:
         """Control ticks so far: all, those that published, underruns, before the first chunk."""
         with self._lock:
-            c = self._chunks
-            return {"ticks": c.ticks, "published": c.published, "underruns": c.underruns, "waiting": c.waiting}
+            return self.output.counts()
 
     def diagnostics(self) -> dict:
         """The figures published on /diagnostics, as a dict."""
         now_ros = self._now_ros()
         with self._lock:
-            age_ns = self._chunks.age_ns(now_ros)
-            underruns, ticks, waiting = self._chunks.underruns, self._chunks.ticks, self._chunks.waiting
-            f, newest, loop = self.loop.failures, self.loop.newest_stamp_ros_ns, self.loop
-            faulted, failures, last_failure = f.stopped, f.in_a_row, f.last
-            k, k_max, deadline = loop.last_k, loop.budget.k_max, loop.budget.deadline_ms
-        mean_frame_ms = self.frame_ms.mean()
-        pool, c = self.engine.pool, self.counters
+            clock = self.output.clock
+            age_ns = clock.age_ns(now_ros)
+            ticks = {"underruns": clock.underruns, "ticks": clock.ticks, "ticks_waiting": clock.waiting}
+            loop = self.loop.figures(now_ros)
+        mean_frame_ms, pool, c = self.frame_ms.mean(), self.engine.pool, self.counters
         return {
             "action_frequency_hz": action_frequency(self.horizon, mean_frame_ms / 1e3),
             "frame_latency_ms": mean_frame_ms,
             "frame_latency_p99_ms": self.frame_ms.percentile(99),
             "chunk_age_ms": float("nan") if age_ns is None else age_ns / 1e6,
-            "underruns": underruns, "ticks": ticks, "ticks_waiting": waiting, "missed_ticks": c["missed_ticks"],
+            **ticks, "missed_ticks": c["missed_ticks"],
             "tick_lateness_p99_ms": percentile(self.tick_lateness_ms.values()[-500:], 99),
             "active_batch": len(self.engine.requests.active),
             "queued_requests": len(self.engine.requests.queue),
@@ -542,22 +441,13 @@ class InferenceNode(Node):
             "tokens_per_s": self.tokens_rate.rate(time.monotonic()),
             "kv_bytes_reserved": pool.bytes_reserved, "kv_bytes_in_use": pool.bytes_in_use,
             "setting": self.params["setting"],
-            "k": k,  # decode steps granted to the last frame by the language budget
-            "k_max": k_max,  # steps_per_frame
-            "frame_deadline_ms": deadline,
-            "control_rate_hz": self.params["control_rate_hz"],
-            "horizon": self.horizon,
-            "hold_action": self.params["hold_action"],
-            "hold_ticks": c["hold_ticks"],
-            "observation_age_ms": float("nan") if newest is None else (now_ros - newest) / 1e6,
-            "faulted": faulted, "consecutive_failures": failures, "last_failure": last_failure,
-            **{key: c[key] for key in ("ticks_faulted", "actions_non_finite", "frames", "language_frames",
-                                       "frame_errors", "observations_received", "observations_superseded",
-                                       "observations_stale", "observations_invalid", "instructions_truncated",
-                                       "questions_received")},
+            **{key: loop[key] for key in ("k", "k_max", "frame_deadline_ms")},
+            "control_rate_hz": self.params["control_rate_hz"], "horizon": self.horizon,
+            "hold_action": self.params["hold_action"], "hold_ticks": c["hold_ticks"],
+            **{key: loop[key] for key in ("observation_age_ms", "faulted", "consecutive_failures", "last_failure")},
+            **{key: c[key] for key in COUNTED[:11]},
             "questions_rejected": c["questions_rejected_empty"] + c["questions_rejected_no_observation"],
-            **{key: c[key] for key in ("questions_truncated", "actions_published", "text_tokens_published",
-                                       "publish_errors")},
+            **{key: c[key] for key in COUNTED[11:]},
         }
 
     def diagnostic_status(self, d: Optional[dict] = None) -> tuple:

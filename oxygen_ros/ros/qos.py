@@ -5,29 +5,22 @@ from __future__ import annotations
 from rclpy.qos import DurabilityPolicy, HistoryPolicy, QoSProfile, ReliabilityPolicy
 
 
+def _profile(depth: int, reliability=ReliabilityPolicy.RELIABLE, durability=DurabilityPolicy.VOLATILE) -> QoSProfile:
+    return QoSProfile(history=HistoryPolicy.KEEP_LAST, depth=depth, reliability=reliability, durability=durability)
+
+
 def reliable(depth: int) -> QoSProfile:
     """Reliable, volatile, the last ``depth`` messages."""
-    return QoSProfile(history=HistoryPolicy.KEEP_LAST, depth=depth, reliability=ReliabilityPolicy.RELIABLE,
-                      durability=DurabilityPolicy.VOLATILE)
+    return _profile(depth)
 
 
 #: QoS of latched topics (the instruction): the last message reaches late joiners.
-LATCHED_QOS = QoSProfile(
-    history=HistoryPolicy.KEEP_LAST,
-    depth=1,
-    reliability=ReliabilityPolicy.RELIABLE,
-    durability=DurabilityPolicy.TRANSIENT_LOCAL,
-)
+LATCHED_QOS = _profile(1, durability=DurabilityPolicy.TRANSIENT_LOCAL)
 #: QoS of the Observation output: reliable, volatile, a short queue.
 OBSERVATION_QOS = reliable(5)
 #: Subscriptions to ActionChunks are best effort: that matches reliable and
 #: best-effort publishers alike; a lost chunk costs one step (or one lockstep timeout).
-ACTIONS_QOS = QoSProfile(
-    history=HistoryPolicy.KEEP_LAST,
-    depth=10,
-    reliability=ReliabilityPolicy.BEST_EFFORT,
-    durability=DurabilityPolicy.VOLATILE,
-)
+ACTIONS_QOS = _profile(10, reliability=ReliabilityPolicy.BEST_EFFORT)
 #: Published data (images, joint states, replayed topics): reliable, which every
 #: subscriber (reliable or best effort) accepts.
 DATA_QOS = reliable(10)
