@@ -88,7 +88,7 @@ class _Rig:
         pubs = [self.raw, self.jpeg] + ([self.state] if self.state else [])
         assert self.ros.spin_until(lambda: all(p.get_subscription_count() >= 1 for p in pubs), timeout)
         assert self.ros.spin_until(
-            lambda: camera_node.count_subscribers(camera_node._publisher.topic_name) >= 1, timeout)
+            lambda: camera_node.count_subscribers(f"{self.ros.prefix}/observation") >= 1, timeout)
 
 
 def _solid(h, w, colour):

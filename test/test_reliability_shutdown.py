@@ -155,12 +155,12 @@ def test_shutdown_in_process_stops_timers_and_worker_and_cancels(ros):
         seq[0] += 1
 
     assert until(lambda: node.engine.active_requests >= 2, every=observe, period=0.05)
-    worker = node._worker
-    assert worker.is_alive()
+    worker = node.worker
+    assert worker.alive
     running = {r.id for r in node.engine.requests.active.values()}
     node.shutdown()  # what destroy_node, Ctrl-C and SIGTERM run
-    assert not worker.is_alive()
-    assert all(timer.is_canceled() for timer in node._own_timers)
+    assert not worker.alive
+    assert node.timers and all(timer.is_canceled() for timer in node.timers)
     ros.remove(node)
     assert not [th for th in threading.enumerate() if th.name.startswith("oxygen-inference")]
     assert until(lambda: running <= {m.request_id for m in text if m.done and m.finish_reason == "cancelled"},

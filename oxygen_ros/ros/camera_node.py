@@ -123,6 +123,23 @@ def default_camera_names(count: int) -> list[str]:
     return ["base"] + [f"cam{i}" for i in range(1, count)] if count else []
 
 
+def _camera_names(p: dict[str, Any]) -> list[str]:
+    """The camera names for the topics (checked), or ParameterError."""
+    raw, compressed = p["image_topics"], p["compressed_image_topics"]
+    topics = raw + compressed
+    if not topics:
+        raise ParameterError("image_topics", "no camera topics: image_topics and compressed_image_topics "
+                             "are both empty")
+    if set(raw) & set(compressed):
+        raise ParameterError("compressed_image_topics", "a topic is also listed in image_topics")
+    names = p["camera_names"] or default_camera_names(len(topics))
+    if len(names) != len(topics):
+        raise ParameterError("camera_names", f"{len(names)} names for {len(topics)} camera topics {topics}")
+    if not all(names) or len(set(names)) != len(names):
+        raise ParameterError("camera_names", f"names must be unique and non-empty, got {names}")
+    return names
+
+
 @dataclass
 class _Frame:
     rgb: np.ndarray  # HxWx3 uint8, original size
@@ -138,24 +155,14 @@ class CameraNode(Node):
         self._core = core_observation()  # torch: imported now rather than at the first frame
         try:
             p = declare_parameters(self, PARAMETERS)
-            self._raw_topics: list[str] = p["image_topics"]
-            self._compressed_topics: list[str] = p["compressed_image_topics"]
-            self.topics: list[str] = self._raw_topics + self._compressed_topics
-            if not self.topics:
-                raise ParameterError("image_topics", "no camera topics: image_topics and compressed_image_topics "
-                                     "are both empty")
-            if set(self._raw_topics) & set(self._compressed_topics):
-                raise ParameterError("compressed_image_topics", "a topic is also listed in image_topics")
-            names = p["camera_names"] or default_camera_names(len(self.topics))
-            if len(names) != len(self.topics):
-                raise ParameterError("camera_names", f"{len(names)} names for {len(self.topics)} camera topics "
-                                     f"{self.topics}")
-            if not all(names) or len(set(names)) != len(names):
-                raise ParameterError("camera_names", f"names must be unique and non-empty, got {names}")
+            names = _camera_names(p)
         except ParameterError as exc:
             self.get_logger().fatal(str(exc))
             self.destroy_node()
             raise
+        self._raw_topics: list[str] = p["image_topics"]
+        self._compressed_topics: list[str] = p["compressed_image_topics"]
+        self.topics: list[str] = self._raw_topics + self._compressed_topics
         self.camera_names: list[str] = list(names)
         self.image_size: int = p["image_size"]
         self.max_age: float = p["max_age"]
@@ -182,6 +189,18 @@ class CameraNode(Node):
         self._throttle = Throttle(5.0)
         self._unstamped_warned: set[str] = set()
 
+        self._subscribe(p)
+        self.add_on_set_parameters_callback(parameter_callback(PARAMETERS))
+        self.add_post_set_parameters_callback(self._apply_parameters)
+        self._diag_publisher = self.create_publisher(DiagnosticArray, "/diagnostics", 10)
+        self._diag_timer = self.create_timer(DIAGNOSTICS_PERIOD_S, self._publish_diagnostics)
+        cams = ", ".join(f"{n}={t}" for n, t in zip(self.camera_names, self.topics))
+        self.get_logger().info(
+            f"grouping {len(self.topics)} camera(s) [{cams}] into {p['observation_topic']} at "
+            f"{self.image_size}x{self.image_size}; instruction from {p['instruction_topic']}; "
+            f"state from {self.state_topic or '(none)'}")
+
+    def _subscribe(self, p: dict[str, Any]) -> None:
         self._publisher = self.create_publisher(ObservationMsg, p["observation_topic"], OBSERVATION_QOS)
         self._inputs = []
         for index, topic in enumerate(self.topics):
@@ -193,16 +212,6 @@ class CameraNode(Node):
         if self.state_topic:
             self._inputs.append(self.create_subscription(
                 JointState, self.state_topic, self._on_state, qos_profile_sensor_data))
-
-        self.add_on_set_parameters_callback(parameter_callback(PARAMETERS))
-        self.add_post_set_parameters_callback(self._apply_parameters)
-        self._diag_publisher = self.create_publisher(DiagnosticArray, "/diagnostics", 10)
-        self._diag_timer = self.create_timer(DIAGNOSTICS_PERIOD_S, self._publish_diagnostics)
-        cams = ", ".join(f"{n}={t}" for n, t in zip(self.camera_names, self.topics))
-        self.get_logger().info(
-            f"grouping {len(self.topics)} camera(s) [{cams}] into {p['observation_topic']} at "
-            f"{self.image_size}x{self.image_size}; instruction from {p['instruction_topic']}; "
-            f"state from {self.state_topic or '(none)'}")
 
     # -- parameters ---------------------------------------------------------
 

@@ -84,31 +84,29 @@ import time
 import traceback
 from typing import Callable, Optional
 
-import numpy as np
 import rclpy
 import torch
 from diagnostic_msgs.msg import DiagnosticArray, DiagnosticStatus, KeyValue
 from rclpy.callback_groups import MutuallyExclusiveCallbackGroup
 from rclpy.node import Node
 
-from oxygen_ros.msg import TextToken
 from oxygen_ros.msg import Observation as ObservationMsg
 from oxygen_ros.msg import Question as QuestionMsg
 
-from ..core.chunk_clock import NS_PER_S, Chunk, chunk_origin
+from ..core.chunk_clock import NS_PER_S
 from ..core.engine import Engine
-from ..core.frame_loop import Arrival, FrameLoop, FramePlan, Job, LoopSettings
-from ..core.frame_records import FrameRecord
-from ..core.requests import TokenEvent
-from ..core.stats import Rolling, WindowRate, action_frequency, percentile
+from ..core.frame_loop import Arrival, FrameLoop, LoopSettings
+from ..core.stats import Rolling, action_frequency, percentile
 from ..core.tick_guard import TickGuard
 from . import conversions
 from .action_output import ActionOutput
+from .frame_worker import FrameWorker
 from .inference_parameters import IMPLICIT_PARAMETERS, PARAMETERS, SPECS
 from .inference_setup import engine_config, load_model, model_load_error, startup_summary, warm_up
-from .inference_status import StatusReporter, format_value
+from .inference_status import COUNTED, StatusReporter, format_value
 from .parameters import ParameterError, changed_values, declare_parameters, parameter_callback
 from .qos import reliable
+from .text_output import TextOutput, end_events
 
 try:  # rclpy >= Iron passes the timer's scheduled time to callbacks that ask for it
     from rclpy.timer import TimerInfo
@@ -116,13 +114,6 @@ except ImportError:  # pragma: no cover - Humble
     TimerInfo = None
 
 NODE_NAME = "oxygen_inference"
-
-
-#: Counters published on /diagnostics as they are (``questions_rejected`` after the 11th).
-COUNTED = ("ticks_faulted", "actions_non_finite", "frames", "language_frames", "frame_errors",
-           "observations_received", "observations_superseded", "observations_stale", "observations_invalid",
-           "instructions_truncated", "questions_received", "questions_truncated", "actions_published",
-           "text_tokens_published", "publish_errors")
 
 
 def _loop_settings(p: dict) -> dict:
@@ -136,12 +127,13 @@ def _loop_settings(p: dict) -> dict:
 class InferenceNode(Node):
     """See the module doc. ``kwargs`` go to ``rclpy.node.Node`` (context,
     parameter_overrides, cli_args, namespace, ...). The frame policy is
-    :attr:`loop` (a :class:`~oxygen_ros.core.frame_loop.FrameLoop`)."""
+    :attr:`loop` (a :class:`~oxygen_ros.core.frame_loop.FrameLoop`), run by
+    :attr:`worker`; :attr:`output` is what the control tick publishes."""
 
     def __init__(self, **kwargs):
         super().__init__(NODE_NAME, **kwargs)
         self._shutdown_done = False
-        self._worker: Optional[threading.Thread] = None
+        self.worker: Optional[FrameWorker] = None
         self._own_timers: list = []
         try:
             self._start()
@@ -184,25 +176,20 @@ class InferenceNode(Node):
             self.get_logger().info(f"warmed up: {p['warmup_frames']} frames in {ms:.0f} ms")
         self._tick_guard = TickGuard() if p["yield_to_ticks"] else None
         self.engine.pause_point = None if self._tick_guard is None else self._tick_guard.pause_point
-        self._init_state()
         self._init_interfaces(p)
         self.get_logger().info(startup_summary(self.loaded, p))
 
-    def _init_state(self) -> None:
-        # state shared between the tick, the subscriptions, the worker and diagnostics
-        self._lock = threading.Lock()
-        self._cond = threading.Condition(self._lock)
-        self._stop = False
-        self._busy = False
-        self.frame_ms = Rolling(200)  # observation frames: engine time
-        self.tick_lateness_ms = Rolling(60_000)  # 20 min at 50 Hz (the agent's report reads them all)
-        self.tokens_rate = WindowRate(5.0)
-        self._last_batch = 0.0
-        self._status = StatusReporter()
-
     def _init_interfaces(self, p: dict) -> None:
+        # the lock guards the loop and the action output, shared by the tick, the inputs and the worker
+        self._cond = threading.Condition(threading.Lock())
+        self.tick_lateness_ms = Rolling(60_000)  # 20 min at 50 Hz (the agent's report reads them all)
+        self._status = StatusReporter()
         self.output = ActionOutput(self, self.params, self.counters, self.loop.records)
-        self._pub_text = self.create_publisher(TextToken, p["text_topic"], reliable(1000))
+        self.text = TextOutput(self, p["text_topic"], self.counters)
+        self.worker = FrameWorker(
+            cond=self._cond, loop=self.loop, output=self.output, text=self.text, params=self.params,
+            max_cameras=self.loaded.config.max_cameras, now_ros=self._now_ros, logger=self.get_logger(),
+            frame_done=None if self._tick_guard is None else self._tick_guard.frame_done)
         self._pub_diag = self.create_publisher(DiagnosticArray, "/diagnostics", reliable(10))
         inputs = MutuallyExclusiveCallbackGroup()
         self.create_subscription(ObservationMsg, p["observation_topic"], self._on_observation, reliable(2),
@@ -216,8 +203,7 @@ class InferenceNode(Node):
         self._own_timers = [self._tick_timer, self._diag_timer]
         self.add_on_set_parameters_callback(parameter_callback(PARAMETERS, lambda: self.params))
         self.add_post_set_parameters_callback(self._apply_parameters)
-        self._worker = threading.Thread(target=self._worker_loop, name="oxygen-inference-worker", daemon=True)
-        self._worker.start()
+        self.worker.start()
 
     # ------------------------------------------------------------------ parameters at run time
     def _apply_parameters(self, parameters) -> None:
@@ -225,7 +211,7 @@ class InferenceNode(Node):
         changes = changed_values(PARAMETERS, parameters)
         if not changes:
             return
-        with self._lock:
+        with self._cond:
             self.params.update(changes)
             self.loop.configure(**_loop_settings(changes))
             if "control_rate_hz" in changes:
@@ -233,6 +219,11 @@ class InferenceNode(Node):
                 self._tick_timer.timer_period_ns = self.loop.period_ns
             self._cond.notify_all()
         self.get_logger().info("parameters changed: " + ", ".join(f"{k}={v}" for k, v in changes.items()))
+
+    @property
+    def timers(self) -> tuple:
+        """The node's timers: the control tick and diagnostics (cancelled by :meth:`shutdown`)."""
+        return tuple(self._own_timers)
 
     @property
     def tick_period_ns(self) -> int:
@@ -277,10 +268,10 @@ class InferenceNode(Node):
                 self._tick_guard.tick_served(mono - late + self.loop.period_ns)
 
     def _tick(self, scheduled_ns: Optional[int], actual_ns: int) -> None:
-        with self._lock:
+        with self._cond:
             scheduled_ns, due = self.output.tick(scheduled_ns, actual_ns, self.loop.period_ns,
                                                  self.loop.failures.stopped, time.monotonic_ns())
-            if self._busy is False and self.loop.wants_language_frame():
+            if not self.worker.busy and self.loop.wants_language_frame():
                 self._cond.notify_all()  # idle decoding is paced by the ticks
         self.tick_lateness_ms.add((actual_ns - scheduled_ns) / 1e6)
         if due is None:
@@ -291,154 +282,34 @@ class InferenceNode(Node):
             self.counters["publish_errors"] += 1
             self.get_logger().error(f"could not publish actions: {exc!r}", throttle_duration_sec=5.0)
 
-    # ------------------------------------------------------------------ worker
-    def _worker_loop(self) -> None:
-        while True:
-            with self._cond:
-                job = None
-                while not self._stop:
-                    job = self.loop.next_job(self._now_ros(), time.monotonic_ns())
-                    if job is not None:
-                        break
-                    self._cond.wait(timeout=self.loop.period_ns / NS_PER_S)
-                if self._stop:
-                    if job is not None:  # its questions wait again: shutdown cancels them
-                        self.loop.put_back(job)
-                    return
-                self._busy = True
-            try:
-                self._run_frame(job)
-            except Exception as exc:  # keep serving; the error is reported
-                self.counters["frame_errors"] += 1
-                self.get_logger().error(f"frame failed: {exc}\n{traceback.format_exc()}",
-                                        throttle_duration_sec=2.0)
-                self._frame_failed(f"{type(exc).__name__}: {exc}")
-            finally:
-                with self._cond:
-                    self._busy = False
-                    self.loop.frame_ended(time.monotonic_ns())
-
-    def _run_frame(self, job: Job) -> None:
-        dequeued = time.monotonic_ns()
-        observations, arrival = self._model_inputs(job.observation)
-        questions, refused = self.loop.questions(job, bool(observations))
-        if refused:  # every question gets an answer: here its `rejected` end
-            self._publish_tokens([TokenEvent(0, client, 0, 0, -1, "", True, "rejected") for client in refused],
-                                 self._now_ros())
-        if not observations and not questions and not self.loop.engine_has_work():
-            return
-        with self._lock:
-            plan = self.loop.plan(bool(observations))
-        started = time.monotonic_ns()
-        result = self._step(observations, questions, plan)
-        finished, now_ros = time.monotonic_ns(), self._now_ros()
-        with self._lock:
-            self.loop.frame_ran(plan, result, bool(observations))
-        if arrival is not None and not np.all(np.isfinite(result.actions[0])):
-            self.counters["actions_non_finite"] += 1
-            self._publish_tokens(result.tokens, now_ros)  # the text is still good
-            self._frame_failed(f"frame {result.frame_id} (observation {arrival.seq}): non-finite actions, "
-                               "not published")
-            return
-        if arrival is not None:
-            record = FrameRecord(result.frame_id, arrival.seq, arrival.received_ns, dequeued, started, finished,
-                                 result.total_ms, result.paused_ms)
-            self._push_chunk(arrival, result, record, now_ros)
-        if result.batch_sizes:
-            self._last_batch = sum(result.batch_sizes) / len(result.batch_sizes)
-        self._publish_tokens(result.tokens, now_ros)
-
-    def _model_inputs(self, arrival: Optional[Arrival]) -> tuple:
-        """([Observation], arrival) for the model, or ([], None) when there is none or it is refused."""
-        if arrival is None:
-            return [], None
-        try:
-            obs = conversions.msg_to_observation(arrival.payload)
-            obs = self.loop.fit_observation(obs, self.loaded.config.max_cameras, arrival.seq)
-        except ValueError as exc:  # ObservationError, ImageError: never fed to the model
-            self.counters["observations_invalid"] += 1
-            self.get_logger().warning(f"observation {arrival.seq} refused: {exc}", throttle_duration_sec=5.0)
-            return [], None
-        return [obs], arrival
-
-    def _step(self, observations: list, questions: list, plan: FramePlan):
-        try:
-            return self.engine.step(observations, questions, start_language=plan.start_language,
-                                    decode_steps=plan.decode_steps, denoise_steps=plan.denoise_steps)
-        except Exception as exc:
-            # the engine's FrameError carries what the frame produced before failing:
-            # tokens already decoded still go to their clients
-            partial = getattr(exc, "result", None)
-            if partial is not None and partial.tokens:
-                self._publish_tokens(partial.tokens, self._now_ros())
-            raise
-        finally:
-            if self._tick_guard is not None:
-                self._tick_guard.frame_done()
-
-    def _push_chunk(self, arrival: Arrival, result, record: FrameRecord, now_ros: int) -> None:
-        period = self.loop.period_ns
-        stamp = arrival.stamp_ros_ns
-        chunk = Chunk(result.actions[0], period,
-                      chunk_origin(self.params["chunk_origin"], stamp_ns=stamp, received_ns=arrival.received_ros_ns,
-                                   period_ns=period, horizon=self.horizon),
-                      frame_id=result.frame_id, observation_seq=arrival.seq, observation_stamp_ns=stamp,
-                      ready_ns=now_ros)
-        with self._lock:
-            self.output.push(chunk)
-            self.loop.records.add(record)
-        self.frame_ms.add(result.total_ms)
-        self.counters["frames"] += 1
-        with self._lock:
-            self.loop.frame_succeeded()
-
-    def _frame_failed(self, reason: str) -> None:
-        """Count a failed frame; when the loop stops the action output, drop the chunk."""
-        with self._lock:
-            if self.loop.frame_failed(reason):
-                self.output.drop()
-
-    def _publish_tokens(self, events, stamp_ns: int) -> None:
-        if not events:
-            return
-        stamp = conversions.ns_to_time_msg(stamp_ns)
-        for event in events:
-            self._pub_text.publish(conversions.text_token_msg(stamp, event))
-        real = sum(1 for e in events if e.token_id >= 0)
-        self.tokens_rate.add(time.monotonic(), real)
-        self.counters["text_tokens_published"] += len(events)
-
     # ------------------------------------------------------------------ diagnostics
     def frame_records(self) -> dict:
         """A copy of the recent observation frames' timings, by engine frame id."""
-        with self._lock:
+        with self._cond:
             return self.loop.records.copy()
 
     def tick_counts(self) -> dict:
         """Control ticks so far: all, those that published, underruns, before the first chunk."""
-        with self._lock:
+        with self._cond:
             return self.output.counts()
 
     def diagnostics(self) -> dict:
         """The figures published on /diagnostics, as a dict."""
         now_ros = self._now_ros()
-        with self._lock:
+        with self._cond:
             clock = self.output.clock
             age_ns = clock.age_ns(now_ros)
             ticks = {"underruns": clock.underruns, "ticks": clock.ticks, "ticks_waiting": clock.waiting}
             loop = self.loop.figures(now_ros)
-        mean_frame_ms, pool, c = self.frame_ms.mean(), self.engine.pool, self.counters
+        frame_ms, pool, c = self.worker.frame_ms, self.engine.pool, self.counters
         return {
-            "action_frequency_hz": action_frequency(self.horizon, mean_frame_ms / 1e3),
-            "frame_latency_ms": mean_frame_ms,
-            "frame_latency_p99_ms": self.frame_ms.percentile(99),
+            "action_frequency_hz": action_frequency(self.horizon, frame_ms.mean() / 1e3),
+            "frame_latency_ms": frame_ms.mean(), "frame_latency_p99_ms": frame_ms.percentile(99),
             "chunk_age_ms": float("nan") if age_ns is None else age_ns / 1e6,
             **ticks, "missed_ticks": c["missed_ticks"],
             "tick_lateness_p99_ms": percentile(self.tick_lateness_ms.values()[-500:], 99),
-            "active_batch": len(self.engine.requests.active),
-            "queued_requests": len(self.engine.requests.queue),
-            "decode_batch_mean": self._last_batch,
-            "tokens_per_s": self.tokens_rate.rate(time.monotonic()),
+            "active_batch": len(self.engine.requests.active), "queued_requests": len(self.engine.requests.queue),
+            "decode_batch_mean": self.worker.last_batch, "tokens_per_s": self.text.rate.rate(time.monotonic()),
             "kv_bytes_reserved": pool.bytes_reserved, "kv_bytes_in_use": pool.bytes_in_use,
             "setting": self.params["setting"],
             **{key: loop[key] for key in ("k", "k_max", "frame_deadline_ms")},
@@ -468,16 +339,12 @@ class InferenceNode(Node):
             self.get_logger().error(f"diagnostics failed: {exc!r}", throttle_duration_sec=10.0)
 
     # ------------------------------------------------------------------ shutdown
-    def _stop_worker(self, timeout: float = 60.0) -> None:
-        cond = getattr(self, "_cond", None)
-        if cond is not None:
-            with cond:
-                self._stop = True
-                cond.notify_all()
-        if self._worker is not None and self._worker is not threading.current_thread():
-            self._worker.join(timeout)
-            if self._worker.is_alive():
-                self.get_logger().error(f"worker did not stop within {timeout:.0f} s")
+    def _stop_worker(self, timeout: float = 60.0) -> bool:
+        """Stop the worker (the frame in flight completes); True when it has ended."""
+        if self.worker is None or self.worker.stop(timeout):
+            return True
+        self.get_logger().error(f"worker did not stop within {timeout:.0f} s")
+        return False
 
     def shutdown(self) -> None:
         """Stop the timers and the worker; publish ``cancelled`` for every unfinished request."""
@@ -487,37 +354,30 @@ class InferenceNode(Node):
         t0 = time.perf_counter()
         for timer in self._own_timers:
             timer.cancel()
-        self._stop_worker()
+        stopped = self._stop_worker()
         self.stop_ms = (time.perf_counter() - t0) * 1e3  # timers and worker stopped
-        if self._worker is not None and self._worker.is_alive():
+        if not stopped:
             return  # the engine is still in use; do not touch it
         events = list(self.engine.cancel_all())
-        with self._lock:
+        with self._cond:
             pending = self.loop.take_questions()
-        events += [TokenEvent(0, client, 0, 0, -1, "", True, "cancelled") for client, _ in pending]
+        events += end_events((client for client, _ in pending), "cancelled")
         self._announce_cancellations(events)
 
     def _announce_cancellations(self, events: list) -> None:
-        if not events:
-            try:
-                self.get_logger().info(f"shutdown: no request to cancel; timers and worker stopped in "
-                                       f"{self.stop_ms:.0f} ms")
-            except Exception:  # noqa: BLE001 - the context may be gone already
-                pass
-            return
         try:
-            self._publish_tokens(events, self._now_ros())
+            if events:
+                self.text.publish(events, self._now_ros())
         except Exception as exc:  # context already shut down
             print(f"{NODE_NAME}: could not publish {len(events)} cancellations: {exc}", file=sys.stderr)
             return
-        self.get_logger().info(f"shutdown: {len(events)} requests cancelled; timers and worker stopped "
-                               f"in {self.stop_ms:.0f} ms")
-        try:  # the process may exit right after: let reliable subscribers receive them
-            from rclpy.duration import Duration
-
-            self._pub_text.wait_for_all_acked(Duration(seconds=1.0))
-        except Exception:  # noqa: BLE001 - best effort
-            pass
+        what = f"{len(events)} requests cancelled" if events else "no request to cancel"
+        try:  # the context may be gone already
+            self.get_logger().info(f"shutdown: {what}; timers and worker stopped in {self.stop_ms:.0f} ms")
+        except Exception:  # noqa: BLE001
+            return
+        if events:  # the process may exit right after: let reliable subscribers receive them
+            self.text.flush(1.0)
 
     def destroy_node(self):
         try:

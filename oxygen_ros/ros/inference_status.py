@@ -7,6 +7,11 @@ from typing import Any
 
 from diagnostic_msgs.msg import DiagnosticStatus
 
+#: Counters published on /diagnostics as they are (``questions_rejected`` after the 11th).
+COUNTED = ("ticks_faulted", "actions_non_finite", "frames", "language_frames", "frame_errors",
+           "observations_received", "observations_superseded", "observations_stale", "observations_invalid",
+           "instructions_truncated", "questions_received", "questions_truncated", "actions_published",
+           "text_tokens_published", "publish_errors")
 #: Counters whose increase since the last status is reported.
 NEW_SINCE_LAST = ("underruns", "missed_ticks", "observations_stale", "hold_ticks", "frame_errors",
                   "actions_non_finite")
