@@ -19,6 +19,7 @@ import numpy as np
 import torch
 
 from . import scheduler
+from .cadence import LanguageCadence
 from .kv_pool import KVPool
 from .model.vla import VLA
 from .observation import Observation, make_prefix_batch
@@ -99,6 +100,8 @@ class Engine:
                  normalizer=None):
         self.model, self.tokenizer, self.config, self.normalizer = model, tokenizer, config, normalizer
         self._base_config = config  # ``config`` is it, with a frame's plan applied while the frame runs
+        #: when a frame without an explicit ``start_language`` starts language requests
+        self.cadence = LanguageCadence(config.language_every_n_frames)
         mc = model.config
         if tokenizer.vocab_size > mc.vocab_size:
             raise ValueError(f"tokenizer has {tokenizer.vocab_size} tokens, the model only {mc.vocab_size}")
@@ -142,8 +145,7 @@ class Engine:
         self._result = FrameResult(self.frame_id, [])
         if observations:
             self.last_observation = observations[-1]
-        due = start_language if start_language is not None else (
-            c.language_every_n_frames > 0 and (self.frame_id - 1) % c.language_every_n_frames == 0)
+        due = self.cadence.next(bool(observations)) if start_language is None else start_language
         new: list[tuple[Request, int | None]] = []  # (request, index of its observation in this frame)
         if due:
             new += [(self.requests.new(self.frame_id, c.max_decode, observation=o), i)

@@ -30,6 +30,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .budget import DecodeBudget
+from .cadence import LanguageCadence
 from .chunk_clock import NS_PER_S, period_ns
 from .engine import Engine, FrameResult, Question
 from .failures import FailureCount
@@ -53,12 +54,6 @@ class LoopSettings:
     decode_when_idle: bool = True
     max_consecutive_failures: int = 3
     denoise_steps: int | None = None  # S; None: the engine's (the checkpoint's unless configured)
-
-    @classmethod
-    def from_mapping(cls, values: dict) -> "LoopSettings":
-        """The settings named in ``values`` (other keys are ignored)."""
-        names = {f.name for f in dataclasses.fields(cls)}
-        return cls(**{k: v for k, v in values.items() if k in names})
 
 
 @dataclass
@@ -97,6 +92,7 @@ class FrameLoop:
         self.settings = settings
         self.budget = DecodeBudget(settings.steps_per_frame, self.deadline_ms())
         self.failures = FailureCount(settings.max_consecutive_failures)
+        self.cadence = LanguageCadence(settings.language_every_n_frames)
         self.records = FrameRecords()
         self.fitter = InstructionFitter(engine.tokenizer, max_token_len)
         self.counters: collections.Counter = collections.Counter()
@@ -108,7 +104,6 @@ class FrameLoop:
         self._questions: collections.deque = collections.deque()
         self._last_arrival_ns: int | None = None
         self._last_frame_end_ns = 0
-        self._obs_frames = 0
 
     # ------------------------------------------------------------------ settings
     @property
@@ -127,6 +122,7 @@ class FrameLoop:
         self.budget.k_max = self.settings.steps_per_frame
         self.budget.deadline_ms = self.deadline_ms()
         self.failures.limit = self.settings.max_consecutive_failures
+        self.cadence.every_n = self.settings.language_every_n_frames
 
     # ------------------------------------------------------------------ inputs
     def observation_arrived(self, arrival: Arrival) -> None:
@@ -256,11 +252,7 @@ class FrameLoop:
     def plan(self, has_observation: bool) -> FramePlan:
         """The next frame's plan: start a language request? how many decode steps?"""
         s = self.settings
-        start_language = False
-        if has_observation:
-            n = s.language_every_n_frames
-            start_language = n > 0 and self._obs_frames % n == 0
-            self._obs_frames += 1
+        start_language = self.cadence.next(has_observation)
         k = self.budget.next_k() if s.decode_budget else self.budget.k_max
         if not has_observation and self.budget.k_max > 0:
             # a language-only frame has no action to protect (it only runs when the
