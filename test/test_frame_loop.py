@@ -182,3 +182,27 @@ def test_failures_stop_the_output_after_the_limit_and_resume(engine):
     assert not loop.failures.stopped and loop.failures.in_a_row == 0
     loop.configure(max_consecutive_failures=1)
     assert loop.frame_failed("again") is True
+
+
+def test_a_plan_s_applies_to_its_frame_only(engine):
+    obs = image_obs()
+    assert engine.config.denoise_steps is None  # the checkpoint's (the model config's)
+    default = engine.step([obs], start_language=False, decode_steps=0).actions[0]
+    engine.frame_id -= 1  # the same noise for the next frame
+    two = engine.step([obs], start_language=False, decode_steps=0, denoise_steps=2).actions[0]
+    engine.frame_id -= 1
+    again = engine.step([obs], start_language=False, decode_steps=0).actions[0]
+    assert not np.allclose(default, two) and np.array_equal(default, again)
+    assert engine.config.denoise_steps is None
+    with pytest.raises(ValueError, match="denoise_steps"):
+        engine.step([obs], denoise_steps=0)
+
+
+def test_the_frame_loop_imports_without_rclpy():
+    import subprocess
+    import sys
+
+    code = "import sys, oxygen_ros.core.frame_loop; print('rclpy' in sys.modules)"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip().splitlines()[-1] == "False"

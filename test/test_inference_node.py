@@ -225,3 +225,18 @@ def test_runtime_parameters_are_validated_over_the_parameter_service(ros):
     (result,) = set_params(denoise_steps=4)  # applied by the worker between frames
     assert result.successful
     assert ros.wait_until(lambda: node.loop.settings.denoise_steps == 4, 5.0)
+
+
+def test_start_up_log_says_whose_denoise_steps_and_horizon():
+    from oxygen_ros.core.checkpoints import default_model
+    from oxygen_ros.ros.inference_parameters import PARAMETERS
+    from oxygen_ros.ros.inference_setup import engine_config, startup_summary
+
+    p = {s.name: s.default for s in PARAMETERS}
+    loaded = default_model()
+    mc = loaded.config
+    assert f"S={mc.denoise_steps} denoise steps (the checkpoint's)" in startup_summary(loaded, p)
+    assert f"H={mc.action_horizon} actions (the checkpoint's)" in startup_summary(loaded, p)
+    assert engine_config(p).denoise_steps is None  # the engine then uses the model's
+    assert "S=4 denoise steps (parameter denoise_steps)" in startup_summary(loaded, {**p, "denoise_steps": 4})
+    assert engine_config({**p, "denoise_steps": 4}).denoise_steps == 4

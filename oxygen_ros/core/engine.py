@@ -128,8 +128,8 @@ class Engine:
         language request when due (``language_every_n_frames``, or
         ``start_language``); each question starts one on the newest observation.
         ``decode_steps`` (k) and ``denoise_steps`` (S) are this frame's plan; None:
-        the configured ones. The configured ``EngineConfig`` never changes: while a
-        frame runs, ``self.config`` is it with the frame's S (which ``act`` reads)."""
+        the configured ones. The configured ``EngineConfig`` never changes: only while
+        a frame runs is ``self.config`` it with the frame's S (which ``act`` reads)."""
         if denoise_steps is not None and denoise_steps < 1:
             raise ValueError(f"denoise_steps must be >= 1, got {denoise_steps}")
         c = self.config = self._base_config if denoise_steps is None else dataclasses.replace(
@@ -171,6 +171,7 @@ class Engine:
 
     def _finish_frame(self, t0: float, copies0: int) -> FrameResult:
         res, self._result = self._result, None
+        self.config = self._base_config  # the frame's plan ends with it
         res.total_ms = (time.perf_counter() - t0) * 1e3
         res.copy_bytes = self.pool.copy_bytes - copies0
         return res
