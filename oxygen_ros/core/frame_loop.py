@@ -16,9 +16,12 @@ they arrive) and one :class:`~oxygen_ros.core.engine.Engine`. It decides:
 * failures in a row (:class:`~oxygen_ros.core.failures.FailureCount`) and the
   frame records the agent's report reads (:class:`~oxygen_ros.core.frame_records.FrameRecords`).
 
-It is not thread-safe: its owner serialises the calls (the ROS node holds
-its lock around them). Times are ``time.monotonic_ns`` unless named ``*_ros_ns``
-(the owner's clock, on which observation stamps are compared).
+It is not locked by itself: its owner serialises the calls that touch state
+shared with the inputs and the tick (the ROS node holds its lock around
+them); :meth:`FrameLoop.fit_observation` and :meth:`FrameLoop.questions` use
+only what the thread running the frames uses, and may run outside. Times
+are ``time.monotonic_ns`` unless named ``*_ros_ns`` (the owner's clock, on
+which observation stamps are compared).
 """
 
 from __future__ import annotations
@@ -43,7 +46,10 @@ from .throttle import Throttle
 
 @dataclass(frozen=True)
 class LoopSettings:
-    """The loop's settings; each is owned here (``steps_per_frame`` by the budget)."""
+    """The loop's settings, the one place each is set: changed only through
+    :meth:`FrameLoop.configure`, which passes them on (``steps_per_frame`` to the
+    budget's ``k_max``, ``max_consecutive_failures`` to the failure count,
+    ``language_every_n_frames`` to the cadence)."""
 
     control_rate_hz: float = 50.0
     steps_per_frame: int = 5  # k_max of the budget
@@ -186,8 +192,8 @@ class FrameLoop:
         age_s = (max(arrival.received_ros_ns, now_ros_ns) - stamp) / NS_PER_S
         if max_age > 0 and stamp > 0 and age_s > max_age:
             self.counters["observations_stale"] += 1
-            self._warn("stale", f"observation {arrival.seq} is {age_s:.3f} s old (max_observation_age {max_age:g} s): "
-                             "not used")
+            self._warn("stale", f"observation {arrival.seq} is {age_s:.3f} s old (max_observation_age "
+                       f"{max_age:g} s): not used")
             return False
         return True
 
@@ -218,11 +224,11 @@ class FrameLoop:
         if fitted.overflow:
             n_state = 0 if fitted.observation.state is None else fitted.observation.state.shape[0]
             self._warn("overflow", f"the prompt does not fit max_token_len={max_len} tokens even without an "
-                           f"instruction (state of {n_state} values): it is cut")
+                       f"instruction (state of {n_state} values): it is cut", level="error")
         if fitted.truncated:
             self.counters["instructions_truncated"] += 1
-            self._warn("truncated", f"observation {seq}: instruction of {original} characters cut to {fitted.kept} so that the prompt "
-                             f"fits max_token_len={max_len} tokens")
+            self._warn("truncated", f"observation {seq}: instruction of {original} characters cut to "
+                       f"{fitted.kept} so that the prompt fits max_token_len={max_len} tokens")
 
     def questions(self, job: Job, has_observation: bool) -> tuple[list[Question], list[str]]:
         """The job's questions the engine can take, and the clients refused (no text, or
@@ -238,8 +244,8 @@ class FrameLoop:
                 continue
             if fitted.truncated:
                 self.counters["questions_truncated"] += 1
-                self._warn("question_cut", f"question from {client!r} ({len(text)} characters, {fitted.tokens}+ tokens) "
-                                 f"cut to {limit} tokens")
+                self._warn("question_cut", f"question from {client!r} ({len(text)} characters, "
+                           f"{fitted.tokens}+ tokens) cut to {limit} tokens")
             accepted.append(Question(text=fitted.text, client_id=client))
         if accepted and not has_observation and self.engine.last_observation is None:
             refused += [q.client_id for q in accepted]
@@ -274,9 +280,10 @@ class FrameLoop:
             self.counters["language_frames"] += 1
         self.k_history.append((result.frame_id, plan.decode_steps, has_observation))
 
-    def _warn(self, key: str, text: str) -> None:
+    def _warn(self, key: str, text: str, level: str = "warning") -> None:
+        """Log ``text`` unless a message of this ``key`` went out less than 5 s ago."""
         if self._throttle(key) is not None:
-            getattr(self.log, "error" if key == "overflow" else "warning")(text)
+            getattr(self.log, level)(text)
 
     def frame_ended(self, now_ns: int) -> None:
         self._last_frame_end_ns = now_ns

@@ -14,16 +14,18 @@ How it runs
     image) in the constructor, never in a control tick. A timer at
     ``control_rate_hz`` drives the output: every tick publishes an
     ``ActionChunk`` with the newest chunk's actions from the one due at this
-    tick onward (see :mod:`oxygen_ros.core.chunk_clock`), so a consumer taking
-    the first action of each message gets one action per control period. A
-    tick never waits for the model: frames run on one worker thread, the only
-    thread that touches the engine. The worker starts a frame as soon as it is
-    idle and there is something to do - a newer observation (fresher than
-    ``max_observation_age``), waiting questions, or (``decode_when_idle``)
-    language requests still decoding while no new observation comes, at most
-    once per control period and not when the next observation is expected
-    before such a frame would end (actions first). Text tokens are published as each frame returns
-    them. Ticks are the only place actions are published, so the stream stays
+    tick onward (see :mod:`.action_output`), so a consumer taking the first
+    action of each message gets one action per control period. A tick never
+    waits for the model: frames run on one worker thread
+    (:mod:`.frame_worker`), the only thread that touches the engine. What runs
+    next is the frame loop's decision (:mod:`oxygen_ros.core.frame_loop`): a
+    frame starts as soon as the worker is idle and there is something to do -
+    a newer observation (fresher than ``max_observation_age``), waiting
+    questions, or (``decode_when_idle``) language requests still decoding
+    while no new observation comes, at most once per control period and not
+    when the next observation is expected before such a frame would end
+    (actions first). Text tokens are published as each frame returns them.
+    Ticks are the only place actions are published, so the stream stays
     steady whatever the frame latency.
 
 The offset / stamp choice
@@ -38,8 +40,9 @@ The offset / stamp choice
     finished, which publishes offset 0.
 
 Parameters
-    See :data:`PARAMETERS` (name, default, description, run-time changeable)
-    and ``config/agent.yaml``. They are validated at start (a
+    See :data:`.inference_parameters.PARAMETERS` (name, default, description,
+    type, check, run-time changeable) and ``config/agent.yaml``. Each value
+    goes through its spec's check (:mod:`.parameters`) at start (a
     :class:`ParameterError` naming the parameter) and, for the run-time
     changeable ones, in the parameter callback (the refusal reason names the
     parameter); the others are read-only. Overrides naming no parameter of
@@ -74,7 +77,6 @@ Shutdown
     running or queued request and publishes its ``cancelled`` token.
 """
 
-# No `from __future__ import annotations` here: rclpy finds the TimerInfo
 # No `from __future__ import annotations` here: rclpy finds the TimerInfo
 # argument of a timer callback by comparing the annotation with the class.
 

@@ -60,12 +60,12 @@ PARAMETERS: tuple[ParamSpec, ...] = (
     ParamSpec("norm_stats_path", "", "Normalisation statistics (norm_stats.json or LeRobot stats); "
               "empty: found next to the checkpoint.", "str"),
     ParamSpec("preset", "tiny", "Model preset built with random weights, used only when model_path is empty "
-              "and no default model is shipped.", "str", one_of(sorted(PRESETS)), constraints="tiny | pi05"),
+              "and no default model is shipped.", "str", one_of(sorted(PRESETS)), constraints=" | ".join(sorted(PRESETS))),
     ParamSpec("device", "cpu", "Torch device of the model.", "str", _device, constraints="cpu | cuda | cuda:N"),
-    ParamSpec("dtype", "float32", "Model precision.", "str", one_of(DTYPES), constraints="float32 | bfloat16"),
+    ParamSpec("dtype", "float32", "Model precision.", "str", one_of(DTYPES), constraints=" | ".join(DTYPES)),
     ParamSpec("setting", "oxygen", "Frame setting: oxygen (shared prefill + cross-frame batched decoding), "
               "shared_kv, parallel or baseline.", "str", one_of(SETTINGS),
-              constraints="oxygen | shared_kv | parallel | baseline"),
+              constraints=" | ".join(SETTINGS)),
     ParamSpec("control_rate_hz", 50.0, "Control-loop rate: ActionChunk messages per second, and the time "
               "between two actions of a chunk is 1/control_rate_hz.", "float", _control_rate, True, "0 < x <= 1000"),
     ParamSpec("denoise_steps", 0, "Flow-matching integration steps per action chunk (S); 0: the checkpoint's "
@@ -88,7 +88,7 @@ PARAMETERS: tuple[ParamSpec, ...] = (
               "(an underrun: camera drop-out, stale observations, frames too slow): 'none' publishes nothing; "
               "'last' repeats the chunk's last row as a hold message (offset = the chunk's horizon H, one row, "
               "header.stamp = the tick), only for absolute (position) actions. Underruns are counted either way.",
-              "str", one_of(HOLD_ACTIONS), True, "none | last"),
+              "str", one_of(HOLD_ACTIONS), True, " | ".join(HOLD_ACTIONS)),
     ParamSpec("frame_deadline_ms", 0.0, "Deadline of one frame for the language budget: the decode steps of a "
               "frame shrink (down to 0) so that prefill + denoise + decoding fit in it, and grow back with "
               "headroom. 0: half the time a chunk covers (horizon / control_rate_hz / 2: a frame started right "
@@ -117,7 +117,7 @@ PARAMETERS: tuple[ParamSpec, ...] = (
     ParamSpec("chunk_origin", "observation", "Time origin of a chunk's actions: 'observation' (the "
               "observation's capture stamp: the actions that fell into the latency are skipped; falls back "
               "to frame_end for stamps not on this clock) or 'frame_end' (the first tick after the frame).",
-              "str", one_of(ORIGINS), True, "observation | frame_end"),
+              "str", one_of(ORIGINS), True, " | ".join(ORIGINS)),
     ParamSpec("yield_to_ticks", True, "Between the pieces of a frame (prefill, each denoise and decode step), "
               "let a control tick that falls due before the next piece would end run first: the worker and the "
               "tick share one Python interpreter lock, and a tick waiting for it is late. Costs a frame about one "
