@@ -42,15 +42,14 @@ from functools import partial
 from typing import Any
 
 import numpy as np
-import rclpy
 from diagnostic_msgs.msg import DiagnosticArray, DiagnosticStatus, KeyValue
-from rclpy.executors import ExternalShutdownException
 from rclpy.node import Node
 from rclpy.qos import qos_profile_sensor_data
 from sensor_msgs.msg import CompressedImage, Image, JointState
 from std_msgs.msg import Header, String
 
 from oxygen_ros.core.text import clean_text
+from oxygen_ros.core.throttle import Throttle
 from oxygen_ros.msg import Observation as ObservationMsg
 from oxygen_ros.ros.conversions import (
     DEFAULT_MAX_IMAGE_BYTES,
@@ -64,6 +63,7 @@ from oxygen_ros.ros.conversions import (
     stamp_to_ns,
     to_model_image,
 )
+from oxygen_ros.ros.node_main import run_node
 from oxygen_ros.ros.parameters import (
     ParameterError,
     ParamSpec,
@@ -76,7 +76,6 @@ from oxygen_ros.ros.parameters import (
     topic_name,
 )
 from oxygen_ros.ros.qos import LATCHED_QOS, OBSERVATION_QOS
-from oxygen_ros.core.throttle import Throttle
 
 NODE_NAME = "oxygen_camera"
 
@@ -384,19 +383,7 @@ def _clip(text: str, limit: int = 200) -> str:
 
 
 def main(args: list[str] | None = None) -> int:
-    try:
-        with rclpy.init(args=args):
-            try:
-                node = CameraNode()
-            except ParameterError:
-                return 1  # already logged by the node
-            try:
-                rclpy.spin(node)
-            finally:
-                node.destroy_node()
-    except (KeyboardInterrupt, ExternalShutdownException):
-        pass
-    return 0
+    return run_node(CameraNode, args)
 
 
 if __name__ == "__main__":

@@ -22,8 +22,6 @@ import time
 from typing import Any
 
 import numpy as np
-import rclpy
-from rclpy.executors import ExternalShutdownException
 from rclpy.node import Node
 from rclpy.serialization import deserialize_message
 from rclpy.task import Future
@@ -31,6 +29,7 @@ from sensor_msgs.msg import Image, JointState
 from std_msgs.msg import Header, String
 
 from oxygen_ros.core.sim import scene as sim_scene
+from oxygen_ros.core.throttle import Throttle
 from oxygen_ros.msg import ActionChunk
 from oxygen_ros.ros.bags import BagError, bag_topics, message_class, open_bag
 from oxygen_ros.ros.conversions import action_chunk_array, ns_to_time_msg, rgb_to_image_msg, stamp_to_ns
@@ -45,31 +44,11 @@ from oxygen_ros.ros.parameters import (
     topic_list,
     topic_name,
 )
+from oxygen_ros.ros.node_main import run_node
 from oxygen_ros.ros.qos import ACTIONS_QOS, DATA_QOS, LATCHED_QOS
-from oxygen_ros.core.throttle import Throttle
 
 IMAGE_TYPES = ("sensor_msgs/msg/Image", "sensor_msgs/msg/CompressedImage")
 JOINT_NAMES = ["gripper_x", "gripper_y"]
-
-
-def _spin_main(make_node, args: list[str] | None, until_done: bool = False) -> int:
-    """Init, build the node, spin (until ``node.done`` when asked), shut down cleanly."""
-    try:
-        with rclpy.init(args=args):
-            try:
-                node = make_node()
-            except ParameterError:
-                return 1  # logged by the node
-            try:
-                if until_done:
-                    rclpy.spin_until_future_complete(node, node.done)
-                else:
-                    rclpy.spin(node)
-            finally:
-                node.destroy_node()
-    except (KeyboardInterrupt, ExternalShutdownException):
-        pass
-    return 0
 
 
 def _declare_or_log(node: Node, specs) -> dict[str, Any]:
@@ -196,7 +175,7 @@ class SyntheticCamera(Node):
 
 
 def synthetic_camera_main(args: list[str] | None = None) -> int:
-    return _spin_main(SyntheticCamera, args)
+    return run_node(SyntheticCamera, args)
 
 
 # --------------------------------------------------------------------------
@@ -428,7 +407,7 @@ class BagPlayer(Node):
 
 
 def bag_player_main(args: list[str] | None = None) -> int:
-    return _spin_main(BagPlayer, args, until_done=True)
+    return run_node(BagPlayer, args, until_done=True)
 
 
 __all__ = ["BagPlayer", "SyntheticCamera", "bag_player_main", "synthetic_camera_main"]
