@@ -78,3 +78,23 @@ def test_run_time_changeable_parameters_are_marked():
     dynamic = {s.name for s in inference_parameters.PARAMETERS if s.dynamic}
     assert {"control_rate_hz", "denoise_steps", "steps_per_frame", "hold_action"} <= dynamic
     assert not {"setting", "device", "model_path", "max_decode"} & dynamic
+
+
+def test_a_run_time_change_goes_through_the_same_check():
+    from rclpy.parameter import Parameter
+
+    from oxygen_ros.ros.parameters import changed_values, parameter_callback
+
+    values = dict(DEFAULTS, max_decode=10)
+    callback = parameter_callback(inference_parameters.PARAMETERS, lambda: values)
+    ok = callback([Parameter("steps_per_frame", value=10), Parameter("use_sim_time", value=True)])
+    assert ok.successful
+    too_many = callback([Parameter("steps_per_frame", value=11)])
+    assert not too_many.successful and "parameter 'steps_per_frame'" in too_many.reason
+    assert "max_decode (10)" in too_many.reason
+    read_only = callback([Parameter("setting", value="baseline")])
+    assert not read_only.successful and "'setting': cannot change while running" in read_only.reason
+    assert not callback([Parameter("control_rate_hz", value="fast")]).successful
+    changed = changed_values(inference_parameters.PARAMETERS, [Parameter("control_rate_hz", value=25),
+                                                              Parameter("use_sim_time", value=True)])
+    assert changed == {"control_rate_hz": 25.0} and isinstance(changed["control_rate_hz"], float)
