@@ -132,13 +132,15 @@ class Engine:
         a frame runs is ``self.config`` it with the frame's S (which ``act`` reads)."""
         if denoise_steps is not None and denoise_steps < 1:
             raise ValueError(f"denoise_steps must be >= 1, got {denoise_steps}")
-        c = self.config = self._base_config if denoise_steps is None else dataclasses.replace(
-            self._base_config, denoise_steps=denoise_steps)
+        c = self._base_config
         if len(observations) > c.max_observations_per_frame:
             raise ValueError(f"{len(observations)} observations in one frame, at most "
                              f"{c.max_observations_per_frame} (max_observations_per_frame)")
         for obs in observations:
             obs.check_cameras(self.model.config.max_cameras, c.camera_names)
+        if denoise_steps is not None:
+            c = dataclasses.replace(c, denoise_steps=denoise_steps)
+        self.config = c
         t0 = time.perf_counter()
         self.frame_id += 1
         copies0 = self.pool.copy_bytes
