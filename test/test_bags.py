@@ -141,7 +141,7 @@ def test_player_replays_in_recorded_order_and_timing(ros, tmp_path, storage):
     from std_msgs.msg import String
 
     from oxygen_ros.ros.bags import write_bag
-    from oxygen_ros.ros.camera_node import LATCHED_QOS
+    from oxygen_ros.ros.qos import LATCHED_QOS
     from oxygen_ros.ros.conversions import stamp_to_ns
 
     p = ros.prefix
@@ -253,7 +253,7 @@ def test_player_lockstep_waits_for_action_chunks(ros, tmp_path, answer):
 
 def test_player_refuses_bad_parameters(ros, tmp_path):
     from oxygen_ros.ros.bags import write_bag
-    from oxygen_ros.ros.camera_node import ParameterError
+    from oxygen_ros.ros.parameters import ParameterError
     from oxygen_ros.ros.sources import BagPlayer
 
     with pytest.raises(ParameterError, match="'bag_path'"):

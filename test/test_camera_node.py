@@ -52,7 +52,7 @@ class _Rig:
         from sensor_msgs.msg import CompressedImage, Image, JointState
         from std_msgs.msg import String
 
-        from oxygen_ros.ros.camera_node import LATCHED_QOS, OBSERVATION_QOS
+        from oxygen_ros.ros.qos import LATCHED_QOS, OBSERVATION_QOS
 
         p = ros.prefix
         self.ros = ros
@@ -88,7 +88,7 @@ class _Rig:
         pubs = [self.raw, self.jpeg] + ([self.state] if self.state else [])
         assert self.ros.spin_until(lambda: all(p.get_subscription_count() >= 1 for p in pubs), timeout)
         assert self.ros.spin_until(
-            lambda: camera_node.count_subscribers(camera_node._publisher.topic_name) >= 1, timeout)
+            lambda: camera_node.count_subscribers(f"{self.ros.prefix}/observation") >= 1, timeout)
 
 
 def _solid(h, w, colour):
@@ -253,7 +253,7 @@ def test_state_instruction_cleaning_and_nan_state_rejected(ros):
 def test_parameters_validated_at_start_and_at_run_time(ros):
     from rclpy.parameter import Parameter
 
-    from oxygen_ros.ros.camera_node import ParameterError
+    from oxygen_ros.ros.parameters import ParameterError
 
     bad = [
         ({"image_size": 0}, "image_size"),
@@ -287,7 +287,7 @@ def test_synthetic_camera_closes_the_loop_through_the_camera_node(ros):
     from oxygen_ros.msg import ActionChunk, Observation
 
     from oxygen_ros.core.sim import scene
-    from oxygen_ros.ros.camera_node import OBSERVATION_QOS
+    from oxygen_ros.ros.qos import OBSERVATION_QOS
     from oxygen_ros.ros.conversions import action_chunk_msg, msg_to_observation
     from oxygen_ros.ros.sources import SyntheticCamera
 

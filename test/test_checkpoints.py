@@ -111,6 +111,26 @@ def test_default_model_is_random_tiny_without_shipped_default():
         assert all(torch.equal(ref[k], v) for k, v in loaded.model.state_dict().items())
 
 
+def test_load_model_precedence(tmp_path, monkeypatch):
+    """A model path, else an explicit preset, else the shipped default, else the fallback preset."""
+    from oxygen_ros.core.checkpoints import loading, load_model
+
+    save_native(build_model(TINY, seed=5), tmp_path / "ckpt", tokenizer_path=default_tokenizer_path())
+    from_path = load_model(tmp_path / "ckpt", fallback_preset="pi05")
+    assert from_path.layout == "native" and from_path.source == str(tmp_path / "ckpt")
+    preset = load_model(preset="tiny", seed=3)
+    assert preset.layout == "random" and "seed 3" in preset.source
+    ref = build_model(TINY, seed=3).state_dict()
+    assert all(torch.equal(ref[k], v) for k, v in preset.model.state_dict().items())
+    with pytest.raises(ValueError, match="not both"):
+        load_model(tmp_path / "ckpt", preset="tiny")
+    monkeypatch.setattr(loading, "DEFAULT_MODEL_DIR", tmp_path / "ckpt")  # a shipped default
+    assert load_model(fallback_preset="pi05").source == str(tmp_path / "ckpt")
+    monkeypatch.setattr(loading, "DEFAULT_MODEL_DIR", tmp_path / "nothing")  # none shipped
+    fallback = load_model(fallback_preset="tiny", seed=1)
+    assert fallback.layout == "random" and fallback.source == "preset tiny (random weights, seed 1)"
+
+
 # ---------------------------------------------------------------------------- foreign layouts
 # Small sizes with the real shape relations: SigLIP head size 72, MQA Gemma stacks.
 from safetensors.torch import save_file  # noqa: E402

@@ -174,7 +174,7 @@ BAD_START = [
 
 @pytest.mark.parametrize("name,value", BAD_START, ids=[f"{n}={v}" for n, v in BAD_START])
 def test_start_refuses_bad_parameters_naming_them(ros, name, value):
-    from oxygen_ros.ros.camera_node import ParameterError
+    from oxygen_ros.ros.parameters import ParameterError
 
     with pytest.raises(ParameterError, match=f"'{name}'") as info:
         inference_node(ros, unique_prefix(), **{name: value})
@@ -182,7 +182,7 @@ def test_start_refuses_bad_parameters_naming_them(ros, name, value):
 
 
 def test_joint_names_longer_than_the_action_is_refused(ros):
-    from oxygen_ros.ros.camera_node import ParameterError
+    from oxygen_ros.ros.parameters import ParameterError
 
     with pytest.raises(ParameterError, match="'joint_names'"):
         inference_node(ros, unique_prefix(), joint_names=[f"j{i}" for i in range(33)])
@@ -207,7 +207,7 @@ def test_runtime_parameters_are_validated_over_the_parameter_service(ros):
         return future.result().results
 
     for name, value in [("control_rate_hz", 0.0), ("steps_per_frame", 31), ("steps_per_frame", -1),
-                        ("denoise_steps", 0), ("language_every_n_frames", -2), ("chunk_origin", "x"),
+                        ("denoise_steps", -1), ("language_every_n_frames", -2), ("chunk_origin", "x"),
                         ("max_observation_age", "old"), ("decode_when_idle", 1)]:
         (result,) = set_params(**{name: value})
         assert not result.successful, (name, value)
@@ -219,9 +219,24 @@ def test_runtime_parameters_are_validated_over_the_parameter_service(ros):
     (result,) = set_params(control_rate_hz=25)  # an int for a double is fine
     assert result.successful, result.reason
     assert node.params["control_rate_hz"] == 25.0 != before
-    assert node._tick_timer.timer_period_ns == 40_000_000
+    assert node.tick_period_ns == 40_000_000
     (result,) = set_params(steps_per_frame=2)
     assert result.successful and node.params["steps_per_frame"] == 2
     (result,) = set_params(denoise_steps=4)  # applied by the worker between frames
     assert result.successful
-    assert ros.wait_until(lambda: node.engine.config.denoise_steps == 4, 5.0)
+    assert ros.wait_until(lambda: node.loop.settings.denoise_steps == 4, 5.0)
+
+
+def test_start_up_log_says_whose_denoise_steps_and_horizon():
+    from oxygen_ros.core.checkpoints import default_model
+    from oxygen_ros.ros.inference_parameters import PARAMETERS
+    from oxygen_ros.ros.inference_setup import engine_config, startup_summary
+
+    p = {s.name: s.default for s in PARAMETERS}
+    loaded = default_model()
+    mc = loaded.config
+    assert f"S={mc.denoise_steps} denoise steps (the checkpoint's)" in startup_summary(loaded, p)
+    assert f"H={mc.action_horizon} actions (the checkpoint's)" in startup_summary(loaded, p)
+    assert engine_config(p).denoise_steps is None  # the engine then uses the model's
+    assert "S=4 denoise steps (parameter denoise_steps)" in startup_summary(loaded, {**p, "denoise_steps": 4})
+    assert engine_config({**p, "denoise_steps": 4}).denoise_steps == 4

@@ -209,19 +209,19 @@ def test_overload_shrinks_the_language_budget_to_zero_and_it_comes_back(ros, fee
     node.engine.model.denoise = slow_denoise
     feed = feeder_factory(client)
     feed.on.set()
-    assert until(lambda: len(node.k_history) >= 3 and node.k_history[-1][1] == 5), list(node.k_history)[-5:]
+    assert until(lambda: len(node.loop.k_history) >= 3 and node.loop.k_history[-1][1] == 5), list(node.loop.k_history)[-5:]
 
     slow["s"] = 0.5  # a slow device: the action part alone takes more than the 200 ms deadline
     mark = node.engine.frame_id
-    assert until(lambda: any(f > mark and k == 0 for f, k, _ in node.k_history))
+    assert until(lambda: any(f > mark and k == 0 for f, k, _ in node.loop.k_history))
     assert until(lambda: any(_diag_values(s).get("k") == "0" and "language budget k=0" in s.message
                              for s in client.diagnostics), timeout=15.0)
-    assert node.budget.next_k() == 0
+    assert node.loop.budget.next_k() == 0
 
     slow["s"] = 0.0  # headroom again: the budget grows back to steps_per_frame
     mark = node.engine.frame_id
-    assert until(lambda: any(f > mark and k == 5 for f, k, _ in node.k_history))
-    ks = [k for f, k, _ in node.k_history]
+    assert until(lambda: any(f > mark and k == 5 for f, k, _ in node.loop.k_history))
+    ks = [k for f, k, _ in node.loop.k_history]
     assert 0 in ks and ks[-1] == 5 and all(0 <= k <= 5 for k in ks)
 
     # decode_budget false (deterministic replays): steps_per_frame whatever the frame time
@@ -230,8 +230,8 @@ def test_overload_shrinks_the_language_budget_to_zero_and_it_comes_back(ros, fee
     assert node.set_parameters([Parameter("decode_budget", value=False)])[0].successful
     slow["s"] = 0.5
     mark = node.engine.frame_id
-    assert until(lambda: sum(1 for f, k, obs in node.k_history if f > mark and obs) >= 3)
-    assert all(k == 5 for f, k, _ in node.k_history if f > mark) and node.budget.next_k() == 0
+    assert until(lambda: sum(1 for f, k, obs in node.loop.k_history if f > mark and obs) >= 3)
+    assert all(k == 5 for f, k, _ in node.loop.k_history if f > mark) and node.loop.budget.next_k() == 0
     slow["s"] = 0.0
     feed.on.clear()
     # no request lost a token: indices are contiguous per request, whatever k was
@@ -375,7 +375,7 @@ BAD_START = [
 
 @pytest.mark.parametrize("case", BAD_START, ids=[f"{c[0]}={c[1]}" for c in BAD_START])
 def test_start_refuses_out_of_range_and_inconsistent_parameters(ros, case):
-    from oxygen_ros.ros.camera_node import ParameterError
+    from oxygen_ros.ros.parameters import ParameterError
 
     name, value = case[0], case[1]
     extra = case[2] if len(case) > 2 else {}
@@ -385,7 +385,7 @@ def test_start_refuses_out_of_range_and_inconsistent_parameters(ros, case):
 
 
 def test_cuda_device_without_cuda_is_refused_naming_device(ros):
-    from oxygen_ros.ros.camera_node import ParameterError
+    from oxygen_ros.ros.parameters import ParameterError
 
     if torch.cuda.is_available():
         pytest.skip("this machine has CUDA")
@@ -407,13 +407,13 @@ def test_run_time_changes_are_validated_with_a_reason(ros):
     assert node.params["setting"] == "oxygen" and node.params["device"] == "cpu"
     # accepted ones take effect: the budget follows steps_per_frame and the deadline
     assert node.set_parameters([Parameter("steps_per_frame", value=3)])[0].successful
-    assert node.budget.k_max == 3
+    assert node.loop.budget.k_max == 3
     assert node.set_parameters([Parameter("frame_deadline_ms", value=0.0)])[0].successful
-    assert node.budget.deadline_ms == pytest.approx(H / 50.0 * 1e3 / 2)
+    assert node.loop.budget.deadline_ms == pytest.approx(H / 50.0 * 1e3 / 2)
     assert node.set_parameters([Parameter("control_rate_hz", value=25.0)])[0].successful
-    assert node.budget.deadline_ms == pytest.approx(H / 25.0 * 1e3 / 2)
+    assert node.loop.budget.deadline_ms == pytest.approx(H / 25.0 * 1e3 / 2)
     assert node.set_parameters([Parameter("frame_deadline_ms", value=150)])[0].successful
-    assert node.budget.deadline_ms == 150.0
+    assert node.loop.budget.deadline_ms == 150.0
     assert node.set_parameters([Parameter("hold_action", value="last")])[0].successful
     assert node.set_parameters([Parameter("max_consecutive_failures", value=7)])[0].successful
     assert node.params["max_consecutive_failures"] == 7

@@ -77,7 +77,8 @@ class CameraRig:
         from sensor_msgs.msg import CompressedImage, Image, JointState
         from std_msgs.msg import String
 
-        from oxygen_ros.ros.camera_node import LATCHED_QOS, OBSERVATION_QOS, CameraNode
+        from oxygen_ros.ros.camera_node import CameraNode
+        from oxygen_ros.ros.qos import LATCHED_QOS, OBSERVATION_QOS
 
         p = self.prefix = unique_prefix()
         self.ros = ros

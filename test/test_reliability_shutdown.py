@@ -155,12 +155,12 @@ def test_shutdown_in_process_stops_timers_and_worker_and_cancels(ros):
         seq[0] += 1
 
     assert until(lambda: node.engine.active_requests >= 2, every=observe, period=0.05)
-    worker = node._worker
-    assert worker.is_alive()
+    worker = node.worker
+    assert worker.alive
     running = {r.id for r in node.engine.requests.active.values()}
     node.shutdown()  # what destroy_node, Ctrl-C and SIGTERM run
-    assert not worker.is_alive()
-    assert all(timer.is_canceled() for timer in node._own_timers)
+    assert not worker.alive
+    assert node.timers and all(timer.is_canceled() for timer in node.timers)
     ros.remove(node)
     assert not [th for th in threading.enumerate() if th.name.startswith("oxygen-inference")]
     assert until(lambda: running <= {m.request_id for m in text if m.done and m.finish_reason == "cancelled"},
@@ -184,13 +184,13 @@ def test_a_model_that_does_not_load_is_refused_with_its_cause(tmp_path, ros):
 def test_a_model_load_fault_that_is_not_a_parameter_is_reported_with_its_cause(ros, monkeypatch):
     from rclpy.parameter import Parameter
 
-    from oxygen_ros.ros import inference_node
+    from oxygen_ros.ros import inference_node, inference_setup
 
     def out_of_memory(params):
         raise RuntimeError("CUDA out of memory. Tried to allocate 20.00 GiB")
 
     monkeypatch.setattr(inference_node, "load_model", out_of_memory)
-    with pytest.raises(inference_node.ModelLoadError, match="out of memory") as info:
+    with pytest.raises(inference_setup.ModelLoadError, match="out of memory") as info:
         inference_node.InferenceNode(context=ros.context, parameter_overrides=[Parameter("preset", value="tiny")])
     assert "embedded default" in str(info.value) and "cpu" in str(info.value)
     assert not [th for th in threading.enumerate() if th.name.startswith("oxygen-inference")]

@@ -21,6 +21,7 @@ import numpy as np
 import torch
 
 from . import scheduler
+from .cadence import LanguageCadence
 from .kv_pool import SCRATCH, KVPool
 from .model.vla import VLA
 from .observation import Observation, make_prefix_batch
@@ -36,7 +37,7 @@ class EngineConfig:
     setting: str = "oxygen"
     max_decode: int = 30  # N: tokens per language request
     steps_per_frame: int = 5  # k: decode steps per frame (oxygen)
-    denoise_steps: int = 10  # S
+    denoise_steps: int | None = None  # S; None: the model's own (its config's, i.e. the checkpoint's)
     max_active: int = 8  # language requests decoding at once
     queue_limit: int = 16  # requests waiting for a slot; past it they are rejected
     max_observations_per_frame: int = 4  # scratch slots for a frame's action prefixes
@@ -48,7 +49,9 @@ class EngineConfig:
     def __post_init__(self) -> None:
         if self.setting not in SETTINGS:
             raise ValueError(f"setting must be one of {', '.join(SETTINGS)}, got {self.setting!r}")
-        for name in ("max_decode", "denoise_steps", "max_active", "max_observations_per_frame"):
+        if self.denoise_steps is not None and self.denoise_steps < 1:
+            raise ValueError(f"denoise_steps must be >= 1 (or None: the model's), got {self.denoise_steps}")
+        for name in ("max_decode", "max_active", "max_observations_per_frame"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
         for name in ("steps_per_frame", "queue_limit", "max_question_tokens", "language_every_n_frames"):
@@ -98,6 +101,8 @@ class Engine:
     def __init__(self, model: VLA, tokenizer: Tokenizer, config: EngineConfig = EngineConfig(),
                  normalizer=None):
         self.model, self.tokenizer, self.config, self.normalizer = model, tokenizer, config, normalizer
+        #: when a frame without an explicit ``start_language`` starts language requests
+        self.cadence = LanguageCadence(config.language_every_n_frames)
         mc = model.config
         self.vocab_limit = usable_vocabulary(tokenizer.vocab_size, mc.vocab_size)
         self.prefix_max = mc.image_tokens + mc.max_token_len
@@ -115,27 +120,33 @@ class Engine:
         self._result: FrameResult | None = None
         self._timing = threading.Lock()  # phase times are added from both threads of ``parallel``
         self._starting: list[Request] = []
+        self._denoise_steps = config.denoise_steps or model.config.denoise_steps  # S of the running frame
 
     # ------------------------------------------------------------------ public
     def step(self, observations: Sequence[Observation] = (), questions: Sequence[Question] = (), *,
-             start_language: bool | None = None, decode_steps: int | None = None) -> FrameResult:
+             start_language: bool | None = None, decode_steps: int | None = None,
+             denoise_steps: int | None = None) -> FrameResult:
         """Run one frame. Every observation gets an action chunk; each starts a
         language request when due (``language_every_n_frames``, or
-        ``start_language``); each question starts one on the newest observation."""
+        ``start_language``); each question starts one on the newest observation.
+        ``decode_steps`` (k) and ``denoise_steps`` (S) are this frame's plan; None:
+        the configured ones (the configuration itself never changes)."""
+        if denoise_steps is not None and denoise_steps < 1:
+            raise ValueError(f"denoise_steps must be >= 1, got {denoise_steps}")
         c = self.config
         if len(observations) > c.max_observations_per_frame:
             raise ValueError(f"{len(observations)} observations in one frame, at most "
                              f"{c.max_observations_per_frame} (max_observations_per_frame)")
         for obs in observations:
             obs.check_cameras(self.model.config.max_cameras, c.camera_names)
+        self._denoise_steps = denoise_steps or c.denoise_steps or self.model.config.denoise_steps
         t0 = time.perf_counter()
         self.frame_id += 1
         copies0 = self.pool.copy_bytes
         self._result = FrameResult(self.frame_id, [])
         if observations:
             self.last_observation = observations[-1]
-        due = start_language if start_language is not None else (
-            c.language_every_n_frames > 0 and (self.frame_id - 1) % c.language_every_n_frames == 0)
+        due = self.cadence.next(bool(observations)) if start_language is None else start_language
         new: list[tuple[Request, int | None]] = []  # (request, index of its observation in this frame)
         if due:
             new += [(self.requests.new(self.frame_id, c.max_decode, observation=o), i)
@@ -230,7 +241,7 @@ class Engine:
         mc = self.model.config
         noise = torch.stack([self.noise(i) for i in observation_ids])
         chunks = self.model.denoise(self.pool.cache, self.pool.view(range(start, start + count)), noise,
-                                    self.config.denoise_steps,
+                                    self._denoise_steps,
                                     before_step=None if self.pause_point is None else self._pause_denoise)
         out = [a for a in chunks.float().cpu().numpy()]
         if self.normalizer is not None:

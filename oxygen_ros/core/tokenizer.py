@@ -136,8 +136,10 @@ class StreamDecoder:
         return text
 
 
-def clean_instruction(instruction: str) -> str:
-    """Strip, and replace ``_`` and newlines by spaces (as openpi does)."""
+def normalize_instruction(instruction: str) -> str:
+    """The instruction as π0.5 saw it in training: stripped, ``_`` and newlines replaced
+    by spaces (as openpi does). Input text is cleaned before, by
+    :func:`oxygen_ros.core.text.clean_text`."""
     return instruction.strip().replace("_", " ").replace("\n", " ")
 
 
@@ -160,7 +162,7 @@ def format_prompt(instruction: str, state: np.ndarray | Iterable[float] | None) 
     With a state: ``"Task: {cleaned}, State: {b0} {b1} ...;\\nAction: "``;
     without: the cleaned instruction.
     """
-    cleaned = clean_instruction(instruction)
+    cleaned = normalize_instruction(instruction)
     if state is None:
         return cleaned
     bins = " ".join(str(int(b)) for b in discretize_state(state))

@@ -7,8 +7,13 @@ everything that decides something lives in :mod:`oxygen_ros.core`.
   RGB (with explicit checks, :class:`~.conversions.ImageError`), the
   ``Observation`` message <-> :class:`oxygen_ros.core.observation.Observation`,
   and builders for ``ActionChunk``, ``TextToken`` and ``JointTrajectory``.
+* :mod:`.parameters` - the one parameter system (specs with their checks);
+  :mod:`.qos` - the shared QoS profiles.
 * :mod:`.camera_node` - groups the newest frame of every camera (plus the
   instruction and the joint state) into ``Observation`` messages.
+* :mod:`.inference_node` - subscriptions, the control tick
+  (:mod:`.action_output`), the worker running the core's frame loop
+  (:mod:`.frame_worker`), text and diagnostics out.
 * :mod:`.sources` - a synthetic closed-loop camera and a rosbag2 player.
 * :mod:`.bags` - write and read rosbag2 directories (MCAP or SQLite3).
 * :mod:`.agent` - the agent's node plan (shared with ``launch/agent.launch.py``),

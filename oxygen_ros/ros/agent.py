@@ -360,7 +360,7 @@ def run_agent(prog: str, values: dict[str, str], session: Session, executor: str
         return 2
     from rclpy.executors import ExternalShutdownException
 
-    from .camera_node import ParameterError
+    from .parameters import ParameterError
     from .process import init_control_process
 
     init_control_process([])

@@ -37,30 +37,19 @@ from __future__ import annotations
 
 import math
 import time
-import unicodedata
-from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from functools import partial
 from typing import Any
 
 import numpy as np
-import rclpy
 from diagnostic_msgs.msg import DiagnosticArray, DiagnosticStatus, KeyValue
-from rcl_interfaces.msg import ParameterDescriptor, SetParametersResult
-from rclpy.exceptions import NameValidationException
-from rclpy.executors import ExternalShutdownException
 from rclpy.node import Node
-from rclpy.qos import (
-    DurabilityPolicy,
-    HistoryPolicy,
-    QoSProfile,
-    ReliabilityPolicy,
-    qos_profile_sensor_data,
-)
-from rclpy.validate_topic_name import validate_topic_name
+from rclpy.qos import qos_profile_sensor_data
 from sensor_msgs.msg import CompressedImage, Image, JointState
 from std_msgs.msg import Header, String
 
+from oxygen_ros.core.text import clean_text
+from oxygen_ros.core.throttle import Throttle
 from oxygen_ros.msg import Observation as ObservationMsg
 from oxygen_ros.ros.conversions import (
     DEFAULT_MAX_IMAGE_BYTES,
@@ -74,23 +63,21 @@ from oxygen_ros.ros.conversions import (
     stamp_to_ns,
     to_model_image,
 )
+from oxygen_ros.ros.node_main import run_node
+from oxygen_ros.ros.parameters import (
+    ParameterError,
+    ParamSpec,
+    changed_values,
+    declare_parameters,
+    optional_topic_name,
+    parameter_callback,
+    positive,
+    topic_list,
+    topic_name,
+)
+from oxygen_ros.ros.qos import LATCHED_QOS, OBSERVATION_QOS
 
 NODE_NAME = "oxygen_camera"
-
-#: QoS of latched topics (the instruction): the last message reaches late joiners.
-LATCHED_QOS = QoSProfile(
-    history=HistoryPolicy.KEEP_LAST,
-    depth=1,
-    reliability=ReliabilityPolicy.RELIABLE,
-    durability=DurabilityPolicy.TRANSIENT_LOCAL,
-)
-#: QoS of the Observation output: reliable, volatile, a short queue.
-OBSERVATION_QOS = QoSProfile(
-    history=HistoryPolicy.KEEP_LAST,
-    depth=5,
-    reliability=ReliabilityPolicy.RELIABLE,
-    durability=DurabilityPolicy.VOLATILE,
-)
 
 #: Reasons (besides IMAGE_ERROR_REASONS) counted in ``CameraNode.rejected``.
 STATE_REJECTION_REASONS = ("state_not_finite", "state_empty", "state_too_long", "state_names_mismatch")
@@ -99,150 +86,11 @@ DIAGNOSTICS_PERIOD_S = 1.0
 
 
 # --------------------------------------------------------------------------
-# Parameters: declared from a table, validated at start and on every change
-# --------------------------------------------------------------------------
-
-
-class ParameterError(ValueError):
-    """A parameter has a bad value; the message names the parameter."""
-
-    def __init__(self, name: str, reason: str):
-        super().__init__(f"parameter '{name}': {reason}")
-        self.name = name
-        self.reason = reason
-
-
-@dataclass(frozen=True)
-class ParamSpec:
-    """One parameter: default, description, kind, an optional check, run-time changeable."""
-
-    name: str
-    default: Any
-    description: str
-    kind: str  # "str", "str_list", "int", "float", "bool"
-    check: Callable[[Any], str | None] | None = None  # returns a reason when bad
-    dynamic: bool = False  # may be changed at run time (else read-only)
-
-
-def coerce_parameter(spec: ParamSpec, value: Any) -> Any:
-    """The value converted to the spec's kind, or :class:`ParameterError`.
-
-    Parameters are declared with dynamic typing so that ``[]`` (typed
-    BYTE_ARRAY by rclpy) and ``1`` for a float are accepted; the kinds are
-    enforced here instead.
-    """
-    kind = spec.kind
-    if kind == "str":
-        ok = isinstance(value, str)
-    elif kind == "str_list":
-        if value is None or (isinstance(value, (list, tuple)) and len(value) == 0):
-            value = []
-        ok = isinstance(value, (list, tuple)) and all(isinstance(v, str) for v in value)
-        value = list(value) if ok else value
-    elif kind == "int":
-        ok = isinstance(value, int) and not isinstance(value, bool)
-    elif kind == "float":
-        ok = isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
-        value = float(value) if ok else value
-    elif kind == "bool":
-        ok = isinstance(value, bool)
-    else:  # pragma: no cover - a typo in a table
-        raise AssertionError(kind)
-    if not ok:
-        wanted = {"str": "a string", "str_list": "a list of strings", "int": "an integer",
-                  "float": "a finite number", "bool": "a boolean"}[kind]
-        raise ParameterError(spec.name, f"must be {wanted}, got {value!r}")
-    if spec.check is not None and (reason := spec.check(value)) is not None:
-        raise ParameterError(spec.name, reason)
-    return value
-
-
-def declare_parameters(node: Node, specs: Iterable[ParamSpec]) -> dict[str, Any]:
-    """Declare every parameter; return their validated values (or raise ParameterError)."""
-    values = {}
-    for spec in specs:
-        descriptor = ParameterDescriptor(
-            description=spec.description + ("" if spec.dynamic else " (read at start)"),
-            dynamic_typing=True,
-            read_only=not spec.dynamic,
-        )
-        param = node.declare_parameter(spec.name, spec.default, descriptor)
-        values[spec.name] = coerce_parameter(spec, param.value)
-    return values
-
-
-def parameter_callback(specs: Sequence[ParamSpec]) -> Callable[[list], SetParametersResult]:
-    """An on-set-parameters callback validating the parameters in ``specs``."""
-    table = {s.name: s for s in specs}
-
-    def callback(params: list) -> SetParametersResult:
-        for param in params:
-            spec = table.get(param.name)
-            if spec is None:
-                continue  # e.g. use_sim_time
-            try:
-                coerce_parameter(spec, param.value)
-            except ParameterError as exc:
-                return SetParametersResult(successful=False, reason=str(exc))
-        return SetParametersResult(successful=True)
-
-    return callback
-
-
-def positive(value: float) -> str | None:
-    return None if value > 0 else f"must be > 0, got {value}"
-
-
-def non_negative(value: float) -> str | None:
-    return None if value >= 0 else f"must be >= 0, got {value}"
-
-
-def topic_name(value: str) -> str | None:
-    try:
-        validate_topic_name(value)
-    except NameValidationException as exc:
-        return f"{value!r} is not a valid topic name: {exc}"
-    return None
-
-
-def optional_topic_name(value: str) -> str | None:
-    return None if value == "" else topic_name(value)
-
-
-def topic_list(value: list[str]) -> str | None:
-    for name in value:
-        if (reason := topic_name(name)) is not None:
-            return reason
-    if len(set(value)) != len(value):
-        return f"topics are listed twice in {value}"
-    return None
-
-
-class Throttle:
-    """Lets a message through per key at most every ``period`` seconds (wall time)."""
-
-    def __init__(self, period: float = 5.0):
-        self.period = period
-        self._last: dict[Any, float] = {}
-        self.suppressed: dict[Any, int] = {}
-
-    def __call__(self, key: Any) -> int | None:
-        """None to stay quiet, else how many messages were suppressed since the last one."""
-        now = time.monotonic()
-        last = self._last.get(key)
-        if last is not None and now - last < self.period:
-            self.suppressed[key] = self.suppressed.get(key, 0) + 1
-            return None
-        self._last[key] = now
-        return self.suppressed.pop(key, 0)
-
-
-# --------------------------------------------------------------------------
 # The node
 # --------------------------------------------------------------------------
 
 
-def _image_size(value: int) -> str | None:
+def _image_size(value: int, values=None) -> str | None:
     return None if 1 <= value <= 4096 else f"must be between 1 and 4096 pixels, got {value}"
 
 
@@ -274,15 +122,21 @@ def default_camera_names(count: int) -> list[str]:
     return ["base"] + [f"cam{i}" for i in range(1, count)] if count else []
 
 
-def clean_instruction(text: str) -> str:
-    """Replace tabs/newlines by spaces and drop other control characters (category Cc)."""
-    out = []
-    for ch in text:
-        if ch in "\t\n\r\v\f":
-            out.append(" ")
-        elif unicodedata.category(ch) != "Cc":
-            out.append(ch)
-    return "".join(out)
+def _camera_names(p: dict[str, Any]) -> list[str]:
+    """The camera names for the topics (checked), or ParameterError."""
+    raw, compressed = p["image_topics"], p["compressed_image_topics"]
+    topics = raw + compressed
+    if not topics:
+        raise ParameterError("image_topics", "no camera topics: image_topics and compressed_image_topics "
+                             "are both empty")
+    if set(raw) & set(compressed):
+        raise ParameterError("compressed_image_topics", "a topic is also listed in image_topics")
+    names = p["camera_names"] or default_camera_names(len(topics))
+    if len(names) != len(topics):
+        raise ParameterError("camera_names", f"{len(names)} names for {len(topics)} camera topics {topics}")
+    if not all(names) or len(set(names)) != len(names):
+        raise ParameterError("camera_names", f"names must be unique and non-empty, got {names}")
+    return names
 
 
 @dataclass
@@ -300,29 +154,19 @@ class CameraNode(Node):
         self._core = core_observation()  # torch: imported now rather than at the first frame
         try:
             p = declare_parameters(self, PARAMETERS)
-            self._raw_topics: list[str] = p["image_topics"]
-            self._compressed_topics: list[str] = p["compressed_image_topics"]
-            self.topics: list[str] = self._raw_topics + self._compressed_topics
-            if not self.topics:
-                raise ParameterError("image_topics", "no camera topics: image_topics and compressed_image_topics "
-                                     "are both empty")
-            if set(self._raw_topics) & set(self._compressed_topics):
-                raise ParameterError("compressed_image_topics", "a topic is also listed in image_topics")
-            names = p["camera_names"] or default_camera_names(len(self.topics))
-            if len(names) != len(self.topics):
-                raise ParameterError("camera_names", f"{len(names)} names for {len(self.topics)} camera topics "
-                                     f"{self.topics}")
-            if not all(names) or len(set(names)) != len(names):
-                raise ParameterError("camera_names", f"names must be unique and non-empty, got {names}")
+            names = _camera_names(p)
         except ParameterError as exc:
             self.get_logger().fatal(str(exc))
             self.destroy_node()
             raise
+        self._raw_topics: list[str] = p["image_topics"]
+        self._compressed_topics: list[str] = p["compressed_image_topics"]
+        self.topics: list[str] = self._raw_topics + self._compressed_topics
         self.camera_names: list[str] = list(names)
         self.image_size: int = p["image_size"]
         self.max_age: float = p["max_age"]
         self.max_image_bytes: int = p["max_image_bytes"]
-        self.default_instruction: str = clean_instruction(p["default_instruction"])
+        self.default_instruction: str = clean_text(p["default_instruction"])
         self.state_topic: str = p["state_topic"]
         self._instruction_topic: str = p["instruction_topic"]
 
@@ -344,6 +188,18 @@ class CameraNode(Node):
         self._throttle = Throttle(5.0)
         self._unstamped_warned: set[str] = set()
 
+        self._subscribe(p)
+        self.add_on_set_parameters_callback(parameter_callback(PARAMETERS))
+        self.add_post_set_parameters_callback(self._apply_parameters)
+        self._diag_publisher = self.create_publisher(DiagnosticArray, "/diagnostics", 10)
+        self._diag_timer = self.create_timer(DIAGNOSTICS_PERIOD_S, self._publish_diagnostics)
+        cams = ", ".join(f"{n}={t}" for n, t in zip(self.camera_names, self.topics))
+        self.get_logger().info(
+            f"grouping {len(self.topics)} camera(s) [{cams}] into {p['observation_topic']} at "
+            f"{self.image_size}x{self.image_size}; instruction from {p['instruction_topic']}; "
+            f"state from {self.state_topic or '(none)'}")
+
+    def _subscribe(self, p: dict[str, Any]) -> None:
         self._publisher = self.create_publisher(ObservationMsg, p["observation_topic"], OBSERVATION_QOS)
         self._inputs = []
         for index, topic in enumerate(self.topics):
@@ -356,27 +212,11 @@ class CameraNode(Node):
             self._inputs.append(self.create_subscription(
                 JointState, self.state_topic, self._on_state, qos_profile_sensor_data))
 
-        self.add_on_set_parameters_callback(parameter_callback(PARAMETERS))
-        self.add_post_set_parameters_callback(self._apply_parameters)
-        self._diag_publisher = self.create_publisher(DiagnosticArray, "/diagnostics", 10)
-        self._diag_timer = self.create_timer(DIAGNOSTICS_PERIOD_S, self._publish_diagnostics)
-        cams = ", ".join(f"{n}={t}" for n, t in zip(self.camera_names, self.topics))
-        self.get_logger().info(
-            f"grouping {len(self.topics)} camera(s) [{cams}] into {p['observation_topic']} at "
-            f"{self.image_size}x{self.image_size}; instruction from {p['instruction_topic']}; "
-            f"state from {self.state_topic or '(none)'}")
-
     # -- parameters ---------------------------------------------------------
 
     def _apply_parameters(self, params: list) -> None:
-        table = {s.name: s for s in PARAMETERS}
-        for param in params:
-            if param.name not in table or not table[param.name].dynamic:
-                continue
-            value = coerce_parameter(table[param.name], param.value)
-            if param.name == "default_instruction":
-                value = clean_instruction(value)
-            setattr(self, param.name, value)
+        for name, value in changed_values(PARAMETERS, params).items():
+            setattr(self, name, clean_text(value) if name == "default_instruction" else value)
 
     # -- inputs -------------------------------------------------------------
 
@@ -417,7 +257,7 @@ class CameraNode(Node):
             self._publish_group()
 
     def _on_instruction(self, msg: String) -> None:
-        text = clean_instruction(msg.data)
+        text = clean_text(msg.data)
         if text != msg.data:
             self._warn("instruction_control", f"instruction had control characters, removed: "
                        f"{_clip(msg.data)!r} -> {_clip(text)!r}")
@@ -543,19 +383,7 @@ def _clip(text: str, limit: int = 200) -> str:
 
 
 def main(args: list[str] | None = None) -> int:
-    try:
-        with rclpy.init(args=args):
-            try:
-                node = CameraNode()
-            except ParameterError:
-                return 1  # already logged by the node
-            try:
-                rclpy.spin(node)
-            finally:
-                node.destroy_node()
-    except (KeyboardInterrupt, ExternalShutdownException):
-        pass
-    return 0
+    return run_node(CameraNode, args)
 
 
 if __name__ == "__main__":

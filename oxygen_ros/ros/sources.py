@@ -22,24 +22,21 @@ import time
 from typing import Any
 
 import numpy as np
-import rclpy
-from rclpy.executors import ExternalShutdownException
 from rclpy.node import Node
-from rclpy.qos import DurabilityPolicy, HistoryPolicy, QoSProfile, ReliabilityPolicy
 from rclpy.serialization import deserialize_message
 from rclpy.task import Future
 from sensor_msgs.msg import Image, JointState
 from std_msgs.msg import Header, String
 
 from oxygen_ros.core.sim import scene as sim_scene
+from oxygen_ros.core.throttle import Throttle
 from oxygen_ros.msg import ActionChunk
 from oxygen_ros.ros.bags import BagError, bag_topics, message_class, open_bag
-from oxygen_ros.ros.camera_node import (
-    LATCHED_QOS,
+from oxygen_ros.ros.conversions import action_chunk_array, ns_to_time_msg, rgb_to_image_msg, stamp_to_ns
+from oxygen_ros.ros.parameters import (
     ParameterError,
     ParamSpec,
-    Throttle,
-    coerce_parameter,
+    changed_values,
     declare_parameters,
     non_negative,
     parameter_callback,
@@ -47,47 +44,11 @@ from oxygen_ros.ros.camera_node import (
     topic_list,
     topic_name,
 )
-from oxygen_ros.ros.conversions import action_chunk_array, ns_to_time_msg, rgb_to_image_msg, stamp_to_ns
-
-#: Subscriptions to ActionChunks are best effort: that matches reliable and
-#: best-effort publishers alike; a lost chunk costs one step (or one lockstep timeout).
-ACTIONS_QOS = QoSProfile(
-    history=HistoryPolicy.KEEP_LAST,
-    depth=10,
-    reliability=ReliabilityPolicy.BEST_EFFORT,
-    durability=DurabilityPolicy.VOLATILE,
-)
-#: Published data (images, joint states, replayed topics): reliable, which every
-#: subscriber (reliable or best effort) accepts.
-DATA_QOS = QoSProfile(
-    history=HistoryPolicy.KEEP_LAST,
-    depth=10,
-    reliability=ReliabilityPolicy.RELIABLE,
-    durability=DurabilityPolicy.VOLATILE,
-)
+from oxygen_ros.ros.node_main import run_node
+from oxygen_ros.ros.qos import ACTIONS_QOS, DATA_QOS, LATCHED_QOS
 
 IMAGE_TYPES = ("sensor_msgs/msg/Image", "sensor_msgs/msg/CompressedImage")
 JOINT_NAMES = ["gripper_x", "gripper_y"]
-
-
-def _spin_main(make_node, args: list[str] | None, until_done: bool = False) -> int:
-    """Init, build the node, spin (until ``node.done`` when asked), shut down cleanly."""
-    try:
-        with rclpy.init(args=args):
-            try:
-                node = make_node()
-            except ParameterError:
-                return 1  # logged by the node
-            try:
-                if until_done:
-                    rclpy.spin_until_future_complete(node, node.done)
-                else:
-                    rclpy.spin(node)
-            finally:
-                node.destroy_node()
-    except (KeyboardInterrupt, ExternalShutdownException):
-        pass
-    return 0
 
 
 def _declare_or_log(node: Node, specs) -> dict[str, Any]:
@@ -104,7 +65,7 @@ def _declare_or_log(node: Node, specs) -> dict[str, Any]:
 # --------------------------------------------------------------------------
 
 
-def _sim_image_size(value: int) -> str | None:
+def _sim_image_size(value: int, values=None) -> str | None:
     return None if 8 <= value <= 1024 else f"must be between 8 and 1024 pixels, got {value}"
 
 
@@ -160,14 +121,12 @@ class SyntheticCamera(Node):
             f"{self.rate_hz} Hz on {p['image_topic']}; actions from {p['action_topic']}")
 
     def _apply_parameters(self, params: list) -> None:
-        table = {s.name: s for s in SYNTHETIC_CAMERA_PARAMETERS}
-        for param in params:
-            if param.name in table and table[param.name].dynamic:
-                setattr(self, param.name, coerce_parameter(table[param.name], param.value))
-                if param.name == "rate_hz":
-                    self._timer.cancel()
-                    self.destroy_timer(self._timer)
-                    self._timer = self.create_timer(1.0 / self.rate_hz, self._tick)
+        for name, value in changed_values(SYNTHETIC_CAMERA_PARAMETERS, params).items():
+            setattr(self, name, value)
+            if name == "rate_hz":
+                self._timer.cancel()
+                self.destroy_timer(self._timer)
+                self._timer = self.create_timer(1.0 / self.rate_hz, self._tick)
 
     def pause(self, paused: bool = True) -> None:
         """Stop publishing (a camera drop-out, as ``oxygen-soak`` injects one) or, with
@@ -224,7 +183,7 @@ class SyntheticCamera(Node):
 
 
 def synthetic_camera_main(args: list[str] | None = None) -> int:
-    return _spin_main(SyntheticCamera, args)
+    return run_node(SyntheticCamera, args)
 
 
 # --------------------------------------------------------------------------
@@ -232,7 +191,7 @@ def synthetic_camera_main(args: list[str] | None = None) -> int:
 # --------------------------------------------------------------------------
 
 
-def _bag_path(value: str) -> str | None:
+def _bag_path(value: str, values=None) -> str | None:
     return None if value else "must name a rosbag2 directory (or an .mcap / .db3 file)"
 
 
@@ -342,14 +301,11 @@ class BagPlayer(Node):
         self._connections = [c for c in self._reader.connections if c.topic in self._publishers_by_topic]
 
     def _apply_parameters(self, params: list) -> None:
-        table = {s.name: s for s in BAG_PLAYER_PARAMETERS}
-        for param in params:
-            if param.name in table and table[param.name].dynamic:
-                value = coerce_parameter(table[param.name], param.value)
-                if param.name == "rate" and self._pending is not None:
-                    # keep the position in the bag: re-anchor the time base
-                    self._t0_bag, self._t0_wall = self._pending[1], time.monotonic()
-                setattr(self, param.name, value)
+        for name, value in changed_values(BAG_PLAYER_PARAMETERS, params).items():
+            if name == "rate" and self._pending is not None:
+                # keep the position in the bag: re-anchor the time base
+                self._t0_bag, self._t0_wall = self._pending[1], time.monotonic()
+            setattr(self, name, value)
         if self.finished and self.shutdown_when_done and not self.done.done():
             self.done.set_result(True)
 
@@ -459,7 +415,7 @@ class BagPlayer(Node):
 
 
 def bag_player_main(args: list[str] | None = None) -> int:
-    return _spin_main(BagPlayer, args, until_done=True)
+    return run_node(BagPlayer, args, until_done=True)
 
 
 __all__ = ["BagPlayer", "SyntheticCamera", "bag_player_main", "synthetic_camera_main"]

@@ -44,7 +44,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     p = argparse.ArgumentParser(prog="oxygen-bench", description=__doc__.split("\n")[0],
                                 formatter_class=argparse.ArgumentDefaultsHelpFormatter)
     p.add_argument("--settings", type=setting_list, default=list(SETTINGS), help="comma-separated settings")
-    p.add_argument("--denoise-steps", type=int_list, default=[10], help="S (comma list to sweep)")
+    p.add_argument("--denoise-steps", type=int_list, default=None,
+                   help="S (comma list to sweep; default: the checkpoint's)")
     p.add_argument("--max-decode", type=int_list, default=[30], help="N: tokens per request (comma list)")
     p.add_argument("--steps-per-frame", type=int_list, default=[5], help="k: decode steps per frame (comma list)")
     p.add_argument("--frames", type=int, default=60, help="measured frames per run")
@@ -78,8 +79,9 @@ def main(argv=None) -> int:
     print(f"model: {loaded.source} ({c.name}), device {args.device}, dtype {args.dtype}, threads {args.threads}",
           file=sys.stderr)
     obs = synthetic_observations(32, c.vision.image_size, args.cameras, seed=args.seed)
-    combos = [(s, n, k, S) for S, n, k, s in itertools.product(args.denoise_steps, args.max_decode,
-                                                                args.steps_per_frame, args.settings) if k <= n]
+    denoise = args.denoise_steps or [c.denoise_steps]
+    combos = [(s, n, k, S) for S, n, k, s in itertools.product(denoise, args.max_decode, args.steps_per_frame,
+                                                                args.settings) if k <= n]
     if not combos:
         raise SystemExit("no run: every --steps-per-frame exceeds every --max-decode")
     runs = []

@@ -27,7 +27,7 @@ def parse_args(argv=None) -> argparse.Namespace:
                                 formatter_class=argparse.ArgumentDefaultsHelpFormatter)
     p.add_argument("--target-hz", type=float, required=True, help="required action frequency f = H / T")
     p.add_argument("--max-decode", type=int, default=30, help="N: tokens per language request")
-    p.add_argument("--denoise-steps", type=int, default=10, help="S")
+    p.add_argument("--denoise-steps", type=int, default=None, help="S (default: the checkpoint's)")
     p.add_argument("--arrivals-per-frame", type=float, default=1.0,
                    help="expected new language requests per frame (sets the steady-state batch)")
     p.add_argument("--cameras", type=int, default=None, help="cameras per observation (default: model max)")
@@ -40,7 +40,7 @@ def parse_args(argv=None) -> argparse.Namespace:
         p.error("--target-hz must be > 0")
     if not 0 < args.margin <= 1:
         p.error("--margin must be in (0, 1]")
-    if args.max_decode < 1 or args.denoise_steps < 1 or args.repeats < 1:
+    if args.max_decode < 1 or (args.denoise_steps is not None and args.denoise_steps < 1) or args.repeats < 1:
         p.error("--max-decode, --denoise-steps and --repeats must be >= 1")
     return args
 
@@ -85,7 +85,8 @@ def main(argv=None) -> int:
     print(f"measuring {loaded.source} on {args.device} ({args.dtype}) ...", file=sys.stderr)
     comp = measure_components(loaded.model, loaded.tokenizer, batch_sizes=sizes, cameras=args.cameras,
                               repeats=args.repeats)
-    k, table = choose_k(comp, n=args.max_decode, s=args.denoise_steps, horizon=c.action_horizon,
+    s = args.denoise_steps or c.denoise_steps
+    k, table = choose_k(comp, n=args.max_decode, s=s, horizon=c.action_horizon,
                         target_hz=args.target_hz, margin=args.margin, arrivals=args.arrivals_per_frame)
     print(f"prefill {comp['prefill_ms']:.2f} ms, denoise step {comp['denoise_step_ms']:.2f} ms, decode step "
           + ", ".join(f"B={b}: {t:.2f} ms" for b, t in comp["decode_step_ms"].items()))
@@ -98,11 +99,11 @@ def main(argv=None) -> int:
               f"deadline {deadline:.1f} ms x margin {args.margin})")
     params = {"oxygen_inference": {"ros__parameters": {
         "setting": "oxygen", "steps_per_frame": k, "max_decode": args.max_decode,
-        "denoise_steps": args.denoise_steps, "device": args.device, "dtype": args.dtype,
+        "denoise_steps": args.denoise_steps or 0, "device": args.device, "dtype": args.dtype,
         **({"model_path": str(args.model_path)} if args.model_path else {}),
     }}}
     header = (f"# written by oxygen-calibrate for {loaded.source} on {args.device} ({args.dtype})\n"
-              f"# target {args.target_hz} Hz, H={c.action_horizon}, S={args.denoise_steps}, N={args.max_decode}\n"
+              f"# target {args.target_hz} Hz, H={c.action_horizon}, S={s}, N={args.max_decode}\n"
               f"# measured: {json.dumps({k2: v for k2, v in comp.items()}, default=str)}\n")
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(header + yaml.safe_dump(params, sort_keys=False))

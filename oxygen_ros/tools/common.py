@@ -6,10 +6,9 @@ import argparse
 
 import torch
 
-from ..core.checkpoints import LoadedCheckpoint, load_checkpoint, load_default
-from ..core.model.config import PRESETS, preset
-from ..core.model.vla import build_model
-from ..core.tokenizer import Tokenizer
+from ..core import checkpoints
+from ..core.checkpoints import LoadedCheckpoint
+from ..core.model.config import PRESETS
 
 
 def add_model_args(parser: argparse.ArgumentParser) -> None:
@@ -26,19 +25,12 @@ def add_model_args(parser: argparse.ArgumentParser) -> None:
 
 
 def load_model(args: argparse.Namespace) -> LoadedCheckpoint:
-    """The model, tokenizer and normaliser the options ask for."""
+    """The model, tokenizer and normaliser the options ask for (see
+    :func:`oxygen_ros.core.checkpoints.load_model` for the precedence)."""
     if args.threads < 1:
         raise SystemExit(f"--threads must be >= 1, got {args.threads}")
+    if args.model_path and args.preset:
+        raise SystemExit("give either --model-path or --preset, not both")
     torch.set_num_threads(args.threads)
-    if args.model_path:
-        if args.preset:
-            raise SystemExit("give either --model-path or --preset, not both")
-        return load_checkpoint(args.model_path, device=args.device, dtype=args.dtype,
-                               tokenizer_path=args.tokenizer_path, norm_stats_path=args.norm_stats)
-    if args.preset:
-        config = preset(args.preset)
-        model = build_model(config, device=args.device, dtype=args.dtype)
-        tok = Tokenizer(args.tokenizer_path) if args.tokenizer_path else Tokenizer.default()
-        return LoadedCheckpoint(model=model, config=config, tokenizer=tok, normalizer=None,
-                                layout="random", source=f"preset {args.preset} (random weights)")
-    return load_default(device=args.device, dtype=args.dtype)
+    return checkpoints.load_model(args.model_path, preset=args.preset, device=args.device, dtype=args.dtype,
+                                  tokenizer_path=args.tokenizer_path, norm_stats_path=args.norm_stats)

@@ -28,7 +28,7 @@ from oxygen_ros.msg import ActionChunk, Question, TextToken
 from oxygen_ros.msg import Observation as ObservationMsg
 
 from ..core.observation import Observation
-from ..ros.camera_node import LATCHED_QOS
+from ..ros.qos import LATCHED_QOS
 from ..ros.conversions import observation_to_msg, rgb_to_compressed_msg
 
 COMPRESSED_TOPIC = "/oxygen_soak/compressed"

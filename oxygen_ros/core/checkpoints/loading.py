@@ -17,9 +17,10 @@ from dataclasses import dataclass
 import torch
 from transformers.models.siglip.modeling_siglip import SiglipVisionEmbeddings
 
-from ..model.config import TINY, ModelConfig
+from ..model.config import ModelConfig
+from ..model.config import preset as preset_config
 from ..model.vla import TORCH_DTYPES, VLA, build_model
-from ..normalization import Normalizer
+from ..normalization import Normalizer, load_norm_stats
 from ..tokenizer import Tokenizer, default_tokenizer_path
 from . import layouts
 from .errors import CheckpointError
@@ -80,14 +81,42 @@ def load_checkpoint(
     return LoadedCheckpoint(model.eval(), config, tokenizer, normalizer, layout.name, str(directory))
 
 
+def load_model(
+    model_path: str | os.PathLike[str] | None = None,
+    *,
+    preset: str | None = None,
+    fallback_preset: str = "tiny",
+    device: str = "cpu",
+    dtype: str = "float32",
+    seed: int = 0,
+    tokenizer_path: str | os.PathLike[str] | None = None,
+    norm_stats_path: str | os.PathLike[str] | None = None,
+) -> LoadedCheckpoint:
+    """The model every entry point loads, with one precedence: ``model_path`` (a
+    checkpoint), else an explicitly asked ``preset`` (random weights), else the
+    shipped default checkpoint, else ``fallback_preset`` (random weights, ``seed``).
+    The tokenizer and statistics paths override the checkpoint's own."""
+    if model_path and preset:
+        raise ValueError("give either a model path or a preset, not both")
+    if model_path:
+        return load_checkpoint(model_path, device=device, dtype=dtype, tokenizer_path=tokenizer_path,
+                               norm_stats_path=norm_stats_path)
+    if not preset and (DEFAULT_MODEL_DIR / "config.json").is_file():
+        return load_checkpoint(DEFAULT_MODEL_DIR, device=device, dtype=dtype, tokenizer_path=tokenizer_path,
+                               norm_stats_path=norm_stats_path)
+    name = preset or fallback_preset
+    config = preset_config(name)
+    model = build_model(config, seed=seed, device=device, dtype=dtype)
+    tokenizer = Tokenizer(tokenizer_path) if tokenizer_path else Tokenizer(default_tokenizer_path())
+    normalizer = load_norm_stats(norm_stats_path) if norm_stats_path else None
+    return LoadedCheckpoint(model.eval(), config, tokenizer, normalizer, "random",
+                            f"preset {name} (random weights, seed {seed})")
+
+
 def default_model(*, device: str = "cpu", dtype: str = "float32") -> LoadedCheckpoint:
     """The shipped default (``oxygen_ros/data/default_model/``) if present, else the
     random ``tiny`` preset (seed 0) with the shipped tokenizer and no normaliser."""
-    if (DEFAULT_MODEL_DIR / "config.json").is_file():
-        return load_checkpoint(DEFAULT_MODEL_DIR, device=device, dtype=dtype)
-    model = build_model(TINY, seed=0, device=device, dtype=dtype)
-    return LoadedCheckpoint(model, TINY, Tokenizer(default_tokenizer_path()), None, "random",
-                            "random tiny preset (seed 0)")
+    return load_model(device=device, dtype=dtype)
 
 
 load_default = default_model
@@ -186,5 +215,5 @@ def _tokenizer(directory: pathlib.Path, explicit, config: ModelConfig, layout: s
     return tok
 
 
-__all__ = ["LoadedCheckpoint", "load_checkpoint", "default_model", "load_default", "DEFAULT_MODEL_DIR",
+__all__ = ["LoadedCheckpoint", "load_checkpoint", "load_model", "default_model", "load_default", "DEFAULT_MODEL_DIR",
            "TORCH_DTYPES"]

@@ -1,0 +1,25 @@
+"""Log throttling by key: a repeated warning is let through at most every few seconds."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+
+class Throttle:
+    """Lets a message through per key at most every ``period`` seconds (wall time)."""
+
+    def __init__(self, period: float = 5.0):
+        self.period = period
+        self._last: dict[Any, float] = {}
+        self.suppressed: dict[Any, int] = {}
+
+    def __call__(self, key: Any) -> int | None:
+        """None to stay quiet, else how many messages were suppressed since the last one."""
+        now = time.monotonic()
+        last = self._last.get(key)
+        if last is not None and now - last < self.period:
+            self.suppressed[key] = self.suppressed.get(key, 0) + 1
+            return None
+        self._last[key] = now
+        return self.suppressed.pop(key, 0)

@@ -1,0 +1,102 @@
+"""The inference node's action output: what each control tick publishes, and the messages.
+
+Each tick publishes the newest chunk's actions from the one due at the tick's
+scheduled time onward (:class:`~oxygen_ros.core.chunk_clock.ChunkClock`), a
+hold message (``hold_action: last``: the chunk's last row, offset = H) once the
+chunk has run out, or nothing (waiting for a chunk, an underrun with
+``hold_action: none``, or the action output stopped after repeated failures).
+Ticks missed by a late timer are counted. Not locked by itself: the node
+calls :meth:`ActionOutput.tick`, :meth:`push` and :meth:`drop` with its lock
+held, and :meth:`publish` without it.
+"""
+
+from __future__ import annotations
+
+import collections
+from typing import Optional
+
+from trajectory_msgs.msg import JointTrajectory
+
+from oxygen_ros.msg import ActionChunk
+
+from ..core.chunk_clock import NS_PER_S, Chunk, ChunkClock, Due
+from ..core.frame_records import FrameRecords
+from . import conversions
+from .qos import reliable
+
+
+class ActionOutput:
+    """See the module doc. ``params``: the node's parameter values (read live:
+    ``hold_action``, ``control_frame``, ``joint_names``)."""
+
+    def __init__(self, node, params: dict, counters: collections.Counter, records: FrameRecords):
+        self._params, self._counters, self._records = params, counters, records
+        self.clock = ChunkClock()
+        self._grid0: Optional[int] = None  # tick grid origin when the timer gives no scheduled time
+        self._last_scheduled: Optional[int] = None
+        self._pub_actions = node.create_publisher(ActionChunk, params["actions_topic"], reliable(10))
+        self._pub_traj = (node.create_publisher(JointTrajectory, params["trajectory_topic"], reliable(10))
+                          if params["joint_names"] else None)
+
+    def tick(self, scheduled_ns: Optional[int], actual_ns: int, period_ns: int, stopped: bool,
+             now_ns: int) -> tuple[int, Optional[Due]]:
+        """(the tick's scheduled time, what it publishes or None). ``stopped``: the action
+        output is stopped; ``now_ns``: monotonic, for the frame records."""
+        scheduled_ns = self._count_tick(scheduled_ns, actual_ns, period_ns)
+        if stopped:  # repeated frame failures: no action output at all
+            self.clock.ticks += 1
+            self._counters["ticks_faulted"] += 1
+            return scheduled_ns, None
+        due = self.clock.tick(scheduled_ns)
+        if due is not None and due.first:
+            self._records.published(due.chunk.frame_id, now_ns)
+        if due is None and self.clock.chunk is not None and self._params["hold_action"] == "last":
+            # an underrun (counted): repeat the last row, marked as a hold (offset = H, one row)
+            c = self.clock.chunk
+            due = Due(c, c.horizon, scheduled_ns, False)
+            self._counters["hold_ticks"] += 1
+        return scheduled_ns, due
+
+    def _count_tick(self, scheduled_ns: Optional[int], actual_ns: int, period: int) -> int:
+        if scheduled_ns is None:  # round to the tick grid
+            if self._grid0 is None:
+                self._grid0 = actual_ns
+            scheduled_ns = self._grid0 + round((actual_ns - self._grid0) / period) * period
+        if self._last_scheduled is not None and scheduled_ns - self._last_scheduled > period * 3 // 2:
+            # rcl skips the ticks of a timer that is late by more than a period
+            self._counters["missed_ticks"] += round((scheduled_ns - self._last_scheduled) / period) - 1
+        self._last_scheduled = scheduled_ns
+        return scheduled_ns
+
+    def rate_changed(self) -> None:
+        """The control rate changed: the tick grid starts again."""
+        self._grid0 = self._last_scheduled = None
+
+    def push(self, chunk: Chunk) -> None:
+        self.clock.push(chunk)
+
+    def drop(self) -> None:
+        """Drop the current chunk (the action output stops)."""
+        self.clock.chunk = self.clock.origin_ns = None
+
+    def counts(self) -> dict:
+        """Control ticks so far: all, those that published, underruns, before the first chunk."""
+        c = self.clock
+        return {"ticks": c.ticks, "published": c.published, "underruns": c.underruns, "waiting": c.waiting}
+
+    def publish(self, due: Due) -> None:
+        """The ActionChunk (and JointTrajectory) of ``due``."""
+        c = due.chunk
+        hold = due.offset >= c.horizon
+        actions = c.actions[-1:] if hold else due.actions
+        frame = self._params["control_frame"]
+        msg = conversions.action_chunk_msg(
+            conversions.ns_to_time_msg(due.stamp_ns), c.frame_id, c.observation_seq,
+            conversions.ns_to_time_msg(c.observation_stamp_ns), due.offset, c.period_ns / NS_PER_S, actions,
+            header_frame_id=frame)
+        self._pub_actions.publish(msg)
+        if self._pub_traj is not None:
+            names = self._params["joint_names"]
+            self._pub_traj.publish(conversions.joint_trajectory_msg(
+                msg.header.stamp, names, actions[:, :len(names)], c.period_ns / NS_PER_S, frame_id=frame))
+        self._counters["actions_published"] += 1

@@ -1,0 +1,76 @@
+"""The inference node's start-up: the model its parameters ask for, the engine, the warm-up."""
+
+from __future__ import annotations
+
+import pathlib
+import time
+
+import numpy as np
+import torch
+
+from ..core import checkpoints
+from ..core.engine import Engine, EngineConfig
+from ..core.observation import Observation
+from .inference_parameters import PARAMETERS
+from .parameters import ParameterError
+
+
+class ModelLoadError(RuntimeError):
+    """The model could not be loaded for a reason other than a bad parameter."""
+
+
+def load_model(p: dict) -> checkpoints.LoadedCheckpoint:
+    """The LoadedCheckpoint the parameters ask for (errors name the parameter); the
+    precedence is :func:`oxygen_ros.core.checkpoints.load_model`'s."""
+    for name in ("model_path", "tokenizer_path", "norm_stats_path"):
+        if p[name] and not pathlib.Path(p[name]).exists():
+            raise ParameterError(name, f"{p[name]} does not exist")
+    if p["device"].startswith("cuda") and not torch.cuda.is_available():
+        raise ParameterError("device", f"{p['device']} requested but torch sees no CUDA device")
+    try:
+        return checkpoints.load_model(p["model_path"] or None, fallback_preset=p["preset"], device=p["device"],
+                                      dtype=p["dtype"], seed=p["seed"], tokenizer_path=p["tokenizer_path"] or None,
+                                      norm_stats_path=p["norm_stats_path"] or None)
+    except checkpoints.CheckpointError as exc:
+        raise ParameterError("model_path", str(exc)) from exc
+
+
+def model_load_error(p: dict, exc: BaseException) -> ModelLoadError:
+    """The error that says which model did not load, and why."""
+    return ModelLoadError(f"could not load the model ({p['model_path'] or 'embedded default'} on {p['device']}, "
+                          f"{p['dtype']}): {exc!r}")
+
+
+def engine_config(p: dict) -> EngineConfig:
+    """The engine's static configuration from the parameters (denoise_steps 0: the checkpoint's)."""
+    try:
+        return EngineConfig(setting=p["setting"], max_decode=p["max_decode"], steps_per_frame=p["steps_per_frame"],
+                            denoise_steps=p["denoise_steps"] or None, max_active=p["max_active"],
+                            queue_limit=p["queue_limit"], max_observations_per_frame=1,
+                            language_every_n_frames=p["language_every_n_frames"], seed=p["seed"])
+    except ValueError as exc:  # a cross-check not covered by the parameter checks
+        name = next((q.name for q in PARAMETERS if q.name in str(exc)), "setting")
+        raise ParameterError(name, str(exc)) from exc
+
+
+def warm_up(engine: Engine, frames: int, decode_steps: int) -> float:
+    """Run ``frames`` frames on a black image (nothing of them is kept); the time taken in ms."""
+    size = engine.model.config.vision.image_size
+    obs = Observation({"warmup": np.zeros((size, size, 3), np.uint8)}, "warm up")
+    t0 = time.perf_counter()
+    for _ in range(frames):
+        engine.step([obs], start_language=True, decode_steps=max(1, decode_steps))
+    engine.cancel_all()
+    engine.last_observation = None  # questions must never be answered from the warm-up image
+    return (time.perf_counter() - t0) * 1e3
+
+
+def startup_summary(loaded: checkpoints.LoadedCheckpoint, p: dict) -> str:
+    """The start-up log line: the model, the setting and which S and H are used (and whose)."""
+    mc = loaded.config
+    s, whose = (p["denoise_steps"], "parameter denoise_steps") if p["denoise_steps"] else (
+        mc.denoise_steps, "the checkpoint's")
+    return (f"{loaded.source} ({loaded.layout}, {p['device']}, {p['dtype']}): setting {p['setting']}, "
+            f"H={mc.action_horizon} actions (the checkpoint's) at {p['control_rate_hz']:g} Hz, S={s} denoise "
+            f"steps ({whose}), k={p['steps_per_frame']}, N={p['max_decode']}; {p['observation_topic']} -> "
+            f"{p['actions_topic']}, {p['text_topic']}")

@@ -1,0 +1,193 @@
+"""One parameter system for every node: a spec per parameter, checked at start and on every change.
+
+A :class:`ParamSpec` names a parameter, its type, default, description, its
+own check and whether it may change while the node runs. :func:`coerce`
+enforces the type and runs the check; :func:`declare_parameters` declares a
+node's table and returns the checked values; :func:`parameter_callback` is the
+on-set-parameters callback that puts a run-time change through the very same
+:func:`coerce`. Every error is a :class:`ParameterError` naming the parameter.
+
+A check is called as ``check(value, values)``: ``values`` holds the other
+parameters' current values (for a relation such as ``steps_per_frame <=
+max_decode``); it returns None when the value is good, else the reason.
+ROS-light: needs ``rclpy`` only to declare parameters and validate topic names.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Optional
+
+from rcl_interfaces.msg import ParameterDescriptor, SetParametersResult
+from rclpy.exceptions import NameValidationException
+from rclpy.validate_topic_name import validate_topic_name
+
+#: Parameter types and how an error message names them.
+TYPES = {"str": "a string", "str_list": "a list of strings", "int": "an integer",
+         "float": "a finite number", "bool": "a boolean"}
+
+Check = Callable[[Any, Optional[Mapping]], Optional[str]]
+
+
+class ParameterError(ValueError):
+    """A parameter has a bad value; the message names the parameter."""
+
+    def __init__(self, name: str, reason: str):
+        super().__init__(f"parameter '{name}': {reason}")
+        self.name = name
+        self.reason = reason
+
+
+@dataclass(frozen=True)
+class ParamSpec:
+    """One parameter: default, description, type, its check, run-time changeable."""
+
+    name: str
+    default: Any
+    description: str
+    type: str  # one of TYPES
+    check: Check | None = None  # returns a reason when the value is bad
+    dynamic: bool = False  # may be changed at run time (else read-only)
+    constraints: str = ""  # shown by `ros2 param describe`
+
+    def __post_init__(self) -> None:
+        if self.type not in TYPES:
+            raise ValueError(f"parameter {self.name}: type must be one of {', '.join(TYPES)}, got {self.type!r}")
+
+
+def coerce(spec: ParamSpec, value: Any, values: Mapping | None = None) -> Any:
+    """The value converted to the spec's type and checked, or :class:`ParameterError`.
+
+    Parameters are declared with dynamic typing so that ``[]`` (typed
+    BYTE_ARRAY by rclpy) and ``1`` for a float are accepted; the types are
+    enforced here instead. ``values``: the other parameters, for relations.
+    """
+    kind = spec.type
+    if kind == "str_list" and (value is None or (isinstance(value, (list, tuple)) and len(value) == 0)):
+        value = []
+    if kind == "str":
+        ok = isinstance(value, str)
+    elif kind == "str_list":
+        ok = isinstance(value, (list, tuple)) and all(isinstance(v, str) for v in value)
+        value = list(value) if ok else value
+    elif kind == "int":
+        ok = isinstance(value, int) and not isinstance(value, bool)
+    elif kind == "float":
+        ok = isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+        value = float(value) if ok else value
+    else:
+        ok = isinstance(value, bool)
+    if not ok:
+        raise ParameterError(spec.name, f"must be {TYPES[kind]}, got {value!r} ({type(value).__name__})")
+    if spec.check is not None and (reason := spec.check(value, values)) is not None:
+        raise ParameterError(spec.name, reason)
+    return value
+
+
+def check_all(specs: Iterable[ParamSpec], raw: Mapping[str, Any]) -> dict[str, Any]:
+    """Every value of ``raw`` (by spec) coerced and checked, relations against the others."""
+    return {spec.name: coerce(spec, raw[spec.name], raw) for spec in specs}
+
+
+def declare_parameters(node, specs: Iterable[ParamSpec]) -> dict[str, Any]:
+    """Declare every parameter on ``node``; return their checked values (or raise ParameterError)."""
+    raw = {}
+    specs = list(specs)
+    for spec in specs:
+        descriptor = ParameterDescriptor(
+            description=spec.description + ("" if spec.dynamic else " (read at start)"),
+            additional_constraints=spec.constraints, dynamic_typing=True, read_only=not spec.dynamic)
+        raw[spec.name] = node.declare_parameter(spec.name, spec.default, descriptor).value
+    return check_all(specs, raw)
+
+
+def parameter_callback(specs: Sequence[ParamSpec], current: Callable[[], Mapping] | None = None
+                       ) -> Callable[[list], SetParametersResult]:
+    """An on-set-parameters callback putting each change through :func:`coerce`.
+    ``current()``: the node's values now, for relations (a change is checked
+    against the others changed with it)."""
+    table = {s.name: s for s in specs}
+
+    def callback(params: list) -> SetParametersResult:
+        values = dict(current()) if current is not None else {}
+        values.update({p.name: p.value for p in params if p.name in table})
+        for param in params:
+            spec = table.get(param.name)
+            if spec is None:
+                continue  # e.g. use_sim_time
+            try:
+                if not spec.dynamic:  # read-only ones are refused by rclpy already
+                    raise ParameterError(param.name, "cannot change while running")
+                coerce(spec, param.value, values)
+            except ParameterError as exc:
+                return SetParametersResult(successful=False, reason=str(exc))
+        return SetParametersResult(successful=True)
+
+    return callback
+
+
+def changed_values(specs: Sequence[ParamSpec], params: list) -> dict[str, Any]:
+    """The dynamic parameters of ``params`` (accepted by the callback), coerced."""
+    table = {s.name: s for s in specs}
+    return {p.name: coerce(table[p.name], p.value) for p in params
+            if p.name in table and table[p.name].dynamic}
+
+
+# ---------------------------------------------------------------------- checks
+def positive(value: float, values: Mapping | None = None) -> str | None:
+    return None if value > 0 else f"must be > 0, got {value}"
+
+
+def non_negative(value: float, values: Mapping | None = None) -> str | None:
+    return None if value >= 0 else f"must be >= 0, got {value}"
+
+
+def at_least_one(value: int, values: Mapping | None = None) -> str | None:
+    return None if value >= 1 else f"must be >= 1, got {value}"
+
+
+def in_range(low: float, high: float, unit: str = "") -> Check:
+    """A check: ``low <= value <= high``."""
+    def check(value, values=None):
+        return None if low <= value <= high else f"must be in {low:g}..{high:g}{unit}, got {value!r}"
+    return check
+
+
+def one_of(choices: Iterable[str]) -> Check:
+    """A check: the value is one of ``choices``."""
+    choices = tuple(choices)
+
+    def check(value, values=None):
+        return None if value in choices else f"must be one of {', '.join(choices)}, got {value!r}"
+    return check
+
+
+def topic_name(value: str, values: Mapping | None = None) -> str | None:
+    if not value:
+        return "must be a topic name, got ''"
+    try:
+        validate_topic_name(value)
+    except NameValidationException as exc:
+        return f"{value!r} is not a valid topic name: {exc}"
+    return None
+
+
+def optional_topic_name(value: str, values: Mapping | None = None) -> str | None:
+    return None if value == "" else topic_name(value)
+
+
+def topic_list(value: list[str], values: Mapping | None = None) -> str | None:
+    for name in value:
+        if (reason := topic_name(name)) is not None:
+            return reason
+    if len(set(value)) != len(value):
+        return f"topics are listed twice in {value}"
+    return None
+
+
+def unique_names(value: list[str], values: Mapping | None = None) -> str | None:
+    if not all(value):
+        return f"names must be non-empty, got {value!r}"
+    return None if len(set(value)) == len(value) else f"names must be unique, got {value!r}"

@@ -1,0 +1,26 @@
+"""The QoS profiles the nodes share (not parameters: fixed choices, one place)."""
+
+from __future__ import annotations
+
+from rclpy.qos import DurabilityPolicy, HistoryPolicy, QoSProfile, ReliabilityPolicy
+
+
+def _profile(depth: int, reliability=ReliabilityPolicy.RELIABLE, durability=DurabilityPolicy.VOLATILE) -> QoSProfile:
+    return QoSProfile(history=HistoryPolicy.KEEP_LAST, depth=depth, reliability=reliability, durability=durability)
+
+
+def reliable(depth: int) -> QoSProfile:
+    """Reliable, volatile, the last ``depth`` messages."""
+    return _profile(depth)
+
+
+#: QoS of latched topics (the instruction): the last message reaches late joiners.
+LATCHED_QOS = _profile(1, durability=DurabilityPolicy.TRANSIENT_LOCAL)
+#: QoS of the Observation output: reliable, volatile, a short queue.
+OBSERVATION_QOS = reliable(5)
+#: Subscriptions to ActionChunks are best effort: that matches reliable and
+#: best-effort publishers alike; a lost chunk costs one step (or one lockstep timeout).
+ACTIONS_QOS = _profile(10, reliability=ReliabilityPolicy.BEST_EFFORT)
+#: Published data (images, joint states, replayed topics): reliable, which every
+#: subscriber (reliable or best effort) accepts.
+DATA_QOS = reliable(10)

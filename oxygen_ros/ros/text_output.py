@@ -1,0 +1,46 @@
+"""The inference node's text output: TextToken messages as frames return them."""
+
+from __future__ import annotations
+
+import collections
+import time
+from collections.abc import Iterable, Sequence
+
+from rclpy.duration import Duration
+
+from oxygen_ros.msg import TextToken
+
+from ..core.requests import TokenEvent
+from ..core.stats import WindowRate
+from . import conversions
+from .qos import reliable
+
+
+def end_events(clients: Iterable[str], reason: str) -> list[TokenEvent]:
+    """The final token of requests that never got an id (refused, or cancelled while waiting)."""
+    return [TokenEvent(0, client, 0, 0, -1, "", True, reason) for client in clients]
+
+
+class TextOutput:
+    """Publishes TextTokens (reliable, a deep queue) and measures the token rate."""
+
+    def __init__(self, node, topic: str, counters: collections.Counter):
+        self._pub = node.create_publisher(TextToken, topic, reliable(1000))
+        self._counters = counters
+        self.rate = WindowRate(5.0)  # real tokens (not ends) per second
+
+    def publish(self, events: Sequence[TokenEvent], stamp_ns: int) -> None:
+        if not events:
+            return
+        stamp = conversions.ns_to_time_msg(stamp_ns)
+        for event in events:
+            self._pub.publish(conversions.text_token_msg(stamp, event))
+        self.rate.add(time.monotonic(), sum(1 for e in events if e.token_id >= 0))
+        self._counters["text_tokens_published"] += len(events)
+
+    def flush(self, seconds: float = 1.0) -> None:
+        """Wait (at most ``seconds``) until reliable subscribers have what was published."""
+        try:
+            self._pub.wait_for_all_acked(Duration(seconds=seconds))
+        except Exception:  # noqa: BLE001 - best effort (the context may be going down)
+            pass

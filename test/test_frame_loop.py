@@ -1,0 +1,208 @@
+"""The ROS-free frame loop: next job, plan (k, language cadence), staleness, input fitting, failures."""
+
+from __future__ import annotations
+
+import logging
+
+import numpy as np
+import pytest
+
+from oxygen_ros.core.engine import Engine, EngineConfig, FrameResult
+from oxygen_ros.core.frame_loop import Arrival, FrameLoop, LoopSettings
+from oxygen_ros.core.input_fit import CHARS_PER_TOKEN, InstructionFitter, fit_question
+from oxygen_ros.core.observation import Observation, ObservationError
+from oxygen_ros.core.text import clean_text
+from oxygen_ros.core.tokenizer import Tokenizer, prompt_ids
+
+S = 1_000_000_000
+MS = 1_000_000
+
+
+@pytest.fixture(scope="module")
+def engine(lively_tiny):
+    return Engine(lively_tiny, Tokenizer.default(), EngineConfig(max_observations_per_frame=1))
+
+
+def make_loop(engine, **settings):
+    engine.cancel_all()
+    return FrameLoop(engine, LoopSettings(**settings), engine.model.config.max_token_len, horizon=10,
+                     state_dim=4, log=logging.getLogger("test_frame_loop"))
+
+
+def arrival(seq, stamp_s, received_s=None):
+    received = stamp_s if received_s is None else received_s
+    return Arrival(f"msg{seq}", seq, int(stamp_s * S), int(received * S), int(received * S))
+
+
+def image_obs(instruction="pick up the cube", state=None):
+    return Observation({"base": np.zeros((32, 32, 3), np.uint8)}, instruction, state)
+
+
+def test_newest_observation_wins_and_older_ones_are_counted_superseded(engine):
+    loop = make_loop(engine)
+    assert loop.next_job(0, 0) is None and not loop.has_work()
+    loop.observation_arrived(arrival(1, 10.0))
+    loop.observation_arrived(arrival(2, 10.1))
+    assert loop.has_work()
+    job = loop.next_job(int(10.2 * S), 0)
+    assert job.observation.seq == 2 and job.questions == []
+    assert loop.counters["observations_received"] == 2 and loop.counters["observations_superseded"] == 1
+    assert loop.next_job(int(10.2 * S), 0) is None
+
+
+def test_stale_observation_is_not_used(engine):
+    loop = make_loop(engine, max_observation_age=0.5)
+    loop.observation_arrived(arrival(1, 10.0))
+    assert loop.next_job(int(10.6 * S), 0) is None  # 0.6 s old when a frame would start
+    assert loop.counters["observations_stale"] == 1
+    loop.observation_arrived(arrival(2, 11.0))
+    assert loop.next_job(int(11.4 * S), 0).observation.seq == 2
+    loop.configure(max_observation_age=0.0)  # <= 0: no age check
+    loop.observation_arrived(arrival(3, 1.0))
+    assert loop.next_job(int(100 * S), 0).observation.seq == 3
+
+
+def test_language_cadence_counts_observation_frames(engine):
+    loop = make_loop(engine, language_every_n_frames=3)
+    starts = [loop.plan(True).start_language for _ in range(7)]
+    assert starts == [True, False, False, True, False, False, True]
+    assert loop.plan(False).start_language is False  # a language-only frame never starts one
+    loop.configure(language_every_n_frames=0)
+    assert not any(loop.plan(True).start_language for _ in range(3))
+
+
+def _result(frame_id, action_ms, decode_ms, steps):
+    return FrameResult(frame_id, [np.zeros((10, 2))], prefill_ms=action_ms / 2, denoise_ms=action_ms / 2,
+                       decode_ms=decode_ms, batch_sizes=[1] * steps, total_ms=action_ms + decode_ms)
+
+
+def test_k_shrinks_under_the_deadline_and_has_one_owner(engine):
+    loop = make_loop(engine, steps_per_frame=5, frame_deadline_ms=100.0)
+    plan = loop.plan(True)
+    assert plan.decode_steps == 5
+    loop.frame_ran(plan, _result(1, 95.0, 10.0, 5), True)  # the actions alone use the deadline
+    assert loop.plan(True).decode_steps == 0
+    assert loop.plan(False).decode_steps == 1  # language-only: at least one step
+    loop.configure(decode_budget=False)
+    assert loop.plan(True).decode_steps == 5
+    loop.configure(steps_per_frame=2)
+    assert loop.plan(True).decode_steps == 2 and loop.budget.k_max == 2
+    assert list(loop.k_history) == [(1, 5, True)] and loop.last_k == 2  # frames that ran: (id, k, obs?)
+
+
+def test_deadline_follows_rate_and_parameter(engine):
+    loop = make_loop(engine, control_rate_hz=50.0)
+    assert loop.deadline_ms() == pytest.approx(10 / 50 * 1e3 / 2)
+    loop.configure(control_rate_hz=25.0)
+    assert loop.budget.deadline_ms == pytest.approx(10 / 25 * 1e3 / 2) and loop.period_ns == 40 * MS
+    loop.configure(frame_deadline_ms=150.0)
+    assert loop.budget.deadline_ms == 150.0
+
+
+def test_language_only_frame_when_requests_decode_and_no_observation_is_due(engine):
+    loop = make_loop(engine)
+    engine.step([image_obs()], start_language=True, decode_steps=0)  # a request now decodes
+    assert loop.engine_has_work() and loop.has_work()
+    assert loop.next_job(0, 30 * MS).observation is None  # a language-only job
+    loop.frame_ended(30 * MS)
+    assert loop.next_job(0, 40 * MS) is None  # at most one per control period (20 ms)
+    for i in range(6):  # observations every 100 ms: the next one is due at 600 ms
+        loop.observation_arrived(Arrival(None, i, 0, 0, i * 100 * MS))
+        loop.next_job(0, i * 100 * MS)
+    loop.frame_ended(500 * MS)
+    loop.language_frame_ms.add(40.0)
+    assert loop.observation_due_soon(560 * MS)  # would still run at 600 ms: actions first
+    assert loop.next_job(0, 560 * MS) is None
+    assert loop.next_job(0, 520 * MS) is not None
+    loop.configure(decode_when_idle=False)
+    assert loop.next_job(0, 530 * MS) is None
+    engine.cancel_all()
+
+
+def test_questions_are_cleaned_refused_when_empty_or_without_observation(engine):
+    loop = make_loop(engine)
+    engine.last_observation = None
+    loop.question_arrived("a", "what\tis\x00 this?")
+    loop.question_arrived("b", "\x01\n ")
+    job = loop.next_job(0, 0)
+    questions, refused = loop.questions(job, has_observation=False)
+    assert questions == [] and refused == ["b", "a"]
+    assert loop.counters["questions_rejected_empty"] == 1
+    assert loop.counters["questions_rejected_no_observation"] == 1
+    loop.question_arrived("a", "what\tis\x00 this?")
+    questions, refused = loop.questions(loop.next_job(0, 0), has_observation=True)
+    assert [(q.client_id, q.text) for q in questions] == [("a", "what is this?")] and refused == []
+
+
+def test_questions_put_back_and_taken_at_shutdown(engine):
+    loop = make_loop(engine)
+    loop.question_arrived("a", "one")
+    loop.question_arrived("b", "two")
+    job = loop.next_job(0, 0)
+    loop.put_back(job)
+    assert loop.take_questions() == [("a", "one"), ("b", "two")] and not loop.take_questions()
+
+
+def test_instruction_is_cut_to_fit_the_prompt_and_the_state_checked(engine):
+    loop = make_loop(engine)
+    max_len = engine.model.config.max_token_len
+    obs = loop.fit_observation(image_obs("stack the red block " * 50, np.zeros(3, np.float32)), 3, seq=1)
+    assert len(prompt_ids(engine.tokenizer, obs.instruction, obs.state)) <= max_len
+    assert 0 < len(obs.instruction) < 1000 and loop.counters["instructions_truncated"] == 1
+    short = loop.fit_observation(image_obs("go\nleft"), 3, seq=2)
+    assert short.instruction == "go left" and loop.counters["instructions_truncated"] == 1
+    with pytest.raises(ObservationError, match="state"):
+        loop.fit_observation(image_obs("go", np.zeros(5, np.float32)), 3, seq=3)  # stats cover 4
+
+
+def test_fitter_agrees_with_an_exhaustive_search_and_caches(engine):
+    tok, max_len = engine.tokenizer, engine.model.config.max_token_len
+    fitter = InstructionFitter(tok, max_len)
+    text = "move the green cylinder to the left of the bowl " * 8
+    fitted = fitter.fit(image_obs(text))
+    best = max(n for n in range(len(text) + 1) if len(prompt_ids(tok, text[:n], None)) <= max_len)
+    assert fitted.truncated and fitted.kept == best and fitted.observation.instruction == text[:best]
+    assert fitter.fit(image_obs(text)).kept == best  # from the cache
+
+
+def test_question_fit_and_text_cleaning(engine):
+    tok = engine.tokenizer
+    huge = "why " * (40 * CHARS_PER_TOKEN)
+    fitted = fit_question(tok, huge, 32)
+    assert fitted.truncated and len(fitted.text) <= 32 * CHARS_PER_TOKEN
+    assert fit_question(tok, " \x00 ", 32).text == ""
+    assert clean_text("a\tb\nc\x07d\ud800") == "a b cd?"
+
+
+def test_failures_stop_the_output_after_the_limit_and_resume(engine):
+    loop = make_loop(engine, max_consecutive_failures=3)
+    assert [loop.frame_failed("boom") for _ in range(4)] == [False, False, True, False]
+    assert loop.failures.stopped and loop.failures.in_a_row == 4 and loop.failures.last == "boom"
+    loop.frame_succeeded()
+    assert not loop.failures.stopped and loop.failures.in_a_row == 0
+    loop.configure(max_consecutive_failures=1)
+    assert loop.frame_failed("again") is True
+
+
+def test_a_plan_s_applies_to_its_frame_only(engine):
+    obs = image_obs()
+    assert engine.config.denoise_steps is None  # the checkpoint's (the model config's)
+    default = engine.step([obs], start_language=False, decode_steps=0).actions[0]
+    engine.frame_id -= 1  # the same noise for the next frame
+    two = engine.step([obs], start_language=False, decode_steps=0, denoise_steps=2).actions[0]
+    engine.frame_id -= 1
+    again = engine.step([obs], start_language=False, decode_steps=0).actions[0]
+    assert not np.allclose(default, two) and np.array_equal(default, again)
+    assert engine.config.denoise_steps is None
+    with pytest.raises(ValueError, match="denoise_steps"):
+        engine.step([obs], denoise_steps=0)
+
+
+def test_the_frame_loop_imports_without_rclpy():
+    import subprocess
+    import sys
+
+    code = "import sys, oxygen_ros.core.frame_loop; print('rclpy' in sys.modules)"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip().splitlines()[-1] == "False"

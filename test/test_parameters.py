@@ -1,0 +1,100 @@
+"""The one parameter system (oxygen_ros.ros.parameters) and the nodes' tables, without a node."""
+
+from __future__ import annotations
+
+import pytest
+
+from oxygen_ros.ros import camera_node, inference_parameters, sources
+from oxygen_ros.ros.parameters import ParameterError, ParamSpec, check_all, coerce, in_range, one_of, topic_name
+
+INFERENCE = inference_parameters.SPECS
+DEFAULTS = {s.name: s.default for s in inference_parameters.PARAMETERS}
+
+
+@pytest.mark.parametrize("table", [inference_parameters.PARAMETERS, camera_node.PARAMETERS,
+                                   sources.SYNTHETIC_CAMERA_PARAMETERS, sources.BAG_PLAYER_PARAMETERS])
+def test_every_default_passes_its_own_check(table):
+    table = [s for s in table if s.name != "bag_path"]  # no default: the bag player needs one
+    values = {s.name: s.default for s in table}
+    assert check_all(table, values) == values
+
+
+def test_types_are_enforced_naming_the_parameter():
+    spec = ParamSpec("rate", 1.0, "a rate", "float")
+    assert coerce(spec, 2) == 2.0 and isinstance(coerce(spec, 2), float)  # an int for a float is fine
+    for bad in ("fast", True, float("nan"), float("inf"), None):
+        with pytest.raises(ParameterError, match="parameter 'rate': must be a finite number") as info:
+            coerce(spec, bad)
+        assert info.value.name == "rate"
+    with pytest.raises(ParameterError, match="must be an integer"):
+        coerce(ParamSpec("n", 1, "", "int"), 1.5)
+    with pytest.raises(ParameterError, match="must be a boolean"):
+        coerce(ParamSpec("b", True, "", "bool"), 1)
+    assert coerce(ParamSpec("names", [], "", "str_list"), ()) == []
+    with pytest.raises(ParameterError, match="list of strings"):
+        coerce(ParamSpec("names", [], "", "str_list"), ["a", 1])
+
+
+def test_a_spec_with_an_unknown_type_is_refused():
+    with pytest.raises(ValueError, match="type must be one of"):
+        ParamSpec("x", 1, "", "number")
+
+
+@pytest.mark.parametrize("name,value", [
+    ("control_rate_hz", 0.0), ("control_rate_hz", 1000.5), ("denoise_steps", -1), ("denoise_steps", 1001),
+    ("max_decode", 0), ("max_active", 0), ("queue_limit", -1), ("language_every_n_frames", -1),
+    ("setting", "turbo"), ("device", "tpu"), ("device", "cuda:x"), ("dtype", "float16"), ("preset", "huge"),
+    ("hold_action", "previous"), ("frame_deadline_ms", -1.0), ("max_consecutive_failures", 0),
+    ("chunk_origin", "x"), ("joint_names", ["a", "a"]), ("joint_names", ["a", ""]),
+    ("observation_topic", "not a topic"), ("text_topic", ""), ("threads", 0), ("warmup_frames", -1),
+])
+def test_inference_checks_refuse_bad_values_naming_the_parameter(name, value):
+    with pytest.raises(ParameterError, match=f"parameter '{name}'") as info:
+        coerce(INFERENCE[name], value, DEFAULTS)
+    assert info.value.name == name
+
+
+def test_inference_checks_accept_good_values():
+    for name, value in [("device", "cuda:1"), ("denoise_steps", 0), ("denoise_steps", 4), ("setting", "baseline"),
+                        ("control_rate_hz", 1000), ("max_observation_age", -1.0), ("joint_names", ["a", "b"])]:
+        assert coerce(INFERENCE[name], value, DEFAULTS) == value
+
+
+def test_steps_per_frame_is_checked_against_max_decode():
+    assert coerce(INFERENCE["steps_per_frame"], 10, {**DEFAULTS, "max_decode": 10}) == 10
+    with pytest.raises(ParameterError, match=r"must not exceed max_decode \(10\)"):
+        coerce(INFERENCE["steps_per_frame"], 11, {**DEFAULTS, "max_decode": 10})
+    with pytest.raises(ParameterError, match="steps_per_frame"):
+        check_all(inference_parameters.PARAMETERS, {**DEFAULTS, "max_decode": 3, "steps_per_frame": 5})
+
+
+def test_check_helpers():
+    assert in_range(1, 3)(2) is None and "1..3" in in_range(1, 3)(4)
+    assert one_of(("a", "b"))("a") is None and "a, b" in one_of(("a", "b"))("c")
+    assert topic_name("/ok/topic") is None and "not a valid topic name" in topic_name("bad topic")
+
+
+def test_run_time_changeable_parameters_are_marked():
+    dynamic = {s.name for s in inference_parameters.PARAMETERS if s.dynamic}
+    assert {"control_rate_hz", "denoise_steps", "steps_per_frame", "hold_action"} <= dynamic
+    assert not {"setting", "device", "model_path", "max_decode"} & dynamic
+
+
+def test_a_run_time_change_goes_through_the_same_check():
+    from rclpy.parameter import Parameter
+
+    from oxygen_ros.ros.parameters import changed_values, parameter_callback
+
+    values = dict(DEFAULTS, max_decode=10)
+    callback = parameter_callback(inference_parameters.PARAMETERS, lambda: values)
+    ok = callback([Parameter("steps_per_frame", value=10), Parameter("use_sim_time", value=True)])
+    assert ok.successful
+    too_many = callback([Parameter("steps_per_frame", value=11)])
+    assert not too_many.successful and "parameter 'steps_per_frame'" in too_many.reason
+    assert "max_decode (10)" in too_many.reason
+    read_only = callback([Parameter("setting", value="baseline")])
+    assert not read_only.successful and "'setting': cannot change while running" in read_only.reason
+    assert not callback([Parameter("control_rate_hz", value="fast")]).successful
+    changed = changed_values(inference_parameters.PARAMETERS, [Parameter("control_rate_hz", value=25),
+                                                              Parameter("use_sim_time", value=True)])
+    assert changed == {"control_rate_hz": 25.0} and isinstance(changed["control_rate_hz"], float)
