@@ -18,12 +18,12 @@ SCENES = 20
 
 @pytest.fixture(scope="module")
 def default():
-    from oxygen_ros.core.checkpoints import DEFAULT_MODEL_DIR, load_default
+    from oxygen_ros.core.checkpoints import DEFAULT_MODEL_DIR, default_model
 
     assert (DEFAULT_MODEL_DIR / "model.safetensors").is_file(), f"no shipped model in {DEFAULT_MODEL_DIR}"
     threads = torch.get_num_threads()
     torch.set_num_threads(1)  # the figures below are measured at one thread
-    yield load_default()
+    yield default_model()
     torch.set_num_threads(threads)
 
 

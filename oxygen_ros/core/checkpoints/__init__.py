@@ -7,7 +7,7 @@ Public API::
     save_native(model, out_dir, *, tokenizer_path=None, norm_stats=None, extra=None)
     load_model(model_path=None, *, preset=None, fallback_preset="tiny", device, dtype, seed,
                tokenizer_path, norm_stats_path)   the one precedence every entry point uses
-    default_model() / load_default()
+    default_model()
     CheckpointError
 
 Files: ``errors.py`` (the error), ``safetensors_files.py`` (lazy tensor
@@ -18,12 +18,10 @@ detection and key maps), ``sizes.py`` (model sizes from configs and shapes),
 """
 
 from .errors import CheckpointError
-from .loading import (DEFAULT_MODEL_DIR, LoadedCheckpoint, default_model, load_checkpoint, load_default,
-                      load_model)
+from .loading import (DEFAULT_MODEL_DIR, LoadedCheckpoint, default_model, load_checkpoint, load_model)
 from .native import FORMAT_NAME, FORMAT_VERSION, config_from_dict, config_to_dict, save_native
 
 __all__ = [
     "CheckpointError", "LoadedCheckpoint", "load_checkpoint", "load_model", "save_native", "default_model",
-    "load_default",
     "DEFAULT_MODEL_DIR", "FORMAT_NAME", "FORMAT_VERSION", "config_to_dict", "config_from_dict",
 ]

@@ -119,9 +119,6 @@ def default_model(*, device: str = "cpu", dtype: str = "float32") -> LoadedCheck
     return load_model(device=device, dtype=dtype)
 
 
-load_default = default_model
-
-
 # ---------------------------------------------------------------------------- steps
 def _checkpoint_dir(path: pathlib.Path) -> pathlib.Path:
     if not path.exists():
@@ -215,5 +212,5 @@ def _tokenizer(directory: pathlib.Path, explicit, config: ModelConfig, layout: s
     return tok
 
 
-__all__ = ["LoadedCheckpoint", "load_checkpoint", "load_model", "default_model", "load_default", "DEFAULT_MODEL_DIR",
+__all__ = ["LoadedCheckpoint", "load_checkpoint", "load_model", "default_model", "DEFAULT_MODEL_DIR",
            "TORCH_DTYPES"]
