@@ -25,6 +25,15 @@ def tok():
     return Tokenizer.default()
 
 
+@pytest.fixture
+def no_compiler():
+    """A machine whose C++ compiler cannot be found (torch's own setting of where to look)."""
+    import torch._inductor.config as inductor
+
+    with inductor.patch({"cpp.cxx": ("/nonexistent/g++",)}):
+        yield
+
+
 def test_buckets_cover_every_size_up_to_the_limit():
     assert batch_buckets(1) == (1,)
     assert batch_buckets(12) == (1, 2, 4, 8, 12)
@@ -87,7 +96,7 @@ def test_bucketed_pieces_refuse_what_they_were_not_built_for(lively_tiny):
         pieces.decode_step(eager, SlotView.of(0, [4]), torch.tensor([1]))
 
 
-def test_compile_setting_says_why_it_runs_eager(monkeypatch):
+def test_compile_setting_says_why_it_runs_eager():
     assert resolve_compile("off", "cpu").reason == "compile is off"
     assert not resolve_compile("auto", "cpu").enabled  # CPU default: eager (see the README's figures)
     assert "not supported on meta" in resolve_compile("on", "meta").reason
@@ -95,12 +104,13 @@ def test_compile_setting_says_why_it_runs_eager(monkeypatch):
         resolve_compile("yes", "cpu")
     with pytest.raises(ValueError, match="compile must be one of"):
         EngineConfig(compile="fast")
-    monkeypatch.setattr(torch._inductor.config.cpp, "cxx", ("/nonexistent/g++",))
+
+
+def test_without_a_compiler_compile_on_says_why(no_compiler):
     assert "C++ compiler" in resolve_compile("on", "cpu").reason
 
 
-def test_without_a_compiler_the_engine_runs_eager_and_says_why(lively_tiny, tok, monkeypatch):
-    monkeypatch.setattr(torch._inductor.config.cpp, "cxx", ("/nonexistent/g++",))
+def test_without_a_compiler_the_engine_runs_eager_and_says_why(lively_tiny, tok, no_compiler):
     engine = Engine(lively_tiny, tok, EngineConfig(compile="on", max_active=2, max_decode=4, steps_per_frame=2))
     assert engine.compiled is None and "C++ compiler" in engine.compile_reason
     res = engine.step(synthetic_observations(1, TINY.vision.image_size))
