@@ -178,8 +178,10 @@ class CompiledVLA:
 
     # ------------------------------------------------------------------ running a graph
     def _device(self, *tensors: Tensor) -> list[Tensor]:
-        # contiguous: a graph is specialised to its inputs' strides as well as their shapes
-        return [t.to(self.model.device).contiguous() for t in tensors]
+        """Inputs as every graph was compiled for them: on the device, contiguous, and inference
+        tensors (a graph is specialised to its inputs' strides and dispatch keys as well as shapes)."""
+        out = [t.to(self.model.device).contiguous() for t in tensors]
+        return [t if t.is_inference() else t.clone() for t in out]
 
     @torch.inference_mode()
     def _run_decode(self, tokens: Tensor, lengths: Tensor, live: Tensor) -> Tensor:
@@ -187,8 +189,7 @@ class CompiledVLA:
 
     @torch.inference_mode()
     def _run_denoise(self, slots: Tensor, lengths: Tensor, noise: Tensor) -> Tensor:
-        slots, lengths = self._device(slots, lengths)
-        return self._fns["denoise"](slots, lengths, noise.to(self.model.device, self.model.dtype).contiguous())
+        return self._fns["denoise"](*self._device(slots, lengths, noise.to(self.model.dtype)))
 
     @torch.inference_mode()
     def _run_prefill(self, batch: PrefixBatch, dest: Tensor) -> tuple[Tensor, Tensor]:
