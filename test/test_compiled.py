@@ -145,7 +145,7 @@ def test_compiled_engine_frames_match_eager_across_batch_sizes(lively_tiny, tok,
                                                                tmp_path_factory):
     monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path_factory.getbasetemp() / "compile-cache"))
     lengths = [3, 4, 0, 2, 4, 1, 0, 3]  # requests start and finish inside a bucket and across buckets
-    common = dict(setting=setting, max_decode=4, steps_per_frame=2, denoise_steps=2, max_active=3,
+    common = dict(setting=setting, max_decode=4, steps_per_frame=1, denoise_steps=2, max_active=3,
                   max_observations_per_frame=1, language_every_n_frames=0)
     eager = _run(Engine(lively_tiny, tok, EngineConfig(compile="off", **common)), len(lengths), lengths)
     engine = Engine(lively_tiny, tok, EngineConfig(compile="on", **common))

@@ -92,14 +92,8 @@ def run_setting(model: VLA, tokenizer: Tokenizer, spec: RunSpec, observations: l
     Requests still running when the measured frames end are not waited for
     (their tokens produced so far count, as in a live system).
     """
-    config = EngineConfig(setting=spec.setting, max_decode=spec.max_decode, steps_per_frame=spec.steps_per_frame,
-                          denoise_steps=spec.denoise_steps, max_active=spec.max_active,
-                          queue_limit=spec.queue_limit, max_observations_per_frame=spec.agents,
-                          language_every_n_frames=0, seed=spec.seed, compile=spec.compile)
-    engine = Engine(model, tokenizer, config)
-    t0 = time.perf_counter()
-    engine.warm_up()
-    compile_s = time.perf_counter() - t0
+    engine = _engine(model, tokenizer, spec)
+    compile_s = _median_ms(engine.warm_up, repeats=1, warmup=0) / 1e3
     workload = Workload.parse(spec.arrivals)
     schedule = workload.schedule(spec.warmup + spec.frames, spec.max_decode, seed=spec.seed)
     latencies, tokens, batches, copies, request_ms = [], 0, [], [], []
@@ -141,6 +135,14 @@ def run_setting(model: VLA, tokenizer: Tokenizer, spec: RunSpec, observations: l
         "compile": spec.compile, "compiled": engine.compiled is not None, "compile_reason": engine.compile_reason,
         "compile_s": compile_s, "recompiles": engine.recompiles,
     }
+
+
+def _engine(model: VLA, tokenizer: Tokenizer, spec: RunSpec) -> Engine:
+    config = EngineConfig(setting=spec.setting, max_decode=spec.max_decode, steps_per_frame=spec.steps_per_frame,
+                          denoise_steps=spec.denoise_steps, max_active=spec.max_active,
+                          queue_limit=spec.queue_limit, max_observations_per_frame=spec.agents,
+                          language_every_n_frames=0, seed=spec.seed, compile=spec.compile)
+    return Engine(model, tokenizer, config)
 
 
 def _median_ms(fn: Callable[[], object], repeats: int, warmup: int = 3) -> float:

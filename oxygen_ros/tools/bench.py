@@ -123,17 +123,7 @@ def main(argv=None) -> int:
             r = run_setting(model, tok, spec, obs, on_frame=lambda: bar.update(1))
             r["preset"] = c.name
             runs.append(r)
-    on_device = {m: resolve_compile(m, args.device).enabled for m in args.compile}
-    components = {compiled: measure_components(model, tok, cameras=args.cameras, compile=compiled,
-                                               denoise_steps=args.denoise_steps[0])
-                  for compiled in sorted(set(on_device.values()))}
-    bounds = {}
-    for S, n, k, compiled in sorted({(r["S"], r["N"], r["k"], r["compiled"]) for r in runs}):
-        ox = [r for r in runs if r["setting"] == "oxygen" and (r["S"], r["N"], r["k"], r["compiled"]) == (S, n, k,
-                                                                                                        compiled)]
-        per_frame = ox[0]["language_throughput_tps"] * ox[0]["frame_latency_ms"]["mean"] / 1e3 if ox else None
-        bounds[bound_key(S, n, k, compiled)] = upper_bound(components[compiled], S=S, k=k, H=c.action_horizon,
-                                                           tokens_per_frame=per_frame)
+    components, bounds = components_and_bounds(model, tok, args, runs)
     result = {"runs": runs, "upper_bound": bounds, "components": components.get(False),
               "components_compiled": components.get(True),
               "model": {"source": loaded.source, "preset": c.name, "device": args.device, "dtype": args.dtype,
@@ -150,6 +140,23 @@ def main(argv=None) -> int:
         for path in write_plots(dict(result, runs=first), args.plot):
             print(f"wrote {path}", file=sys.stderr)
     return 0
+
+
+def components_and_bounds(model, tok, args: argparse.Namespace, runs: list[dict]) -> tuple[dict, dict]:
+    """The pieces measured alone (eager, and compiled if any run was) and each run's upper bound."""
+    c = model.config
+    on_device = {m: resolve_compile(m, args.device).enabled for m in args.compile}
+    components = {compiled: measure_components(model, tok, cameras=args.cameras, compile=compiled,
+                                               denoise_steps=args.denoise_steps[0])
+                  for compiled in sorted(set(on_device.values()))}
+    bounds = {}
+    for S, n, k, compiled in sorted({(r["S"], r["N"], r["k"], r["compiled"]) for r in runs}):
+        ox = [r for r in runs if r["setting"] == "oxygen" and (r["S"], r["N"], r["k"], r["compiled"]) == (S, n, k,
+                                                                                                        compiled)]
+        per_frame = ox[0]["language_throughput_tps"] * ox[0]["frame_latency_ms"]["mean"] / 1e3 if ox else None
+        bounds[bound_key(S, n, k, compiled)] = upper_bound(components[compiled], S=S, k=k, H=c.action_horizon,
+                                                           tokens_per_frame=per_frame)
+    return components, bounds
 
 
 def bound_key(S: int, n: int, k: int, compiled: bool = False) -> str:

@@ -157,13 +157,15 @@ class VLA(nn.Module):
         [B, vocab] (float32) at each row's last valid token."""
         b, p, _ = x.shape
         pos = torch.arange(p, device=x.device)
+        w_slot = slot_idx[:, None].expand(-1, p).reshape(-1)  # token j of destination d: slot d, position j
+        w_pos = pos.repeat(slot_idx.shape[0])
         table = self._rotary(pos.expand(b, p))
         bias = self._bias((pos[None, :] < lengths[:, None])[:, None, :].expand(b, p, p))
         for i, layer in enumerate(self.language_model.layers):
             q, k, v, gate = layer.pre_attention(x, None)
             q, k = rope(q, table), rope(k, table)
-            cache.k[i, :, :, :p].index_copy_(0, slot_idx, k if row_idx is None else k[row_idx])
-            cache.v[i, :, :, :p].index_copy_(0, slot_idx, v if row_idx is None else v[row_idx])
+            rows_k, rows_v = (k, v) if row_idx is None else (k[row_idx], v[row_idx])
+            cache.write(i, w_slot, w_pos, rows_k.transpose(1, 2).flatten(0, 1), rows_v.transpose(1, 2).flatten(0, 1))
             x = layer.post_attention(x, attend(q, [(k, v, bias)]), gate, None)
         h, _ = self.language_model.norm(x)
         last = h[torch.arange(b, device=h.device), lengths - 1]
@@ -262,8 +264,7 @@ class VLA(nn.Module):
         for i, layer in enumerate(self.language_model.layers):
             q, k, v, gate = layer.pre_attention(x, None)
             q, k = rope(q, table), rope(k, table)
-            cache.k[i][w_slot, :, w_pos] = k.transpose(1, 2).reshape(b * t, -1, k.shape[-1])
-            cache.v[i][w_slot, :, w_pos] = v.transpose(1, 2).reshape(b * t, -1, v.shape[-1])
+            cache.write(i, w_slot, w_pos, k.transpose(1, 2).flatten(0, 1), v.transpose(1, 2).flatten(0, 1))
             kv_k = cache.k[i, start : start + b, :, :read]
             kv_v = cache.v[i, start : start + b, :, :read]
             x = layer.post_attention(x, attend(q, [(kv_k, kv_v, bias)]), gate, None)
