@@ -59,3 +59,33 @@ def test_choose_k_takes_the_largest_budget_within_the_deadline():
     assert table[k - 1]["frame_ms"] <= 20 and (k == 30 or table[k]["frame_ms"] > 20)
     k0, _ = calibrate.choose_k(comp, n=30, s=10, horizon=10, target_hz=5000, margin=1.0, arrivals=1)
     assert k0 == 0
+
+
+def test_bench_matches_another_systems_horizon_and_prompt_length(tmp_path):
+    out = tmp_path / "bench.json"
+    assert bench.main(["--preset", "tiny", "--settings", "oxygen", "--compile", "off", "--action-horizon", "4",
+                       "--prompt-tokens", "20", "--max-decode", "4", "--steps-per-frame", "2", "--frames", "3",
+                       "--warmup", "1", "--json", str(out)]) == 0
+    run = json.loads(out.read_text())["runs"][0]
+    assert run["H"] == 4 and run["compile"] == "off" and not run["compiled"] and run["recompiles"] == 0
+
+
+def test_prompt_tokens_pads_or_cuts_the_instruction_to_exactly_that_many_tokens():
+    from oxygen_ros.core.benchmark import synthetic_observations, with_prompt_tokens
+    from oxygen_ros.core.tokenizer import Tokenizer, prompt_ids
+
+    tok = Tokenizer.default()
+    obs = synthetic_observations(3, 32)
+    for n in (18, 24, 32):  # shorter and longer than the scenes say it (the state alone takes 16)
+        for o in obs:
+            assert len(prompt_ids(tok, with_prompt_tokens(o, tok, n).instruction, o.state)) == n
+    with pytest.raises(ValueError, match="the prompt's template and state alone take"):
+        with_prompt_tokens(obs[0], tok, 1)
+
+
+def test_bench_refuses_bad_compile_and_prompt_options(capsys):
+    with pytest.raises(SystemExit):
+        bench.main(["--compile", "fast"])
+    assert "expected a comma list of auto, on, off, got 'fast'" in capsys.readouterr().err
+    with pytest.raises(SystemExit, match="--prompt-tokens 999 exceeds the model's max_token_len 32"):
+        bench.main(["--preset", "tiny", "--prompt-tokens", "999"])

@@ -5,7 +5,9 @@ the paper's figures for that run; :func:`measure_components` times the three
 model operations (prefill, one denoise step, one batched decode step against
 batch size); :func:`upper_bound` is the batching upper bound: a frame that
 costs only the shared prefill, S denoise steps and k decode steps at batch 1.
-Warm-up frames are run first and never measured.
+Warm-up frames are run first and never measured; with ``compile`` on, the
+engine's warm-up (compiling every bucket) runs before them and is reported as
+``compile_s``, and ``recompiles`` counts graphs built after it (0 expected).
 """
 
 from __future__ import annotations
@@ -20,10 +22,11 @@ import torch
 
 from .engine import Engine, EngineConfig, Question
 from .model.cache import SlotView
+from .model.compiled import CompiledVLA
 from .model.vla import VLA
 from .observation import Observation, make_prefix_batch
 from .sim.scene import render, sample_scene
-from .tokenizer import Tokenizer
+from .tokenizer import Tokenizer, prompt_ids
 from .workloads import Workload
 
 
@@ -37,6 +40,29 @@ def synthetic_observations(count: int, size: int, cameras: int = 1, seed: int = 
         image = render(scene, size)
         out.append(Observation({n: image for n in names}, scene.instruction, scene.state))
     return out
+
+
+#: words appended to an instruction to lengthen its prompt one token at a time
+FILLERS = ("go", "a", "x")
+
+
+def with_prompt_tokens(obs: Observation, tokenizer: Tokenizer, n: int) -> Observation:
+    """``obs`` with its instruction cut (last words dropped) or padded (filler words added) so that
+    its prompt is exactly ``n`` tokens."""
+    def count(ws: list[str]) -> int:
+        return len(prompt_ids(tokenizer, " ".join(ws), obs.state))
+
+    words = obs.instruction.split()
+    while words and count(words) > n:
+        words.pop()
+    if count(words) > n:
+        raise ValueError(f"--prompt-tokens {n}: the prompt's template and state alone take {count(words)} tokens")
+    while count(words) < n:
+        fits = [f for f in FILLERS if count(words + [f]) <= n]
+        if not fits:
+            raise ValueError(f"--prompt-tokens {n}: no filler word reaches exactly {n} tokens")
+        words.append(fits[0])
+    return Observation(obs.images, " ".join(words), obs.state)
 
 
 def percentile(values: Sequence[float], q: float) -> float:
@@ -56,6 +82,7 @@ class RunSpec:
     max_active: int = 16
     queue_limit: int = 64
     seed: int = 0
+    compile: str = "off"  # EngineConfig.compile
 
 
 def run_setting(model: VLA, tokenizer: Tokenizer, spec: RunSpec, observations: list[Observation],
@@ -65,11 +92,8 @@ def run_setting(model: VLA, tokenizer: Tokenizer, spec: RunSpec, observations: l
     Requests still running when the measured frames end are not waited for
     (their tokens produced so far count, as in a live system).
     """
-    config = EngineConfig(setting=spec.setting, max_decode=spec.max_decode, steps_per_frame=spec.steps_per_frame,
-                          denoise_steps=spec.denoise_steps, max_active=spec.max_active,
-                          queue_limit=spec.queue_limit, max_observations_per_frame=spec.agents,
-                          language_every_n_frames=0, seed=spec.seed)
-    engine = Engine(model, tokenizer, config)
+    engine = _engine(model, tokenizer, spec)
+    compile_s = _median_ms(engine.warm_up, repeats=1, warmup=0) / 1e3
     workload = Workload.parse(spec.arrivals)
     schedule = workload.schedule(spec.warmup + spec.frames, spec.max_decode, seed=spec.seed)
     latencies, tokens, batches, copies, request_ms = [], 0, [], [], []
@@ -108,7 +132,17 @@ def run_setting(model: VLA, tokenizer: Tokenizer, spec: RunSpec, observations: l
         "requests_finished": len(request_ms),
         "kv_bytes_reserved": engine.pool.bytes_reserved,
         "kv_copy_bytes_per_frame": statistics.fmean(copies),
+        "compile": spec.compile, "compiled": engine.compiled is not None, "compile_reason": engine.compile_reason,
+        "compile_s": compile_s, "recompiles": engine.recompiles,
     }
+
+
+def _engine(model: VLA, tokenizer: Tokenizer, spec: RunSpec) -> Engine:
+    config = EngineConfig(setting=spec.setting, max_decode=spec.max_decode, steps_per_frame=spec.steps_per_frame,
+                          denoise_steps=spec.denoise_steps, max_active=spec.max_active,
+                          queue_limit=spec.queue_limit, max_observations_per_frame=spec.agents,
+                          language_every_n_frames=0, seed=spec.seed, compile=spec.compile)
+    return Engine(model, tokenizer, config)
 
 
 def _median_ms(fn: Callable[[], object], repeats: int, warmup: int = 3) -> float:
@@ -123,21 +157,27 @@ def _median_ms(fn: Callable[[], object], repeats: int, warmup: int = 3) -> float
 
 
 def measure_components(model: VLA, tokenizer: Tokenizer, *, batch_sizes: Sequence[int] = (1, 2, 4, 8),
-                       cameras: int | None = None, repeats: int = 30, decode_context: int = 16) -> dict:
-    """Median latency of: prefill of one observation, one denoise step (batch 1),
-    and one decode step at each batch size (prefixes of real length plus
-    ``decode_context`` decoded tokens)."""
+                       cameras: int | None = None, repeats: int = 30, decode_context: int = 16,
+                       denoise_steps: int = 1, compile: bool = False) -> dict:
+    """Median latency of: prefill of one observation, one denoise step (batch 1; the median of
+    ``denoise_steps`` steps in one call, divided by them), and one decode step at each batch
+    size (prefixes of real length plus ``decode_context`` decoded tokens). ``compile``: the
+    compiled pieces (:class:`CompiledVLA`, warmed up first) instead of the eager model."""
     c = model.config
     cams = cameras or c.max_cameras
     obs = synthetic_observations(1, c.vision.image_size, cams)[0]
     batch = make_prefix_batch([obs], tokenizer, c)
     cache = model.new_cache(slots=max(batch_sizes) + 1, max_len=c.prefix_len + decode_context + 2)
-    res = model.prefill(batch, cache, [[0]])
+    run = model
+    if compile:
+        run = CompiledVLA(model, cache, steps=denoise_steps, max_observations=1)
+        run.warm_up()
+    res = run.prefill(batch, cache, [[0]])
     length = int(res.lengths[0])
-    prefill_ms = _median_ms(lambda: model.prefill(batch, cache, [[0]]), repeats)
+    prefill_ms = _median_ms(lambda: run.prefill(batch, cache, [[0]]), repeats)
     noise = torch.randn(1, c.action_horizon, c.action_dim)
     view = SlotView.of(0, [length])
-    denoise_ms = _median_ms(lambda: model.denoise(cache, view, noise, 1), repeats)
+    denoise_ms = _median_ms(lambda: run.denoise(cache, view, noise, denoise_steps), repeats) / denoise_steps
     decode = {}
     for b in batch_sizes:
         for s in range(b):
@@ -145,9 +185,10 @@ def measure_components(model: VLA, tokenizer: Tokenizer, *, batch_sizes: Sequenc
             cache.v[:, s, :, :length] = cache.v[:, 0, :, :length]
         v = SlotView.of(0, [length + decode_context] * b)
         tokens = torch.full((b,), 5, dtype=torch.long)
-        decode[b] = _median_ms(lambda: model.decode_step(cache, v, tokens), repeats)
+        decode[b] = _median_ms(lambda: run.decode_step(cache, v, tokens), repeats)
     return {"prefill_ms": prefill_ms, "denoise_step_ms": denoise_ms, "decode_step_ms": decode,
-            "prefix_tokens": length, "cameras": cams}
+            "prefix_tokens": length, "cameras": cams, "compiled": compile,
+            "recompiles": run.recompiles if compile else 0}
 
 
 def upper_bound(components: dict, *, S: int, k: int, H: int, tokens_per_frame: float | None = None) -> dict:

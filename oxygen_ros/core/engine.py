@@ -23,6 +23,8 @@ import torch
 from . import scheduler
 from .cadence import LanguageCadence
 from .kv_pool import SCRATCH, KVPool
+from .model.compile_setup import COMPILE_CHOICES, resolve_compile
+from .model.compiled import CompiledVLA, Progress
 from .model.vla import VLA
 from .observation import Observation, make_prefix_batch
 from .requests import FinishReason, Request, RequestManager, TokenEvent, finish_event
@@ -45,8 +47,11 @@ class EngineConfig:
     language_every_n_frames: int = 1  # 0: only on demand (questions)
     seed: int = 0  # action noise seed
     camera_names: tuple[str, ...] | None = None
+    compile: str = "auto"  # "on" | "off" | "auto" (CUDA: on, CPU: off): see core/model/compile_setup.py
 
     def __post_init__(self) -> None:
+        if self.compile not in COMPILE_CHOICES:
+            raise ValueError(f"compile must be one of {', '.join(COMPILE_CHOICES)}, got {self.compile!r}")
         if self.setting not in SETTINGS:
             raise ValueError(f"setting must be one of {', '.join(SETTINGS)}, got {self.setting!r}")
         if self.denoise_steps is not None and self.denoise_steps < 1:
@@ -121,6 +126,7 @@ class Engine:
         self._timing = threading.Lock()  # phase times are added from both threads of ``parallel``
         self._starting: list[Request] = []
         self._denoise_steps = config.denoise_steps or model.config.denoise_steps  # S of the running frame
+        self._init_compile(config)
 
     # ------------------------------------------------------------------ public
     def step(self, observations: Sequence[Observation] = (), questions: Sequence[Question] = (), *,
@@ -211,6 +217,44 @@ class Engine:
     def queued_requests(self) -> int:
         return len(self.requests.queue)
 
+    # ------------------------------------------------------------------ compiled pieces
+    def _init_compile(self, config: EngineConfig) -> None:
+        decision = resolve_compile(config.compile, self.model.device)
+        #: why the model runs eager ("" when compiled): for the caller to log once
+        self.compile_reason = decision.reason
+        self.compiled: CompiledVLA | None = None
+        self._warm_lock = threading.Lock()
+        if decision.enabled:
+            try:
+                self.compiled = CompiledVLA(self.model, self.pool.cache, steps=self._denoise_steps,
+                                            max_observations=config.max_observations_per_frame)
+            except Exception as e:  # a torch that cannot compile here: run eager
+                self.compile_reason = f"compilation failed: {e!r}"
+
+    def warm_up(self, progress: Progress | None = None) -> None:
+        """Compile every bucket (``progress(done, total, what)`` after each); nothing when eager.
+        The first frame does it if the caller has not. If compilation fails the engine runs
+        eager and :attr:`compile_reason` says why."""
+        with self._warm_lock:  # the two threads of ``parallel`` must not both compile
+            if self.compiled is None or self.compiled.warmed:
+                return
+            try:
+                self.compiled.warm_up(progress)
+            except Exception as e:
+                self.compiled, self.compile_reason = None, f"compilation failed: {e!r}"
+
+    @property
+    def recompiles(self) -> int:
+        """Graphs compiled after warm-up (0 in a steady state, and when eager)."""
+        return 0 if self.compiled is None else self.compiled.recompiles
+
+    @property
+    def runner(self) -> VLA | CompiledVLA:
+        """What runs prefill / denoise / decode steps: the compiled pieces, or the model."""
+        if self.compiled is not None and not self.compiled.warmed:
+            self.warm_up()
+        return self.compiled or self.model
+
     # ------------------------------------------------------------------ primitives (used by scheduler.py)
     def prefill(self, observations: list[Observation], dests: list[list[int]]) -> torch.Tensor:
         """Write each observation's prefix into its slots; returns last-token logits."""
@@ -218,7 +262,7 @@ class Engine:
         self._pause("prefill")
         observations = [self._model_state(o) for o in observations]
         batch = make_prefix_batch(observations, self.tokenizer, self.model.config, self.config.camera_names)
-        res = self.model.prefill(batch, self.pool.cache, dests)
+        res = self.runner.prefill(batch, self.pool.cache, dests)
         for length, slots in zip(res.lengths.tolist(), dests):
             for s in slots:
                 self.pool.set_length(s, length)
@@ -240,7 +284,10 @@ class Engine:
         t0 = time.perf_counter()
         mc = self.model.config
         noise = torch.stack([self.noise(i) for i in observation_ids])
-        chunks = self.model.denoise(self.pool.cache, self.pool.view(range(start, start + count)), noise,
+        runner = self.runner
+        if runner is not self.model and runner.steps != self._denoise_steps:
+            runner = self.model  # compiled for the configured S; a frame planned with another S runs eager
+        chunks = runner.denoise(self.pool.cache, self.pool.view(range(start, start + count)), noise,
                                     self._denoise_steps,
                                     before_step=None if self.pause_point is None else self._pause_denoise)
         out = [a for a in chunks.float().cpu().numpy()]
@@ -286,7 +333,7 @@ class Engine:
             live, tokens = [False] * span, [0] * span
             for r in running:
                 live[r.slot], tokens[r.slot] = True, r.pending_token
-            logits = self.model.decode_step(self.pool.cache, self.pool.view(range(span), live),
+            logits = self.runner.decode_step(self.pool.cache, self.pool.view(range(span), live),
                                             torch.tensor(tokens))
             chosen = self._greedy(logits).tolist()
             for r in running:

@@ -4,11 +4,16 @@ Example (the sweep in the README)::
 
     oxygen-bench --settings baseline,parallel,shared_kv,oxygen --max-decode 10,20,30 \\
         --steps-per-frame 1,2,5 --frames 60 --json bench.json --plot figures/
+
+Compiled against eager, side by side in one run (the compile time is reported, not measured)::
+
+    oxygen-bench --settings baseline,oxygen --compile on,off --threads 1
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import itertools
 import json
 import pathlib
@@ -16,8 +21,10 @@ import sys
 
 from tqdm import tqdm
 
-from ..core.benchmark import RunSpec, measure_components, run_setting, synthetic_observations, upper_bound
+from ..core.benchmark import (RunSpec, measure_components, run_setting, synthetic_observations, upper_bound,
+                               with_prompt_tokens)
 from ..core.engine import SETTINGS
+from ..core.model.compile_setup import COMPILE_CHOICES, resolve_compile
 from ..core.workloads import Workload
 from .common import add_model_args, load_model
 
@@ -40,6 +47,13 @@ def setting_list(text: str) -> list[str]:
     return values
 
 
+def compile_list(text: str) -> list[str]:
+    values = [x for x in text.split(",") if x]
+    if not values or any(x not in COMPILE_CHOICES for x in values):
+        raise argparse.ArgumentTypeError(f"expected a comma list of {', '.join(COMPILE_CHOICES)}, got {text!r}")
+    return list(dict.fromkeys(values))
+
+
 def parse_args(argv=None) -> argparse.Namespace:
     p = argparse.ArgumentParser(prog="oxygen-bench", description=__doc__.split("\n")[0],
                                 formatter_class=argparse.ArgumentDefaultsHelpFormatter)
@@ -55,6 +69,11 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--cameras", type=int, default=1, help="cameras per observation")
     p.add_argument("--max-active", type=int, default=16, help="language requests decoding at once")
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--compile", type=compile_list, default=["auto"],
+                   help="compile the model's pieces: on, off, auto (CUDA: on, CPU: off); on,off runs both")
+    p.add_argument("--action-horizon", type=int, help="H: actions per chunk (default: the model's)")
+    p.add_argument("--prompt-tokens", type=int, help="pad or cut each instruction to exactly this many "
+                                                     "prompt tokens (default: as the scenes say it)")
     p.add_argument("--json", type=pathlib.Path, help="write the results here")
     p.add_argument("--plot", type=pathlib.Path, help="write PNG figures into this directory")
     add_model_args(p)
@@ -63,7 +82,9 @@ def parse_args(argv=None) -> argparse.Namespace:
         Workload.parse(args.arrivals)
     except ValueError as e:
         p.error(str(e))
-    for name in ("frames", "agents", "cameras", "max_active"):
+    for name in ("frames", "agents", "cameras", "max_active", "action_horizon", "prompt_tokens"):
+        if getattr(args, name) is None:
+            continue
         if getattr(args, name) < 1:
             p.error(f"--{name.replace('_', '-')} must be >= 1")
     if args.warmup < 0:
@@ -75,34 +96,38 @@ def main(argv=None) -> int:
     args = parse_args(argv)
     loaded = load_model(args)
     model, tok = loaded.model, loaded.tokenizer
+    if args.action_horizon:  # the action expert takes any horizon: its suffix is H tokens
+        model.config = dataclasses.replace(model.config, action_horizon=args.action_horizon)
     c = model.config
+    if args.prompt_tokens and args.prompt_tokens > c.max_token_len:
+        raise SystemExit(f"--prompt-tokens {args.prompt_tokens} exceeds the model's max_token_len {c.max_token_len}")
     print(f"model: {loaded.source} ({c.name}), device {args.device}, dtype {args.dtype}, threads {args.threads}",
           file=sys.stderr)
     obs = synthetic_observations(32, c.vision.image_size, args.cameras, seed=args.seed)
+    if args.prompt_tokens:
+        try:
+            obs = [with_prompt_tokens(o, tok, args.prompt_tokens) for o in obs]
+        except ValueError as e:
+            raise SystemExit(str(e)) from None
     denoise = args.denoise_steps or [c.denoise_steps]
-    combos = [(s, n, k, S) for S, n, k, s in itertools.product(denoise, args.max_decode, args.steps_per_frame,
-                                                                args.settings) if k <= n]
+    combos = [(s, n, k, S, m) for m, S, n, k, s in itertools.product(
+        args.compile, denoise, args.max_decode, args.steps_per_frame, args.settings) if k <= n]
     if not combos:
         raise SystemExit("no run: every --steps-per-frame exceeds every --max-decode")
     runs = []
     total = sum(args.frames + args.warmup for _ in combos)
     # the bar shows on a terminal only (disable=None), and only for long sweeps
     with tqdm(total=total, unit="frame", disable=True if total < 200 else None, file=sys.stderr) as bar:
-        for setting, n, k, S in combos:
+        for setting, n, k, S, mode in combos:
             spec = RunSpec(setting, n, k, S, args.frames, args.warmup, args.arrivals, agents=args.agents,
-                           max_active=args.max_active, seed=args.seed)
-            bar.set_description(f"{setting} N={n} k={k} S={S}")
+                           max_active=args.max_active, seed=args.seed, compile=mode)
+            bar.set_description(f"{setting} N={n} k={k} S={S} compile={mode}")
             r = run_setting(model, tok, spec, obs, on_frame=lambda: bar.update(1))
             r["preset"] = c.name
             runs.append(r)
-    components = measure_components(model, tok, cameras=args.cameras)
-    bounds = {}
-    for S, n, k in sorted({(r["S"], r["N"], r["k"]) for r in runs}):
-        ox = [r for r in runs if r["setting"] == "oxygen" and (r["S"], r["N"], r["k"]) == (S, n, k)]
-        per_frame = ox[0]["language_throughput_tps"] * ox[0]["frame_latency_ms"]["mean"] / 1e3 if ox else None
-        bounds[bound_key(S, n, k)] = upper_bound(components, S=S, k=k, H=c.action_horizon,
-                                                 tokens_per_frame=per_frame)
-    result = {"runs": runs, "upper_bound": bounds, "components": components,
+    components, bounds = components_and_bounds(model, tok, args, runs)
+    result = {"runs": runs, "upper_bound": bounds, "components": components.get(False),
+              "components_compiled": components.get(True),
               "model": {"source": loaded.source, "preset": c.name, "device": args.device, "dtype": args.dtype,
                         "threads": args.threads}}
     print_table(runs, bounds)
@@ -113,30 +138,54 @@ def main(argv=None) -> int:
     if args.plot:
         from .plots import write_plots
 
-        for path in write_plots(result, args.plot):
+        first = [r for r in runs if r["compile"] == args.compile[0]]  # the figures show one mode
+        for path in write_plots(dict(result, runs=first), args.plot):
             print(f"wrote {path}", file=sys.stderr)
     return 0
 
 
-def bound_key(S: int, n: int, k: int) -> str:
-    return f"S={S},N={n},k={k}"
+def components_and_bounds(model, tok, args: argparse.Namespace, runs: list[dict]) -> tuple[dict, dict]:
+    """The pieces measured alone (eager, and compiled if any run was) and each run's upper bound."""
+    c = model.config
+    on_device = {m: resolve_compile(m, args.device).enabled for m in args.compile}
+    components = {compiled: measure_components(model, tok, cameras=args.cameras, compile=compiled,
+                                               denoise_steps=(args.denoise_steps or [c.denoise_steps])[0])
+                  for compiled in sorted(set(on_device.values()))}
+    bounds = {}
+    for S, n, k, compiled in sorted({(r["S"], r["N"], r["k"], r["compiled"]) for r in runs}):
+        ox = [r for r in runs if r["setting"] == "oxygen" and (r["S"], r["N"], r["k"], r["compiled"]) == (S, n, k,
+                                                                                                        compiled)]
+        per_frame = ox[0]["language_throughput_tps"] * ox[0]["frame_latency_ms"]["mean"] / 1e3 if ox else None
+        bounds[bound_key(S, n, k, compiled)] = upper_bound(components[compiled], S=S, k=k, H=c.action_horizon,
+                                                           tokens_per_frame=per_frame)
+    return components, bounds
+
+
+def bound_key(S: int, n: int, k: int, compiled: bool = False) -> str:
+    return f"S={S},N={n},k={k}" + (",compiled" if compiled else "")
 
 
 def print_table(runs: list[dict], bounds: dict) -> None:
-    base = {(r["N"], r["k"], r["S"]): r for r in runs if r["setting"] == "baseline"}
-    head = f"{'setting':<10} {'N':>3} {'k':>3} {'S':>3} {'T mean':>8} {'T p99':>8} {'f (Hz)':>8} " \
+    base = {(r["N"], r["k"], r["S"], r["compiled"]): r for r in runs if r["setting"] == "baseline"}
+    head = f"{'setting':<10} {'comp':>4} {'N':>3} {'k':>3} {'S':>3} {'T mean':>8} {'T med':>8} {'T p99':>8} {'f (Hz)':>8} " \
            f"{'tau (tok/s)':>11} {'B':>5} {'copy B/fr':>9} {'speedup':>7} {'ideal':>6}"
     print(head)
     print("-" * len(head))
     for r in runs:
-        b = base.get((r["N"], r["k"], r["S"]))
-        ub = bounds.get(bound_key(r["S"], r["N"], r["k"]))
+        b = base.get((r["N"], r["k"], r["S"], r["compiled"]))
+        ub = bounds.get(bound_key(r["S"], r["N"], r["k"], r["compiled"]))
         speed = f"{r['action_frequency_hz'] / b['action_frequency_hz']:.2f}" if b else "-"
         ideal = f"{b['frame_latency_ms']['mean'] / ub['frame_latency_ms']:.2f}" if b and ub else "-"
-        print(f"{r['setting']:<10} {r['N']:>3} {r['k']:>3} {r['S']:>3} {r['frame_latency_ms']['mean']:>8.2f} "
+        comp = "on" if r["compiled"] else "off"
+        print(f"{r['setting']:<10} {comp:>4} {r['N']:>3} {r['k']:>3} {r['S']:>3} {r['frame_latency_ms']['mean']:>8.2f} "
+              f"{r['frame_latency_ms']['median']:>8.2f} "
               f"{r['frame_latency_p99_ms']:>8.2f} {r['action_frequency_hz']:>8.1f} "
               f"{r['language_throughput_tps']:>11.1f} {r['avg_batch_size']:>5.2f} "
               f"{r['kv_copy_bytes_per_frame']:>9.0f} {speed:>7} {ideal:>6}")
+        if r["compile"] != "off" and not r["compiled"]:
+            print(f"  ({r['setting']}: compile={r['compile']} ran eager: {r['compile_reason']})")
+        if r["compiled"]:
+            print(f"  ({r['setting']}: compiled in {r['compile_s']:.1f} s, {r['recompiles']} recompiles after warm-up)")
     for key, ub in bounds.items():
         print(f"upper bound {key}: T {ub['frame_latency_ms']:.2f} ms, f {ub['action_frequency_hz']:.1f} Hz, "
               f"tau {ub['language_throughput_tps']:.1f} tok/s")

@@ -19,6 +19,7 @@ import sys
 import yaml
 
 from ..core.benchmark import measure_components
+from ..core.model.compile_setup import COMPILE_CHOICES, resolve_compile
 from .common import add_model_args, load_model
 
 
@@ -34,6 +35,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--margin", type=float, default=0.9, help="use at most this fraction of the deadline")
     p.add_argument("--repeats", type=int, default=30, help="timed repetitions per measurement (median)")
     p.add_argument("--out", type=pathlib.Path, required=True, help="parameters YAML to write")
+    p.add_argument("--compile", default="auto", choices=COMPILE_CHOICES,
+                   help="measure the compiled pieces (auto: on CUDA, eager on CPU)")
     add_model_args(p)
     args = p.parse_args(argv)
     if args.target_hz <= 0:
@@ -83,9 +86,12 @@ def main(argv=None) -> int:
     c = loaded.model.config
     sizes = sorted({1, 2, 4, 8, 16, steady_batch(args.max_decode, 1, args.arrivals_per_frame)})
     print(f"measuring {loaded.source} on {args.device} ({args.dtype}) ...", file=sys.stderr)
-    comp = measure_components(loaded.model, loaded.tokenizer, batch_sizes=sizes, cameras=args.cameras,
-                              repeats=args.repeats)
     s = args.denoise_steps or c.denoise_steps
+    decision = resolve_compile(args.compile, args.device)
+    if args.compile == "on" and not decision.enabled:
+        print(f"compile=on runs eager: {decision.reason}", file=sys.stderr)
+    comp = measure_components(loaded.model, loaded.tokenizer, batch_sizes=sizes, cameras=args.cameras,
+                              repeats=args.repeats, denoise_steps=s, compile=decision.enabled)
     k, table = choose_k(comp, n=args.max_decode, s=s, horizon=c.action_horizon,
                         target_hz=args.target_hz, margin=args.margin, arrivals=args.arrivals_per_frame)
     print(f"prefill {comp['prefill_ms']:.2f} ms, denoise step {comp['denoise_step_ms']:.2f} ms, decode step "

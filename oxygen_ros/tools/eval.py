@@ -36,6 +36,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from ..core.engine import Engine, EngineConfig
+from ..core.model.compile_setup import COMPILE_CHOICES
 from ..core.observation import Observation, resize_with_pad
 from ..core.sim import scene as sim
 from ..core.training import EVAL_SEED_BASE
@@ -178,19 +179,23 @@ def summarise(episodes: Sequence[Episode]) -> dict:
 def evaluate(model, tokenizer, normalizer, *, scenes: int = 200, seed: int = 0, setting: str = "oxygen",
              concurrency: int = 8, execute: int = 5, max_steps: int = 50, max_decode: int = 12,
              steps_per_frame: int = 5, denoise_steps: int | None = None, camera_size: int | None = None,
-             with_texts: bool = False) -> dict:
+             with_texts: bool = False, compile: str = "off") -> dict:
     """Run the evaluation and return its figures (and, with ``with_texts``, every generated text)."""
     steps = denoise_steps or model.config.denoise_steps
     config = EngineConfig(setting=setting, max_decode=max_decode, steps_per_frame=min(steps_per_frame, max_decode),
                           denoise_steps=steps, max_active=concurrency, queue_limit=4 * concurrency,
                           max_observations_per_frame=concurrency, language_every_n_frames=1, seed=seed,
-                          camera_names=CAMERA_NAMES)
+                          camera_names=CAMERA_NAMES, compile=compile)
     engine = Engine(model, tokenizer, config, normalizer=normalizer)
+    if compile == "on" and engine.compiled is None:
+        print(f"compile=on runs eager: {engine.compile_reason}", file=sys.stderr)
+    engine.warm_up()
     start = time.perf_counter()
     episodes = run_episodes(engine, held_out_scenes(scenes, seed), image_size=model.config.vision.image_size,
                             concurrency=concurrency, execute=execute, max_steps=max_steps, camera_size=camera_size)
     out = {"setting": setting, "seed": seed, "execute": execute, "max_steps": max_steps, "camera_size": camera_size,
-           "denoise_steps": steps, **summarise(episodes), "wall_s": round(time.perf_counter() - start, 2)}
+           "denoise_steps": steps, **summarise(episodes), "wall_s": round(time.perf_counter() - start, 2),
+           "compiled": engine.compiled is not None, "recompiles": engine.recompiles}
     if with_texts:
         out["texts"] = [e.request.text for e in episodes]
         out["tokens"] = [list(e.request.tokens) for e in episodes]
@@ -211,6 +216,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--camera-size", type=int, default=None,
                         help="resize the rendered image to this size first, as the camera node does (its "
                              "image_size, 224 in config/agent.yaml); default: the model's size, no resize")
+    parser.add_argument("--compile", default="auto", choices=COMPILE_CHOICES,
+                        help="compile the model's pieces (auto: on CUDA, eager on CPU)")
     add_model_args(parser)
     args = parser.parse_args(argv)
     ckpt = load_model(args)
@@ -218,7 +225,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"note: {ckpt.source} has no normalisation statistics; actions are used as the model outputs them",
               file=sys.stderr)
     kwargs = dict(scenes=args.scenes, seed=args.seed, concurrency=args.concurrency, execute=args.execute,
-                  max_steps=args.max_steps, camera_size=args.camera_size)
+                  max_steps=args.max_steps, camera_size=args.camera_size, compile=args.compile)
     report = evaluate(ckpt.model, ckpt.tokenizer, ckpt.normalizer, setting=args.setting, with_texts=True, **kwargs)
     settings = [s for s in (args.compare or []) if s != args.setting]
     if settings:

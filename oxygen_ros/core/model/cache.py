@@ -54,6 +54,15 @@ class KVCache:
     def nbytes(self) -> int:
         return self.k.numel() * self.k.element_size() * 2
 
+    def write(self, layer: int, slots: Tensor, positions: Tensor, k: Tensor, v: Tensor) -> None:
+        """Store token ``j``'s key/value (``k[j]``, ``v[j]``: [kv_heads, head_dim]) of ``layer`` at
+        ``positions[j]`` of slot ``slots[j]``, in place. Indexed on the whole storage (the layer as
+        an index tensor, not a view): compiled, that is one in-place scatter of those tokens, where a
+        write through a view of the layer would make the compiler copy the storage on every call."""
+        layers = torch.full_like(slots, layer)
+        self.k[layers, slots, :, positions] = k
+        self.v[layers, slots, :, positions] = v
+
     def bytes_per_token(self) -> int:
         """Bytes one token's keys and values take over all layers."""
         layers, _, kv_heads, _, head_dim = self.k.shape

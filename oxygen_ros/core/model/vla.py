@@ -137,27 +137,39 @@ class VLA(nn.Module):
             raise ValueError("every observation needs at least one destination slot")
         if any(not 0 <= s < cache.slots for s in dest):
             raise ValueError(f"slot out of range 0..{cache.slots - 1}: {dest}")
-        x, valid = self.embed_prefix(batch)
-        order = torch.argsort((~valid).to(torch.int8), dim=1, stable=True)
-        x = torch.gather(x, 1, order[..., None].expand_as(x))
-        lengths = valid.sum(dim=1)
-        b, p, _ = x.shape
-        if p > cache.max_len:
-            raise ValueError(f"prefix of {p} tokens does not fit slots of {cache.max_len}")
-        pos = torch.arange(p, device=x.device)
-        table = self._rotary(pos.expand(b, p))
-        bias = self._bias((pos[None, :] < lengths[:, None])[:, None, :].expand(b, p, p))
+        x, lengths = self.prefix_states(batch)
+        if x.shape[1] > cache.max_len:
+            raise ValueError(f"prefix of {x.shape[1]} tokens does not fit slots of {cache.max_len}")
         row_idx = torch.tensor(rows, device=x.device)
         slot_idx = torch.tensor(dest, device=x.device)
+        return PrefillResult(lengths=lengths, logits=self.write_prefix(cache, x, lengths, slot_idx, row_idx))
+
+    def prefix_states(self, batch: PrefixBatch) -> tuple[Tensor, Tensor]:
+        """The embedded prefix compacted (valid tokens first, in order): x [B, P, W], lengths [B]."""
+        x, valid = self.embed_prefix(batch)
+        order = torch.argsort((~valid).to(torch.int8), dim=1, stable=True)
+        return torch.gather(x, 1, order[..., None].expand_as(x)), valid.sum(dim=1)
+
+    def write_prefix(self, cache: KVCache, x: Tensor, lengths: Tensor, slot_idx: Tensor,
+                     row_idx: Tensor | None = None) -> Tensor:
+        """Run the VLM over compacted prefixes x [B, P, W], storing row ``row_idx[j]``'s keys and
+        values in slot ``slot_idx[j]`` (``row_idx`` None: row j into slot j). Returns the logits
+        [B, vocab] (float32) at each row's last valid token."""
+        b, p, _ = x.shape
+        pos = torch.arange(p, device=x.device)
+        w_slot = slot_idx[:, None].expand(-1, p).reshape(-1)  # token j of destination d: slot d, position j
+        w_pos = pos.repeat(slot_idx.shape[0])
+        table = self._rotary(pos.expand(b, p))
+        bias = self._bias((pos[None, :] < lengths[:, None])[:, None, :].expand(b, p, p))
         for i, layer in enumerate(self.language_model.layers):
             q, k, v, gate = layer.pre_attention(x, None)
             q, k = rope(q, table), rope(k, table)
-            cache.k[i, :, :, :p].index_copy_(0, slot_idx, k[row_idx])
-            cache.v[i, :, :, :p].index_copy_(0, slot_idx, v[row_idx])
+            rows_k, rows_v = (k, v) if row_idx is None else (k[row_idx], v[row_idx])
+            cache.write(i, w_slot, w_pos, rows_k.transpose(1, 2).flatten(0, 1), rows_v.transpose(1, 2).flatten(0, 1))
             x = layer.post_attention(x, attend(q, [(k, v, bias)]), gate, None)
         h, _ = self.language_model.norm(x)
         last = h[torch.arange(b, device=h.device), lengths - 1]
-        return PrefillResult(lengths=lengths, logits=self.language_model.logits(last).float())
+        return self.language_model.logits(last).float()
 
     # ------------------------------------------------------------------ actions
     @torch.inference_mode()
@@ -169,19 +181,26 @@ class VLA(nn.Module):
         read in place and left untouched. ``before_step`` (if given) is called
         before each of the steps (a point where the caller may pause the frame).
         """
-        steps = steps or self.config.denoise_steps
-        b, horizon, _ = noise.shape
+        b = noise.shape[0]
         if b != view.rows:
             raise ValueError(f"noise has {b} rows but the view has {view.rows} slots")
-        lengths = view.lengths.to(self.device)
-        pos = torch.arange(view.max_len, device=self.device)
-        prefix_bias = self._bias((pos[None, :] < lengths[:, None])[:, None, :].expand(b, horizon, view.max_len))
-        suffix_bias = self._bias(torch.ones(b, horizon, horizon, dtype=torch.bool, device=self.device))
-        table = self._rotary(lengths[:, None] + torch.arange(horizon, device=self.device))
         prefix = [
             (cache.k[i, view.start : view.stop, :, : view.max_len], cache.v[i, view.start : view.stop, :, : view.max_len])
             for i in range(self.config.expert.depth)
         ]
+        return self.denoise_from(prefix, view.lengths.to(self.device), noise, steps, before_step)
+
+    def denoise_from(self, prefix: list[tuple[Tensor, Tensor]], lengths: Tensor, noise: Tensor,
+                     steps: int | None = None, before_step: Callable[[], None] | None = None) -> Tensor:
+        """:meth:`denoise` over per-layer prefix keys/values [B, KV, L, D] whose row ``i``
+        holds ``lengths[i]`` valid tokens (positions past them are masked)."""
+        steps = steps or self.config.denoise_steps
+        b, horizon, _ = noise.shape
+        read = prefix[0][0].shape[2]
+        pos = torch.arange(read, device=self.device)
+        prefix_bias = self._bias((pos[None, :] < lengths[:, None])[:, None, :].expand(b, horizon, read))
+        suffix_bias = self._bias(torch.ones(b, horizon, horizon, dtype=torch.bool, device=self.device))
+        table = self._rotary(lengths[:, None] + torch.arange(horizon, device=self.device))
         x_t = noise.to(self.device, self.dtype)
         dt = -1.0 / steps
         times = 1.0 - torch.arange(steps, device=self.device, dtype=torch.float64) / steps
@@ -223,24 +242,31 @@ class VLA(nn.Module):
         if token_mask is None:
             token_mask = torch.ones(b, t, dtype=torch.bool, device=dev)
         token_mask = token_mask.to(dev)
-        lengths = view.lengths.to(dev)
-        steps = torch.arange(t, device=dev)
-        positions = lengths[:, None] + steps  # [B, T]
+        positions = view.lengths.to(dev)[:, None] + torch.arange(t, device=dev)  # [B, T]
         writes = token_mask if view.live is None else token_mask & view.live.to(dev)[:, None]
-        slot_rows = torch.arange(view.start, view.stop, device=dev)[:, None].expand(b, t)
+        return self.extend_rows(cache, view.start, tokens.to(dev), token_mask, positions, writes, view.max_len + t)
+
+    def extend_rows(self, cache: KVCache, start: int, tokens: Tensor, token_mask: Tensor, positions: Tensor,
+                    writes: Tensor, read: int) -> Tensor:
+        """:meth:`extend` over slots ``start ..`` (one per row of ``tokens`` [B, T]) at
+        ``positions`` [B, T]; tokens whose ``writes`` flag is off go to the trash slot.
+        Reads the first ``read`` positions of each slot (those past a token's own
+        position are masked)."""
+        b, t = tokens.shape
+        dev = tokens.device
+        steps = torch.arange(t, device=dev)
+        slot_rows = torch.arange(start, start + b, device=dev)[:, None].expand(b, t)
         w_slot = torch.where(writes, slot_rows, cache.trash_slot).reshape(-1)
         w_pos = torch.where(writes, positions, steps[None, :].expand(b, t)).reshape(-1)
-        read = view.max_len + t
         bias = self._bias(torch.arange(read, device=dev)[None, None, :] <= positions[:, :, None])  # [B, T, read]
         table = self._rotary(positions)
-        x = self.language_model.embed(tokens.to(dev)).to(self.dtype)
+        x = self.language_model.embed(tokens).to(self.dtype)
         for i, layer in enumerate(self.language_model.layers):
             q, k, v, gate = layer.pre_attention(x, None)
             q, k = rope(q, table), rope(k, table)
-            cache.k[i][w_slot, :, w_pos] = k.transpose(1, 2).reshape(b * t, -1, k.shape[-1])
-            cache.v[i][w_slot, :, w_pos] = v.transpose(1, 2).reshape(b * t, -1, v.shape[-1])
-            kv_k = cache.k[i, view.start : view.stop, :, :read]
-            kv_v = cache.v[i, view.start : view.stop, :, :read]
+            cache.write(i, w_slot, w_pos, k.transpose(1, 2).flatten(0, 1), v.transpose(1, 2).flatten(0, 1))
+            kv_k = cache.k[i, start : start + b, :, :read]
+            kv_v = cache.v[i, start : start + b, :, :read]
             x = layer.post_attention(x, attend(q, [(kv_k, kv_v, bias)]), gate, None)
         last = (token_mask.sum(dim=1) - 1).clamp(min=0)
         h, _ = self.language_model.norm(x[torch.arange(b, device=dev), last][:, None, :])

@@ -1,0 +1,85 @@
+"""Whether the model's pieces can be compiled here, and where the compiler's cache lives.
+
+``compile`` is a static setting: ``"on"`` compiles, ``"off"`` runs eager,
+``"auto"`` (the default) compiles where the benchmark showed it pays off
+(:data:`AUTO_DEVICES`). Where compilation is impossible, :func:`resolve_compile`
+says why, so the caller logs it once and runs eager: a machine without a C++
+compiler never fails to start because of this setting.
+"""
+
+from __future__ import annotations
+
+import os
+import pathlib
+from dataclasses import dataclass
+
+import torch
+
+COMPILE_CHOICES = ("auto", "on", "off")
+#: device types on which ``auto`` compiles. Not CPU: there a cold start compiles for minutes
+#: (the tiny model's buckets took 338 s on a loaded 2-core machine), so it is opt-in (README)
+AUTO_DEVICES = ("cuda",)
+#: environment variable that overrides the compiler's on-disk cache directory
+CACHE_ENV = "OXYGEN_COMPILE_CACHE"
+
+
+@dataclass(frozen=True)
+class CompileDecision:
+    enabled: bool
+    reason: str  # why compilation is off (empty when enabled)
+
+
+def compile_unavailable(device: str | torch.device) -> str | None:
+    """Why the pieces cannot be compiled on ``device`` on this machine (None: they can)."""
+    device = torch.device(device)
+    if device.type == "cpu":
+        try:
+            from torch._inductor.cpp_builder import get_cpp_compiler
+
+            get_cpp_compiler()
+        except Exception as e:  # the compiler looks for g++/clang++ and raises when none is found
+            return f"no working C++ compiler for torch's CPU code generator ({e})"
+        return None
+    if device.type == "cuda":
+        if not torch.cuda.is_available():
+            return "CUDA is not available"
+        from torch.utils._triton import has_triton
+
+        if not has_triton():
+            return "Triton (torch's GPU code generator) is not installed"
+        return None
+    return f"compilation is not supported on {device.type} devices"
+
+
+def resolve_compile(choice: str, device: str | torch.device) -> CompileDecision:
+    """What ``compile=choice`` means on ``device``."""
+    if choice not in COMPILE_CHOICES:
+        raise ValueError(f"compile must be one of {', '.join(COMPILE_CHOICES)}, got {choice!r}")
+    if choice == "off":
+        return CompileDecision(False, "compile is off")
+    device = torch.device(device)
+    if choice == "auto" and device.type not in AUTO_DEVICES:
+        return CompileDecision(False, f"compile=auto runs eager on {device.type}")
+    reason = compile_unavailable(device)
+    return CompileDecision(False, reason) if reason else CompileDecision(True, "")
+
+
+def compile_cache_dir() -> pathlib.Path:
+    """``$OXYGEN_COMPILE_CACHE``, else ``$XDG_CACHE_HOME/oxygen_ros/compile``, else ``~/.cache/oxygen_ros/compile``."""
+    if os.environ.get(CACHE_ENV):
+        return pathlib.Path(os.environ[CACHE_ENV])
+    base = os.environ.get("XDG_CACHE_HOME") or pathlib.Path.home() / ".cache"
+    return pathlib.Path(base) / "oxygen_ros" / "compile"
+
+
+def use_compile_cache() -> pathlib.Path:
+    """Point torch's compiler cache at :func:`compile_cache_dir` (unless ``TORCHINDUCTOR_CACHE_DIR``
+    was set to a directory of the user's choice) and return the directory in use."""
+    from torch._inductor.runtime.cache_dir_utils import default_cache_dir
+
+    chosen = os.environ.get("TORCHINDUCTOR_CACHE_DIR")
+    if not chosen or os.path.abspath(chosen) == os.path.abspath(default_cache_dir()):
+        path = compile_cache_dir()
+        path.mkdir(parents=True, exist_ok=True)
+        os.environ["TORCHINDUCTOR_CACHE_DIR"] = str(path)
+    return pathlib.Path(os.environ["TORCHINDUCTOR_CACHE_DIR"])

@@ -1,0 +1,197 @@
+"""The model's prefill, denoise and decode step compiled once per shape bucket.
+
+:class:`CompiledVLA` has the signatures of :class:`~.vla.VLA`'s ``prefill``,
+``denoise`` and ``decode_step`` (the engine calls either), and runs them as
+the fixed-shape pieces of ``static.py`` compiled with
+``torch.compile(fullgraph=True, dynamic=False)``: one graph per bucket, every
+bucket compiled by :meth:`CompiledVLA.warm_up`. On CPU inductor emits C++
+with its C++ wrapper (no Python between kernels); on CUDA each bucket's graph
+is captured as a CUDA graph after its first run (one launch per piece).
+
+Every graph the compiler builds is counted (:attr:`CompiledVLA.graphs`);
+:attr:`CompiledVLA.recompiles` counts those built after warm-up, which a
+steady state never does. Differences from eager, by design:
+
+* the whole denoise loop is one graph, so ``before_step`` (the engine's pause
+  point) is called once before the loop, not before each step;
+* a question's tokens (``VLA.extend``) run eager: on demand, any length.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+
+import torch
+from torch import Tensor
+
+from .cache import KVCache, SlotView
+from .compile_setup import use_compile_cache
+from .cuda_graphs import CudaGraphs
+from .static import StaticPieces, batch_buckets, bucket_for, prompt_buckets
+from .vla import VLA, PrefillResult, PrefixBatch
+
+#: inductor options on CPU: the C++ wrapper calls the kernels without the interpreter
+CPU_OPTIONS = {"cpp_wrapper": True}
+Progress = Callable[[int, int, str], None]
+
+
+class CompiledVLA:
+    """``model``'s pieces on ``cache`` (the pool's storage), for ``steps`` denoise steps, decode
+    batches up to the cache's slot count and prefill/denoise batches up to ``max_observations``.
+    ``compile=False`` runs the same bucketed pieces eager (a test hook: the bucketing without
+    the compile time)."""
+
+    def __init__(self, model: VLA, cache: KVCache, *, steps: int, max_observations: int, compile: bool = True):
+        self.model, self.cache, self.steps = model, cache, steps
+        self.decode_buckets = batch_buckets(cache.slots)
+        self.observation_buckets = batch_buckets(max_observations)
+        self.prompt_buckets = prompt_buckets(model.config.max_token_len)
+        self.cache_dir = use_compile_cache()
+        self.graphs = 0
+        self._graphs_at_warm: int | None = None
+        static = StaticPieces(model, cache, steps)
+        pieces = {name: getattr(static, name) for name in ("decode", "denoise", "prefill")}
+        self._fns = {name: self._compile(fn) for name, fn in pieces.items()} if compile else pieces
+        if compile:
+            # the compiler's limit on graphs per function counts every instance's buckets
+            torch._dynamo.config.recompile_limit += self.bucket_count
+
+    def _compile(self, fn):
+        compiled = torch.compile(fn, backend=self._backend, fullgraph=True, dynamic=False)
+        return CudaGraphs(compiled) if self.model.device.type == "cuda" else compiled
+
+    def _backend(self, gm, example_inputs):
+        from torch._inductor.compile_fx import compile_fx
+
+        self.graphs += 1
+        options = CPU_OPTIONS if self.model.device.type == "cpu" else {}
+        return compile_fx(gm, example_inputs, config_patches=options)
+
+    # ------------------------------------------------------------------ warm-up and counts
+    @property
+    def bucket_count(self) -> int:
+        return len(self.decode_buckets) + len(self.observation_buckets) * (1 + len(self.prompt_buckets))
+
+    @property
+    def warmed(self) -> bool:
+        return self._graphs_at_warm is not None
+
+    @property
+    def recompiles(self) -> int:
+        """Graphs built after warm-up (0 in a steady state; every graph if not warmed up)."""
+        return self.graphs - (self._graphs_at_warm or 0)
+
+    def warm_up(self, progress: Progress | None = None) -> None:
+        """Compile every bucket; ``progress(done, total, what)`` after each. Writes only the trash slot."""
+        jobs = [(f"decode batch {b}", lambda b=b: self._run_decode(*self._decode_inputs(b))) for b in
+                self.decode_buckets]
+        jobs += [(f"denoise observations {b}", lambda b=b: self._warm_denoise(b)) for b in self.observation_buckets]
+        jobs += [(f"prefill observations {b} prompt {n}", lambda b=b, n=n: self._warm_prefill(b, n))
+                 for b in self.observation_buckets for n in self.prompt_buckets]
+        for done, (what, job) in enumerate(jobs, 1):
+            job()
+            if progress is not None:
+                progress(done, len(jobs), what)
+        self._graphs_at_warm = self.graphs
+
+    def _warm_denoise(self, b: int) -> None:
+        c = self.model.config
+        noise = torch.zeros(b, c.action_horizon, c.action_dim)
+        self._run_denoise(torch.full((b,), self.cache.trash_slot), torch.zeros(b, dtype=torch.long), noise)
+
+    def _warm_prefill(self, b: int, n: int) -> None:
+        c = self.model.config
+        size = c.vision.image_size
+        mask = torch.zeros(b, n, dtype=torch.bool)
+        mask[:, 0] = True
+        batch = PrefixBatch(torch.zeros(b, c.max_cameras, 3, size, size), torch.ones(b, c.max_cameras, dtype=torch.bool),
+                            torch.zeros(b, n, dtype=torch.long), mask)
+        self._run_prefill(batch, torch.full((b,), self.cache.trash_slot))
+
+    # ------------------------------------------------------------------ the VLA's signatures
+    def decode_step(self, cache: KVCache, view: SlotView, tokens: Tensor) -> Tensor:
+        """:meth:`VLA.decode_step` for a view that starts at slot 0 (as the engine's does)."""
+        self._check(cache)
+        if view.start != 0:
+            raise ValueError(f"a compiled decode step reads slots from 0, got a view from slot {view.start}")
+        return self._run_decode(*self._decode_inputs(view.rows, view, tokens))[: view.rows]
+
+    def _decode_inputs(self, rows: int, view: SlotView | None = None, tokens: Tensor | None = None):
+        b = bucket_for(rows, self.decode_buckets, "a decode batch")
+        padded = torch.zeros(b, dtype=torch.long), torch.zeros(b, dtype=torch.long), torch.zeros(b, dtype=torch.bool)
+        if view is not None:
+            padded[0][:rows] = tokens.reshape(-1)
+            padded[1][:rows] = view.lengths
+            padded[2][:rows] = True if view.live is None else view.live
+        return padded
+
+    def denoise(self, cache: KVCache, view: SlotView, noise: Tensor, steps: int | None = None,
+                before_step: Callable[[], None] | None = None) -> Tensor:
+        """:meth:`VLA.denoise` as one graph; ``before_step`` is called once, before it."""
+        self._check(cache)
+        if steps not in (None, self.steps):
+            raise ValueError(f"compiled for {self.steps} denoise steps, asked for {steps}")
+        if noise.shape[0] != view.rows:
+            raise ValueError(f"noise has {noise.shape[0]} rows but the view has {view.rows} slots")
+        if before_step is not None:
+            before_step()
+        b = bucket_for(view.rows, self.observation_buckets, "a denoise batch")
+        slots = torch.full((b,), self.cache.trash_slot)
+        slots[: view.rows] = torch.arange(view.start, view.stop)
+        lengths = torch.zeros(b, dtype=torch.long)
+        lengths[: view.rows] = view.lengths
+        padded = torch.zeros(b, *noise.shape[1:])
+        padded[: view.rows] = noise
+        return self._run_denoise(slots, lengths, padded)[: view.rows]
+
+    def prefill(self, batch: PrefixBatch, cache: KVCache, slots: Sequence[Sequence[int]]) -> PrefillResult:
+        """:meth:`VLA.prefill`: each observation's prefix is written into its first slot in the
+        graph, then copied into its other slots (if any)."""
+        self._check(cache)
+        if len(slots) != batch.size or any(len(d) == 0 for d in slots):
+            raise ValueError(f"prefill needs one non-empty slot list per observation, got {list(slots)} "
+                             f"for {batch.size}")
+        limit = self.observation_buckets[-1]
+        parts = [self._prefill_part(batch, slots, i, min(i + limit, batch.size)) for i in range(0, batch.size, limit)]
+        lengths = torch.cat([p.lengths for p in parts])
+        for length, dest in zip(lengths.tolist(), slots):
+            for extra in dest[1:]:
+                cache.k[:, extra, :, :length] = cache.k[:, dest[0], :, :length]
+                cache.v[:, extra, :, :length] = cache.v[:, dest[0], :, :length]
+        return PrefillResult(lengths=lengths, logits=torch.cat([p.logits for p in parts]))
+
+    def _prefill_part(self, batch: PrefixBatch, slots, lo: int, hi: int) -> PrefillResult:
+        rows = hi - lo
+        b = bucket_for(rows, self.observation_buckets, "a prefill batch")
+        n = bucket_for(int(batch.token_mask[lo:hi].sum(dim=1).max()), self.prompt_buckets, "a prompt")
+        pick = torch.cat([torch.arange(lo, hi), torch.full((b - rows,), lo)])
+        part = PrefixBatch(batch.pixels[pick], batch.image_mask[pick], batch.tokens[pick, :n],
+                           batch.token_mask[pick, :n])
+        dest = torch.full((b,), self.cache.trash_slot)
+        dest[:rows] = torch.tensor([d[0] for d in slots[lo:hi]])
+        lengths, logits = self._run_prefill(part, dest)
+        return PrefillResult(lengths=lengths[:rows], logits=logits[:rows])
+
+    def _check(self, cache: KVCache) -> None:
+        if cache is not self.cache:
+            raise ValueError("a CompiledVLA runs on the cache it was built for")
+
+    # ------------------------------------------------------------------ running a graph
+    def _device(self, *tensors: Tensor) -> list[Tensor]:
+        """Inputs as every graph was compiled for them: on the device, contiguous, and inference
+        tensors (a graph is specialised to its inputs' strides and dispatch keys as well as shapes)."""
+        out = [t.to(self.model.device).contiguous() for t in tensors]
+        return [t if t.is_inference() else t.clone() for t in out]
+
+    @torch.inference_mode()
+    def _run_decode(self, tokens: Tensor, lengths: Tensor, live: Tensor) -> Tensor:
+        return self._fns["decode"](*self._device(tokens, lengths, live))
+
+    @torch.inference_mode()
+    def _run_denoise(self, slots: Tensor, lengths: Tensor, noise: Tensor) -> Tensor:
+        return self._fns["denoise"](*self._device(slots, lengths, noise.to(self.model.dtype)))
+
+    @torch.inference_mode()
+    def _run_prefill(self, batch: PrefixBatch, dest: Tensor) -> tuple[Tensor, Tensor]:
+        return self._fns["prefill"](*self._device(batch.pixels, batch.image_mask, batch.tokens, batch.token_mask,
+                                                  dest))

@@ -1,0 +1,83 @@
+"""The model's three cached operations at fixed shapes, one shape per bucket.
+
+:class:`StaticPieces` runs the same computations as :class:`~.vla.VLA`'s
+``prefill`` / ``denoise`` / ``decode_step``, on the pool's storage, but every
+tensor shape depends only on the bucket, never on the data:
+
+* a decode step reads the slots ``0 .. B-1`` (``B`` a batch bucket) over the
+  whole slot length, masking each row's positions past its own token; rows
+  that are not live write their key/value into the trash slot;
+* a denoise runs all ``S`` flow-matching steps (one graph for the loop) for
+  ``B`` rows (an observation-count bucket); each row reads its slot's prefix
+  over the whole slot length, masked past its length; padding rows read the
+  trash slot and are dropped;
+* a prefill embeds ``B`` observations (padded with copies of the first one)
+  with the prompt cut to a prompt-length bucket, and writes row ``j``'s prefix
+  into slot ``dest[j]`` (padding rows: the trash slot).
+
+Shapes being fixed, one compiled graph per bucket serves every frame
+(``compiled.py``). The functions take and return tensors only.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor
+
+from .cache import KVCache
+from .vla import VLA, PrefixBatch
+
+
+def batch_buckets(limit: int) -> tuple[int, ...]:
+    """Powers of two below ``limit``, then ``limit`` itself: 1, 2, 4, ..., limit."""
+    if limit < 1:
+        raise ValueError(f"a bucket limit must be >= 1, got {limit}")
+    out, b = [], 1
+    while b < limit:
+        out.append(b)
+        b *= 2
+    return (*out, limit)
+
+
+def prompt_buckets(max_token_len: int, smallest: int = 32) -> tuple[int, ...]:
+    """Prompt lengths a prefill is compiled for: ``smallest``, doubling, up to the model's maximum."""
+    out, n = [], smallest
+    while n < max_token_len:
+        out.append(n)
+        n *= 2
+    return (*out, max_token_len)
+
+
+def bucket_for(n: int, buckets: tuple[int, ...], what: str) -> int:
+    """The smallest bucket that holds ``n``."""
+    for b in buckets:
+        if b >= n:
+            return b
+    raise ValueError(f"{what} of {n} exceeds the largest compiled bucket {buckets[-1]}")
+
+
+class StaticPieces:
+    """``model``'s operations on ``cache`` with ``steps`` denoise steps, at bucket shapes."""
+
+    def __init__(self, model: VLA, cache: KVCache, steps: int):
+        self.model, self.cache, self.steps = model, cache, steps
+
+    def decode(self, tokens: Tensor, lengths: Tensor, live: Tensor) -> Tensor:
+        """One token per slot ``0 .. B-1``: tokens, lengths [B] long, live [B] bool -> logits [B, vocab]."""
+        positions = lengths[:, None]
+        writes = live[:, None]
+        return self.model.extend_rows(self.cache, 0, tokens[:, None], torch.ones_like(writes), positions, writes,
+                                      self.cache.max_len)
+
+    def denoise(self, slots: Tensor, lengths: Tensor, noise: Tensor) -> Tensor:
+        """All denoise steps for the prefixes in ``slots`` [B] (``lengths`` [B]); noise [B, H, A] -> actions."""
+        depth = self.model.config.expert.depth
+        prefix = [(self.cache.k[i].index_select(0, slots), self.cache.v[i].index_select(0, slots))
+                  for i in range(depth)]
+        return self.model.denoise_from(prefix, lengths, noise, self.steps)
+
+    def prefill(self, pixels: Tensor, image_mask: Tensor, tokens: Tensor, token_mask: Tensor,
+                dest: Tensor) -> tuple[Tensor, Tensor]:
+        """Prefixes of B observations into slots ``dest`` [B] -> (lengths [B], logits [B, vocab])."""
+        x, lengths = self.model.prefix_states(PrefixBatch(pixels, image_mask, tokens, token_mask))
+        return lengths, self.model.write_prefix(self.cache, x, lengths, dest)

@@ -1,0 +1,162 @@
+"""The bucketed, compiled pieces give the eager model's results.
+
+The fast tests run the bucketed pieces eager (``compile=False``: the padding,
+masks and slot handling without the compile time); one end-to-end test
+compiles a small engine and runs frames across batch sizes in every setting.
+"""
+
+import numpy as np
+import pytest
+import torch
+
+from oxygen_ros.core.benchmark import synthetic_observations
+from oxygen_ros.core.engine import Engine, EngineConfig, SETTINGS
+from oxygen_ros.core.model.cache import SlotView
+from oxygen_ros.core.model.compile_setup import compile_cache_dir, resolve_compile
+from oxygen_ros.core.model.compiled import CompiledVLA
+from oxygen_ros.core.model.config import TINY
+from oxygen_ros.core.model.static import batch_buckets, bucket_for, prompt_buckets
+from oxygen_ros.core.observation import make_prefix_batch
+from oxygen_ros.core.tokenizer import Tokenizer
+
+
+@pytest.fixture(scope="module")
+def tok():
+    return Tokenizer.default()
+
+
+@pytest.fixture
+def no_compiler():
+    """A machine whose C++ compiler cannot be found (torch's own setting of where to look)."""
+    import torch._inductor.config as inductor
+
+    with inductor.patch({"cpp.cxx": ("/nonexistent/g++",)}):
+        yield
+
+
+def test_buckets_cover_every_size_up_to_the_limit():
+    assert batch_buckets(1) == (1,)
+    assert batch_buckets(12) == (1, 2, 4, 8, 12)
+    assert prompt_buckets(200) == (32, 64, 128, 200)
+    assert [bucket_for(n, (1, 2, 4, 8, 12), "batch") for n in (1, 3, 5, 9, 12)] == [1, 4, 8, 12, 12]
+    with pytest.raises(ValueError, match="a decode batch of 13 exceeds the largest compiled bucket 12"):
+        bucket_for(13, (1, 2, 4, 8, 12), "a decode batch")
+
+
+def _twin(model, slots=6, length=TINY.prefix_len + 12):
+    eager, static = model.new_cache(slots, length), model.new_cache(slots, length)
+    return eager, static, CompiledVLA(model, static, steps=3, max_observations=2, compile=False)
+
+
+def test_bucketed_prefill_writes_the_same_prefixes_and_logits(lively_tiny, tok):
+    eager, static, pieces = _twin(lively_tiny)
+    obs = synthetic_observations(3, TINY.vision.image_size, cameras=2, seed=1)
+    batch = make_prefix_batch(obs, tok, TINY)
+    dests = [[0, 4], [1], [2]]  # three observations: more than the largest bucket (2); one stored twice
+    a = lively_tiny.prefill(batch, eager, dests)
+    b = pieces.prefill(batch, static, dests)
+    assert torch.equal(a.lengths, b.lengths)
+    torch.testing.assert_close(b.logits, a.logits, atol=1e-5, rtol=0)
+    for slot in (0, 1, 2, 4):
+        n = int(a.lengths[[0, 1, 2, 0][[0, 1, 2, 4].index(slot)]])
+        torch.testing.assert_close(static.k[:, slot, :, :n], eager.k[:, slot, :, :n], atol=1e-5, rtol=0)
+
+
+def test_bucketed_denoise_and_decode_match_eager_as_the_batch_changes(lively_tiny, tok):
+    eager, static, pieces = _twin(lively_tiny)
+    batch = make_prefix_batch(synthetic_observations(4, TINY.vision.image_size, seed=2), tok, TINY)
+    lengths = lively_tiny.prefill(batch, eager, [[0], [1], [2], [3]]).lengths.tolist()
+    pieces.prefill(batch, static, [[0], [1], [2], [3]])
+    noise = torch.randn(1, TINY.action_horizon, TINY.action_dim)
+    view = SlotView.of(2, lengths[2:3])
+    torch.testing.assert_close(pieces.denoise(static, view, noise, 3), lively_tiny.denoise(eager, view, noise, 3),
+                               atol=1e-5, rtol=0)
+    calls = []
+    pieces.denoise(static, view, noise, before_step=lambda: calls.append(1))
+    assert calls == [1]  # one pause point before the whole loop
+    rng = np.random.default_rng(0)
+    for live in ([True], [True, False, True], [False, True, True, True], [True, True], [True, False, False, True]):
+        view = SlotView.of(0, lengths[: len(live)], live)
+        tokens = torch.tensor(rng.integers(3, 200, len(live)))
+        torch.testing.assert_close(pieces.decode_step(static, view, tokens),
+                                   lively_tiny.decode_step(eager, view, tokens), atol=1e-5, rtol=0)
+        lengths = [n + 1 if on else n for n, on in zip(lengths, live)] + lengths[len(live):]
+    for slot, n in enumerate(lengths):
+        torch.testing.assert_close(static.k[:, slot, :, :n], eager.k[:, slot, :, :n], atol=1e-5, rtol=0)
+
+
+def test_bucketed_pieces_refuse_what_they_were_not_built_for(lively_tiny):
+    eager, static, pieces = _twin(lively_tiny)
+    noise = torch.zeros(1, TINY.action_horizon, TINY.action_dim)
+    with pytest.raises(ValueError, match="compiled for 3 denoise steps, asked for 5"):
+        pieces.denoise(static, SlotView.of(0, [4]), noise, 5)
+    with pytest.raises(ValueError, match="reads slots from 0, got a view from slot 2"):
+        pieces.decode_step(static, SlotView.of(2, [4]), torch.tensor([1]))
+    with pytest.raises(ValueError, match="runs on the cache it was built for"):
+        pieces.decode_step(eager, SlotView.of(0, [4]), torch.tensor([1]))
+
+
+def test_compile_setting_says_why_it_runs_eager():
+    assert resolve_compile("off", "cpu").reason == "compile is off"
+    assert not resolve_compile("auto", "cpu").enabled  # CPU default: eager (see the README's figures)
+    assert "not supported on meta" in resolve_compile("on", "meta").reason
+    with pytest.raises(ValueError, match="compile must be one of auto, on, off, got 'yes'"):
+        resolve_compile("yes", "cpu")
+    with pytest.raises(ValueError, match="compile must be one of"):
+        EngineConfig(compile="fast")
+
+
+def test_without_a_compiler_compile_on_says_why(no_compiler):
+    assert "C++ compiler" in resolve_compile("on", "cpu").reason
+
+
+def test_without_a_compiler_the_engine_runs_eager_and_says_why(lively_tiny, tok, no_compiler):
+    engine = Engine(lively_tiny, tok, EngineConfig(compile="on", max_active=2, max_decode=4, steps_per_frame=2))
+    assert engine.compiled is None and "C++ compiler" in engine.compile_reason
+    res = engine.step(synthetic_observations(1, TINY.vision.image_size))
+    assert res.actions[0].shape == (TINY.action_horizon, TINY.action_dim) and engine.recompiles == 0
+
+
+def test_compile_cache_follows_the_environment(monkeypatch, tmp_path):
+    monkeypatch.setenv("OXYGEN_COMPILE_CACHE", str(tmp_path / "mine"))
+    assert compile_cache_dir() == tmp_path / "mine"
+    monkeypatch.delenv("OXYGEN_COMPILE_CACHE")
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    assert compile_cache_dir() == tmp_path / "oxygen_ros" / "compile"
+
+
+def _run(engine, frames, lengths):
+    """Frames with one observation each; a question of ``lengths[f]`` tokens (0: none) per frame."""
+    from oxygen_ros.core.engine import Question
+
+    obs = synthetic_observations(frames, TINY.vision.image_size, seed=5)
+    actions, tokens, batches = [], [], []
+    for f in range(frames):
+        qs = [Question("", max_tokens=lengths[f])] if lengths[f] else []
+        res = engine.step([obs[f]], qs)
+        actions += res.actions
+        tokens += [(e.request_id, e.token_id) for e in res.tokens]
+        batches += res.batch_sizes
+    return actions, tokens, batches
+
+
+@pytest.mark.parametrize("setting", SETTINGS)
+def test_compiled_engine_frames_match_eager_across_batch_sizes(lively_tiny, tok, setting, monkeypatch,
+                                                               tmp_path_factory):
+    monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path_factory.getbasetemp() / "compile-cache"))
+    lengths = [3, 4, 0, 2, 4, 1, 0, 3]  # requests start and finish inside a bucket and across buckets
+    common = dict(setting=setting, max_decode=4, steps_per_frame=1, denoise_steps=2, max_active=3,
+                  max_observations_per_frame=1, language_every_n_frames=0)
+    eager = _run(Engine(lively_tiny, tok, EngineConfig(compile="off", **common)), len(lengths), lengths)
+    engine = Engine(lively_tiny, tok, EngineConfig(compile="on", **common))
+    progress = []
+    engine.warm_up(lambda done, total, what: progress.append((done, total, what)))
+    assert engine.compiled is not None, engine.compile_reason
+    assert progress[-1][:2] == (5, 5) and "decode batch 4" in [w for _, _, w in progress]
+    compiled = _run(engine, len(lengths), lengths)
+    assert compiled[1] == eager[1]  # identical greedy tokens
+    for a, b in zip(compiled[0], eager[0]):
+        np.testing.assert_allclose(a, b, atol=1e-5, rtol=0)
+    if setting == "oxygen":
+        assert len(set(compiled[2])) >= 2  # the decode batch changed during the run
+    assert engine.recompiles == 0
