@@ -68,6 +68,7 @@ ARGUMENTS: tuple[Argument, ...] = (
              "oxygen_inference", "setting"),
     Argument("control_rate_hz", "", "Control-loop rate in Hz.", "oxygen_inference", "control_rate_hz"),
     Argument("steps_per_frame", "", "Decode steps per frame (k).", "oxygen_inference", "steps_per_frame"),
+    Argument("compile", "", "Compiled model pieces (auto | on | off).", "oxygen_inference", "compile"),
     Argument("camera_topic", "", f"Camera image topic: remaps {CAMERA_TOPIC} of the camera node and the "
              "synthetic camera (empty: no remapping)."),
     Argument("demo", "false", "true: also start the synthetic closed-loop camera (never on a robot)."),

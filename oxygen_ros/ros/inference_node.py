@@ -104,7 +104,7 @@ from . import conversions
 from .action_output import ActionOutput
 from .frame_worker import FrameWorker
 from .inference_parameters import IMPLICIT_PARAMETERS, PARAMETERS, SPECS
-from .inference_setup import engine_config, load_model, model_load_error, startup_summary, warm_up
+from .inference_setup import compile_pieces, engine_config, load_model, model_load_error, startup_summary, warm_up
 from .inference_status import COUNTED, StatusReporter, format_value
 from .parameters import ParameterError, changed_values, declare_parameters, parameter_callback
 from .process import init_control_process, report_leftover_threads, settle_garbage_collector
@@ -174,6 +174,7 @@ class InferenceNode(Node):
         self.loop = FrameLoop(self.engine, LoopSettings(**_loop_settings(p)), mc.max_token_len, horizon=self.horizon,
                               state_dim=getattr(normalizer, "state_dim", None), log=self.get_logger())
         self.counters = self.loop.counters
+        compile_pieces(self.engine, p["compile"], self.get_logger())
         if p["warmup_frames"] > 0:
             ms = warm_up(self.engine, p["warmup_frames"], p["steps_per_frame"])
             self.get_logger().info(f"warmed up: {p['warmup_frames']} frames in {ms:.0f} ms")
@@ -314,7 +315,8 @@ class InferenceNode(Node):
             "active_batch": len(self.engine.requests.active), "queued_requests": len(self.engine.requests.queue),
             "decode_batch_mean": self.worker.last_batch, "tokens_per_s": self.text.rate.rate(time.monotonic()),
             "kv_bytes_reserved": pool.bytes_reserved, "kv_bytes_in_use": pool.bytes_in_use,
-            "setting": self.params["setting"],
+            "setting": self.params["setting"], "compiled": self.engine.compiled is not None,
+            "recompiles": self.engine.recompiles,
             **{key: loop[key] for key in ("k", "k_max", "frame_deadline_ms")},
             "control_rate_hz": self.params["control_rate_hz"], "horizon": self.horizon,
             "hold_action": self.params["hold_action"], "hold_ticks": c["hold_ticks"],

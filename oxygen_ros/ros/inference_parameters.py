@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from ..core.chunk_clock import ORIGINS
+from ..core.model.compile_setup import COMPILE_CHOICES
 from ..core.model.config import PRESETS
 from ..core.scheduler import SETTINGS
 from .parameters import (
@@ -126,6 +127,10 @@ PARAMETERS: tuple[ParamSpec, ...] = (
               "when the next observation is due before one would end) while requests are decoding and no new "
               "observation arrives. false: text advances only with observation frames (deterministic "
               "replays).", "bool", dynamic=True),
+    ParamSpec("compile", "auto", "Run prefill, the denoise loop and the decode step as compiled graphs, one "
+              "per shape bucket, all compiled at start-up (CUDA graphs on a GPU): on | off | auto (auto: on for "
+              "CUDA, eager on CPU, where a cold compile takes minutes). Where compiling is impossible the node "
+              "says why and runs eager.", "str", one_of(COMPILE_CHOICES), constraints=" | ".join(COMPILE_CHOICES)),
     ParamSpec("warmup_frames", 2, "Frames run on a black image at start-up, before the first tick.", "int",
               non_negative, constraints=">= 0"),
     ParamSpec("control_frame", "", "header.frame_id of ActionChunk and JointTrajectory messages.", "str"),

@@ -47,7 +47,8 @@ def engine_config(p: dict) -> EngineConfig:
         return EngineConfig(setting=p["setting"], max_decode=p["max_decode"], steps_per_frame=p["steps_per_frame"],
                             denoise_steps=p["denoise_steps"] or None, max_active=p["max_active"],
                             queue_limit=p["queue_limit"], max_observations_per_frame=1,
-                            language_every_n_frames=p["language_every_n_frames"], seed=p["seed"])
+                            language_every_n_frames=p["language_every_n_frames"], seed=p["seed"],
+                            compile=p["compile"])
     except ValueError as exc:  # a cross-check not covered by the parameter checks
         name = next((q.name for q in PARAMETERS if q.name in str(exc)), "setting")
         raise ParameterError(name, str(exc)) from exc
@@ -63,6 +64,19 @@ def warm_up(engine: Engine, frames: int, decode_steps: int) -> float:
     engine.cancel_all()
     engine.last_observation = None  # questions must never be answered from the warm-up image
     return (time.perf_counter() - t0) * 1e3
+
+
+def compile_pieces(engine: Engine, choice: str, log) -> None:
+    """Compile every shape bucket now (a log line per bucket), or say once why the model runs
+    eager: a warning when ``compile`` was ``on``, a line of information otherwise."""
+    if engine.compiled is not None:
+        t0 = time.perf_counter()
+        log.info(f"compiling {engine.compiled.bucket_count} shape buckets (compiler cache: "
+                 f"{engine.compiled.cache_dir}) ...")
+        engine.warm_up(lambda done, total, what: log.info(f"compiled {done}/{total}: {what} "
+                                                          f"({time.perf_counter() - t0:.1f} s)"))
+    if engine.compiled is None:
+        (log.warning if choice == "on" else log.info)(f"running eager: {engine.compile_reason}")
 
 
 def startup_summary(loaded: checkpoints.LoadedCheckpoint, p: dict) -> str:

@@ -14,7 +14,7 @@ COUNTED = ("ticks_faulted", "actions_non_finite", "frames", "language_frames", "
            "text_tokens_published", "publish_errors")
 #: Counters whose increase since the last status is reported.
 NEW_SINCE_LAST = ("underruns", "missed_ticks", "observations_stale", "hold_ticks", "frame_errors",
-                  "actions_non_finite")
+                  "actions_non_finite", "recompiles")
 
 
 def _problems(d: dict, new: dict, max_observation_age: float) -> list[str]:
@@ -40,6 +40,8 @@ def _problems(d: dict, new: dict, max_observation_age: float) -> list[str]:
         problems.append(f"{new['frame_errors']} frame errors")
     if new["actions_non_finite"]:
         problems.append(f"{new['actions_non_finite']} chunks with non-finite actions dropped")
+    if new["recompiles"]:
+        problems.append(f"{new['recompiles']} graphs compiled after warm-up (a shape outside the buckets)")
     if d["k"] < d["k_max"]:
         problems.append(f"language budget k={d['k']} of {d['k_max']} (frames near the "
                         f"{d['frame_deadline_ms']:.0f} ms deadline)")
