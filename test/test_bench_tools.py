@@ -48,6 +48,7 @@ def test_calibrate_writes_a_parameters_file(tmp_path):
     params = yaml.safe_load(out.read_text())["oxygen_inference"]["ros__parameters"]
     assert params["setting"] == "oxygen" and 0 <= params["steps_per_frame"] <= 12 and params["max_decode"] == 12
     assert params["denoise_steps"] == 0  # none given: the node uses the checkpoint's
+    assert params["compile"] == "auto"  # the node runs the way k was measured
     assert "S=10," in out.read_text()  # the tiny preset's own
 
 

@@ -106,6 +106,7 @@ def main(argv=None) -> int:
     params = {"oxygen_inference": {"ros__parameters": {
         "setting": "oxygen", "steps_per_frame": k, "max_decode": args.max_decode,
         "denoise_steps": args.denoise_steps or 0, "device": args.device, "dtype": args.dtype,
+        "compile": args.compile,
         **({"model_path": str(args.model_path)} if args.model_path else {}),
     }}}
     header = (f"# written by oxygen-calibrate for {loaded.source} on {args.device} ({args.dtype})\n"
