@@ -6,7 +6,7 @@ import torch
 from oxygen_ros.core.model.cache import SlotView
 from oxygen_ros.core.model.config import PI05, TINY, ModelConfig, VisionConfig, preset
 from oxygen_ros.core.model.reference import reference_actions, reference_generate
-from oxygen_ros.core.model.vla import PrefixBatch, build_model
+from oxygen_ros.core.model.vla import PrefixBatch, build_model, flow_times
 
 CAMS, SIZE, L = TINY.max_cameras, TINY.vision.image_size, TINY.max_token_len
 
@@ -85,6 +85,38 @@ def test_denoise_over_cache_equals_joint_forward_and_leaves_prefix_untouched(mod
     res2 = model64.prefill(other, cache, [[1], [2]])
     actions2 = model64.denoise(cache, SlotView.of(1, res2.lengths.tolist()), noise, steps=10)
     assert (actions2 - actions).abs().amax(dim=(1, 2)).min() > 1e-4
+
+
+#: openpi's π0.5 sampler for 10 steps: t = 1.0, then t += dt (dt = -1/10) in float32
+OPENPI_T10 = [1.0, 0.89999998, 0.79999995, 0.69999993, 0.59999990, 0.49999991, 0.39999992, 0.29999992,
+              0.19999993, 0.09999993]
+
+
+def test_the_denoise_time_grid_is_openpis_float32_accumulation():
+    times, dt = flow_times(10)
+    assert times.dtype == torch.float32 and dt.dtype == torch.float32
+    assert times.tolist() == pytest.approx(OPENPI_T10, abs=5e-9)
+    assert times[1].item() != 0.9 and times[9].item() != 0.1  # not 1 - k/S
+
+
+def test_denoise_follows_openpis_t_values(model64, monkeypatch):
+    """The cached denoise equals an uncached float64 recomputation fed openpi's t values
+    (written out above, not computed by the code under test)."""
+    import oxygen_ros.core.model.reference as reference
+
+    batch = make_batch([11], [[1, 0, 1]], seed=5)
+    cache = model64.new_cache(slots=2, max_len=160)
+    res = model64.prefill(batch, cache, [[0]])
+    noise = torch.randn(1, TINY.action_horizon, TINY.action_dim, generator=torch.Generator().manual_seed(6),
+                        dtype=torch.float64)
+    actions = model64.denoise(cache, SlotView.of(0, res.lengths.tolist()), noise, steps=10)
+    pinned = torch.tensor(OPENPI_T10, dtype=torch.float32), torch.tensor(-0.1, dtype=torch.float32)
+    monkeypatch.setattr(reference, "flow_times", lambda steps: pinned)
+    torch.testing.assert_close(actions, reference_actions(model64, batch, noise, steps=10), rtol=0, atol=1e-6)
+    linear = torch.tensor([1.0 - k / 10 for k in range(10)], dtype=torch.float64), -0.1
+    monkeypatch.setattr(reference, "flow_times", lambda steps: linear)
+    assert (actions - reference_actions(model64, batch, noise, steps=10)).abs().max() > 1e-7, \
+        "the grid matters at this precision (else the test above proves nothing)"
 
 
 def test_padding_changes_nothing(model64):

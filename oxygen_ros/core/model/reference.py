@@ -13,7 +13,7 @@ from collections.abc import Sequence
 import torch
 from torch import Tensor
 
-from .vla import VLA, PrefixBatch
+from .vla import VLA, PrefixBatch, flow_times
 
 
 def prefix_positions(valid: Tensor) -> Tensor:
@@ -35,9 +35,9 @@ def reference_actions(model: VLA, batch: PrefixBatch, noise: Tensor, steps: int)
     # prefix queries see valid prefix keys; action queries see valid prefix keys and all actions
     allowed = key_valid[:, None, :] & (is_action_query[:, :, None] | ~is_action_key[:, None, :])
     x_t = noise.to(model.dtype)
-    dt = -1.0 / steps
+    times, dt = flow_times(steps)
     for step in range(steps):
-        t = torch.full((b,), 1.0 - step / steps, dtype=torch.float64)
+        t = times[step].expand(b)
         cond = model.time_condition(t)
         _, h = model.forward_joint(x_p, pos_p, model.action_in_proj(x_t), pos_a, cond, allowed)
         x_t = x_t + dt * model.action_out_proj(h)

@@ -52,6 +52,22 @@ class PrefillResult:
     logits: Tensor  # [B, vocab] at the last valid prefix token
 
 
+def flow_times(steps: int, device: torch.device | str = "cpu") -> tuple[Tensor, Tensor]:
+    """The Euler grid of openpi's π0.5 sampler: ``t`` starts at 1.0 and ``dt = -1/steps``
+    is added in float32 each step (so t is 1.0, 0.89999998, 0.79999995, ... for 10 steps,
+    not ``1 - k/steps``: the time embedding's shortest period amplifies the difference).
+    Returns (times [steps] float32, dt, a float32 scalar)."""
+    if steps < 1:
+        raise ValueError(f"denoise steps must be >= 1, got {steps}")
+    dt = torch.tensor(-1.0 / steps, dtype=torch.float32, device=device)
+    t = torch.tensor(1.0, dtype=torch.float32, device=device)
+    times = []
+    for _ in range(steps):
+        times.append(t)
+        t = t + dt
+    return torch.stack(times), dt
+
+
 def time_embedding(t: Tensor, dim: int, min_period: float = 4e-3, max_period: float = 4.0) -> Tensor:
     """Sinusoidal embedding of the flow-matching time t [B] -> [B, dim] (sin | cos)."""
     if dim % 2:
@@ -202,8 +218,7 @@ class VLA(nn.Module):
         suffix_bias = self._bias(torch.ones(b, horizon, horizon, dtype=torch.bool, device=self.device))
         table = self._rotary(lengths[:, None] + torch.arange(horizon, device=self.device))
         x_t = noise.to(self.device, self.dtype)
-        dt = -1.0 / steps
-        times = 1.0 - torch.arange(steps, device=self.device, dtype=torch.float64) / steps
+        times, dt = flow_times(steps, self.device)
         conds = self.time_condition(times)  # all steps' conditions in one call
         for step in range(steps):
             if before_step is not None:
