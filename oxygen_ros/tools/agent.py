@@ -41,7 +41,8 @@ from typing import Any
 
 from ..ros.agent import ARGUMENTS, BACKGROUND_NICENESS, EXECUTORS, Agent, parse_launch_args, run_agent
 
-SUMMARY = ("tick_rate_hz", "tick_jitter_p99_ms", "underruns", "obs_to_action_p50_ms", "obs_to_action_p99_ms",
+STARTED = time.monotonic()  # this process's start, as far as the report is concerned
+SUMMARY = ("start_to_first_chunk_s", "tick_rate_hz", "tick_jitter_p99_ms", "underruns", "obs_to_action_p50_ms", "obs_to_action_p99_ms",
            "ros_overhead_p99_ms", "actions_published", "text_tokens_published")
 
 
@@ -122,6 +123,9 @@ class AgentSession:
             if agent.spinner is not None:
                 time.sleep(0.5)  # let the cancellations reach the monitor
             self.report = self.monitor.report(probed) if self.monitor is not None else None
+            if self.report is not None:
+                first = self.monitor.measurement.start
+                self.report["start_to_first_chunk_s"] = None if first is None else round(first["t"] - STARTED, 3)
         finally:
             if self.probe is not None:  # a second Ctrl-C came before it was stopped
                 self.probe.stop()

@@ -5,6 +5,9 @@ inference node published .. :meth:`Measurement.freeze`, before the shutdown)
 with the node's counts at both ends; :meth:`Measurement.report` turns it into
 the JSON fields below (``None`` where nothing was measured):
 
+* ``start_to_first_chunk_s`` - from the start of the ``oxygen-agent`` process
+  to the first ActionChunk the inference node published (model loading,
+  compiling with ``compile:=on``, warm-up, the first frame); added by the agent;
 * ``tick_rate_hz`` - node side: control ticks counted by the inference node
   over the measurement window / its length;
 * ``tick_jitter_p50_ms`` / ``tick_jitter_p99_ms`` - subscriber side:
