@@ -3,10 +3,11 @@
 The modules here only convert messages, hold parameters and drive timers;
 everything that decides something lives in :mod:`oxygen_ros.core`.
 
-* :mod:`.conversions` - ``sensor_msgs/Image`` / ``CompressedImage`` <-> numpy
-  RGB (with explicit checks, :class:`~.conversions.ImageError`), the
-  ``Observation`` message <-> :class:`oxygen_ros.core.observation.Observation`,
-  and builders for ``ActionChunk``, ``TextToken`` and ``JointTrajectory``.
+* :mod:`.conversions` - a package, one module per concept: stamps, image
+  checks (:class:`~.conversions.ImageError`), ``sensor_msgs/Image`` /
+  ``CompressedImage`` <-> numpy RGB, the ``Observation`` message <->
+  :class:`oxygen_ros.core.observation.Observation`, and the ``ActionChunk``,
+  ``TextToken`` and ``JointTrajectory`` outputs.
 * :mod:`.parameters` - the one parameter system (specs with their checks);
   :mod:`.qos` - the shared QoS profiles.
 * :mod:`.camera_node` - groups the newest frame of every camera (plus the
