@@ -289,7 +289,7 @@ def test_synthetic_camera_closes_the_loop_through_the_camera_node(ros):
     from oxygen_ros.core.sim import scene
     from oxygen_ros.ros.qos import OBSERVATION_QOS
     from oxygen_ros.ros.conversions import action_chunk_msg, msg_to_observation
-    from oxygen_ros.ros.sources import SyntheticCamera
+    from oxygen_ros.ros.synthetic_camera import SyntheticCamera
 
     p = ros.prefix
     sim = ros.add(SyntheticCamera(context=ros.context, parameter_overrides=_params(
@@ -329,7 +329,7 @@ def test_synthetic_camera_pause_stops_its_images_until_resumed(ros):
     from rclpy.qos import qos_profile_sensor_data
     from sensor_msgs.msg import Image
 
-    from oxygen_ros.ros.sources import SyntheticCamera
+    from oxygen_ros.ros.synthetic_camera import SyntheticCamera
 
     p = ros.prefix
     sim = ros.add(SyntheticCamera(context=ros.context, parameter_overrides=_params(

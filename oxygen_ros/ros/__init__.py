@@ -15,7 +15,7 @@ everything that decides something lives in :mod:`oxygen_ros.core`.
 * :mod:`.inference_node` - subscriptions, the control tick
   (:mod:`.action_output`), the worker running the core's frame loop
   (:mod:`.frame_worker`), text and diagnostics out.
-* :mod:`.sources` - a synthetic closed-loop camera and a rosbag2 player.
+* :mod:`.synthetic_camera` - a synthetic closed-loop camera; :mod:`.bag_player` - a rosbag2 player.
 * :mod:`.bags` - write and read rosbag2 directories (MCAP or SQLite3).
 * :mod:`.agent` - the agent's node plan (shared with ``launch/agent.launch.py``),
   spinning, and the one start-up of ``oxygen-agent`` and ``oxygen-soak``.
