@@ -23,15 +23,8 @@ from oxygen_ros.core.throttle import Throttle
 from oxygen_ros.msg import ActionChunk
 from oxygen_ros.ros.conversions import action_chunk_array, rgb_to_image_msg
 from oxygen_ros.ros.node_main import run_node
-from oxygen_ros.ros.parameters import (
-    ParamSpec,
-    changed_values,
-    declare_parameters_or_fail,
-    non_negative,
-    parameter_callback,
-    positive,
-    topic_name,
-)
+from oxygen_ros.ros.parameters import (ParamSpec, changed_values, declare_parameters_or_fail, non_negative,
+                                       parameter_callback, positive, topic_name)
 from oxygen_ros.ros.qos import ACTIONS_QOS, DATA_QOS, LATCHED_QOS
 
 JOINT_NAMES = ["gripper_x", "gripper_y"]
