@@ -39,16 +39,16 @@ EVAL_SEED_BASE = 1_000_000
 
 @dataclass(frozen=True)
 class TrainConfig:
-    steps: int = 12000
-    batch_size: int = 64
-    lr: float = 2e-3
-    min_lr_fraction: float = 0.05
-    warmup_steps: int = 200
-    weight_decay: float = 0.01
-    grad_clip: float = 1.0
-    seed: int = 0
-    text_weight: float = 1.0
-    action_weight: float = 1.0
+    steps: int = 12000  # optimiser steps (one batch each)
+    batch_size: int = 64  # examples per batch
+    lr: float = 2e-3  # AdamW peak learning rate, reached after the warm-up
+    min_lr_fraction: float = 0.05  # the cosine decay ends at this fraction of lr
+    warmup_steps: int = 200  # linear warm-up from lr / warmup_steps
+    weight_decay: float = 0.01  # AdamW decay of the matrices (not of embeddings, norms, biases)
+    grad_clip: float = 1.0  # gradient norm clipped to this
+    seed: int = 0  # data, initialisation, noise and flow times; below EVAL_SEED_BASE
+    text_weight: float = 1.0  # weight of the description's cross-entropy
+    action_weight: float = 1.0  # weight of the flow-matching loss
     pad_action_weight: float = 0.1  # weight of the padded action dims' velocity loss
     at_target_prob: float = 0.1  # fraction of examples with the gripper already on the target
     object_weights: tuple[float, float, float] = (0.2, 0.4, 0.4)  # P(1, 2, 3 objects): grounding needs 2-3
