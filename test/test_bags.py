@@ -107,7 +107,7 @@ def test_bag_errors(tmp_path):
 # --------------------------------------------------------------------------
 
 def _player(ros, bag, **values):
-    from oxygen_ros.ros.sources import BagPlayer
+    from oxygen_ros.ros.bag_player import BagPlayer
 
     defaults = {"bag_path": str(bag), "start_delay_s": 0.0, "shutdown_when_done": True}
     defaults.update(values)
@@ -254,7 +254,7 @@ def test_player_lockstep_waits_for_action_chunks(ros, tmp_path, answer):
 def test_player_refuses_bad_parameters(ros, tmp_path):
     from oxygen_ros.ros.bags import write_bag
     from oxygen_ros.ros.parameters import ParameterError
-    from oxygen_ros.ros.sources import BagPlayer
+    from oxygen_ros.ros.bag_player import BagPlayer
 
     with pytest.raises(ParameterError, match="'bag_path'"):
         BagPlayer(context=ros.context)

@@ -286,10 +286,10 @@ def test_synthetic_camera_closes_the_loop_through_the_camera_node(ros):
     """SyntheticCamera -> CameraNode -> Observation; ActionChunks move the gripper."""
     from oxygen_ros.msg import ActionChunk, Observation
 
-    from oxygen_ros.core.sim import scene
+    from oxygen_ros.core.sim.demonstrations import expert_actions
     from oxygen_ros.ros.qos import OBSERVATION_QOS
     from oxygen_ros.ros.conversions import action_chunk_msg, msg_to_observation
-    from oxygen_ros.ros.sources import SyntheticCamera
+    from oxygen_ros.ros.synthetic_camera import SyntheticCamera
 
     p = ros.prefix
     sim = ros.add(SyntheticCamera(context=ros.context, parameter_overrides=_params(
@@ -312,7 +312,7 @@ def test_synthetic_camera_closes_the_loop_through_the_camera_node(ros):
     target = np.array(sim.sim.scene.target.position)
 
     def act():
-        step = scene.expert_actions(sim.sim.scene, 1)  # the ideal next move
+        step = expert_actions(sim.sim.scene, 1)  # the ideal next move
         actions.publish(action_chunk_msg(client.get_clock().now(), 0, observations[-1].seq,
                                          observations[-1].header.stamp, 0, 0.05, np.vstack([step, step])))
 
@@ -329,7 +329,7 @@ def test_synthetic_camera_pause_stops_its_images_until_resumed(ros):
     from rclpy.qos import qos_profile_sensor_data
     from sensor_msgs.msg import Image
 
-    from oxygen_ros.ros.sources import SyntheticCamera
+    from oxygen_ros.ros.synthetic_camera import SyntheticCamera
 
     p = ros.prefix
     sim = ros.add(SyntheticCamera(context=ros.context, parameter_overrides=_params(

@@ -331,7 +331,7 @@ def test_observation_round_trip():
     images = {"base": _rgb(16, 16, 1), "wrist": _rgb(16, 16, 2)}
     obs = Observation(images=images, instruction="move to the red circle é", state=np.array([0.5, -1.25], np.float32),
                       stamp=1_700_000_000.25)
-    headers = {"base": conv._header(1_700_000_000.25, "cam_base"), "wrist": conv._header(1_700_000_000.5, "cam_w")}
+    headers = {"base": conv.header_msg(1_700_000_000.25, "cam_base"), "wrist": conv.header_msg(1_700_000_000.5, "cam_w")}
     msg = conv.observation_to_msg(obs, 42, frame_id="rig", image_headers=headers)
     assert msg.seq == 42 and msg.header.frame_id == "rig"
     assert msg.header.stamp == Time(sec=1_700_000_000, nanosec=250_000_000)

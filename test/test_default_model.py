@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 import torch
 
-from oxygen_ros.core import training
+from oxygen_ros.core import training, training_loss
 from oxygen_ros.core.model.cache import SlotView
 from oxygen_ros.core.model.config import TINY
 from oxygen_ros.core.model.vla import build_model
@@ -105,7 +105,7 @@ def test_training_forward_is_what_serving_computes():
     with torch.no_grad():
         h_vlm, h_act = model.forward_joint(
             vlm_x, vlm_valid.long().cumsum(1) - 1, model.action_in_proj(noise), lengths[:, None] + torch.arange(horizon),
-            model.time_condition(torch.ones(3, dtype=torch.float64)), training.joint_mask(valid_p, tb.text_mask, horizon))
+            model.time_condition(torch.ones(3, dtype=torch.float64)), training_loss.joint_mask(valid_p, tb.text_mask, horizon))
         velocity = model.action_out_proj(h_act)
 
     observations = [Observation({"base": e.image}, e.instruction, e.state) for e in examples]

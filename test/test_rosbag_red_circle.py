@@ -30,7 +30,7 @@ def _write_bag(path, prefix, scene):
 
     from oxygen_ros.ros.bags import write_bag
     from oxygen_ros.ros.conversions import ns_to_time_msg, rgb_to_image_msg
-    from oxygen_ros.ros.sources import JOINT_NAMES
+    from oxygen_ros.ros.synthetic_camera import JOINT_NAMES
 
     image = sim.render(scene, CAMERA_PIXELS)
     t0 = 1_700_000_000 * 10**9
@@ -52,7 +52,7 @@ def replay(tmp_path_factory):
 
     from oxygen_ros.ros.camera_node import CameraNode
     from oxygen_ros.ros.inference_node import InferenceNode
-    from oxygen_ros.ros.sources import BagPlayer
+    from oxygen_ros.ros.bag_player import BagPlayer
 
     def params(**kw):
         return [Parameter(k, value=v) for k, v in kw.items()]

@@ -53,7 +53,7 @@ def _replay(bag, out_dir, prefix):
     from oxygen_ros.ros.bags import write_bag
     from oxygen_ros.ros.camera_node import CameraNode
     from oxygen_ros.ros.inference_node import InferenceNode
-    from oxygen_ros.ros.sources import BagPlayer
+    from oxygen_ros.ros.bag_player import BagPlayer
 
     def params(**kw):
         return [Parameter(k, value=v) for k, v in kw.items()]

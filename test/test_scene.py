@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 from oxygen_ros.core.sim import raster
+from oxygen_ros.core.sim.demonstrations import examples, expert_actions
 from oxygen_ros.core.sim.scene import (
     BACKGROUND_RGB,
     COLOURS,
@@ -24,8 +25,6 @@ from oxygen_ros.core.sim.scene import (
     all_descriptions,
     all_instructions,
     describe,
-    examples,
-    expert_actions,
     relation,
     render,
     sample_scene,

@@ -1,25 +1,8 @@
 """Training the VLA on the synthetic reach task, through the model code that serves.
 
-One example is one joint sequence, run with :meth:`VLA.forward_joint`::
-
-    [ base image + prompt (prefix) | description tokens (text) | action tokens ]
-
-* the prefix (the ``base`` camera's patches and the π0.5 prompt with the
-  binned state) attends bidirectionally to its valid tokens;
-* the text tokens attend to the prefix and causally to each other; the
-  description ``describe(scene)`` + EOS is predicted with cross-entropy, its
-  first token from the last prompt position (as greedy decoding after
-  ``prefill`` reads it);
-* the action tokens attend to the prefix and to each other, never to the text,
-  and learn π0.5's flow matching: ``x_t = t * noise + (1 - t) * actions``,
-  target ``u = noise - actions``, ``t ~ Beta(1.5, 1) * 0.999 + 0.001``, loss
-  ``MSE(v, u)``.
-
-Positions are ``cumsum(valid) - 1`` over prefix and text, and the action tokens
-start right after the valid prefix, exactly as the cached ``prefill`` /
-``decode_step`` / ``denoise`` number them; since the prefix never sees the text
-or the actions and the actions never see the text, one forward trains both
-serving paths at once.
+One example is one joint sequence (prefix, description tokens, action tokens) trained with text
+cross-entropy and flow matching in one forward: see :mod:`oxygen_ros.core.training_loss`. Here: the
+configuration, the batches (:func:`batch_examples`, :class:`BatchSource`) and the optimisation loop.
 
 Actions are trained normalised: the expert's displacements divided by
 ``max_step`` (so each lies in ``[-1, 1]``); :func:`norm_stats` writes that
@@ -41,36 +24,31 @@ from dataclasses import asdict, dataclass
 
 import numpy as np
 import torch
-import torch.nn.functional as F
-from torch import Tensor
 
 from .model.config import ModelConfig
 from .model.vla import VLA, PrefixBatch, build_model
 from .observation import resize_with_pad
 from .model.vision import images_to_pixels
-from .sim import scene as sim
+from . import sim
 from .tokenizer import Tokenizer, tokenize_prompt
+from .training_loss import TrainBatch, losses
 
-#: Real action dimensions of the synthetic task (dx, dy); the rest is padding.
-ACTION_DIMS = 2
-#: Real state dimensions (gripper x, y).
-STATE_DIMS = 2
 #: Training data seeds must stay below this; evaluation scenes use seeds from here on.
 EVAL_SEED_BASE = 1_000_000
 
 
 @dataclass(frozen=True)
 class TrainConfig:
-    steps: int = 12000
-    batch_size: int = 64
-    lr: float = 2e-3
-    min_lr_fraction: float = 0.05
-    warmup_steps: int = 200
-    weight_decay: float = 0.01
-    grad_clip: float = 1.0
-    seed: int = 0
-    text_weight: float = 1.0
-    action_weight: float = 1.0
+    steps: int = 12000  # optimiser steps (one batch each)
+    batch_size: int = 64  # examples per batch
+    lr: float = 2e-3  # AdamW peak learning rate, reached after the warm-up
+    min_lr_fraction: float = 0.05  # the cosine decay ends at this fraction of lr
+    warmup_steps: int = 200  # linear warm-up from lr / warmup_steps
+    weight_decay: float = 0.01  # AdamW decay of the matrices (not of embeddings, norms, biases)
+    grad_clip: float = 1.0  # gradient norm clipped to this
+    seed: int = 0  # data, initialisation, noise and flow times; below EVAL_SEED_BASE
+    text_weight: float = 1.0  # weight of the description's cross-entropy
+    action_weight: float = 1.0  # weight of the flow-matching loss
     pad_action_weight: float = 0.1  # weight of the padded action dims' velocity loss
     at_target_prob: float = 0.1  # fraction of examples with the gripper already on the target
     object_weights: tuple[float, float, float] = (0.2, 0.4, 0.4)  # P(1, 2, 3 objects): grounding needs 2-3
@@ -101,7 +79,7 @@ def norm_stats(max_step: float = sim.MAX_STEP) -> dict:
     def stats(scale: float, dims: int) -> dict:
         return {"mean": [0.0] * dims, "std": [scale] * dims, "q01": [-scale] * dims, "q99": [scale] * dims}
 
-    return {"norm_stats": {"state": stats(1.0, STATE_DIMS), "actions": stats(float(max_step), ACTION_DIMS)}}
+    return {"norm_stats": {"state": stats(1.0, sim.STATE_DIMS), "actions": stats(float(max_step), sim.ACTION_DIMS)}}
 
 
 # --------------------------------------------------------------------------
@@ -132,10 +110,7 @@ def batch_examples(cfg: TrainConfig, index: int, image_size: int, horizon: int) 
             while not _same_colour_distractor(scene):
                 scene = sim.sample_scene(rng, n_objects, min_gripper_distance=0.0)
         if rng.random() < cfg.at_target_prob:
-            angle = rng.uniform(0.0, 2 * math.pi)
-            radius = 0.9 * sim.REACH_TOLERANCE * math.sqrt(rng.random())
-            tx, ty = scene.target.position
-            scene = scene.with_gripper((tx + radius * math.cos(angle), ty + radius * math.sin(angle)))
+            scene = sim.gripper_near_target(scene, rng)
         ex = sim.make_example(scene, image_size, horizon, cfg.max_step)
         if rng.random() < cfg.hires_prob:
             sizes = [n for n in (image_size // 2, 2 * image_size, 3 * image_size, 224) if n >= 32 and n != image_size]
@@ -147,15 +122,6 @@ def batch_examples(cfg: TrainConfig, index: int, image_size: int, horizon: int) 
 
 def _same_colour_distractor(scene: sim.Scene) -> bool:
     return any(o.colour == scene.target.colour for i, o in enumerate(scene.objects) if i != scene.target_index)
-
-
-@dataclass(frozen=True)
-class TrainBatch:
-    prefix: PrefixBatch  # one camera (base), prompt padded to the batch's longest
-    text_in: Tensor  # [B, D] description tokens fed to the model (pad 0)
-    text_mask: Tensor  # [B, D] bool
-    targets: Tensor  # [B, D + 1] next-token targets, -100 on padding
-    actions: Tensor  # [B, H, action_dim] normalised, zero-padded
 
 
 def make_train_batch(examples: list[sim.Example], tokenizer: Tokenizer, config: ModelConfig,
@@ -255,78 +221,6 @@ def _worker_batch(index: int) -> TrainBatch:
 
 
 # --------------------------------------------------------------------------
-# Loss
-# --------------------------------------------------------------------------
-
-
-def sample_time(b: int, generator: torch.Generator) -> Tensor:
-    """Flow-matching times as openpi samples them: Beta(1.5, 1) * 0.999 + 0.001."""
-    # Beta(1.5, 1) by inverse CDF (F(x) = x ** 1.5), so one seeded generator drives it.
-    u = torch.rand(b, generator=generator, dtype=torch.float64)
-    return u ** (1.0 / 1.5) * 0.999 + 0.001
-
-
-def joint_mask(prefix_valid: Tensor, text_valid: Tensor, horizon: int) -> Tensor:
-    """allowed [B, T, T] over [prefix | text | actions] (see the module docstring)."""
-    b, p = prefix_valid.shape
-    d = text_valid.shape[1]
-    ones = torch.ones(b, horizon, dtype=torch.bool)
-    zeros_p, zeros_d = torch.zeros_like(prefix_valid), torch.zeros_like(text_valid)
-    is_prefix = torch.cat([torch.ones_like(prefix_valid), zeros_d, ~ones], 1)
-    is_text = torch.cat([zeros_p, torch.ones_like(text_valid), ~ones], 1)
-    is_action = torch.cat([zeros_p, zeros_d, ones], 1)
-    valid = torch.cat([prefix_valid, text_valid, ones], 1)
-    idx = torch.arange(p + d + horizon)
-    causal = idx[None, :] <= idx[:, None]
-    sees_prefix = (is_prefix & valid)[:, None, :]
-    text_keys = (is_text & valid)[:, None, :] & causal[None] & is_text[:, :, None]
-    action_keys = is_action[:, None, :] & is_action[:, :, None]
-    return sees_prefix | text_keys | action_keys
-
-
-def losses(model: VLA, batch: TrainBatch, generator: torch.Generator, pad_action_weight: float) -> dict[str, Tensor]:
-    """Text cross-entropy and flow-matching MSE of one batch (differentiable)."""
-    x_p, valid_p = model.embed_prefix(batch.prefix)
-    b, p, _ = x_p.shape
-    x_txt = model.language_model.embed(batch.text_in).to(x_p.dtype)
-    vlm_x = torch.cat([x_p, x_txt], 1)
-    vlm_valid = torch.cat([valid_p, batch.text_mask], 1)
-    vlm_pos = vlm_valid.long().cumsum(1) - 1
-    prefix_len = valid_p.sum(1)
-    horizon = batch.actions.shape[1]
-    act_pos = prefix_len[:, None] + torch.arange(horizon)
-
-    actions = batch.actions.to(model.dtype)
-    noise = torch.randn(actions.shape, generator=generator, dtype=torch.float32).to(model.dtype)
-    t = sample_time(b, generator)
-    tt = t.to(model.dtype)[:, None, None]
-    x_t = tt * noise + (1 - tt) * actions
-    u = noise - actions
-
-    allowed = joint_mask(valid_p, batch.text_mask, horizon)
-    h_vlm, h_act = model.forward_joint(vlm_x, vlm_pos, model.action_in_proj(x_t), act_pos,
-                                       model.time_condition(t), allowed)
-    v = model.action_out_proj(h_act)
-
-    # Logit rows: the last valid prompt token predicts the first description
-    # token, then each description token predicts the next (the last one EOS).
-    last_prompt = (valid_p.long() * torch.arange(p)).amax(1)
-    rows = torch.cat([last_prompt[:, None], p + torch.arange(batch.text_in.shape[1]).expand(b, -1)], 1)
-    h_rows = torch.gather(h_vlm, 1, rows[..., None].expand(-1, -1, h_vlm.shape[-1]))
-    logits = model.language_model.logits(h_rows).float()
-    text = F.cross_entropy(logits.flatten(0, 1), batch.targets.flatten(), ignore_index=-100)
-
-    err = (v - u).float().pow(2)
-    real = err[..., :ACTION_DIMS].mean()
-    pad = err[..., ACTION_DIMS:].mean() if err.shape[-1] > ACTION_DIMS else err.new_zeros(())
-    with torch.no_grad():
-        hits = (logits.argmax(-1) == batch.targets) | (batch.targets == -100)
-        seq_acc = hits.all(1).float().mean()
-    return {"text": text, "action": real, "action_pad": pad, "seq_acc": seq_acc,
-            "action_total": real + pad_action_weight * pad}
-
-
-# --------------------------------------------------------------------------
 # Loop
 # --------------------------------------------------------------------------
 
@@ -412,5 +306,5 @@ def config_dict(cfg: TrainConfig) -> dict:
     return asdict(cfg)
 
 
-__all__ = ["TrainConfig", "norm_stats", "batch_examples", "BatchSource", "make_train_batch", "losses", "joint_mask",
-           "sample_time", "train", "lr_at", "EVAL_SEED_BASE", "ACTION_DIMS"]
+__all__ = ["TrainConfig", "norm_stats", "batch_examples", "BatchSource", "make_train_batch", "train", "lr_at",
+           "EVAL_SEED_BASE"]

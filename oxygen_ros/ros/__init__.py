@@ -3,10 +3,11 @@
 The modules here only convert messages, hold parameters and drive timers;
 everything that decides something lives in :mod:`oxygen_ros.core`.
 
-* :mod:`.conversions` - ``sensor_msgs/Image`` / ``CompressedImage`` <-> numpy
-  RGB (with explicit checks, :class:`~.conversions.ImageError`), the
-  ``Observation`` message <-> :class:`oxygen_ros.core.observation.Observation`,
-  and builders for ``ActionChunk``, ``TextToken`` and ``JointTrajectory``.
+* :mod:`.conversions` - a package, one module per concept: stamps, image
+  checks (:class:`~.conversions.ImageError`), ``sensor_msgs/Image`` /
+  ``CompressedImage`` <-> numpy RGB, the ``Observation`` message <->
+  :class:`oxygen_ros.core.observation.Observation`, and the ``ActionChunk``,
+  ``TextToken`` and ``JointTrajectory`` outputs.
 * :mod:`.parameters` - the one parameter system (specs with their checks);
   :mod:`.qos` - the shared QoS profiles.
 * :mod:`.camera_node` - groups the newest frame of every camera (plus the
@@ -14,7 +15,7 @@ everything that decides something lives in :mod:`oxygen_ros.core`.
 * :mod:`.inference_node` - subscriptions, the control tick
   (:mod:`.action_output`), the worker running the core's frame loop
   (:mod:`.frame_worker`), text and diagnostics out.
-* :mod:`.sources` - a synthetic closed-loop camera and a rosbag2 player.
+* :mod:`.synthetic_camera` - a synthetic closed-loop camera; :mod:`.bag_player` - a rosbag2 player.
 * :mod:`.bags` - write and read rosbag2 directories (MCAP or SQLite3).
 * :mod:`.agent` - the agent's node plan (shared with ``launch/agent.launch.py``),
   spinning, and the one start-up of ``oxygen-agent`` and ``oxygen-soak``.

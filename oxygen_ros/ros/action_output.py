@@ -8,6 +8,17 @@ chunk has run out, or nothing (waiting for a chunk, an underrun with
 Ticks missed by a late timer are counted. Not locked by itself: the node
 calls :meth:`ActionOutput.tick`, :meth:`push` and :meth:`drop` with its lock
 held, and :meth:`publish` without it.
+
+The offset / stamp choice
+    ``offset`` = index of the action due at the tick's *scheduled* time,
+    counted from the chunk's origin; ``header.stamp`` = the time at which
+    ``actions[0]`` of the message is due (``origin + offset * period``, at most
+    one period before the tick). With ``chunk_origin: observation`` (default)
+    the origin is the observation's capture stamp, so the actions that fell
+    into the inference latency are skipped (delay compensation); a stamp not
+    on this node's clock (a replayed bag, an unset stamp) falls back to
+    ``frame_end``: the chunk is anchored at the first tick after the frame
+    finished, which publishes offset 0.
 """
 
 from __future__ import annotations

@@ -49,7 +49,7 @@ class Argument:
 
 #: The nodes of the launch file and the agent, in start order.
 NODES: tuple[NodeSpec, ...] = (
-    NodeSpec("synthetic_camera", "oxygen_synthetic_camera", "oxygen_ros.ros.sources", "SyntheticCamera",
+    NodeSpec("synthetic_camera", "oxygen_synthetic_camera", "oxygen_ros.ros.synthetic_camera", "SyntheticCamera",
              demo_only=True, remap_camera=True),
     NodeSpec("camera_node", "oxygen_camera", "oxygen_ros.ros.camera_node", "CameraNode", remap_camera=True),
     NodeSpec("inference_node", "oxygen_inference", "oxygen_ros.ros.inference_node", "InferenceNode"),

@@ -14,8 +14,9 @@ How it runs
     image) in the constructor, never in a control tick. A timer at
     ``control_rate_hz`` drives the output: every tick publishes an
     ``ActionChunk`` with the newest chunk's actions from the one due at this
-    tick onward (see :mod:`.action_output`), so a consumer taking the first
-    action of each message gets one action per control period. A tick never
+    tick onward (:mod:`.action_output`, which also explains the offset and
+    stamp), so a consumer taking the first action of each message gets one
+    action per control period. A tick never
     waits for the model: frames run on one worker thread
     (:mod:`.frame_worker`), the only thread that touches the engine. What runs
     next is the frame loop's decision (:mod:`oxygen_ros.core.frame_loop`): a
@@ -27,17 +28,6 @@ How it runs
     (actions first). Text tokens are published as each frame returns them.
     Ticks are the only place actions are published, so the stream stays
     steady whatever the frame latency.
-
-The offset / stamp choice
-    ``offset`` = index of the action due at the tick's *scheduled* time,
-    counted from the chunk's origin; ``header.stamp`` = the time at which
-    ``actions[0]`` of the message is due (``origin + offset * period``, at most
-    one period before the tick). With ``chunk_origin: observation`` (default)
-    the origin is the observation's capture stamp, so the actions that fell
-    into the inference latency are skipped (delay compensation); a stamp not
-    on this node's clock (a replayed bag, an unset stamp) falls back to
-    ``frame_end``: the chunk is anchored at the first tick after the frame
-    finished, which publishes offset 0.
 
 Parameters
     See :data:`.inference_parameters.PARAMETERS` (name, default, description,
@@ -88,7 +78,7 @@ from typing import Callable, Optional
 
 import rclpy
 import torch
-from diagnostic_msgs.msg import DiagnosticArray, DiagnosticStatus, KeyValue
+from diagnostic_msgs.msg import DiagnosticArray
 from rclpy.callback_groups import MutuallyExclusiveCallbackGroup
 from rclpy.node import Node
 
@@ -98,14 +88,14 @@ from oxygen_ros.msg import Question as QuestionMsg
 from ..core.chunk_clock import NS_PER_S
 from ..core.engine import Engine
 from ..core.frame_loop import Arrival, FrameLoop, LoopSettings
-from ..core.stats import Rolling, action_frequency, percentile
+from ..core.stats import Rolling
 from ..core.tick_guard import TickGuard
 from . import conversions
 from .action_output import ActionOutput
 from .frame_worker import FrameWorker
 from .inference_parameters import IMPLICIT_PARAMETERS, PARAMETERS, SPECS
 from .inference_setup import compile_pieces, engine_config, load_model, model_load_error, startup_summary, warm_up
-from .inference_status import COUNTED, StatusReporter, format_value
+from .inference_status import StatusReporter, diagnostic_array, diagnostic_figures
 from .parameters import ParameterError, changed_values, declare_parameters, parameter_callback
 from .process import init_control_process, report_leftover_threads, settle_garbage_collector
 from .qos import reliable
@@ -298,33 +288,16 @@ class InferenceNode(Node):
             return self.output.counts()
 
     def diagnostics(self) -> dict:
-        """The figures published on /diagnostics, as a dict."""
+        """The figures published on /diagnostics, as a dict (see :func:`.inference_status.diagnostic_figures`)."""
         now_ros = self._now_ros()
         with self._cond:
             clock = self.output.clock
             age_ns = clock.age_ns(now_ros)
             ticks = {"underruns": clock.underruns, "ticks": clock.ticks, "ticks_waiting": clock.waiting}
             loop = self.loop.figures(now_ros)
-        frame_ms, pool, c = self.worker.frame_ms, self.engine.pool, self.counters
-        return {
-            "action_frequency_hz": action_frequency(self.horizon, frame_ms.mean() / 1e3),
-            "frame_latency_ms": frame_ms.mean(), "frame_latency_p99_ms": frame_ms.percentile(99),
-            "chunk_age_ms": float("nan") if age_ns is None else age_ns / 1e6,
-            **ticks, "missed_ticks": c["missed_ticks"],
-            "tick_lateness_p99_ms": percentile(self.tick_lateness_ms.values()[-500:], 99),
-            "active_batch": len(self.engine.requests.active), "queued_requests": len(self.engine.requests.queue),
-            "decode_batch_mean": self.worker.last_batch, "tokens_per_s": self.text.rate.rate(time.monotonic()),
-            "kv_bytes_reserved": pool.bytes_reserved, "kv_bytes_in_use": pool.bytes_in_use,
-            "setting": self.params["setting"], "compiled": self.engine.compiled is not None,
-            "recompiles": self.engine.recompiles,
-            **{key: loop[key] for key in ("k", "k_max", "frame_deadline_ms")},
-            "control_rate_hz": self.params["control_rate_hz"], "horizon": self.horizon,
-            "hold_action": self.params["hold_action"], "hold_ticks": c["hold_ticks"],
-            **{key: loop[key] for key in ("observation_age_ms", "faulted", "consecutive_failures", "last_failure")},
-            **{key: c[key] for key in COUNTED[:11]},
-            "questions_rejected": c["questions_rejected_empty"] + c["questions_rejected_no_observation"],
-            **{key: c[key] for key in COUNTED[11:]},
-        }
+        return diagnostic_figures(age_ns, ticks, loop, worker=self.worker, engine=self.engine,
+                                  tokens_per_s=self.text.rate.rate(time.monotonic()), counters=self.counters,
+                                  params=self.params, horizon=self.horizon, tick_lateness_ms=self.tick_lateness_ms)
 
     def diagnostic_status(self, d: Optional[dict] = None) -> tuple:
         """(level, message) of the status published now (see :class:`StatusReporter`)."""
@@ -334,12 +307,8 @@ class InferenceNode(Node):
     def _publish_diagnostics(self) -> None:
         try:
             d = self.diagnostics()
-            status = DiagnosticStatus(name=f"{self.get_name()}: engine", hardware_id=self.params["device"])
-            status.level, status.message = self.diagnostic_status(d)
-            status.values = [KeyValue(key=k, value=format_value(v)) for k, v in d.items()]
-            array = DiagnosticArray(status=[status])
-            array.header.stamp = self.get_clock().now().to_msg()
-            self._pub_diag.publish(array)
+            self._pub_diag.publish(diagnostic_array(f"{self.get_name()}: engine", self.params["device"],
+                                                    self.diagnostic_status(d), d, self.get_clock().now().to_msg()))
         except Exception as exc:  # diagnostics must never end the node
             self.get_logger().error(f"diagnostics failed: {exc!r}", throttle_duration_sec=10.0)
 

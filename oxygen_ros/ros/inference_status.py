@@ -1,11 +1,14 @@
-"""The inference node's diagnostic status: level and message from its figures."""
+"""The inference node's diagnostics: its figures, the status (level and message) they give, the message."""
 
 from __future__ import annotations
 
 import math
 from typing import Any
 
-from diagnostic_msgs.msg import DiagnosticStatus
+from builtin_interfaces.msg import Time
+from diagnostic_msgs.msg import DiagnosticArray, DiagnosticStatus, KeyValue
+
+from ..core.stats import action_frequency, percentile
 
 #: Counters published on /diagnostics as they are (``questions_rejected`` after the 11th).
 COUNTED = ("ticks_faulted", "actions_non_finite", "frames", "language_frames", "frame_errors",
@@ -78,3 +81,39 @@ def format_value(v: Any) -> str:
     if isinstance(v, float):
         return "nan" if math.isnan(v) else f"{v:.3f}"
     return str(v)
+
+
+def diagnostic_figures(age_ns: int | None, ticks: dict, loop: dict, *, worker: Any, engine: Any, tokens_per_s: float,
+                       counters: dict, params: dict, horizon: int, tick_lateness_ms: Any) -> dict:
+    """The figures published on /diagnostics, in their published order: ``age_ns`` (of the newest chunk),
+    ``ticks`` (underruns, ticks, ticks_waiting) and ``loop`` (the frame loop's figures) as read under the
+    node's lock; the frame worker, the engine, the token rate, the counters and the parameter values."""
+    frame_ms, pool, c = worker.frame_ms, engine.pool, counters
+    return {
+        "action_frequency_hz": action_frequency(horizon, frame_ms.mean() / 1e3),
+        "frame_latency_ms": frame_ms.mean(), "frame_latency_p99_ms": frame_ms.percentile(99),
+        "chunk_age_ms": float("nan") if age_ns is None else age_ns / 1e6,
+        **ticks, "missed_ticks": c["missed_ticks"],
+        "tick_lateness_p99_ms": percentile(tick_lateness_ms.values()[-500:], 99),
+        "active_batch": len(engine.requests.active), "queued_requests": len(engine.requests.queue),
+        "decode_batch_mean": worker.last_batch, "tokens_per_s": tokens_per_s,
+        "kv_bytes_reserved": pool.bytes_reserved, "kv_bytes_in_use": pool.bytes_in_use,
+        "setting": params["setting"], "compiled": engine.compiled is not None, "recompiles": engine.recompiles,
+        **{key: loop[key] for key in ("k", "k_max", "frame_deadline_ms")},
+        "control_rate_hz": params["control_rate_hz"], "horizon": horizon,
+        "hold_action": params["hold_action"], "hold_ticks": c["hold_ticks"],
+        **{key: loop[key] for key in ("observation_age_ms", "faulted", "consecutive_failures", "last_failure")},
+        **{key: c[key] for key in COUNTED[:11]},
+        "questions_rejected": c["questions_rejected_empty"] + c["questions_rejected_no_observation"],
+        **{key: c[key] for key in COUNTED[11:]},
+    }
+
+
+def diagnostic_array(name: str, hardware_id: str, status: tuple, figures: dict, stamp: Time) -> DiagnosticArray:
+    """The /diagnostics message: one status (``status`` = (level, message)) carrying every figure."""
+    level, message = status
+    values = [KeyValue(key=k, value=format_value(v)) for k, v in figures.items()]
+    array = DiagnosticArray(status=[DiagnosticStatus(level=level, name=name, message=message,
+                                                     hardware_id=hardware_id, values=values)])
+    array.header.stamp = stamp
+    return array

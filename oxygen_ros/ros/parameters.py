@@ -103,6 +103,17 @@ def declare_parameters(node, specs: Iterable[ParamSpec]) -> dict[str, Any]:
     return check_all(specs, raw)
 
 
+def declare_parameters_or_fail(node, specs: Iterable[ParamSpec]) -> dict[str, Any]:
+    """:func:`declare_parameters`; on a :class:`ParameterError` the node logs it as fatal, is destroyed,
+    and the error is raised (a node that cannot start says why and leaves nothing behind)."""
+    try:
+        return declare_parameters(node, specs)
+    except ParameterError as exc:
+        node.get_logger().fatal(str(exc))
+        node.destroy_node()
+        raise
+
+
 def parameter_callback(specs: Sequence[ParamSpec], current: Callable[[], Mapping] | None = None
                        ) -> Callable[[list], SetParametersResult]:
     """An on-set-parameters callback putting each change through :func:`coerce`.

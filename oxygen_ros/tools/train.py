@@ -45,8 +45,17 @@ def weights_digest(model: torch.nn.Module) -> str:
 
 def card(args, cfg: TrainConfig, model_config, history: list[dict], train_s: float, digest: str,
          evaluation: dict | None) -> str:
-    last = history[-1] if history else {}
-    lines = [
+    """The model card (``card.md``): how to re-create the model, the model, its data, its training and,
+    when given, its evaluation."""
+    lines = (_card_intro(args, cfg) + _card_model(model_config, digest) + _card_data(cfg)
+             + _card_training(args, cfg, history, train_s))
+    if evaluation:
+        lines += _card_evaluation(evaluation)
+    return "\n".join(lines)
+
+
+def _card_intro(args, cfg: TrainConfig) -> list[str]:
+    return [
         "# Default model: tiny π0.5-style VLA for the synthetic reach task",
         "",
         "Trained from scratch by `oxygen-train` on CPU; re-create it (same weights, bit for bit, at the same",
@@ -60,6 +69,11 @@ def card(args, cfg: TrainConfig, model_config, history: list[dict], train_s: flo
         "(these are the defaults; `oxygen-train --out oxygen_ros/data/default_model` is the same). The loss log and",
         "the full configuration are in `training.json`.",
         "",
+    ]
+
+
+def _card_model(model_config, digest: str) -> list[str]:
+    return [
         "## Model",
         "",
         f"- preset `{model_config.name}`: image {model_config.vision.image_size} px / patch "
@@ -69,6 +83,11 @@ def card(args, cfg: TrainConfig, model_config, history: list[dict], train_s: flo
         f"action horizon {model_config.action_horizon}, action dim {model_config.action_dim} (2 real)",
         f"- {sum(p.numel() for p in _params(model_config))} parameters, float32; weights SHA-256 `{digest[:16]}...`",
         "",
+    ]
+
+
+def _card_data(cfg: TrainConfig) -> list[str]:
+    return [
         "## Data",
         "",
         "Synthetic reach task (`oxygen_ros.core.sim.scene`), generated on the fly: 1/2/3 coloured shapes with "
@@ -82,6 +101,12 @@ def card(args, cfg: TrainConfig, model_config, history: list[dict], train_s: flo
         f"function of (seed, batch index); seeds >= 1000000 are held out for evaluation. "
         f"{cfg.steps * cfg.batch_size} examples seen.",
         "",
+    ]
+
+
+def _card_training(args, cfg: TrainConfig, history: list[dict], train_s: float) -> list[str]:
+    last = history[-1] if history else {}
+    return [
         "## Training",
         "",
         f"- seed {cfg.seed}, {cfg.steps} steps, batch {cfg.batch_size}, AdamW lr {cfg.lr} (warm-up "
@@ -94,36 +119,38 @@ def card(args, cfg: TrainConfig, model_config, history: list[dict], train_s: flo
         f"{last.get('seq_acc')}",
         "",
     ]
-    if evaluation:
-        lines += [
-            "## Evaluation",
-            "",
-            f"`oxygen-eval --scenes {evaluation['scenes']} --seed {evaluation['seed']}` (held-out scenes, engine "
-            f"setting `{evaluation['setting']}`, {evaluation['execute']} actions executed per chunk, budget "
-            f"{evaluation['max_steps']} actions):",
-            "",
-            "| figure | value |",
-            "| --- | --- |",
-        ]
-        for key in ("text_accuracy", "description_exact", "first_action_cosine", "closed_loop_success",
-                    "mean_steps_to_success"):
-            value = evaluation.get(key)
-            lines.append(f"| {key} | {value:.3f} |" if isinstance(value, float) else f"| {key} | {value} |")
-        for setting, other in evaluation.get("compare", {}).items():
-            lines.append(f"| same tokens under `{setting}` | {other['same_tokens']} (success "
-                         f"{other['closed_loop_success']:.3f}, cosine {other['first_action_cosine']:.3f}) |")
-        kinds = evaluation.get("by_distractor", {})
-        if kinds:
-            lines += ["", "By what tells the target apart from the other objects:", "",
-                      "| scenes | n | text accuracy | first-action cosine | closed-loop success |",
-                      "| --- | --- | --- | --- | --- |"]
-            for kind, r in kinds.items():
-                lines.append(f"| {kind} | {r['scenes']} | {r['text_accuracy']:.3f} | {r['first_action_cosine']:.3f} | "
-                             f"{r['closed_loop_success']:.3f} |")
-            lines += ["", "Limitation: with a distractor of the same colour only the shape tells the target apart, "
-                      "and the model has learned shapes only partly; those scenes fail most often."]
-        lines.append("")
-    return "\n".join(lines)
+
+
+def _card_evaluation(evaluation: dict) -> list[str]:
+    lines = [
+        "## Evaluation",
+        "",
+        f"`oxygen-eval --scenes {evaluation['scenes']} --seed {evaluation['seed']}` (held-out scenes, engine "
+        f"setting `{evaluation['setting']}`, {evaluation['execute']} actions executed per chunk, budget "
+        f"{evaluation['max_steps']} actions):",
+        "",
+        "| figure | value |",
+        "| --- | --- |",
+    ]
+    for key in ("text_accuracy", "description_exact", "first_action_cosine", "closed_loop_success",
+                "mean_steps_to_success"):
+        value = evaluation.get(key)
+        lines.append(f"| {key} | {value:.3f} |" if isinstance(value, float) else f"| {key} | {value} |")
+    for setting, other in evaluation.get("compare", {}).items():
+        lines.append(f"| same tokens under `{setting}` | {other['same_tokens']} (success "
+                     f"{other['closed_loop_success']:.3f}, cosine {other['first_action_cosine']:.3f}) |")
+    kinds = evaluation.get("by_distractor", {})
+    if kinds:
+        lines += ["", "By what tells the target apart from the other objects:", "",
+                  "| scenes | n | text accuracy | first-action cosine | closed-loop success |",
+                  "| --- | --- | --- | --- | --- |"]
+        for kind, r in kinds.items():
+            lines.append(f"| {kind} | {r['scenes']} | {r['text_accuracy']:.3f} | {r['first_action_cosine']:.3f} | "
+                         f"{r['closed_loop_success']:.3f} |")
+        lines += ["", "Limitation: with a distractor of the same colour only the shape tells the target apart, "
+                  "and the model has learned shapes only partly; those scenes fail most often."]
+    lines.append("")
+    return lines
 
 
 def _params(model_config):
@@ -132,7 +159,7 @@ def _params(model_config):
     return list(build_model(model_config, device="meta").parameters())
 
 
-def main(argv: Sequence[str] | None = None) -> int:
+def _parser() -> argparse.ArgumentParser:
     defaults = TrainConfig()
     parser = argparse.ArgumentParser(prog="oxygen-train", description=__doc__.split("\n\n")[0])
     parser.add_argument("--steps", type=int, default=defaults.steps)
@@ -146,7 +173,30 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--workers", type=int, default=1, help="data processes (0: render in this process)")
     parser.add_argument("--log-every", type=int, default=100)
     parser.add_argument("--eval", type=int, default=200, metavar="N", help="held-out scenes to evaluate (0: none)")
-    args = parser.parse_args(argv)
+    return parser
+
+
+def _evaluate(model, tokenizer, cfg: TrainConfig, scenes: int) -> dict:
+    """The evaluation on ``scenes`` held-out scenes under ``oxygen``, with ``shared_kv`` and ``baseline``
+    compared against it (same tokens or not)."""
+    from ..core.normalization import Normalizer
+    from .eval import evaluate
+
+    stats = norm_stats(cfg.max_step)["norm_stats"]
+    normalizer = Normalizer(stats["state"], stats["actions"], "quantile")
+    evaluation = evaluate(model, tokenizer, normalizer, scenes=scenes, with_texts=True)
+    evaluation["compare"] = {}
+    for setting in ("shared_kv", "baseline"):
+        other = evaluate(model, tokenizer, normalizer, scenes=scenes, setting=setting, with_texts=True)
+        evaluation["compare"][setting] = {"same_tokens": other.pop("tokens") == evaluation["tokens"],
+                                          **{k: v for k, v in other.items() if k != "texts"}}
+    evaluation.pop("tokens")
+    evaluation.pop("texts")
+    return evaluation
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
     torch.set_num_threads(args.threads)
 
     cfg = TrainConfig(steps=args.steps, batch_size=args.batch_size, lr=args.lr, seed=args.seed)
@@ -164,19 +214,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     evaluation = None
     if args.eval > 0:
-        from ..core.normalization import Normalizer
-        from .eval import evaluate
-
-        stats = norm_stats(cfg.max_step)["norm_stats"]
-        normalizer = Normalizer(stats["state"], stats["actions"], "quantile")
-        evaluation = evaluate(model, tokenizer, normalizer, scenes=args.eval, with_texts=True)
-        evaluation["compare"] = {}
-        for setting in ("shared_kv", "baseline"):
-            other = evaluate(model, tokenizer, normalizer, scenes=args.eval, setting=setting, with_texts=True)
-            evaluation["compare"][setting] = {"same_tokens": other.pop("tokens") == evaluation["tokens"],
-                                              **{k: v for k, v in other.items() if k != "texts"}}
-        evaluation.pop("tokens")
-        evaluation.pop("texts")
+        evaluation = _evaluate(model, tokenizer, cfg, args.eval)
         print(json.dumps(evaluation), flush=True)
 
     from ..core.checkpoints import save_native

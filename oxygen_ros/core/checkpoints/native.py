@@ -99,8 +99,6 @@ def save_native(
     str/bytes written as is and a mapping written as JSON (e.g.
     ``{"card.md": "...", "training.json": {...}}``).
     """
-    from ..normalization import Normalizer, load_norm_stats  # normalization imports nothing from here
-
     out = pathlib.Path(out_dir)
     config: ModelConfig = model.config
     extra = dict(extra or {})
@@ -114,23 +112,37 @@ def save_native(
     meta = {"format": FORMAT_NAME, "format_version": FORMAT_VERSION, "dtype": dtype, "config": config_to_dict(config)}
     (out / CONFIG_FILE).write_text(json.dumps(meta, indent=2) + "\n")
     if tokenizer_path is not None:
-        src = pathlib.Path(tokenizer_path)
-        if not src.is_file():
-            raise FileNotFoundError(f"tokenizer model not found: {src}")
-        if src.resolve() != (out / TOKENIZER_FILE).resolve():
-            shutil.copyfile(src, out / TOKENIZER_FILE)
+        _copy_tokenizer(pathlib.Path(tokenizer_path), out)
     if norm_stats is not None:
-        if isinstance(norm_stats, (str, os.PathLike)):
-            norm_stats = load_norm_stats(norm_stats)
-        if isinstance(norm_stats, Normalizer):
-            norm_stats = norm_stats.to_openpi_dict()
-        (out / NORM_STATS_FILE).write_text(json.dumps(norm_stats, indent=2) + "\n")
+        (out / NORM_STATS_FILE).write_text(json.dumps(_norm_stats_dict(norm_stats), indent=2) + "\n")
     for name, content in extra.items():
-        target = out / name
-        if isinstance(content, bytes):
-            target.write_bytes(content)
-        elif isinstance(content, str):
-            target.write_text(content)
-        else:
-            target.write_text(json.dumps(content, indent=2) + "\n")
+        _write_file(out / name, content)
     return out
+
+
+def _copy_tokenizer(src: pathlib.Path, out: pathlib.Path) -> None:
+    if not src.is_file():
+        raise FileNotFoundError(f"tokenizer model not found: {src}")
+    if src.resolve() != (out / TOKENIZER_FILE).resolve():
+        shutil.copyfile(src, out / TOKENIZER_FILE)
+
+
+def _norm_stats_dict(norm_stats: Any) -> Any:
+    """Statistics in openpi's ``norm_stats.json`` form from a Normalizer, such a dict, or a stats file's path."""
+    from ..normalization import Normalizer, load_norm_stats  # normalization imports nothing from here
+
+    if isinstance(norm_stats, (str, os.PathLike)):
+        norm_stats = load_norm_stats(norm_stats)
+    if isinstance(norm_stats, Normalizer):
+        norm_stats = norm_stats.to_openpi_dict()
+    return norm_stats
+
+
+def _write_file(target: pathlib.Path, content: str | bytes | Mapping) -> None:
+    """str / bytes as is, a mapping as JSON."""
+    if isinstance(content, bytes):
+        target.write_bytes(content)
+    elif isinstance(content, str):
+        target.write_text(content)
+    else:
+        target.write_text(json.dumps(content, indent=2) + "\n")

@@ -6,12 +6,12 @@ evaluated and demonstrated without a robot:
 * a :class:`Scene` holds 1-3 coloured shapes, one of which is the *target*, and
   the gripper position;
 * :func:`render` draws it as an RGB image, :func:`instruction` names the target
-  (``"move to the red circle"``), :func:`describe` says where it is relative to
-  the gripper (``"red circle upper left of gripper"``) and
-  :func:`expert_actions` gives the ideal chunk of gripper displacements;
-* :func:`sample_scene` draws random scenes and :func:`examples` turns them into
-  training examples; :class:`Simulator` closes the loop for evaluation and for a
-  demo camera.
+  (``"move to the red circle"``) and :func:`describe` says where it is relative
+  to the gripper (``"red circle upper left of gripper"``);
+* :func:`sample_scene` draws random scenes; :class:`Simulator` closes the loop
+  for evaluation and for a demo camera;
+* the expert's ideal action chunks and the training examples made of scenes
+  are in :mod:`oxygen_ros.core.sim.demonstrations`.
 
 Coordinates
     Everything is in normalised image coordinates ``[-1, 1] x [-1, 1]``: ``x``
@@ -29,8 +29,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from collections.abc import Iterator, Sequence
-from typing import NamedTuple
+from collections.abc import Sequence
 
 import numpy as np
 
@@ -222,36 +221,6 @@ def all_descriptions() -> list[str]:
 
 
 # --------------------------------------------------------------------------
-# Expert
-# --------------------------------------------------------------------------
-
-
-def expert_actions(scene: Scene, horizon: int, max_step: float = MAX_STEP) -> np.ndarray:
-    """The ideal chunk of ``horizon`` gripper displacements, ``float32[horizon, 2]``.
-
-    Each step moves straight toward the target's centre by ``max_step`` (the
-    last one by the remaining distance) and every step after arrival is exactly
-    zero.
-    """
-    if horizon < 0:
-        raise ValueError(f"horizon must be >= 0, got {horizon}")
-    if max_step <= 0:
-        raise ValueError(f"max_step must be > 0, got {max_step}")
-    target = np.asarray(scene.target.position, dtype=np.float64)
-    position = np.asarray(scene.gripper, dtype=np.float64)
-    actions = np.zeros((horizon, 2), dtype=np.float64)
-    for t in range(horizon):
-        offset = target - position
-        distance = float(np.hypot(*offset))
-        if distance == 0.0:
-            break
-        step = offset if distance <= max_step else offset * (max_step / distance)
-        actions[t] = step
-        position = target.copy() if distance <= max_step else position + step
-    return actions.astype(np.float32)
-
-
-# --------------------------------------------------------------------------
 # Rendering
 # --------------------------------------------------------------------------
 
@@ -416,58 +385,3 @@ class Simulator:
             scene = scene.with_gripper(self.scene.gripper)
         self.scene = scene
         return self.scene
-
-
-# --------------------------------------------------------------------------
-# Dataset
-# --------------------------------------------------------------------------
-
-
-class Example(NamedTuple):
-    """One training example (also unpacks as a plain tuple in this order)."""
-
-    image: np.ndarray  # uint8[size, size, 3]
-    state: np.ndarray  # float32[2], the gripper position
-    instruction: str  # "move to the red circle"
-    actions: np.ndarray  # float32[horizon, 2], see expert_actions
-    description: str  # "red circle upper left of gripper"
-
-
-def make_example(scene: Scene, size: int, horizon: int, max_step: float = MAX_STEP) -> Example:
-    """The example for one scene."""
-    return Example(
-        image=render(scene, size),
-        state=scene.state,
-        instruction=instruction(scene),
-        actions=expert_actions(scene, horizon, max_step),
-        description=describe(scene),
-    )
-
-
-def examples(
-    seed: int,
-    count: int | None = None,
-    *,
-    size: int = 64,
-    horizon: int = 10,
-    max_step: float = MAX_STEP,
-    at_target_prob: float = 0.1,
-) -> Iterator[Example]:
-    """Yield ``count`` examples (forever when ``None``), the same ones for the same arguments.
-
-    Scenes come from :func:`sample_scene` with the gripper anywhere
-    (``min_gripper_distance=0``); with probability ``at_target_prob`` the gripper
-    is instead put within reach of the target, so that "at gripper" descriptions
-    and near-zero action chunks are well represented.
-    """
-    rng = np.random.default_rng(seed)
-    produced = 0
-    while count is None or produced < count:
-        scene = sample_scene(rng, min_gripper_distance=0.0)
-        if rng.random() < at_target_prob:
-            angle = rng.uniform(0.0, 2 * math.pi)
-            radius = 0.9 * REACH_TOLERANCE * math.sqrt(rng.random())
-            tx, ty = scene.target.position
-            scene = scene.with_gripper((tx + radius * math.cos(angle), ty + radius * math.sin(angle)))
-        yield make_example(scene, size, horizon, max_step)
-        produced += 1
