@@ -1,10 +1,21 @@
-"""Shared fixtures."""
+"""Shared fixtures (plain helpers for the ROS tests live in ros_harness.py).
+
+* ``lively_tiny`` / ``random_tiny_dir`` - small models for the engine and node tests.
+* ``tok`` - the shipped tokenizer.
+* ``ros_env`` - the ROS isolation of ``make test`` (domain id, discovery on this machine,
+  private log directory), set when missing.
+* ``ros`` - a private rclpy context whose nodes spin on threads of their own (:class:`ros_harness.Ros`).
+* ``stepped_ros`` - a private rclpy context with one executor the test spins itself
+  (:class:`ros_harness.SteppedRos`).
+"""
 
 import pytest
 import torch
+from ros_harness import Ros, SteppedRos, ros_environment
 
 from oxygen_ros.core.model.config import TINY
 from oxygen_ros.core.model.vla import build_model
+from oxygen_ros.core.tokenizer import Tokenizer
 
 
 def lively(model):
@@ -33,3 +44,27 @@ def random_tiny_dir(tmp_path_factory):
     out = tmp_path_factory.mktemp("random_tiny")
     save_native(build_model(TINY, seed=0), out, tokenizer_path=default_tokenizer_path())
     return str(out)
+
+
+@pytest.fixture(scope="session")
+def tok():
+    return Tokenizer.default()
+
+
+@pytest.fixture
+def ros_env(monkeypatch, tmp_path):
+    return ros_environment(monkeypatch, tmp_path)
+
+
+@pytest.fixture
+def ros(ros_env):
+    """A private, initialised rclpy context; every node added spins on its own executor thread."""
+    with Ros() as r:
+        yield r
+
+
+@pytest.fixture
+def stepped_ros(ros_env):
+    """A private, initialised rclpy context with an executor the test spins; nodes added with ros.add()."""
+    with SteppedRos() as r:
+        yield r

@@ -2,11 +2,17 @@
 
 * :func:`ros_environment` - the isolation ``make test`` sets (a domain id, discovery
   on this machine only, a private log directory), set here when missing.
+* :func:`checkout_env` / :func:`installed_script` - run this checkout's sources in a subprocess.
+* :func:`params` - ``name=value`` keyword arguments as a list of rclpy Parameters.
 * :class:`Ros` - a private rclpy context; each node spins on its own executor thread.
 * :class:`SteppedRos` - a private context whose one executor the test spins itself.
 * :func:`until` - wait for a condition, optionally publishing meanwhile.
 * :func:`inference_topics` / :func:`inference_node` - the inference node on a topic prefix.
+* :class:`InferenceClient` - a test node publishing Observations and Questions to an
+  inference node and recording everything it publishes.
 * :func:`observation_msg` - an ``oxygen_ros/Observation`` message from numpy.
+* :func:`raw_image` / :func:`compressed_image` / :func:`png_with_size` / :func:`cdr_with` -
+  input messages, well formed or not, as a camera driver or a careless publisher sends them.
 * :func:`check_chunks` / :func:`check_text` - the well-formedness rules of the
   inference node's outputs, shared by the node, agent and replay tests.
 """
@@ -16,12 +22,18 @@ from __future__ import annotations
 import math
 import os
 import random
+import struct
+import sys
 import threading
 import time
 import uuid
+import zlib
 from collections import defaultdict
+from pathlib import Path
 
 import numpy as np
+
+REPO = Path(__file__).resolve().parents[1]
 
 
 def ros_environment(monkeypatch, tmp_path) -> int:
@@ -34,6 +46,32 @@ def ros_environment(monkeypatch, tmp_path) -> int:
     if not os.environ.get("ROS_LOG_DIR"):
         monkeypatch.setenv("ROS_LOG_DIR", str(tmp_path / "ros_log"))
     return int(os.environ["ROS_DOMAIN_ID"])
+
+
+def checkout_env() -> dict[str, str]:
+    """The environment for a subprocess that must run this checkout's sources
+    (PYTHONPATH puts the checkout first; output unbuffered)."""
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join([str(REPO)] + [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p])
+    env["PYTHONUNBUFFERED"] = "1"
+    return env
+
+
+def installed_script(name: str) -> str:
+    """The path of an installed console script (``oxygen-agent``, ...); the test fails if it is missing."""
+    import pytest
+
+    path = Path(sys.prefix) / "bin" / name
+    if not path.is_file():
+        pytest.fail(f"{path} missing (run `make venv`)")
+    return str(path)
+
+
+def params(**values) -> list:
+    """``name=value`` pairs as rclpy Parameters (for ``parameter_overrides`` or ``set_parameters``)."""
+    from rclpy.parameter import Parameter
+
+    return [Parameter(k, value=v) for k, v in values.items()]
 
 
 def until(predicate, timeout: float = 30.0, every=None, period: float = 0.05) -> bool:
@@ -194,16 +232,13 @@ def inference_topics(prefix: str) -> dict[str, str]:
             ("observation_topic", "question_topic", "actions_topic", "text_topic", "trajectory_topic")}
 
 
-def inference_node(ros: "Ros", prefix: str, **params):
+def inference_node(ros: "Ros", prefix: str, **overrides):
     """An InferenceNode added to ``ros`` on :func:`inference_topics` (``preset`` tiny,
-    the embedded model unless ``model_path`` is given; ``params`` override)."""
-    from rclpy.parameter import Parameter
-
+    the embedded model unless ``model_path`` is given; ``overrides`` override)."""
     from oxygen_ros.ros.inference_node import InferenceNode
 
-    values = {**inference_topics(prefix), "preset": "tiny", "model_path": "", **params}
-    return ros.add(InferenceNode(context=ros.context, namespace=prefix,
-                                 parameter_overrides=[Parameter(k, value=v) for k, v in values.items()]))
+    values = {**inference_topics(prefix), "preset": "tiny", "model_path": "", **overrides}
+    return ros.add(InferenceNode(context=ros.context, namespace=prefix, parameter_overrides=params(**values)))
 
 
 def reliable(depth: int):
@@ -222,6 +257,96 @@ def observation_msg(seq: int, stamp_ns: int, *, size: int = 32, instruction: str
     image = rng.integers(0, 256, (size, size, 3), dtype=np.uint8)
     obs = Observation({"base": image}, instruction, None if state is None else np.asarray(state, np.float32))
     return observation_to_msg(obs, seq, stamp=ns_to_time_msg(stamp_ns))
+
+
+class InferenceClient:
+    """A test node on an inference node's topics (:func:`inference_topics`): publishes
+    observations and questions, records every ActionChunk, TextToken and JointTrajectory,
+    and the ``oxygen_inference`` statuses on /diagnostics (one inference node per test in
+    this domain and process). Waits until the inference node has discovered it."""
+
+    def __init__(self, ros, prefix: str, name: str = "oxygen_test_client"):
+        from diagnostic_msgs.msg import DiagnosticArray
+        from oxygen_ros.msg import ActionChunk, Observation, Question, TextToken
+        from trajectory_msgs.msg import JointTrajectory
+
+        t = inference_topics(prefix)
+        self.node = ros.node(name)
+        self.chunks, self.text, self.trajectories, self.diagnostics = [], [], [], []
+        self.node.create_subscription(ActionChunk, t["actions_topic"], self.chunks.append, reliable(200))
+        self.node.create_subscription(TextToken, t["text_topic"], self.text.append, reliable(5000))
+        self.node.create_subscription(JointTrajectory, t["trajectory_topic"], self.trajectories.append, reliable(100))
+        self.node.create_subscription(DiagnosticArray, "/diagnostics", self._on_diagnostics, reliable(50))
+        self.obs = self.node.create_publisher(Observation, t["observation_topic"], reliable(10))
+        self.q = self.node.create_publisher(Question, t["question_topic"], reliable(100))
+        self.Question = Question
+        self.seq = 0
+        assert until(lambda: self.obs.get_subscription_count() >= 1 and self.q.get_subscription_count() >= 1), \
+            "inference node not discovered"
+
+    def _on_diagnostics(self, msg) -> None:
+        self.diagnostics.extend(s for s in msg.status if s.name.startswith("oxygen_inference"))
+
+    def now(self) -> int:
+        return self.node.get_clock().now().nanoseconds
+
+    def observe(self, age_s: float = 0.0, **kw) -> None:
+        """Publish the next observation (:func:`observation_msg`), stamped ``age_s`` in the past."""
+        self.obs.publish(observation_msg(self.seq, self.now() - round(age_s * 1e9), **kw))
+        self.seq += 1
+
+    def publish_observations(self, seconds: float, rate_hz: float = 20.0) -> None:
+        end = time.monotonic() + seconds
+        while time.monotonic() < end:
+            self.observe()
+            time.sleep(1.0 / rate_hz)
+
+    def ask(self, client_id: str, text: str = "what do you see?") -> None:
+        self.q.publish(self.Question(client_id=client_id, text=text))
+
+    def finished(self, client_id: str) -> list:
+        return [m for m in self.text if m.client_id == client_id and m.done]
+
+
+def raw_image(encoding="rgb8", height=4, width=5, step=None, data=None, is_bigendian=0):
+    """A sensor_msgs/Image; ``step`` and ``data`` default to what the encoding and size need (zeros)."""
+    from sensor_msgs.msg import Image
+
+    from oxygen_ros.ros.conversions import SUPPORTED_ENCODINGS
+
+    channels = SUPPORTED_ENCODINGS.get(encoding, 3)
+    step = width * channels if step is None else step
+    msg = Image(height=height, width=width, encoding=encoding, step=step, is_bigendian=is_bigendian)
+    msg.data = bytes(height * step) if data is None else data
+    return msg
+
+
+def compressed_image(data: bytes, fmt: str = "png"):
+    from sensor_msgs.msg import CompressedImage
+
+    msg = CompressedImage(format=fmt)
+    msg.data = data
+    return msg
+
+
+def png_with_size(width: int, height: int) -> bytes:
+    """A syntactically valid PNG header claiming width x height (no pixel data)."""
+    ihdr = struct.pack(">IIBBBBB", width, height, 8, 2, 0, 0, 0)
+    chunk = struct.pack(">I", len(ihdr)) + b"IHDR" + ihdr + struct.pack(">I", zlib.crc32(b"IHDR" + ihdr))
+    return b"\x89PNG\r\n\x1a\n" + chunk
+
+
+INVALID_UTF8 = b"\xff\xfe\xc3("  # a stray continuation byte, a truncated sequence
+
+
+def cdr_with(msg, marker: bytes, replacement: bytes) -> bytes:
+    """``msg`` serialized, with the bytes of one string replaced (same length): how a
+    publisher that does not check its text (C++, a bridge) can put invalid UTF-8 on the wire."""
+    from rclpy.serialization import serialize_message
+
+    data = serialize_message(msg)
+    assert data.count(marker) == 1 and len(marker) == len(replacement)
+    return data.replace(marker, replacement)
 
 
 def check_chunks(chunks, *, horizon: int | None = None, period: float | None = None) -> None:

@@ -6,7 +6,6 @@ import pytest
 from oxygen_ros.core.engine import Engine, EngineConfig, Question
 from oxygen_ros.core.observation import Observation
 from oxygen_ros.core.sim.scene import render, sample_scene
-from oxygen_ros.core.tokenizer import Tokenizer
 from oxygen_ros.core.workloads import Workload
 
 SETTINGS = ("baseline", "parallel", "shared_kv", "oxygen")
@@ -15,11 +14,6 @@ SETTINGS = ("baseline", "parallel", "shared_kv", "oxygen")
 @pytest.fixture(scope="module")
 def model(lively_tiny):
     return lively_tiny
-
-
-@pytest.fixture(scope="module")
-def tok():
-    return Tokenizer.default()
 
 
 def observations(n, seed=0):

@@ -9,14 +9,8 @@ import pytest
 from oxygen_ros.core.engine import Engine, EngineConfig, FrameError, Question
 from oxygen_ros.core.observation import Observation
 from oxygen_ros.core.sim.scene import render, sample_scene
-from oxygen_ros.core.tokenizer import Tokenizer
 
 S = 3  # denoise steps
-
-
-@pytest.fixture(scope="module")
-def tok():
-    return Tokenizer.default()
 
 
 def observations(n, seed=0):
