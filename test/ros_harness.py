@@ -13,6 +13,7 @@
 * :func:`observation_msg` - an ``oxygen_ros/Observation`` message from numpy.
 * :func:`raw_image` / :func:`compressed_image` / :func:`png_with_size` / :func:`cdr_with` -
   input messages, well formed or not, as a camera driver or a careless publisher sends them.
+* :func:`bag_recording` - a small recording of camera images, joint states and an instruction.
 * :func:`check_chunks` / :func:`check_text` - the well-formedness rules of the
   inference node's outputs, shared by the node, agent and replay tests.
 """
@@ -241,6 +242,25 @@ def inference_node(ros: "Ros", prefix: str, **overrides):
     return ros.add(InferenceNode(context=ros.context, namespace=prefix, parameter_overrides=params(**values)))
 
 
+def camera_node(ros: "SteppedRos", **overrides):
+    """A CameraNode added to ``ros`` (32-pixel images, 5 s max age), reading a raw camera
+    ``{ros.prefix}/cam_raw`` and a compressed one ``{ros.prefix}/cam_jpeg``, the instruction
+    on ``{ros.prefix}/instruction``, publishing on ``{ros.prefix}/observation``; ``overrides`` override."""
+    from oxygen_ros.ros.camera_node import CameraNode
+
+    p = ros.prefix
+    values = {
+        "image_topics": [f"{p}/cam_raw"],
+        "compressed_image_topics": [f"{p}/cam_jpeg"],
+        "instruction_topic": f"{p}/instruction",
+        "observation_topic": f"{p}/observation",
+        "image_size": 32,
+        "max_age": 5.0,
+        **overrides,
+    }
+    return ros.add(CameraNode(context=ros.context, parameter_overrides=params(**values)))
+
+
 def reliable(depth: int):
     from rclpy.qos import QoSProfile, ReliabilityPolicy
 
@@ -396,3 +416,25 @@ def check_text(tokens) -> dict[int, list]:
         else:
             assert ms[-1].finish_reason == ""
     return {rid: ms for rid, ms in by_request.items() if ms[-1].done}
+
+
+RECORDED_T0 = 1_700_000_000_000_000_000  # recorded time of a recording's first message (ns)
+
+
+def bag_recording(prefix="", images=6, spacing_ns=20_000_000):
+    """A small recording, as (topic, message, recorded time ns) for ``write_bag``: a latched
+    instruction at RECORDED_RECORDED_T0, then images with joint states in between, ``spacing_ns`` apart."""
+    from sensor_msgs.msg import JointState
+    from std_msgs.msg import String
+
+    from oxygen_ros.ros.conversions import ns_to_time_msg, rgb_to_image_msg
+
+    out = [(f"{prefix}/oxygen/instruction", String(data="move to the blue square"), RECORDED_T0)]
+    for i in range(images):
+        t = RECORDED_T0 + (i + 1) * spacing_ns
+        rgb = np.full((8, 12, 3), i * 10, np.uint8)
+        out.append((f"{prefix}/camera/image_raw", rgb_to_image_msg(rgb, "rgb8", ns_to_time_msg(t - 1000), "cam"), t))
+        state = JointState(name=["gripper_x", "gripper_y"], position=[i * 0.1, -i * 0.1])
+        state.header.stamp = ns_to_time_msg(t + 500)
+        out.append((f"{prefix}/joint_states", state, t + 1000))
+    return out

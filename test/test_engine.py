@@ -240,3 +240,23 @@ def test_a_tokenizer_larger_than_the_vocabulary_is_refused_naming_both_sizes(tok
     with pytest.raises(ValueError, match=f"tokenizer has {tok.vocab_size} tokens, the model's vocabulary only "
                                          f"{tok.vocab_size - 12}"):
         Engine(small, tok, EngineConfig())
+
+
+def test_engine_takes_a_10000_character_instruction_and_question(tok):
+    """An over-long prompt is cut with a warning, an over-long question to
+    max_question_tokens; the frame and the request run normally."""
+    from oxygen_ros.core.model.config import TINY
+    from oxygen_ros.core.model.vla import build_model
+
+    engine = Engine(build_model(TINY, seed=0), tok, EngineConfig(max_decode=4, steps_per_frame=4))
+    image = np.zeros((16, 16, 3), np.uint8)
+    instruction = ("stack the cubes " * 700)[:10_000]
+    with pytest.warns(UserWarning, match="truncating"):
+        result = engine.step([Observation({"base": image}, instruction, np.array([0.1, 0.2], np.float32))],
+                             [Question(("why " * 2500)[:10_000], client_id="q")])
+    assert np.all(np.isfinite(result.actions[0]))
+    assert len(result.started) == 2
+    finished = result.finished + engine.drain()
+    question = [r for r in finished if r.client_id == "q"]
+    assert len(question) == 1 and question[0].finish_reason.value in ("eos", "length")
+    assert len(question[0].question_ids) == engine.config.max_question_tokens
