@@ -4,6 +4,7 @@
 * ``tok`` - the shipped tokenizer.
 * ``ros_env`` - the ROS isolation of ``make test`` (domain id, discovery on this machine,
   private log directory), set when missing.
+* ``module_ros_env`` - the same for a module-scoped fixture (one set of nodes for a whole file).
 * ``ros`` - a private rclpy context whose nodes spin on threads of their own (:class:`ros_harness.Ros`).
 * ``stepped_ros`` - a private rclpy context with one executor the test spins itself
   (:class:`ros_harness.SteppedRos`).
@@ -54,6 +55,15 @@ def tok():
 @pytest.fixture
 def ros_env(monkeypatch, tmp_path):
     return ros_environment(monkeypatch, tmp_path)
+
+
+@pytest.fixture(scope="module")
+def module_ros_env(tmp_path_factory):
+    mp = pytest.MonkeyPatch()
+    try:
+        yield ros_environment(mp, tmp_path_factory.mktemp("ros"))
+    finally:
+        mp.undo()
 
 
 @pytest.fixture

@@ -436,7 +436,7 @@ def test_real_pi05_key_set_maps_onto_the_pi05_preset(tmp_path, vision_model_leve
     assert (config.vision, config.vlm, config.expert, config.vocab_size, config.action_dim) == (
         PI05.vision, PI05.vlm, PI05.expert, PI05.vocab_size, PI05.action_dim)
     model = build_model(PI05, device="meta")
-    loading._check(plan, tensors, model, tmp_path, "openpi")  # raises on any misfit
+    loading.check_plan(plan, tensors, model, tmp_path, "openpi")  # raises on any misfit
     assert set(plan.mapping) == set(model.state_dict())
     assert plan.mapping["language_model.embed_tokens.weight"] == PG + "lm_head.weight"
     assert list(plan.ignored) == ["paligemma_with_expert.gemma_expert.lm_head.weight"]

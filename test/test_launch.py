@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from ros_harness import Ros, ros_environment
+from ros_harness import Ros
 
 REPO = Path(__file__).resolve().parents[1]
 LAUNCH_FILE = REPO / "launch" / "agent.launch.py"
@@ -43,22 +43,17 @@ def _executables():
 
 
 @pytest.fixture(scope="module")
-def declared(tmp_path_factory):
+def declared(module_ros_env):
     """{node name: {parameter: default value}} of every node the launch file can start."""
     from oxygen_ros.ros.agent import NODES
 
-    mp = pytest.MonkeyPatch()
-    ros_environment(mp, tmp_path_factory.mktemp("ros"))
     out = {}
-    try:
-        with Ros() as ros:
-            for spec in NODES:
-                cls = getattr(importlib.import_module(spec.module), spec.cls)
-                node = ros.add(cls(context=ros.context, namespace=f"/launch_test_{spec.name}"))
-                out[spec.name] = {name: p.value for name, p in node.get_parameters_by_prefix("").items()
-                                  if name not in IMPLICIT}
-    finally:
-        mp.undo()
+    with Ros() as ros:
+        for spec in NODES:
+            cls = getattr(importlib.import_module(spec.module), spec.cls)
+            node = ros.add(cls(context=ros.context, namespace=f"/launch_test_{spec.name}"))
+            out[spec.name] = {name: p.value for name, p in node.get_parameters_by_prefix("").items()
+                              if name not in IMPLICIT}
     return out
 
 
@@ -212,14 +207,12 @@ def test_yaml_comments_every_parameter():
             assert previous.startswith("#"), f"config/agent.yaml line {i + 1}: {line.strip()} has no comment"
 
 
-def test_yaml_loads_into_the_nodes(tmp_path, monkeypatch):
+def test_yaml_loads_into_the_nodes(ros):
     """Every node starts from the YAML (types accepted, values valid)."""
     from oxygen_ros.ros.agent import NODES
 
-    ros_environment(monkeypatch, tmp_path)
-    with Ros() as ros:
-        for spec in NODES:
-            cls = getattr(importlib.import_module(spec.module), spec.cls)
-            node = ros.add(cls(context=ros.context, namespace="/launch_test_yaml",
-                               cli_args=["--ros-args", "--params-file", str(YAML_FILE)]))
-            assert node.get_name() == spec.name
+    for spec in NODES:
+        cls = getattr(importlib.import_module(spec.module), spec.cls)
+        node = ros.add(cls(context=ros.context, namespace="/launch_test_yaml",
+                           cli_args=["--ros-args", "--params-file", str(YAML_FILE)]))
+        assert node.get_name() == spec.name
