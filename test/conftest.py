@@ -1,4 +1,6 @@
-"""Shared fixtures (plain helpers for the ROS tests live in ros_harness.py).
+"""Shared fixtures. Plain helpers live in three modules: ros_harness.py (rclpy contexts,
+nodes and test clients on real DDS, output checks), message_builders.py (messages to
+send, well formed or not) and engine_harness.py (engine runs without ROS).
 
 * ``lively_tiny`` / ``random_tiny_dir`` - small models for the engine and node tests.
 * ``tok`` - the shipped tokenizer.

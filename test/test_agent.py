@@ -12,16 +12,8 @@ import time
 from pathlib import Path
 
 import pytest
-from ros_harness import (
-    Ros,
-    checkout_env,
-    inference_node,
-    inference_topics,
-    installed_script,
-    observation_msg,
-    reliable,
-    unique_prefix,
-)
+from message_builders import observation_msg
+from ros_harness import Ros, checkout_env, inference_node, inference_topics, installed_script, reliable, unique_prefix
 
 REPORT_KEYS = ("tick_rate_hz", "tick_jitter_p50_ms", "tick_jitter_p99_ms", "underruns", "obs_to_action_p50_ms",
                "obs_to_action_p99_ms", "ros_overhead_p99_ms", "actions_published", "text_tokens_published")

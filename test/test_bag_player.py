@@ -11,7 +11,8 @@ import time
 
 import numpy as np
 import pytest
-from ros_harness import bag_recording, params
+from message_builders import bag_recording
+from ros_harness import params
 
 STORAGES = ["mcap", "sqlite3"]
 

@@ -2,8 +2,8 @@
 
 import numpy as np
 import pytest
-from ros_harness import RECORDED_T0 as T0
-from ros_harness import bag_recording
+from message_builders import RECORDED_T0 as T0
+from message_builders import bag_recording
 
 STORAGES = ["mcap", "sqlite3"]
 

@@ -12,16 +12,8 @@ import time
 
 import numpy as np
 import ros_harness
-from ros_harness import (
-    INVALID_UTF8,
-    cdr_with,
-    compressed_image,
-    params,
-    png_with_size,
-    raw_image,
-    reliable,
-    unique_prefix,
-)
+from message_builders import INVALID_UTF8, cdr_with, compressed_image, png_with_size, raw_image
+from ros_harness import params, reliable, unique_prefix
 
 from oxygen_ros.ros.conversions import IMAGE_ERROR_REASONS
 

@@ -18,7 +18,7 @@ from rclpy.serialization import deserialize_message, serialize_message
 from sensor_msgs.msg import CompressedImage, Image
 from std_msgs.msg import Header
 
-from ros_harness import compressed_image, png_with_size, raw_image
+from message_builders import compressed_image, png_with_size, raw_image
 
 from oxygen_ros.core.observation import Observation, ObservationError
 from oxygen_ros.core.requests import TokenEvent

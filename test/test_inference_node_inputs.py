@@ -13,7 +13,8 @@ import math
 
 import numpy as np
 import ros_harness
-from ros_harness import INVALID_UTF8, InferenceClient, cdr_with, inference_node, observation_msg, unique_prefix
+from message_builders import INVALID_UTF8, cdr_with, observation_msg
+from ros_harness import InferenceClient, inference_node, unique_prefix
 
 until = functools.partial(ros_harness.until, timeout=20.0)
 

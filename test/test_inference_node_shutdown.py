@@ -14,7 +14,8 @@ import threading
 import time
 
 import pytest
-from ros_harness import checkout_env, inference_topics, observation_msg, params, reliable, unique_prefix, until
+from message_builders import observation_msg
+from ros_harness import checkout_env, inference_topics, params, reliable, unique_prefix, until
 
 class NodeProcess:
     """``python -m oxygen_ros.ros.inference_node --ros-args -p ...``; its output is
