@@ -11,6 +11,7 @@
 * :class:`InferenceClient` - a test node publishing Observations and Questions to an
   inference node and recording everything it publishes.
 * (messages to send, well formed or not, are built by message_builders.py)
+* :func:`installed_prefix` / :func:`executables` - where ``make venv`` installed the package, and what.
 * :func:`check_chunks` / :func:`check_text` - the well-formedness rules of the
   inference node's outputs, shared by the node, agent and replay tests.
 """
@@ -358,3 +359,28 @@ def check_text(tokens) -> dict[int, list]:
         else:
             assert ms[-1].finish_reason == ""
     return {rid: ms for rid, ms in by_request.items() if ms[-1].done}
+
+
+def installed_prefix() -> Path:
+    """The prefix that holds the installed oxygen_ros (e.g. .venv)."""
+    import pytest
+
+    import oxygen_ros.msg
+
+    for parent in Path(oxygen_ros.msg.__file__).resolve().parents:
+        if (parent / "share" / "ament_index" / "resource_index" / "packages" / "oxygen_ros").is_file():
+            return parent
+    pytest.fail(f"oxygen_ros is not installed: no ament index above {oxygen_ros.msg.__file__} (run `make venv`)")
+
+
+def executables() -> list[tuple[str, str, str, str]]:
+    """(name, where, module, function) from resource/executables.txt."""
+    rows = []
+    for line in (REPO / "resource" / "executables.txt").read_text().splitlines():
+        line = line.strip()
+        if not line or line.startswith("#"):
+            continue
+        name, where, target = line.split()
+        module, function = target.split(":")
+        rows.append((name, where, module, function))
+    return rows
