@@ -30,9 +30,10 @@ def make_batch(config, lengths, *, seed=0):
     return PrefixBatch(pixels, torch.ones(b, cams, dtype=torch.bool), tokens * mask, mask)
 
 
-def outputs(model, *, seed=0):
-    """Prefill logits and denoised actions through the cached ops."""
-    c = model.config
+def outputs(model, *, seed=0, config=None):
+    """Prefill logits and denoised actions through the cached ops, with the batch and noise
+    sizes of ``config`` (default: the model's own)."""
+    c = config or model.config
     batch = make_batch(c, [5, c.max_token_len - 3], seed=seed)
     cache = model.new_cache(slots=2, max_len=c.prefix_len + 8)
     res = model.prefill(batch, cache, [[0], [1]])
@@ -238,17 +239,6 @@ def small_model():
     return build_model(SMALL, seed=11)
 
 
-def small_outputs(model, seed=0):
-    """Cached-op outputs with the batch/noise sizes of SMALL whatever the loaded config says."""
-    c = SMALL
-    batch = make_batch(c, [5, c.max_token_len - 3], seed=seed)
-    cache = model.new_cache(slots=2, max_len=c.prefix_len + 8)
-    res = model.prefill(batch, cache, [[0], [1]])
-    noise = torch.randn(2, c.action_horizon, c.action_dim, generator=torch.Generator().manual_seed(seed + 1))
-    actions = model.denoise(cache, SlotView.of(0, res.lengths.tolist()), noise, steps=3)
-    return res.logits.float(), actions.float()
-
-
 def bf16_reference(model):
     """The model with its weights rounded to bfloat16 (as written to the openpi test file), in float32."""
     ref = build_model(SMALL, seed=0)
@@ -290,7 +280,7 @@ def test_foreign_layout_lands_every_tensor(tmp_path, small_variants, small_model
     want = ref.state_dict()
     for k, v in loaded.model.state_dict().items():
         assert torch.equal(v, want[k]), k
-    for a, b in zip(small_outputs(ref), small_outputs(loaded.model)):
+    for a, b in zip(outputs(ref, config=SMALL), outputs(loaded.model, config=SMALL)):
         assert torch.equal(a, b)
     assert loaded.normalizer.action_dim == 7 and loaded.normalizer.state_dim == 8
     assert loaded.normalizer.convention == ("openpi" if layout == "openpi" else "lerobot")
