@@ -27,6 +27,13 @@ def _package_xml_version():
 # --------------------------------------------------------------------------
 
 
+def _python(code: str, cwd) -> str:
+    """Run ``code`` in a fresh interpreter (this venv's) from ``cwd``; its stdout."""
+    out = subprocess.run([sys.executable, "-c", code], cwd=cwd, capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr
+    return out.stdout
+
+
 def test_version_matches_package_xml():
     import oxygen_ros
 
@@ -49,13 +56,10 @@ def test_import_from_source_checkout_finds_installed_messages():
         "print(json.dumps({'pkg': oxygen_ros.__file__, 'msg': oxygen_ros.msg.__file__,\n"
         "                  'core': core, 'light': light}))\n"
     )
-    out = subprocess.run(
-        [sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=300
-    )
-    assert out.returncode == 0, out.stderr
+    stdout = _python(code, REPO)
     import json
 
-    info = json.loads(out.stdout.strip().splitlines()[-1])
+    info = json.loads(stdout.strip().splitlines()[-1])
     assert Path(info["pkg"]).resolve() == REPO / PACKAGE / "__init__.py"
     assert REPO / PACKAGE not in Path(info["msg"]).resolve().parents
     assert info["light"], "importing oxygen_ros / oxygen_ros.core imported rclpy"
@@ -69,11 +73,8 @@ def test_installed_copy_imports_on_its_own(tmp_path):
         "print(oxygen_ros.__file__)\n"
         "print(oxygen_ros.__version__)\n"
     )
-    out = subprocess.run(
-        [sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True, timeout=300
-    )
-    assert out.returncode == 0, out.stderr
-    path, version = out.stdout.split()[-2:]
+    stdout = _python(code, tmp_path)
+    path, version = stdout.split()[-2:]
     assert REPO / PACKAGE not in Path(path).resolve().parents
     assert version == _package_xml_version()
 
