@@ -1,10 +1,24 @@
-"""Shared fixtures."""
+"""Shared fixtures. Plain helpers live in three modules: ros_harness.py (rclpy contexts,
+nodes and test clients on real DDS, output checks), message_builders.py (messages to
+send, well formed or not) and engine_harness.py (engine runs without ROS).
+
+* ``lively_tiny`` / ``random_tiny_dir`` - small models for the engine and node tests.
+* ``tok`` - the shipped tokenizer.
+* ``ros_env`` - the ROS isolation of ``make test`` (domain id, discovery on this machine,
+  private log directory), set when missing.
+* ``module_ros_env`` - the same for a module-scoped fixture (one set of nodes for a whole file).
+* ``ros`` - a private rclpy context whose nodes spin on threads of their own (:class:`ros_harness.Ros`).
+* ``stepped_ros`` - a private rclpy context with one executor the test spins itself
+  (:class:`ros_harness.SteppedRos`).
+"""
 
 import pytest
 import torch
+from ros_harness import Ros, SteppedRos, ros_environment
 
 from oxygen_ros.core.model.config import TINY
 from oxygen_ros.core.model.vla import build_model
+from oxygen_ros.core.tokenizer import Tokenizer
 
 
 def lively(model):
@@ -33,3 +47,36 @@ def random_tiny_dir(tmp_path_factory):
     out = tmp_path_factory.mktemp("random_tiny")
     save_native(build_model(TINY, seed=0), out, tokenizer_path=default_tokenizer_path())
     return str(out)
+
+
+@pytest.fixture(scope="session")
+def tok():
+    return Tokenizer.default()
+
+
+@pytest.fixture
+def ros_env(monkeypatch, tmp_path):
+    return ros_environment(monkeypatch, tmp_path)
+
+
+@pytest.fixture(scope="module")
+def module_ros_env(tmp_path_factory):
+    mp = pytest.MonkeyPatch()
+    try:
+        yield ros_environment(mp, tmp_path_factory.mktemp("ros"))
+    finally:
+        mp.undo()
+
+
+@pytest.fixture
+def ros(ros_env):
+    """A private, initialised rclpy context; every node added spins on its own executor thread."""
+    with Ros() as r:
+        yield r
+
+
+@pytest.fixture
+def stepped_ros(ros_env):
+    """A private, initialised rclpy context with an executor the test spins; nodes added with ros.add()."""
+    with SteppedRos() as r:
+        yield r

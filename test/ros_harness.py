@@ -2,11 +2,16 @@
 
 * :func:`ros_environment` - the isolation ``make test`` sets (a domain id, discovery
   on this machine only, a private log directory), set here when missing.
+* :func:`checkout_env` / :func:`installed_script` - run this checkout's sources in a subprocess.
+* :func:`params` - ``name=value`` keyword arguments as a list of rclpy Parameters.
 * :class:`Ros` - a private rclpy context; each node spins on its own executor thread.
 * :class:`SteppedRos` - a private context whose one executor the test spins itself.
 * :func:`until` - wait for a condition, optionally publishing meanwhile.
 * :func:`inference_topics` / :func:`inference_node` - the inference node on a topic prefix.
-* :func:`observation_msg` - an ``oxygen_ros/Observation`` message from numpy.
+* :class:`InferenceClient` - a test node publishing Observations and Questions to an
+  inference node and recording everything it publishes.
+* (messages to send, well formed or not, are built by message_builders.py)
+* :func:`installed_prefix` / :func:`executables` - where ``make venv`` installed the package, and what.
 * :func:`check_chunks` / :func:`check_text` - the well-formedness rules of the
   inference node's outputs, shared by the node, agent and replay tests.
 """
@@ -16,12 +21,16 @@ from __future__ import annotations
 import math
 import os
 import random
+import sys
 import threading
 import time
 import uuid
 from collections import defaultdict
+from pathlib import Path
 
-import numpy as np
+from message_builders import observation_msg
+
+REPO = Path(__file__).resolve().parents[1]
 
 
 def ros_environment(monkeypatch, tmp_path) -> int:
@@ -34,6 +43,32 @@ def ros_environment(monkeypatch, tmp_path) -> int:
     if not os.environ.get("ROS_LOG_DIR"):
         monkeypatch.setenv("ROS_LOG_DIR", str(tmp_path / "ros_log"))
     return int(os.environ["ROS_DOMAIN_ID"])
+
+
+def checkout_env() -> dict[str, str]:
+    """The environment for a subprocess that must run this checkout's sources
+    (PYTHONPATH puts the checkout first; output unbuffered)."""
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join([str(REPO)] + [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p])
+    env["PYTHONUNBUFFERED"] = "1"
+    return env
+
+
+def installed_script(name: str) -> str:
+    """The path of an installed console script (``oxygen-agent``, ...); the test fails if it is missing."""
+    import pytest
+
+    path = Path(sys.prefix) / "bin" / name
+    if not path.is_file():
+        pytest.fail(f"{path} missing (run `make venv`)")
+    return str(path)
+
+
+def params(**values) -> list:
+    """``name=value`` pairs as rclpy Parameters (for ``parameter_overrides`` or ``set_parameters``)."""
+    from rclpy.parameter import Parameter
+
+    return [Parameter(k, value=v) for k, v in values.items()]
 
 
 def until(predicate, timeout: float = 30.0, every=None, period: float = 0.05) -> bool:
@@ -194,16 +229,32 @@ def inference_topics(prefix: str) -> dict[str, str]:
             ("observation_topic", "question_topic", "actions_topic", "text_topic", "trajectory_topic")}
 
 
-def inference_node(ros: "Ros", prefix: str, **params):
+def inference_node(ros: "Ros", prefix: str, **overrides):
     """An InferenceNode added to ``ros`` on :func:`inference_topics` (``preset`` tiny,
-    the embedded model unless ``model_path`` is given; ``params`` override)."""
-    from rclpy.parameter import Parameter
-
+    the embedded model unless ``model_path`` is given; ``overrides`` override)."""
     from oxygen_ros.ros.inference_node import InferenceNode
 
-    values = {**inference_topics(prefix), "preset": "tiny", "model_path": "", **params}
-    return ros.add(InferenceNode(context=ros.context, namespace=prefix,
-                                 parameter_overrides=[Parameter(k, value=v) for k, v in values.items()]))
+    values = {**inference_topics(prefix), "preset": "tiny", "model_path": "", **overrides}
+    return ros.add(InferenceNode(context=ros.context, namespace=prefix, parameter_overrides=params(**values)))
+
+
+def camera_node(ros: "SteppedRos", **overrides):
+    """A CameraNode added to ``ros`` (32-pixel images, 5 s max age), reading a raw camera
+    ``{ros.prefix}/cam_raw`` and a compressed one ``{ros.prefix}/cam_jpeg``, the instruction
+    on ``{ros.prefix}/instruction``, publishing on ``{ros.prefix}/observation``; ``overrides`` override."""
+    from oxygen_ros.ros.camera_node import CameraNode
+
+    p = ros.prefix
+    values = {
+        "image_topics": [f"{p}/cam_raw"],
+        "compressed_image_topics": [f"{p}/cam_jpeg"],
+        "instruction_topic": f"{p}/instruction",
+        "observation_topic": f"{p}/observation",
+        "image_size": 32,
+        "max_age": 5.0,
+        **overrides,
+    }
+    return ros.add(CameraNode(context=ros.context, parameter_overrides=params(**values)))
 
 
 def reliable(depth: int):
@@ -212,16 +263,53 @@ def reliable(depth: int):
     return QoSProfile(depth=depth, reliability=ReliabilityPolicy.RELIABLE)
 
 
-def observation_msg(seq: int, stamp_ns: int, *, size: int = 32, instruction: str = "pick up the red cube",
-                    state=(0.1, -0.2)):
-    """An Observation message with one camera ``base`` whose image depends on ``seq``."""
-    from oxygen_ros.core.observation import Observation
-    from oxygen_ros.ros.conversions import ns_to_time_msg, observation_to_msg
+class InferenceClient:
+    """A test node on an inference node's topics (:func:`inference_topics`): publishes
+    observations and questions, records every ActionChunk, TextToken and JointTrajectory,
+    and the ``oxygen_inference`` statuses on /diagnostics (one inference node per test in
+    this domain and process). Waits until the inference node has discovered it."""
 
-    rng = np.random.default_rng(seq)
-    image = rng.integers(0, 256, (size, size, 3), dtype=np.uint8)
-    obs = Observation({"base": image}, instruction, None if state is None else np.asarray(state, np.float32))
-    return observation_to_msg(obs, seq, stamp=ns_to_time_msg(stamp_ns))
+    def __init__(self, ros, prefix: str, name: str = "oxygen_test_client"):
+        from diagnostic_msgs.msg import DiagnosticArray
+        from oxygen_ros.msg import ActionChunk, Observation, Question, TextToken
+        from trajectory_msgs.msg import JointTrajectory
+
+        t = inference_topics(prefix)
+        self.node = ros.node(name)
+        self.chunks, self.text, self.trajectories, self.diagnostics = [], [], [], []
+        self.node.create_subscription(ActionChunk, t["actions_topic"], self.chunks.append, reliable(200))
+        self.node.create_subscription(TextToken, t["text_topic"], self.text.append, reliable(5000))
+        self.node.create_subscription(JointTrajectory, t["trajectory_topic"], self.trajectories.append, reliable(100))
+        self.node.create_subscription(DiagnosticArray, "/diagnostics", self._on_diagnostics, reliable(50))
+        self.obs = self.node.create_publisher(Observation, t["observation_topic"], reliable(10))
+        self.q = self.node.create_publisher(Question, t["question_topic"], reliable(100))
+        self.Question = Question
+        self.seq = 0
+        assert until(lambda: self.obs.get_subscription_count() >= 1 and self.q.get_subscription_count() >= 1), \
+            "inference node not discovered"
+
+    def _on_diagnostics(self, msg) -> None:
+        self.diagnostics.extend(s for s in msg.status if s.name.startswith("oxygen_inference"))
+
+    def now(self) -> int:
+        return self.node.get_clock().now().nanoseconds
+
+    def observe(self, age_s: float = 0.0, **kw) -> None:
+        """Publish the next observation (:func:`observation_msg`), stamped ``age_s`` in the past."""
+        self.obs.publish(observation_msg(self.seq, self.now() - round(age_s * 1e9), **kw))
+        self.seq += 1
+
+    def publish_observations(self, seconds: float, rate_hz: float = 20.0) -> None:
+        end = time.monotonic() + seconds
+        while time.monotonic() < end:
+            self.observe()
+            time.sleep(1.0 / rate_hz)
+
+    def ask(self, client_id: str, text: str = "what do you see?") -> None:
+        self.q.publish(self.Question(client_id=client_id, text=text))
+
+    def finished(self, client_id: str) -> list:
+        return [m for m in self.text if m.client_id == client_id and m.done]
 
 
 def check_chunks(chunks, *, horizon: int | None = None, period: float | None = None) -> None:
@@ -271,3 +359,28 @@ def check_text(tokens) -> dict[int, list]:
         else:
             assert ms[-1].finish_reason == ""
     return {rid: ms for rid, ms in by_request.items() if ms[-1].done}
+
+
+def installed_prefix() -> Path:
+    """The prefix that holds the installed oxygen_ros (e.g. .venv)."""
+    import pytest
+
+    import oxygen_ros.msg
+
+    for parent in Path(oxygen_ros.msg.__file__).resolve().parents:
+        if (parent / "share" / "ament_index" / "resource_index" / "packages" / "oxygen_ros").is_file():
+            return parent
+    pytest.fail(f"oxygen_ros is not installed: no ament index above {oxygen_ros.msg.__file__} (run `make venv`)")
+
+
+def executables() -> list[tuple[str, str, str, str]]:
+    """(name, where, module, function) from resource/executables.txt."""
+    rows = []
+    for line in (REPO / "resource" / "executables.txt").read_text().splitlines():
+        line = line.strip()
+        if not line or line.startswith("#"):
+            continue
+        name, where, target = line.split()
+        module, function = target.split(":")
+        rows.append((name, where, module, function))
+    return rows

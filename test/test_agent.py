@@ -6,43 +6,27 @@ sources under test are the ones run even before `make venv` reinstalled them.
 
 import io
 import json
-import os
 import subprocess
 import sys
 import time
 from pathlib import Path
 
 import pytest
-from ros_harness import Ros, inference_node, inference_topics, observation_msg, reliable, ros_environment, unique_prefix
+from message_builders import observation_msg
+from ros_harness import Ros, checkout_env, inference_node, inference_topics, installed_script, reliable, unique_prefix
 
-REPO = Path(__file__).resolve().parents[1]
 REPORT_KEYS = ("tick_rate_hz", "tick_jitter_p50_ms", "tick_jitter_p99_ms", "underruns", "obs_to_action_p50_ms",
                "obs_to_action_p99_ms", "ros_overhead_p99_ms", "actions_published", "text_tokens_published")
 
 
 def _agent():
-    path = Path(sys.prefix) / "bin" / "oxygen-agent"
-    if not path.is_file():
-        pytest.fail(f"{path} missing (run `make venv`)")
-    return str(path)
-
-
-def _env():
-    env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join([str(REPO)] + [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p])
-    env["PYTHONUNBUFFERED"] = "1"
-    return env
-
-
-@pytest.fixture
-def ros_env(monkeypatch, tmp_path):
-    ros_environment(monkeypatch, tmp_path)
+    return installed_script("oxygen-agent")
 
 
 def test_demo_publishes_actions_and_text_and_writes_the_report(ros_env, tmp_path):
     report = tmp_path / "out.json"
     proc = subprocess.run([_agent(), "demo:=true", "--duration", "8", "--report", str(report)],
-                          cwd=tmp_path, env=_env(), capture_output=True, text=True, timeout=120)
+                          cwd=tmp_path, env=checkout_env(), capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     assert "oxygen_synthetic_camera" in proc.stdout
     data = json.loads(report.read_text())
@@ -81,7 +65,7 @@ def test_demo_is_off_by_default(ros_env, tmp_path):
     """Without demo:=true no synthetic camera starts (checked in the ROS graph), so
     with no camera nothing is acted on."""
     report = tmp_path / "out.json"
-    proc = subprocess.Popen([_agent(), "--duration", "5", "--report", str(report)], cwd=tmp_path, env=_env(),
+    proc = subprocess.Popen([_agent(), "--duration", "5", "--report", str(report)], cwd=tmp_path, env=checkout_env(),
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     try:
         with Ros() as ros:
@@ -132,7 +116,7 @@ def test_nodes_off_the_control_path_spin_at_lower_priority(ros_env, tmp_path):
     """The synthetic camera's and the monitor's threads run at niceness +10; every
     other thread (control tick, camera node, frame worker, DDS) keeps its priority."""
     proc = subprocess.Popen([_agent(), "demo:=true", "--duration", "20", "--text", "none"], cwd=tmp_path,
-                            env=_env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+                            env=checkout_env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     try:
         deadline = time.monotonic() + 60
         seen = []
@@ -148,24 +132,23 @@ def test_nodes_off_the_control_path_spin_at_lower_priority(ros_env, tmp_path):
     assert proc.returncode == 0, out[-3000:]
 
 
-def test_without_the_probe_the_monitor_measures_in_its_own_process(ros_env):
+def test_without_the_probe_the_monitor_measures_in_its_own_process(ros):
     """The report's fallback when the arrival probe cannot start: the monitor then
     subscribes to the actions and observations itself and says so."""
     from oxygen_ros.msg import Observation
     from oxygen_ros.tools.agent_monitor import Monitor
 
-    with Ros() as ros:
-        prefix = unique_prefix()
-        node = inference_node(ros, prefix)
-        monitor = Monitor(ros.node("oxygen_agent_monitor"), node, "none", out=io.StringIO(), measure=True)
-        camera = ros.node("oxygen_test_camera")
-        pub = camera.create_publisher(Observation, inference_topics(prefix)["observation_topic"], reliable(10))
-        assert ros.wait_until(lambda: pub.get_subscription_count() >= 2, 20.0), "subscribers not matched"
-        for seq in range(30):
-            pub.publish(observation_msg(seq, camera.get_clock().now().nanoseconds))
-            monitor.poll()
-            time.sleep(0.1)
-        report = monitor.report(None)
+    prefix = unique_prefix()
+    node = inference_node(ros, prefix)
+    monitor = Monitor(ros.node("oxygen_agent_monitor"), node, "none", out=io.StringIO(), measure=True)
+    camera = ros.node("oxygen_test_camera")
+    pub = camera.create_publisher(Observation, inference_topics(prefix)["observation_topic"], reliable(10))
+    assert ros.wait_until(lambda: pub.get_subscription_count() >= 2, 20.0), "subscribers not matched"
+    for seq in range(30):
+        pub.publish(observation_msg(seq, camera.get_clock().now().nanoseconds))
+        monitor.poll()
+        time.sleep(0.1)
+    report = monitor.report(None)
     assert report["measured_by"] == "agent process"
     assert report["actions_received"] > 0 and report["frames"] > 0
     for key in ("tick_jitter_p99_ms", "obs_to_action_p50_ms", "ros_overhead_p99_ms"):

@@ -1,51 +1,24 @@
-"""Checkpoint loading (native, openpi-PyTorch, LeRobot pi05), native saving, bf16."""
+"""Checkpoints: native saving and loading (bit-identical, bf16), the shipped default and the
+load_model precedence. Foreign layouts (openpi, LeRobot) are in test_checkpoint_layouts.py."""
 
 from __future__ import annotations
 
 import json
 
-import numpy as np
 import pytest
 import torch
+from engine_harness import cached_outputs, stats_dict
 
 from oxygen_ros.core.checkpoints import (
-    CheckpointError,
     default_model,
     load_checkpoint,
     save_native,
 )
 from oxygen_ros.core.model.cache import SlotView
 from oxygen_ros.core.model.config import TINY
-from oxygen_ros.core.model.vla import PrefixBatch, build_model
+from oxygen_ros.core.model.vla import build_model
 from oxygen_ros.core.normalization import Normalizer
 from oxygen_ros.core.tokenizer import default_tokenizer_path
-
-
-def make_batch(config, lengths, *, seed=0):
-    g = torch.Generator().manual_seed(seed)
-    b, cams, size = len(lengths), config.max_cameras, config.vision.image_size
-    pixels = torch.rand(b, cams, 3, size, size, generator=g) * 2 - 1
-    tokens = torch.randint(1, config.vocab_size, (b, config.max_token_len), generator=g)
-    mask = torch.arange(config.max_token_len)[None] < torch.tensor(lengths)[:, None]
-    return PrefixBatch(pixels, torch.ones(b, cams, dtype=torch.bool), tokens * mask, mask)
-
-
-def outputs(model, *, seed=0):
-    """Prefill logits and denoised actions through the cached ops."""
-    c = model.config
-    batch = make_batch(c, [5, c.max_token_len - 3], seed=seed)
-    cache = model.new_cache(slots=2, max_len=c.prefix_len + 8)
-    res = model.prefill(batch, cache, [[0], [1]])
-    noise = torch.randn(2, c.action_horizon, c.action_dim, generator=torch.Generator().manual_seed(seed + 1))
-    actions = model.denoise(cache, SlotView.of(0, res.lengths.tolist()), noise, steps=3)
-    return res.logits.float(), actions.float()
-
-
-def stats_dict(dim=7, seed=0):
-    rng = np.random.default_rng(seed)
-    q01 = rng.uniform(-2, 0, dim)
-    return {"mean": rng.normal(size=dim).tolist(), "std": rng.uniform(0.5, 2, dim).tolist(),
-            "q01": q01.tolist(), "q99": (q01 + rng.uniform(0.5, 3, dim)).tolist()}
 
 
 # ---------------------------------------------------------------------------- native
@@ -64,7 +37,7 @@ def test_native_round_trip_is_bit_identical(tmp_path):
     assert want.keys() == got.keys()
     for k in want:
         assert want[k].dtype == got[k].dtype and torch.equal(want[k], got[k]), k
-    for a, b in zip(outputs(model), outputs(loaded.model)):
+    for a, b in zip(cached_outputs(model), cached_outputs(loaded.model)):
         assert torch.equal(a, b)
     assert loaded.normalizer.action_dim == 7 and loaded.normalizer.state_dim == 5
     assert loaded.tokenizer.vocab_size == TINY.vocab_size
@@ -92,8 +65,8 @@ def test_bfloat16_loading_and_inference(tmp_path):
     assert dtypes["language_model.layers.0.self_attn.q_proj.weight"] == torch.bfloat16
     assert dtypes["vision.tower.encoder.layers.0.mlp.fc1.weight"] == torch.bfloat16
     assert m.new_cache(1, 8).k.dtype == torch.bfloat16
-    logits16, actions16 = outputs(m)
-    logits32, actions32 = outputs(model)
+    logits16, actions16 = cached_outputs(m)
+    logits32, actions32 = cached_outputs(model)
     assert torch.isfinite(logits16).all() and torch.isfinite(actions16).all()
     # bf16 has ~3 significant digits: close to float32, not equal
     assert (logits16 - logits32).abs().max() < 0.05 * logits32.abs().max()
@@ -129,349 +102,3 @@ def test_load_model_precedence(tmp_path, monkeypatch):
     monkeypatch.setattr(loading, "DEFAULT_MODEL_DIR", tmp_path / "nothing")  # none shipped
     fallback = load_model(fallback_preset="tiny", seed=1)
     assert fallback.layout == "random" and fallback.source == "preset tiny (random weights, seed 1)"
-
-
-# ---------------------------------------------------------------------------- foreign layouts
-# Small sizes with the real shape relations: SigLIP head size 72, MQA Gemma stacks.
-from safetensors.torch import save_file  # noqa: E402
-
-from oxygen_ros.core.checkpoints import sizes  # noqa: E402
-from oxygen_ros.core.model.config import GemmaConfig, ModelConfig, VisionConfig  # noqa: E402
-
-SMALL = ModelConfig(
-    name="small",
-    vision=VisionConfig(hidden=144, depth=2, heads=2, mlp=96, image_size=28, patch_size=14),
-    vlm=GemmaConfig(width=64, depth=2, mlp=128, heads=4, kv_heads=1, head_dim=16),
-    expert=GemmaConfig(width=32, depth=2, mlp=48, heads=4, kv_heads=1, head_dim=16),
-    vocab_size=512, max_token_len=24, max_cameras=3, action_dim=32, action_horizon=6,
-)
-PG = "paligemma_with_expert.paligemma."
-
-
-def openpi_name(ours: str) -> str:
-    """Our key -> the name openpi's PyTorch conversion stores (written out here, independently of the loader)."""
-    if ours.startswith("vision.tower."):
-        return PG + "model.vision_tower.vision_model." + ours[len("vision.tower."):]
-    if ours.startswith("vision.projector."):
-        return PG + "model.multi_modal_projector.linear." + ours[len("vision.projector."):]
-    if ours.startswith("language_model."):
-        return PG + "model." + ours
-    if ours.startswith("expert."):
-        return "paligemma_with_expert.gemma_expert.model." + ours[len("expert."):]
-    return ours  # action_in_proj, action_out_proj, time_mlp_in, time_mlp_out
-
-
-def foreign_state(model, *, prefix="", embed="lm_head", time_mlp="time_mlp", expert_head=True):
-    """The model's weights under openpi/LeRobot names; ``embed`` says how the token embedding is stored:
-    "lm_head" (openpi's save_model keeps only the tied lm_head), "embed_tokens", or "both"."""
-    out = {}
-    for k, v in model.state_dict().items():
-        name = openpi_name(k)
-        if k == "language_model.embed_tokens.weight":
-            if embed in ("lm_head", "both"):
-                out[prefix + PG + "lm_head.weight"] = v.clone()
-            if embed == "lm_head":
-                continue
-        if name.startswith("time_mlp_"):
-            name = name.replace("time_mlp_", time_mlp + "_")
-        out[prefix + name] = v.clone()
-    if expert_head:  # openpi keeps GemmaForCausalLM's (untrained) expert lm_head
-        out[prefix + "paligemma_with_expert.gemma_expert.lm_head.weight"] = torch.randn(
-            model.config.vocab_size, model.config.expert.width)
-    return out
-
-
-def write_openpi(directory, state, *, config=True, stats=True, tokenizer=True):
-    directory.mkdir(parents=True, exist_ok=True)
-    save_file({k: v.to(torch.bfloat16) for k, v in state.items()}, str(directory / "model.safetensors"))
-    if config:  # what convert_jax_model_to_pytorch.py writes
-        (directory / "config.json").write_text(json.dumps({
-            "action_dim": 32, "action_horizon": SMALL.action_horizon, "paligemma_variant": "small_vlm",
-            "action_expert_variant": "small_expert", "precision": "bfloat16"}))
-    if stats:  # the converter copies assets/<asset_id>/norm_stats.json
-        (directory / "assets" / "robot").mkdir(parents=True)
-        (directory / "assets" / "robot" / "norm_stats.json").write_text(json.dumps(
-            {"norm_stats": {"state": stats_dict(8), "actions": stats_dict(7, seed=1)}}))
-    if tokenizer:
-        (directory / "tokenizer.model").write_bytes(default_tokenizer_path().read_bytes())
-    return directory
-
-
-def write_lerobot(directory, state, *, stats=True):
-    directory.mkdir(parents=True, exist_ok=True)
-    save_file(state, str(directory / "model.safetensors"))
-    (directory / "config.json").write_text(json.dumps({
-        "type": "pi05", "paligemma_variant": "small_vlm", "action_expert_variant": "small_expert",
-        "dtype": "float32", "chunk_size": SMALL.action_horizon, "n_action_steps": SMALL.action_horizon,
-        "max_state_dim": 32, "max_action_dim": 32, "tokenizer_max_length": SMALL.max_token_len,
-        "num_inference_steps": 10, "image_resolution": [28, 28], "empty_cameras": 0,
-        "input_features": {f"observation.images.cam{i}": {"type": "VISUAL", "shape": [3, 28, 28]} for i in range(3)}
-        | {"observation.state": {"type": "STATE", "shape": [8]}},
-        "output_features": {"action": {"type": "ACTION", "shape": [7]}},
-    }))
-    if stats:
-        st, ac = stats_dict(8), stats_dict(7, seed=1)
-        flat = {f"observation.state.{k}": torch.tensor(v) for k, v in st.items()}
-        flat |= {f"action.{k}": torch.tensor(v) for k, v in ac.items()}
-        flat["observation.images.cam0.mean"] = torch.zeros(3, 1, 1)
-        fname = "policy_preprocessor_step_2_normalizer_processor.safetensors"
-        save_file(flat, str(directory / fname))
-        (directory / "policy_preprocessor.json").write_text(json.dumps({"name": "policy_preprocessor", "steps": [
-            {"registry_name": "rename_observations_processor", "config": {"rename_map": {}}},
-            {"registry_name": "to_batch_processor", "config": {}},
-            {"registry_name": "normalizer_processor", "state_file": fname, "config": {
-                "eps": 1e-8, "features": {"observation.state": {"type": "STATE", "shape": [8]},
-                                          "action": {"type": "ACTION", "shape": [7]}},
-                "norm_map": {"VISUAL": "IDENTITY", "STATE": "QUANTILES", "ACTION": "QUANTILES"}}}]}))
-    (directory / "tokenizer.model").write_bytes(default_tokenizer_path().read_bytes())
-    return directory
-
-
-@pytest.fixture
-def small_variants(monkeypatch):
-    monkeypatch.setitem(sizes.GEMMA_VARIANTS, "small_vlm", SMALL.vlm)
-    monkeypatch.setitem(sizes.GEMMA_VARIANTS, "small_expert", SMALL.expert)
-
-
-@pytest.fixture(scope="module")
-def small_model():
-    return build_model(SMALL, seed=11)
-
-
-def small_outputs(model, seed=0):
-    """Cached-op outputs with the batch/noise sizes of SMALL whatever the loaded config says."""
-    c = SMALL
-    batch = make_batch(c, [5, c.max_token_len - 3], seed=seed)
-    cache = model.new_cache(slots=2, max_len=c.prefix_len + 8)
-    res = model.prefill(batch, cache, [[0], [1]])
-    noise = torch.randn(2, c.action_horizon, c.action_dim, generator=torch.Generator().manual_seed(seed + 1))
-    actions = model.denoise(cache, SlotView.of(0, res.lengths.tolist()), noise, steps=3)
-    return res.logits.float(), actions.float()
-
-
-def bf16_reference(model):
-    """The model with its weights rounded to bfloat16 (as written to the openpi test file), in float32."""
-    ref = build_model(SMALL, seed=0)
-    with torch.no_grad():
-        for (_, p), (_, q) in zip(ref.state_dict(keep_vars=True).items(), model.state_dict().items()):
-            p.copy_(q.to(torch.bfloat16).float())
-    return ref
-
-
-CASES = {
-    "openpi": dict(writer="openpi", config=True),
-    "openpi-no-config": dict(writer="openpi", config=False),
-    "lerobot": dict(writer="lerobot", embed="both"),
-    "lerobot-old-time-mlp": dict(writer="lerobot", embed="lm_head", time_mlp="action_time_mlp"),
-    "lerobot-embed-only": dict(writer="lerobot", embed="embed_tokens", expert_head=False),
-}
-
-
-@pytest.mark.parametrize("case", sorted(CASES))
-def test_foreign_layout_lands_every_tensor(tmp_path, small_variants, small_model, case):
-    spec = CASES[case]
-    if spec["writer"] == "openpi":
-        write_openpi(tmp_path, foreign_state(small_model), config=spec["config"])
-        ref, layout = bf16_reference(small_model), "openpi"
-    else:
-        state = foreign_state(small_model, prefix="model.", embed=spec["embed"],
-                              time_mlp=spec.get("time_mlp", "time_mlp"), expert_head=spec.get("expert_head", True))
-        write_lerobot(tmp_path, state)
-        ref, layout = small_model, "lerobot"
-    loaded = load_checkpoint(tmp_path)
-    assert loaded.layout == layout
-    c = loaded.config
-    assert (c.vision, c.vlm, c.expert, c.vocab_size, c.action_dim) == (
-        SMALL.vision, SMALL.vlm, SMALL.expert, SMALL.vocab_size, SMALL.action_dim)
-    if spec.get("config", True):
-        assert c.action_horizon == SMALL.action_horizon
-    if layout == "lerobot":
-        assert c.max_token_len == SMALL.max_token_len and c.max_cameras == 3
-    want = ref.state_dict()
-    for k, v in loaded.model.state_dict().items():
-        assert torch.equal(v, want[k]), k
-    for a, b in zip(small_outputs(ref), small_outputs(loaded.model)):
-        assert torch.equal(a, b)
-    assert loaded.normalizer.action_dim == 7 and loaded.normalizer.state_dim == 8
-    assert loaded.normalizer.convention == ("openpi" if layout == "openpi" else "lerobot")
-
-
-def test_openpi_sizes_come_from_config_and_misfits_are_named(tmp_path, monkeypatch, small_model):
-    # config.json says the VLM is wider than the tensors: every misfit is named, nothing runs
-    monkeypatch.setitem(sizes.GEMMA_VARIANTS, "small_vlm", GemmaConfig(width=96, depth=2, mlp=128, heads=4,
-                                                                       kv_heads=1, head_dim=16))
-    monkeypatch.setitem(sizes.GEMMA_VARIANTS, "small_expert", SMALL.expert)
-    write_openpi(tmp_path, foreign_state(small_model))
-    with pytest.raises(CheckpointError) as err:
-        load_checkpoint(tmp_path)
-    text = str(err.value)
-    assert f"mis-shaped: {PG}lm_head.weight: checkpoint (512, 64), model expects (512, 96)" in text
-    assert f"{PG}model.language_model.layers.1.mlp.down_proj.weight" in text
-
-
-def test_missing_extra_and_misshaped_tensors_are_all_reported_at_once(tmp_path, small_variants, small_model):
-    state = foreign_state(small_model)
-    gone = [PG + "model.language_model.layers.1.self_attn.v_proj.weight", "time_mlp_out.bias",
-            PG + "model.vision_tower.vision_model.encoder.layers.0.layer_norm2.bias"]
-    for k in gone:
-        del state[k]
-    state["some_adapter.lora_A.weight"] = torch.zeros(2, 2)
-    state[PG + "model.language_model.layers.2.mlp.up_proj.weight"] = torch.zeros(128, 64)  # a layer too many
-    state["action_out_proj.weight"] = torch.zeros(31, 32)
-    write_openpi(tmp_path, state)
-    with pytest.raises(CheckpointError) as err:
-        load_checkpoint(tmp_path)
-    e = err.value
-    assert "nothing was loaded" in str(e)
-    text = "\n".join(e.problems)
-    assert "missing: language_model.layers.1.self_attn.v_proj.weight" in text
-    assert "missing: time_mlp_out.bias" in text
-    assert "missing: vision.tower.encoder.layers.0.layer_norm2.bias" in text
-    assert "unexpected: some_adapter.lora_A.weight" in text
-    assert f"unexpected: {PG}model.language_model.layers.2.mlp.up_proj.weight" in text
-    assert "mis-shaped: action_out_proj.weight: checkpoint (31, 32), model expects (32, 32)" in text
-    assert len(e.problems) == 6
-
-
-def test_shape_inference_without_config(tmp_path, small_model):
-    write_openpi(tmp_path, foreign_state(small_model), config=False)
-    loaded = load_checkpoint(tmp_path, dtype="bfloat16")
-    assert loaded.config.vlm == SMALL.vlm and loaded.config.expert == SMALL.expert
-    assert loaded.config.vision == SMALL.vision
-    assert loaded.config.action_horizon == 50  # π0.5's default: no tensor encodes the horizon
-    assert loaded.model.dtype == torch.bfloat16
-    assert loaded.model.vision.tower.embeddings.patch_embedding.weight.dtype == torch.float32
-
-
-def test_pickle_checkpoints_are_refused(tmp_path):
-    (tmp_path / "pytorch_model.bin").write_bytes(b"\x80\x04not really")
-    for target in (tmp_path, tmp_path / "pytorch_model.bin"):
-        with pytest.raises(CheckpointError, match="only safetensors .* accepted.*arbitrary code"):
-            load_checkpoint(target)
-    (tmp_path / "model.pt").write_bytes(b"x")
-    with pytest.raises(CheckpointError, match="only safetensors"):
-        load_checkpoint(tmp_path / "model.pt")
-
-
-def test_missing_tokenizer_says_what_to_put_where(tmp_path, small_variants, small_model):
-    write_openpi(tmp_path, foreign_state(small_model), tokenizer=False)
-    with pytest.raises(CheckpointError) as err:
-        load_checkpoint(tmp_path)
-    text = str(err.value)
-    assert str(tmp_path / "tokenizer.model") in text and "tokenizer_path" in text and "--tokenizer-path" in text
-    loaded = load_checkpoint(tmp_path, tokenizer_path=default_tokenizer_path())
-    assert loaded.tokenizer.vocab_size == 512
-
-
-def test_missing_stats_names_the_option(tmp_path, small_variants, small_model):
-    write_openpi(tmp_path, foreign_state(small_model), stats=False)
-    with pytest.raises(CheckpointError) as err:
-        load_checkpoint(tmp_path)
-    assert "norm_stats_path" in str(err.value) and "--norm-stats" in str(err.value)
-    stats = tmp_path / "elsewhere.json"
-    stats.write_text(json.dumps({"norm_stats": {"state": stats_dict(3), "actions": stats_dict(2)}}))
-    assert load_checkpoint(tmp_path, norm_stats_path=stats).normalizer.action_dim == 2
-
-
-def test_pi0_checkpoint_is_named(tmp_path, small_model):
-    state = foreign_state(small_model)
-    state["state_proj.weight"] = torch.zeros(32, 32)
-    write_openpi(tmp_path, state)
-    with pytest.raises(CheckpointError, match="π0 checkpoint"):
-        load_checkpoint(tmp_path)
-
-
-def hf_pi05_tensors(*, vision_model_level: bool):
-    """The full π0.5 key set and shapes, from the Hugging Face modules openpi and LeRobot build
-    (PaliGemmaForConditionalGeneration + GemmaForCausalLM, on meta: no memory), renamed as
-    openpi's PyTorch model has them: adaRMS expert norms (dense.{weight,bias}), the expert's
-    embed_tokens removed, lm_head kept instead of the tied embed_tokens (safetensors' save_model)."""
-    from transformers import GemmaForCausalLM, PaliGemmaForConditionalGeneration
-    from transformers.models.auto import CONFIG_MAPPING
-
-    from oxygen_ros.core.checkpoints.safetensors_files import TensorInfo
-
-    cfg = CONFIG_MAPPING["paligemma"]()
-    t = cfg.text_config
-    t.hidden_size, t.intermediate_size, t.num_attention_heads = 2048, 16384, 8
-    t.head_dim, t.num_hidden_layers, t.num_key_value_heads, t.vocab_size = 256, 18, 1, 257152
-    cfg.vision_config.intermediate_size, cfg.vision_config.projection_dim = 4304, 2048
-    with torch.device("meta"):
-        vlm = PaliGemmaForConditionalGeneration(cfg)
-        expert = GemmaForCausalLM(CONFIG_MAPPING["gemma"](
-            head_dim=256, hidden_size=1024, intermediate_size=4096, num_attention_heads=8, num_hidden_layers=18,
-            num_key_value_heads=1, vocab_size=257152))
-    shapes = {}
-    for k, v in vlm.state_dict().items():
-        if k == "model.language_model.embed_tokens.weight":
-            continue  # tied to lm_head; save_model keeps the alphabetically first name
-        if vision_model_level:
-            k = k.replace("model.vision_tower.", "model.vision_tower.vision_model.")
-        shapes["paligemma_with_expert.paligemma." + k] = tuple(v.shape)
-    for k, v in expert.state_dict().items():
-        if k == "model.embed_tokens.weight":
-            continue
-        if k.endswith("layernorm.weight") or k == "model.norm.weight":
-            base = k.removesuffix(".weight")
-            shapes[f"paligemma_with_expert.gemma_expert.{base}.dense.weight"] = (3 * 1024, 1024)
-            shapes[f"paligemma_with_expert.gemma_expert.{base}.dense.bias"] = (3 * 1024,)
-            continue
-        shapes["paligemma_with_expert.gemma_expert." + k] = tuple(v.shape)
-    for name, (o, i) in {"action_in_proj": (1024, 32), "action_out_proj": (32, 1024),
-                         "time_mlp_in": (1024, 1024), "time_mlp_out": (1024, 1024)}.items():
-        shapes[f"{name}.weight"], shapes[f"{name}.bias"] = (o, i), (o,)
-    return {k: TensorInfo(None, s, "BF16") for k, s in shapes.items()}
-
-
-@pytest.mark.parametrize("vision_model_level", [True, False])
-def test_real_pi05_key_set_maps_onto_the_pi05_preset(tmp_path, vision_model_level):
-    from oxygen_ros.core.checkpoints import layouts, loading
-    from oxygen_ros.core.model.config import PI05
-
-    tensors = hf_pi05_tensors(vision_model_level=vision_model_level)
-    layout = layouts.detect(tmp_path, tensors)
-    assert layout.name == "openpi"
-    plan = layout.key_map(tensors)
-    config = sizes.infer_config(plan.shapes(tensors), name="pi05", kind="openpi")
-    assert (config.vision, config.vlm, config.expert, config.vocab_size, config.action_dim) == (
-        PI05.vision, PI05.vlm, PI05.expert, PI05.vocab_size, PI05.action_dim)
-    model = build_model(PI05, device="meta")
-    loading._check(plan, tensors, model, tmp_path, "openpi")  # raises on any misfit
-    assert set(plan.mapping) == set(model.state_dict())
-    assert plan.mapping["language_model.embed_tokens.weight"] == PG + "lm_head.weight"
-    assert list(plan.ignored) == ["paligemma_with_expert.gemma_expert.lm_head.weight"]
-    lerobot = {"model." + k: v for k, v in tensors.items()}
-    lplan = layouts.detect(tmp_path, lerobot).key_map(lerobot)
-    assert set(lplan.mapping) == set(plan.mapping)
-
-
-def test_truncated_or_foreign_files_are_checkpoint_errors(tmp_path):
-    model = build_model(TINY, seed=1)
-    save_native(model, tmp_path)
-    weights = tmp_path / "model.safetensors"
-    weights.write_bytes(weights.read_bytes()[:-100])
-    with pytest.raises(CheckpointError, match="does not fit"):
-        load_checkpoint(tmp_path)
-    weights.write_bytes(b"\x00" * 64)
-    with pytest.raises(CheckpointError, match="not a valid safetensors"):
-        load_checkpoint(tmp_path)
-    with pytest.raises(CheckpointError, match="not found"):
-        load_checkpoint(tmp_path / "nope")
-    if not torch.cuda.is_available():
-        with pytest.raises(ValueError, match="CUDA is not available"):
-            load_checkpoint(tmp_path, device="cuda")
-
-
-def test_sharded_safetensors_with_index(tmp_path, small_variants, small_model):
-    state = foreign_state(small_model, prefix="model.", embed="embed_tokens", expert_head=False)
-    write_lerobot(tmp_path, state)
-    (tmp_path / "model.safetensors").unlink()
-    names = sorted(state)
-    shards = {"model-00001-of-00002.safetensors": names[::2], "model-00002-of-00002.safetensors": names[1::2]}
-    for fname, keys in shards.items():
-        save_file({k: state[k] for k in keys}, str(tmp_path / fname))
-    (tmp_path / "model.safetensors.index.json").write_text(json.dumps(
-        {"weight_map": {k: f for f, keys in shards.items() for k in keys}}))
-    loaded = load_checkpoint(tmp_path)
-    want = small_model.state_dict()
-    assert all(torch.equal(v, want[k]) for k, v in loaded.model.state_dict().items())

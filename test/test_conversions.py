@@ -6,8 +6,6 @@ in-process (rclpy.serialization works without rclpy.init).
 
 import array
 import math
-import struct
-import zlib
 from collections import Counter
 
 import cv2
@@ -18,6 +16,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from rclpy.serialization import deserialize_message, serialize_message
 from sensor_msgs.msg import CompressedImage, Image
+from std_msgs.msg import Header
+
+from message_builders import compressed_image, png_with_size, raw_image
 
 from oxygen_ros.core.observation import Observation, ObservationError
 from oxygen_ros.core.requests import TokenEvent
@@ -35,29 +36,8 @@ def _smooth_rgb(h, w):
                     axis=-1).astype(np.uint8)
 
 
-def _image(encoding="rgb8", height=4, width=5, step=None, data=None, is_bigendian=0):
-    channels = conv.SUPPORTED_ENCODINGS.get(encoding, 3)
-    step = width * channels if step is None else step
-    msg = Image(height=height, width=width, encoding=encoding, step=step, is_bigendian=is_bigendian)
-    msg.data = bytes(height * step) if data is None else data
-    return msg
-
-
-def _compressed(data, fmt="png"):
-    msg = CompressedImage(format=fmt)
-    msg.data = data
-    return msg
-
-
 def _png_bytes(rgb):
     return cv2.imencode(".png", cv2.cvtColor(rgb, cv2.COLOR_RGB2BGR))[1].tobytes()
-
-
-def _png_with_size(width, height):
-    """A syntactically valid PNG header claiming width x height (no pixel data)."""
-    ihdr = struct.pack(">IIBBBBB", width, height, 8, 2, 0, 0, 0)
-    chunk = struct.pack(">I", len(ihdr)) + b"IHDR" + ihdr + struct.pack(">I", zlib.crc32(b"IHDR" + ihdr))
-    return b"\x89PNG\r\n\x1a\n" + chunk
 
 
 # --------------------------------------------------------------------------
@@ -91,7 +71,7 @@ def test_padded_rows_and_endianness_flag(encoding):
     padded_rows = np.zeros((5, row + 7), np.uint8)
     padded_rows[:, :row] = np.frombuffer(packed.data, np.uint8).reshape(5, row)
     padded_rows[:, row:] = 99  # garbage in the padding
-    msg = _image(encoding, 5, 6, step=row + 7, data=padded_rows.tobytes(), is_bigendian=1)
+    msg = raw_image(encoding, 5, 6, step=row + 7, data=padded_rows.tobytes(), is_bigendian=1)
     assert np.array_equal(conv.image_msg_to_rgb(msg), conv.image_msg_to_rgb(packed))
 
 
@@ -105,19 +85,19 @@ def test_result_owns_its_memory():
 @pytest.mark.parametrize(
     "msg, reason",
     [
-        (_image("yuv422"), "unsupported_encoding"),
-        (_image("rgb16"), "unsupported_encoding"),
-        (_image("bayer_rggb8"), "unsupported_encoding"),
-        (_image(""), "unsupported_encoding"),
-        (_image("rgb8", height=0, width=5, data=b""), "zero_size"),
-        (_image("rgb8", height=4, width=0, step=0, data=b"\0" * 12), "zero_size"),
-        (_image("rgb8", data=b""), "empty_data"),
-        (_image("rgb8", height=4, width=5, step=14), "bad_step"),
-        (_image("rgb8", height=4, width=5, data=bytes(59)), "size_mismatch"),
-        (_image("rgb8", height=4, width=5, data=bytes(61)), "size_mismatch"),
-        (_image("mono8", height=4, width=5, step=5, data=bytes(4 * 15)), "size_mismatch"),
-        (_image("rgb8", height=100_000, width=100_000, data=bytes(30)), "too_large"),
-        (_image("rgb8", height=2**32 - 1, width=2**32 - 1, step=2**32 - 1, data=bytes(3)), "too_large"),
+        (raw_image("yuv422"), "unsupported_encoding"),
+        (raw_image("rgb16"), "unsupported_encoding"),
+        (raw_image("bayer_rggb8"), "unsupported_encoding"),
+        (raw_image(""), "unsupported_encoding"),
+        (raw_image("rgb8", height=0, width=5, data=b""), "zero_size"),
+        (raw_image("rgb8", height=4, width=0, step=0, data=b"\0" * 12), "zero_size"),
+        (raw_image("rgb8", data=b""), "empty_data"),
+        (raw_image("rgb8", height=4, width=5, step=14), "bad_step"),
+        (raw_image("rgb8", height=4, width=5, data=bytes(59)), "size_mismatch"),
+        (raw_image("rgb8", height=4, width=5, data=bytes(61)), "size_mismatch"),
+        (raw_image("mono8", height=4, width=5, step=5, data=bytes(4 * 15)), "size_mismatch"),
+        (raw_image("rgb8", height=100_000, width=100_000, data=bytes(30)), "too_large"),
+        (raw_image("rgb8", height=2**32 - 1, width=2**32 - 1, step=2**32 - 1, data=bytes(3)), "too_large"),
     ],
     ids=lambda v: v if isinstance(v, str) else "",
 )
@@ -232,12 +212,12 @@ def test_jpeg_round_trip_is_close():
 
 def test_gray_and_alpha_png_and_format_field_ignored():
     gray = np.arange(30, dtype=np.uint8).reshape(5, 6)
-    msg = _compressed(cv2.imencode(".png", gray)[1].tobytes(), fmt="mono8; png compressed")
+    msg = compressed_image(cv2.imencode(".png", gray)[1].tobytes(), fmt="mono8; png compressed")
     assert np.array_equal(conv.compressed_msg_to_rgb(msg), np.repeat(gray[..., None], 3, axis=2))
     bgra = np.dstack([_rgb(5, 6)[..., ::-1], np.full((5, 6), 7, np.uint8)])
-    msg = _compressed(cv2.imencode(".png", bgra)[1].tobytes(), fmt="bgra8; png compressed")
+    msg = compressed_image(cv2.imencode(".png", bgra)[1].tobytes(), fmt="bgra8; png compressed")
     assert np.array_equal(conv.compressed_msg_to_rgb(msg), bgra[..., 2::-1])
-    msg = _compressed(_png_bytes(_rgb(4, 4)), fmt="jpeg")  # wrong format field: the data decides
+    msg = compressed_image(_png_bytes(_rgb(4, 4)), fmt="jpeg")  # wrong format field: the data decides
     assert conv.compressed_msg_to_rgb(msg).shape == (4, 4, 3)
 
 
@@ -254,8 +234,8 @@ def _jpeg_bytes():
         (b"\x89PNG\r\n\x1a\n", "corrupt_compressed"),  # no IHDR
         (_png_bytes(_rgb(8, 8))[:40], "corrupt_compressed"),  # truncated
         (_png_bytes(_rgb(8, 8))[:33] + bytes(60), "corrupt_compressed"),  # garbage after IHDR
-        (_png_with_size(0, 10), "zero_size"),
-        (_png_with_size(100_000, 100_000), "too_large"),  # refused before decoding
+        (png_with_size(0, 10), "zero_size"),
+        (png_with_size(100_000, 100_000), "too_large"),  # refused before decoding
         (b"\xff\xd8\xff\xd9", "corrupt_compressed"),  # SOI EOI, no frame
         (b"\xff\xd8\xff\xe0\x00\x10" + bytes(200), "corrupt_compressed"),  # no frame header
         (_jpeg_bytes()[:200], "corrupt_compressed"),  # header ok, scan cut short
@@ -264,7 +244,7 @@ def _jpeg_bytes():
 )
 def test_corrupt_compressed_rejected_with_reason(data, reason):
     with pytest.raises(ImageError) as info:
-        conv.compressed_msg_to_rgb(_compressed(data))
+        conv.compressed_msg_to_rgb(compressed_image(data))
     assert info.value.reason == reason
 
 
@@ -293,7 +273,7 @@ def test_fuzz_compressed_only_image_error_escapes(capsys, record_property):
             if pos < len(data):
                 data[pos] = value
         try:
-            out = conv.compressed_msg_to_rgb(_compressed(bytes(data)))
+            out = conv.compressed_msg_to_rgb(compressed_image(bytes(data)))
         except ImageError as exc:
             outcomes[exc.reason] += 1
         else:
@@ -331,7 +311,8 @@ def test_observation_round_trip():
     images = {"base": _rgb(16, 16, 1), "wrist": _rgb(16, 16, 2)}
     obs = Observation(images=images, instruction="move to the red circle é", state=np.array([0.5, -1.25], np.float32),
                       stamp=1_700_000_000.25)
-    headers = {"base": conv.header_msg(1_700_000_000.25, "cam_base"), "wrist": conv.header_msg(1_700_000_000.5, "cam_w")}
+    headers = {"base": Header(stamp=conv.to_time_msg(1_700_000_000.25), frame_id="cam_base"),
+               "wrist": Header(stamp=conv.to_time_msg(1_700_000_000.5), frame_id="cam_w")}
     msg = conv.observation_to_msg(obs, 42, frame_id="rig", image_headers=headers)
     assert msg.seq == 42 and msg.header.frame_id == "rig"
     assert msg.header.stamp == Time(sec=1_700_000_000, nanosec=250_000_000)

@@ -2,11 +2,10 @@
 
 import numpy as np
 import pytest
+from engine_harness import run_to_the_end, scene_observations
 
 from oxygen_ros.core.engine import Engine, EngineConfig, Question
 from oxygen_ros.core.observation import Observation
-from oxygen_ros.core.sim.scene import render, sample_scene
-from oxygen_ros.core.tokenizer import Tokenizer
 from oxygen_ros.core.workloads import Workload
 
 SETTINGS = ("baseline", "parallel", "shared_kv", "oxygen")
@@ -17,23 +16,12 @@ def model(lively_tiny):
     return lively_tiny
 
 
-@pytest.fixture(scope="module")
-def tok():
-    return Tokenizer.default()
-
-
-def observations(n, seed=0):
-    rng = np.random.default_rng(seed)
-    scenes = [sample_scene(rng) for _ in range(n)]
-    return [Observation({"base": render(s, 32)}, s.instruction, s.state) for s in scenes]
-
-
 def run(model, tok, setting, schedule, agents=1, **cfg):
     """Feed ``agents`` observations per frame and the scheduled requests (as
     questions with empty text, one per arrival) and collect everything."""
     config = EngineConfig(setting=setting, language_every_n_frames=0, **cfg)
     engine = Engine(model, tok, config)
-    obs = observations(len(schedule) * agents, seed=11)
+    obs = scene_observations(len(schedule) * agents, seed=11)
     finished, actions, events = [], [], []
     for f, lengths in enumerate(schedule):
         qs = [Question("", client_id=f"f{f}q{j}", max_tokens=n) for j, n in enumerate(lengths)]
@@ -41,10 +29,7 @@ def run(model, tok, setting, schedule, agents=1, **cfg):
         finished += res.finished
         actions += res.actions
         events += res.tokens
-    while engine.active_requests or engine.queued_requests:
-        res = engine.step()
-        finished += res.finished
-        events += res.tokens
+    run_to_the_end(engine, [], events, finished)
     assert engine.pool.held == 0, "every slot is free once all requests are done"
     return {r.client_id: (r.tokens, r.finish_reason.value) for r in finished}, np.stack(actions), events, engine
 
@@ -79,7 +64,7 @@ def test_tokens_stream_in_order_and_end_with_done(model, tok):
 
 def test_oxygen_keeps_requests_across_frames_with_k_tokens_each(model, tok):
     _, _, _, engine = run(model, tok, "oxygen", [[]], max_decode=10, steps_per_frame=3)
-    obs = observations(4)
+    obs = scene_observations(4)
     res = engine.step([obs[0]], [Question("", "a")])
     assert len(res.tokens) == 1 + 3  # first token from the prefill, then k decode steps
     res = engine.step([obs[1]], [Question("", "b")])
@@ -90,7 +75,7 @@ def test_oxygen_keeps_requests_across_frames_with_k_tokens_each(model, tok):
 def test_full_pool_queues_then_rejects_and_still_acts(model, tok):
     engine = Engine(model, tok, EngineConfig(setting="oxygen", max_decode=4, steps_per_frame=1, max_active=2,
                                              queue_limit=1, language_every_n_frames=0))
-    obs = observations(6)
+    obs = scene_observations(6)
     res = engine.step([obs[0]], [Question("", f"q{i}") for i in range(4)])
     assert len(res.actions) == 1 and np.isfinite(res.actions[0]).all()
     assert sorted(res.started) == [1, 2] and engine.queued_requests == 1
@@ -114,7 +99,7 @@ def test_finishing_or_cancelling_one_request_leaves_the_others_unchanged(model, 
         alone[cid] = next(iter(tokens.values()))[0]
     engine = Engine(model, tok, EngineConfig(setting="oxygen", max_decode=12, steps_per_frame=2,
                                              language_every_n_frames=0))
-    obs = observations(30, seed=11)
+    obs = scene_observations(30, seed=11)
     engine.step([obs[0]], [Question("", "long"), Question("", "short", max_tokens=3), Question("", "victim")])
     engine.step([obs[1]])
     victim = next(r for r in engine.requests.active.values() if r.client_id == "victim")
@@ -136,7 +121,7 @@ def test_question_is_appended_after_the_shared_prefix(model, tok):
 
     model.prefill = counting_prefill
     try:
-        obs = observations(1)[0]
+        obs = scene_observations(1)[0]
         res = engine.step([obs], [Question("what do you see", "asker")])
     finally:
         del model.prefill
@@ -166,7 +151,7 @@ def test_a_failed_frame_loses_nothing_and_the_next_one_runs(model, tok, setting)
 
     engine = Engine(model, tok, EngineConfig(setting=setting, max_decode=6, steps_per_frame=2,
                                              language_every_n_frames=0))
-    obs = observations(5)
+    obs = scene_observations(5)
     first = engine.step([obs[0]], [Question("", "early")])
     original = model.denoise
     model.denoise = lambda *a, **kw: (_ for _ in ()).throw(RuntimeError("device lost"))
@@ -179,15 +164,7 @@ def test_a_failed_frame_loses_nothing_and_the_next_one_runs(model, tok, setting)
     assert all(engine.pool.owner(s) != "scratch" for s in range(engine.pool.capacity))
     events = first.tokens + err.value.result.tokens
     finished = list(first.finished) + list(err.value.result.finished)
-    for o in obs[2:]:
-        res = engine.step([o])
-        assert len(res.actions) == 1
-        events += res.tokens
-        finished += res.finished
-    while engine.active_requests or engine.queued_requests:
-        res = engine.step()
-        events += res.tokens
-        finished += res.finished
+    run_to_the_end(engine, obs[2:], events, finished)
     by_client = {r.client_id: r for r in finished}
     assert set(by_client) == {"early", "during"}  # the request of the failed frame still ran
     for cid, r in by_client.items():
@@ -202,7 +179,7 @@ def test_the_state_is_normalised_with_the_checkpoint_statistics_before_binning(m
     stats = {"mean": [10.0, 20.0], "std": [5.0, 5.0], "q01": [0.0, 0.0], "q99": [20.0, 40.0]}
     act = {"mean": [0.0] * 2, "std": [1.0] * 2, "q01": [-1.0] * 2, "q99": [1.0] * 2}
     norm = Normalizer(stats, act, mode="quantile")
-    base = observations(1)[0]
+    base = scene_observations(1)[0]
     robot = Observation(base.images, base.instruction, np.array([10.0, 30.0], np.float32))
     normalised = norm.normalize_state(robot.state).astype(np.float32)  # about [0, 0.5]
     np.testing.assert_allclose(normalised, [0.0, 0.5], atol=1e-5)
@@ -231,7 +208,7 @@ def test_a_tokenizer_smaller_than_the_vocabulary_masks_the_ids_it_cannot_decode(
     with caplog.at_level(logging.WARNING, logger="oxygen_ros.core.engine"):
         engine = Engine(big, tok, EngineConfig(max_decode=8, steps_per_frame=8, language_every_n_frames=0))
     assert f"tokenizer has {tok.vocab_size} tokens, the model's vocabulary {tok.vocab_size + 64}" in caplog.text
-    res = engine.step(observations(1), [Question("where is the target?", "q")])
+    res = engine.step(scene_observations(1), [Question("where is the target?", "q")])
     assert res.finished and res.finished[0].finish_reason.value in ("eos", "length")
     assert all(0 <= t < tok.vocab_size for t in res.finished[0].tokens)
 
@@ -246,3 +223,23 @@ def test_a_tokenizer_larger_than_the_vocabulary_is_refused_naming_both_sizes(tok
     with pytest.raises(ValueError, match=f"tokenizer has {tok.vocab_size} tokens, the model's vocabulary only "
                                          f"{tok.vocab_size - 12}"):
         Engine(small, tok, EngineConfig())
+
+
+def test_engine_takes_a_10000_character_instruction_and_question(tok):
+    """An over-long prompt is cut with a warning, an over-long question to
+    max_question_tokens; the frame and the request run normally."""
+    from oxygen_ros.core.model.config import TINY
+    from oxygen_ros.core.model.vla import build_model
+
+    engine = Engine(build_model(TINY, seed=0), tok, EngineConfig(max_decode=4, steps_per_frame=4))
+    image = np.zeros((16, 16, 3), np.uint8)
+    instruction = ("stack the cubes " * 700)[:10_000]
+    with pytest.warns(UserWarning, match="truncating"):
+        result = engine.step([Observation({"base": image}, instruction, np.array([0.1, 0.2], np.float32))],
+                             [Question(("why " * 2500)[:10_000], client_id="q")])
+    assert np.all(np.isfinite(result.actions[0]))
+    assert len(result.started) == 2
+    finished = result.finished + engine.drain()
+    question = [r for r in finished if r.client_id == "q"]
+    assert len(question) == 1 and question[0].finish_reason.value in ("eos", "length")
+    assert len(question[0].question_ids) == engine.config.max_question_tokens

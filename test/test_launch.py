@@ -11,54 +11,28 @@ import ast
 import importlib
 import importlib.util
 import re
-from pathlib import Path
 
 import pytest
 import yaml
-from ros_harness import Ros, ros_environment
+from ros_harness import REPO, Ros, executables, installed_prefix
 
-REPO = Path(__file__).resolve().parents[1]
 LAUNCH_FILE = REPO / "launch" / "agent.launch.py"
 YAML_FILE = REPO / "config" / "agent.yaml"
 IMPLICIT = {"use_sim_time", "start_type_description_service"}  # declared by rclpy itself
 
 
-def _installed_prefix():
-    import oxygen_ros.msg
-
-    for parent in Path(oxygen_ros.msg.__file__).resolve().parents:
-        if (parent / "share" / "ament_index" / "resource_index" / "packages" / "oxygen_ros").is_file():
-            return parent
-    pytest.fail("oxygen_ros is not installed (run `make venv`)")
-
-
-def _executables():
-    rows = {}
-    for line in (REPO / "resource" / "executables.txt").read_text().splitlines():
-        line = line.strip()
-        if line and not line.startswith("#"):
-            name, where, target = line.split()
-            rows[name] = (where, target)
-    return rows
-
-
 @pytest.fixture(scope="module")
-def declared(tmp_path_factory):
+def declared(module_ros_env):
     """{node name: {parameter: default value}} of every node the launch file can start."""
     from oxygen_ros.ros.agent import NODES
 
-    mp = pytest.MonkeyPatch()
-    ros_environment(mp, tmp_path_factory.mktemp("ros"))
     out = {}
-    try:
-        with Ros() as ros:
-            for spec in NODES:
-                cls = getattr(importlib.import_module(spec.module), spec.cls)
-                node = ros.add(cls(context=ros.context, namespace=f"/launch_test_{spec.name}"))
-                out[spec.name] = {name: p.value for name, p in node.get_parameters_by_prefix("").items()
-                                  if name not in IMPLICIT}
-    finally:
-        mp.undo()
+    with Ros() as ros:
+        for spec in NODES:
+            cls = getattr(importlib.import_module(spec.module), spec.cls)
+            node = ros.add(cls(context=ros.context, namespace=f"/launch_test_{spec.name}"))
+            out[spec.name] = {name: p.value for name, p in node.get_parameters_by_prefix("").items()
+                              if name not in IMPLICIT}
     return out
 
 
@@ -153,8 +127,8 @@ def test_run_agent_refuses_a_bad_argument_before_starting_anything(capsys):
 def test_every_executable_is_installed():
     from oxygen_ros.ros.agent import NODES
 
-    prefix = _installed_prefix()
-    rows = _executables()
+    prefix = installed_prefix()
+    rows = {name: (where, f"{module}:{function}") for name, where, module, function in executables()}
     for spec in NODES:
         assert spec.executable in rows, f"{spec.executable} not in resource/executables.txt"
         where, target = rows[spec.executable]
@@ -166,7 +140,7 @@ def test_every_executable_is_installed():
 
 
 def test_launch_and_config_are_installed():
-    share = _installed_prefix() / "share" / "oxygen_ros"
+    share = installed_prefix() / "share" / "oxygen_ros"
     for rel, source in (("launch/agent.launch.py", LAUNCH_FILE), ("config/agent.yaml", YAML_FILE)):
         installed = share / rel
         assert installed.is_file(), f"{installed} missing (run `make venv`)"
@@ -212,14 +186,12 @@ def test_yaml_comments_every_parameter():
             assert previous.startswith("#"), f"config/agent.yaml line {i + 1}: {line.strip()} has no comment"
 
 
-def test_yaml_loads_into_the_nodes(tmp_path, monkeypatch):
+def test_yaml_loads_into_the_nodes(ros):
     """Every node starts from the YAML (types accepted, values valid)."""
     from oxygen_ros.ros.agent import NODES
 
-    ros_environment(monkeypatch, tmp_path)
-    with Ros() as ros:
-        for spec in NODES:
-            cls = getattr(importlib.import_module(spec.module), spec.cls)
-            node = ros.add(cls(context=ros.context, namespace="/launch_test_yaml",
-                               cli_args=["--ros-args", "--params-file", str(YAML_FILE)]))
-            assert node.get_name() == spec.name
+    for spec in NODES:
+        cls = getattr(importlib.import_module(spec.module), spec.cls)
+        node = ros.add(cls(context=ros.context, namespace="/launch_test_yaml",
+                           cli_args=["--ros-args", "--params-file", str(YAML_FILE)]))
+        assert node.get_name() == spec.name

@@ -1,28 +1,24 @@
-"""Tests of the packaging layer: the generated messages and the installed prefix.
+"""The generated messages (msg/*.msg): fields, defaults, documentation, serialization
+round trips and one ActionChunk over real DDS.
 
-They need the package built and installed (`make venv`), and run under
-`make test`, which uses .venv/bin/python. rclpy is imported inside the tests
-only, so collecting this file never starts ROS.
+They need the package built and installed (`make venv`), and run under `make test`,
+which uses .venv/bin/python. rclpy is imported inside the tests only, so collecting
+this file never starts ROS.
 """
 
 import array
 import math
 import os
 import random
-import re
 import struct
-import subprocess
-import sys
 import time
 import uuid
-from pathlib import Path
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from ros_harness import REPO
 
-REPO = Path(__file__).resolve().parents[1]
-PACKAGE = "oxygen_ros"
 
 def _msgs():
     from oxygen_ros.msg import ActionChunk, Observation, Question, TextToken
@@ -36,33 +32,6 @@ ActionChunk, TextToken, Observation, Question = _msgs()
 # --------------------------------------------------------------------------
 # helpers
 # --------------------------------------------------------------------------
-
-def _executables():
-    """(name, where, module, function) from resource/executables.txt."""
-    rows = []
-    for line in (REPO / "resource" / "executables.txt").read_text().splitlines():
-        line = line.strip()
-        if not line or line.startswith("#"):
-            continue
-        name, where, target = line.split()
-        module, function = target.split(":")
-        rows.append((name, where, module, function))
-    return rows
-
-
-def _installed_prefix():
-    """The prefix that holds the installed oxygen_ros (e.g. .venv)."""
-    import oxygen_ros.msg
-
-    for parent in Path(oxygen_ros.msg.__file__).resolve().parents:
-        if (parent / "share" / "ament_index" / "resource_index" / "packages" / PACKAGE).is_file():
-            return parent
-    pytest.fail(f"no ament index for {PACKAGE} above {oxygen_ros.msg.__file__}")
-
-
-def _package_xml_version():
-    text = (REPO / "package.xml").read_text()
-    return re.search(r"<version>\s*([^<\s]+)\s*</version>", text).group(1)
 
 
 def _as_float32(x):
@@ -151,63 +120,9 @@ def _roundtrip(msg):
 
 
 # --------------------------------------------------------------------------
-# the Python package
-# --------------------------------------------------------------------------
-
-def test_version_matches_package_xml():
-    import oxygen_ros
-
-    assert oxygen_ros.__version__ == _package_xml_version()
-    assert oxygen_ros.__doc__ and oxygen_ros.__doc__.strip()
-
-
-def test_import_from_source_checkout_finds_installed_messages():
-    # Run from the repository root, as the tests do: oxygen_ros comes from
-    # the source tree, oxygen_ros.msg from the installed copy, and neither
-    # oxygen_ros nor oxygen_ros.core imports rclpy.
-    code = (
-        "import importlib.util, json, sys\n"
-        "import oxygen_ros\n"
-        "core = importlib.util.find_spec('oxygen_ros.core') is not None\n"
-        "if core:\n"
-        "    import oxygen_ros.core\n"
-        "light = 'rclpy' not in sys.modules\n"
-        "import oxygen_ros.msg\n"
-        "print(json.dumps({'pkg': oxygen_ros.__file__, 'msg': oxygen_ros.msg.__file__,\n"
-        "                  'core': core, 'light': light}))\n"
-    )
-    out = subprocess.run(
-        [sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=300
-    )
-    assert out.returncode == 0, out.stderr
-    import json
-
-    info = json.loads(out.stdout.strip().splitlines()[-1])
-    assert Path(info["pkg"]).resolve() == REPO / PACKAGE / "__init__.py"
-    assert REPO / PACKAGE not in Path(info["msg"]).resolve().parents
-    assert info["light"], "importing oxygen_ros / oxygen_ros.core imported rclpy"
-
-
-def test_installed_copy_imports_on_its_own(tmp_path):
-    # From elsewhere (no source checkout on sys.path) the installed package
-    # is complete: sources merged with the generated messages.
-    code = (
-        "import oxygen_ros, oxygen_ros.msg\n"
-        "print(oxygen_ros.__file__)\n"
-        "print(oxygen_ros.__version__)\n"
-    )
-    out = subprocess.run(
-        [sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True, timeout=300
-    )
-    assert out.returncode == 0, out.stderr
-    path, version = out.stdout.split()[-2:]
-    assert REPO / PACKAGE not in Path(path).resolve().parents
-    assert version == _package_xml_version()
-
-
-# --------------------------------------------------------------------------
 # message definitions
 # --------------------------------------------------------------------------
+
 
 EXPECTED_FIELDS = {
     "ActionChunk": {
@@ -298,6 +213,13 @@ def test_every_field_is_documented(name):
 @pytest.mark.parametrize(
     "make", [_sample_action_chunk, _sample_text_token, _sample_observation, _sample_question]
 )
+
+
+# --------------------------------------------------------------------------
+# serialization round trips
+# --------------------------------------------------------------------------
+
+
 def test_roundtrip(make):
     msg = make()
     back = _roundtrip(msg)
@@ -334,6 +256,8 @@ _f32 = st.floats(width=32, allow_nan=False, allow_infinity=False)
     offset=st.integers(0, 2**32 - 1),
     period=_f32,
 )
+
+
 def test_action_chunk_roundtrip_property(horizon, dim, data, frame_id, offset, period):
     actions = data.draw(st.lists(_f32, min_size=horizon * dim, max_size=horizon * dim))
     msg = ActionChunk(
@@ -356,6 +280,7 @@ def test_action_chunk_roundtrip_property(horizon, dim, data, frame_id, offset, p
 # --------------------------------------------------------------------------
 # real DDS
 # --------------------------------------------------------------------------
+
 
 def _unique_domain_id():
     # 1..100 are valid domain ids with the default port mapping on Linux.
@@ -418,84 +343,3 @@ def test_action_chunk_over_dds(tmp_path, monkeypatch):
         for node in nodes:
             node.destroy_node()
         rclpy.shutdown(context=context)
-
-
-# --------------------------------------------------------------------------
-# the installed prefix
-# --------------------------------------------------------------------------
-
-def test_executables_list():
-    rows = _executables()
-    names = {name for name, *_ in rows}
-    assert {"camera_node", "inference_node", "synthetic_camera", "bag_player"} <= names
-    assert {
-        "oxygen-agent", "oxygen-bench", "oxygen-calibrate",
-        "oxygen-train", "oxygen-eval", "oxygen-soak",
-    } <= names
-    assert len(names) == len(rows)
-
-
-@pytest.mark.parametrize("name,where,module,function", _executables())
-def test_executable_installed(name, where, module, function):
-    prefix = _installed_prefix()
-    path = prefix / ("lib/oxygen_ros" if where == "lib" else "bin") / name
-    assert path.is_file(), path
-    assert os.access(path, os.X_OK), f"{path} is not executable"
-    text = path.read_text()
-    shebang = text.splitlines()[0]
-    assert shebang.startswith("#!")
-    interpreter = shebang[2:].strip()
-    assert os.access(interpreter, os.X_OK), f"{path}: interpreter {interpreter} missing"
-    assert f"from {module} import {function}  # noqa: E402\n" in text
-    assert f"sys.exit({function}())" in text
-    assert f"_prefix = '{prefix}'" in text
-
-
-def test_launcher_interpreter_sees_installed_package(tmp_path):
-    prefix = _installed_prefix()
-    name, where = _executables()[0][:2]
-    path = prefix / ("lib/oxygen_ros" if where == "lib" else "bin") / name
-    interpreter = path.read_text().splitlines()[0][2:].strip()
-    out = subprocess.run(
-        [interpreter, "-c", "import oxygen_ros.msg; print(oxygen_ros.msg.ActionChunk.__name__)"],
-        cwd=tmp_path, capture_output=True, text=True, timeout=300,
-    )
-    assert out.returncode == 0, out.stderr
-    assert out.stdout.split()[-1] == "ActionChunk"
-
-
-def test_ament_index_and_share():
-    prefix = _installed_prefix()
-    assert (prefix / "share/ament_index/resource_index/packages/oxygen_ros").is_file()
-    assert (prefix / "share/oxygen_ros/package.xml").is_file()
-    assert (prefix / "share/oxygen_ros/package.xml").read_text() == (REPO / "package.xml").read_text()
-    for name in EXPECTED_FIELDS:
-        assert (prefix / "share/oxygen_ros/msg" / f"{name}.msg").is_file()
-    for folder in ("launch", "config"):
-        if (REPO / folder).is_dir() and any((REPO / folder).iterdir()):
-            assert (prefix / "share/oxygen_ros" / folder).is_dir()
-
-
-def test_installed_python_sources_match_checkout():
-    # The installed copy holds the sources merged with the generated code.
-    prefix = _installed_prefix()
-    import oxygen_ros.msg
-
-    installed = Path(oxygen_ros.msg.__file__).resolve().parents[1]
-    assert prefix in installed.parents
-    assert (installed / "__init__.py").read_text() == (REPO / PACKAGE / "__init__.py").read_text()
-    assert (installed / "msg" / "_action_chunk.py").is_file()
-    if (REPO / PACKAGE / "data").is_dir():
-        assert (installed / "data").is_dir()
-
-
-def test_ament_index_lookup(monkeypatch):
-    from ament_index_python.packages import (
-        get_package_prefix,
-        get_package_share_directory,
-    )
-
-    prefix = _installed_prefix()
-    monkeypatch.setenv("AMENT_PREFIX_PATH", str(prefix))
-    assert Path(get_package_prefix(PACKAGE)) == prefix
-    assert Path(get_package_share_directory(PACKAGE)) == prefix / "share" / PACKAGE

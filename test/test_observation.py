@@ -11,12 +11,6 @@ from oxygen_ros.core.observation import (
     make_prefix_batch,
     resize_with_pad,
 )
-from oxygen_ros.core.tokenizer import Tokenizer, default_tokenizer_path
-
-
-@pytest.fixture(scope="module")
-def tok():
-    return Tokenizer(default_tokenizer_path())
 
 
 def img(h=32, w=32, value=10):

@@ -3,26 +3,12 @@
 
 import threading
 
-import numpy as np
 import pytest
+from engine_harness import run_to_the_end, scene_observations
 
 from oxygen_ros.core.engine import Engine, EngineConfig, FrameError, Question
-from oxygen_ros.core.observation import Observation
-from oxygen_ros.core.sim.scene import render, sample_scene
-from oxygen_ros.core.tokenizer import Tokenizer
 
 S = 3  # denoise steps
-
-
-@pytest.fixture(scope="module")
-def tok():
-    return Tokenizer.default()
-
-
-def observations(n, seed=0):
-    rng = np.random.default_rng(seed)
-    scenes = [sample_scene(rng) for _ in range(n)]
-    return [Observation({"base": render(s, 32)}, s.instruction, s.state) for s in scenes]
 
 
 def engine_for(model, tok, setting, **cfg):
@@ -46,7 +32,7 @@ def decoded(result):
 
 def test_baseline_runs_a_prefill_for_the_action_and_another_for_the_request(lively_tiny, tok):
     engine = engine_for(lively_tiny, tok, "baseline")
-    pieces, res = trace(engine, observations(1), [Question("", "q")])
+    pieces, res = trace(engine, scene_observations(1), [Question("", "q")])
     steps = decoded(res)
     assert pieces == ["prefill"] + ["denoise"] * S + ["prefill"] + ["decode"] * steps
     assert res.finished and res.finished[0].client_id == "q", "baseline decodes the request to its end"
@@ -54,14 +40,14 @@ def test_baseline_runs_a_prefill_for_the_action_and_another_for_the_request(live
 
 def test_shared_kv_prefills_once_and_decodes_to_the_end(lively_tiny, tok):
     engine = engine_for(lively_tiny, tok, "shared_kv")
-    pieces, res = trace(engine, observations(1), [Question("", "q")])
+    pieces, res = trace(engine, scene_observations(1), [Question("", "q")])
     assert pieces == ["prefill"] + ["denoise"] * S + ["decode"] * decoded(res)
     assert res.finished and engine.active_requests == 0
 
 
 def test_oxygen_prefills_once_and_decodes_k_steps(lively_tiny, tok):
     engine = engine_for(lively_tiny, tok, "oxygen", max_decode=6, steps_per_frame=2)
-    pieces, res = trace(engine, observations(1), [Question("", "q", max_tokens=6)])
+    pieces, res = trace(engine, scene_observations(1), [Question("", "q", max_tokens=6)])
     assert not res.finished
     assert pieces == ["prefill"] + ["denoise"] * S + ["decode"] * 2
     assert engine.active_requests == 1, "the request keeps its slot for the next frame"
@@ -71,7 +57,7 @@ def test_parallel_runs_the_language_task_on_a_second_thread(lively_tiny, tok):
     engine = engine_for(lively_tiny, tok, "parallel")
     threads = []
     engine.pause_point = lambda work: threads.append((work, threading.current_thread().name))
-    res = engine.step(observations(1), [Question("", "q")])
+    res = engine.step(scene_observations(1), [Question("", "q")])
     engine.pause_point = None
     assert {name for work, name in threads if work == "denoise"} == {threading.current_thread().name}
     assert {name for work, name in threads if work == "decode"} == {"oxygen-language"}
@@ -81,7 +67,7 @@ def test_parallel_runs_the_language_task_on_a_second_thread(lively_tiny, tok):
 
 def test_a_failure_on_the_language_thread_reaches_the_caller_and_no_request_is_left(lively_tiny, tok):
     engine = engine_for(lively_tiny, tok, "parallel", max_decode=6)
-    obs = observations(3)
+    obs = scene_observations(3)
     failed = []
 
     def fail_once_in_decode(work):
@@ -96,15 +82,7 @@ def test_a_failure_on_the_language_thread_reaches_the_caller_and_no_request_is_l
     assert failed == ["oxygen-language"]
     assert err.value.result.actions == [], "a failed frame publishes no chunk"
     events, finished = list(err.value.result.tokens), list(err.value.result.finished)
-    for o in obs[1:]:
-        res = engine.step([o])
-        assert len(res.actions) == 1
-        events += res.tokens
-        finished += res.finished
-    while engine.active_requests or engine.queued_requests:
-        res = engine.step()
-        events += res.tokens
-        finished += res.finished
+    run_to_the_end(engine, obs[1:], events, finished)
     assert [r.client_id for r in finished] == ["during"], "the interrupted request finishes"
     r = finished[0]
     assert r.finish_reason.value in ("eos", "length")
@@ -117,7 +95,7 @@ def test_a_failure_on_the_language_thread_reaches_the_caller_and_no_request_is_l
 def test_a_fault_in_any_piece_of_any_setting_is_a_frame_error_and_every_request_finishes(
         lively_tiny, tok, setting, piece):
     engine = engine_for(lively_tiny, tok, setting, max_decode=6, steps_per_frame=2)
-    obs = observations(4, seed=3)
+    obs = scene_observations(4, seed=3)
     first = engine.step([obs[0]], [Question("", "early", max_tokens=6)])
     events, finished = list(first.tokens), list(first.finished)
     seen = []
@@ -135,15 +113,7 @@ def test_a_fault_in_any_piece_of_any_setting_is_a_frame_error_and_every_request_
     assert err.value.result.actions == []
     events += err.value.result.tokens
     finished += err.value.result.finished
-    for o in obs[2:]:
-        res = engine.step([o])
-        assert len(res.actions) == 1, "the frames after a failure act again"
-        events += res.tokens
-        finished += res.finished
-    while engine.active_requests or engine.queued_requests:
-        res = engine.step()
-        events += res.tokens
-        finished += res.finished
+    run_to_the_end(engine, obs[2:], events, finished)
     assert sorted(r.client_id for r in finished) == ["during", "early"]
     for r in finished:
         assert r.finish_reason.value in ("eos", "length"), r.client_id

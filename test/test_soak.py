@@ -6,30 +6,15 @@ under test are the ones run even before `make venv` reinstalled them.
 """
 
 import json
-import os
 import subprocess
-import sys
-from pathlib import Path
 
-import pytest
-from ros_harness import ros_environment
-
-REPO = Path(__file__).resolve().parents[1]
+from ros_harness import checkout_env, installed_script
 
 
-def _soak():
-    path = Path(sys.prefix) / "bin" / "oxygen-soak"
-    if not path.is_file():
-        pytest.fail(f"{path} missing (run `make venv`)")
-    return str(path)
-
-
-def test_soak_smoke(monkeypatch, tmp_path):
-    ros_environment(monkeypatch, tmp_path)
-    env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join([str(REPO)] + [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p])
+def test_soak_smoke(ros_env, tmp_path):
+    env = checkout_env()
     out = tmp_path / "soak.json"
-    proc = subprocess.run([_soak(), "--duration", "10", "--gap-every", "4", "--gap-s", "1.5", "--inject-every",
+    proc = subprocess.run([installed_script("oxygen-soak"), "--duration", "10", "--gap-every", "4", "--gap-s", "1.5", "--inject-every",
                            "0.25", "--json", str(out)], cwd=tmp_path, env=env, capture_output=True, text=True,
                           timeout=180)
     assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-4000:]

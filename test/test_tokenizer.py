@@ -22,11 +22,6 @@ from oxygen_ros.core.tokenizer import (
 from oxygen_ros.tools import train_tokenizer
 
 
-@pytest.fixture(scope="module")
-def tok() -> Tokenizer:
-    return Tokenizer(default_tokenizer_path())
-
-
 # ---------------------------------------------------------------- loading
 
 

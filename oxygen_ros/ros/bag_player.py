@@ -10,6 +10,8 @@ for a newer observation arrived), optionally looping.
 from __future__ import annotations
 
 import time
+from collections.abc import Mapping
+from types import MappingProxyType
 from typing import Any
 
 from rclpy.node import Node
@@ -105,6 +107,16 @@ class BagPlayer(Node):
                             for t in self._publishers_by_topic)
         self.get_logger().info(f"playing {self.bag_path} at rate {self.rate}"
                                f"{' in lockstep' if self.lockstep else ''}: {listing}")
+
+    @property
+    def publishers_by_topic(self) -> Mapping[str, Any]:
+        """The publisher of each topic this player plays (a read-only view)."""
+        return MappingProxyType(self._publishers_by_topic)
+
+    def start_now(self) -> None:
+        """Play from the next tick on, cutting ``start_delay_s`` short (for a caller that
+        has already seen its subscribers match)."""
+        self._start_at = time.monotonic()
 
     def _fail(self, name: str, reason: str) -> None:
         exc = ParameterError(name, reason)

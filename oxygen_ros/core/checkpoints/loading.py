@@ -71,7 +71,7 @@ def load_checkpoint(
     plan = layout.key_map(tensors)
     config = layout.config(directory, tensors, plan)
     model = build_model(config, device="meta", dtype=dtype)
-    _check(plan, tensors, model, directory, layout.name)
+    check_plan(plan, tensors, model, directory, layout.name)
     tokenizer = _tokenizer(directory, tokenizer_path, config, layout.name)
     normalizer = find_norm_stats(directory, norm_stats_path, required=layout.name != "native")
     for name, why in sorted(plan.ignored.items()):
@@ -132,8 +132,9 @@ def _checkpoint_dir(path: pathlib.Path) -> pathlib.Path:
     return path
 
 
-def _check(plan: layouts.KeyPlan, tensors, model: VLA, directory: pathlib.Path, layout: str) -> None:
-    """Every model tensor has a source of the right shape; every source tensor is used or known."""
+def check_plan(plan: layouts.KeyPlan, tensors, model: VLA, directory: pathlib.Path, layout: str) -> None:
+    """Raise :class:`CheckpointError` naming every misfit unless every model tensor has a source
+    of the right shape and every source tensor is used or known (no weight is read)."""
     problems = list(plan.problems)
     expected = model.state_dict()
     for ours, param in expected.items():
@@ -212,5 +213,5 @@ def _tokenizer(directory: pathlib.Path, explicit, config: ModelConfig, layout: s
     return tok
 
 
-__all__ = ["LoadedCheckpoint", "load_checkpoint", "load_model", "default_model", "DEFAULT_MODEL_DIR",
+__all__ = ["LoadedCheckpoint", "load_checkpoint", "load_model", "default_model", "check_plan", "DEFAULT_MODEL_DIR",
            "TORCH_DTYPES"]

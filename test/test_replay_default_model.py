@@ -11,7 +11,7 @@ the prefill's shared KV cache, so this is the whole pipeline on real DDS.
 
 import numpy as np
 import pytest
-from ros_harness import Ros, check_text, reliable, ros_environment, unique_prefix
+from ros_harness import Ros, check_text, params, reliable, unique_prefix
 
 from oxygen_ros.core.sim import scene as sim
 
@@ -45,52 +45,43 @@ def _write_bag(path, prefix, scene):
 
 
 @pytest.fixture(scope="module")
-def replay(tmp_path_factory):
+def replay(module_ros_env, tmp_path_factory):
     """(chunks, text tokens) of the default agent on the red-circle bag."""
     from oxygen_ros.msg import ActionChunk, TextToken
-    from rclpy.parameter import Parameter
 
     from oxygen_ros.ros.camera_node import CameraNode
     from oxygen_ros.ros.inference_node import InferenceNode
     from oxygen_ros.ros.bag_player import BagPlayer
 
-    def params(**kw):
-        return [Parameter(k, value=v) for k, v in kw.items()]
-
-    mp = pytest.MonkeyPatch()
-    ros_environment(mp, tmp_path_factory.mktemp("ros"))
     prefix = unique_prefix()
     scene = _scene()
     bag = _write_bag(tmp_path_factory.mktemp("bag") / "red_circle", prefix, scene)
     topics = dict(observation_topic=f"{prefix}/observation", actions_topic=f"{prefix}/actions",
                   text_topic=f"{prefix}/text")
     chunks, text = [], []
-    try:
-        with Ros() as ros:
-            client = ros.node("oxygen_test_recorder")
-            client.create_subscription(ActionChunk, topics["actions_topic"], chunks.append, reliable(1000))
-            client.create_subscription(TextToken, topics["text_topic"], text.append, reliable(5000))
-            ros.add(InferenceNode(context=ros.context, namespace=prefix, parameter_overrides=params(
-                model_path="",  # the embedded default model
-                chunk_origin="frame_end", max_observation_age=0.0, question_topic=f"{prefix}/question",
-                trajectory_topic=f"{prefix}/trajectory", **topics)))
-            camera = ros.add(CameraNode(context=ros.context, namespace=prefix, parameter_overrides=params(
-                image_topics=[f"{prefix}/camera/image_raw"], instruction_topic=f"{prefix}/instruction",
-                state_topic=f"{prefix}/joint_states", observation_topic=topics["observation_topic"],
-                image_size=32, max_age=10.0)))
-            player = ros.add(BagPlayer(context=ros.context, namespace=prefix, parameter_overrides=params(
-                bag_path=str(bag), lockstep=True, rate=4.0, action_topic=topics["actions_topic"],
-                start_delay_s=1.0)))
-            assert ros.wait_until(player.done.done, 60.0), "the bag player did not finish"
-            assert player.lockstep_timeouts == 0, \
-                f"lockstep broke: an ActionChunk did not come ({camera.published} observations published)"
+    with Ros() as ros:
+        client = ros.node("oxygen_test_recorder")
+        client.create_subscription(ActionChunk, topics["actions_topic"], chunks.append, reliable(1000))
+        client.create_subscription(TextToken, topics["text_topic"], text.append, reliable(5000))
+        ros.add(InferenceNode(context=ros.context, namespace=prefix, parameter_overrides=params(
+            model_path="",  # the embedded default model
+            chunk_origin="frame_end", max_observation_age=0.0, question_topic=f"{prefix}/question",
+            trajectory_topic=f"{prefix}/trajectory", **topics)))
+        camera = ros.add(CameraNode(context=ros.context, namespace=prefix, parameter_overrides=params(
+            image_topics=[f"{prefix}/camera/image_raw"], instruction_topic=f"{prefix}/instruction",
+            state_topic=f"{prefix}/joint_states", observation_topic=topics["observation_topic"],
+            image_size=32, max_age=10.0)))
+        player = ros.add(BagPlayer(context=ros.context, namespace=prefix, parameter_overrides=params(
+            bag_path=str(bag), lockstep=True, rate=4.0, action_topic=topics["actions_topic"],
+            start_delay_s=1.0)))
+        assert ros.wait_until(player.done.done, 60.0), "the bag player did not finish"
+        assert player.lockstep_timeouts == 0, \
+            f"lockstep broke: an ActionChunk did not come ({camera.published} observations published)"
 
-            def answered():
-                ends = [m for m in text if m.done]
-                return len(ends) >= FRAMES and all(m.finish_reason in ("eos", "length") for m in ends)
-            assert ros.wait_until(answered, 30.0), f"not every frame's description finished: {text[-3:]}"
-    finally:
-        mp.undo()
+        def answered():
+            ends = [m for m in text if m.done]
+            return len(ends) >= FRAMES and all(m.finish_reason in ("eos", "length") for m in ends)
+        assert ros.wait_until(answered, 30.0), f"not every frame's description finished: {text[-3:]}"
     return scene, list(chunks), list(text)
 
 

@@ -1,4 +1,4 @@
-"""Replay a rosbag2 of camera frames through camera node -> inference node, record the outputs.
+"""Replay a rosbag2 of camera frames through camera node -> inference node (tiny model), record the outputs.
 
 The test writes a bag (MCAP and SQLite3) of rgb8 images and a latched
 instruction with ``write_bag``, plays it with the ``BagPlayer`` in lockstep
@@ -19,8 +19,8 @@ from ros_harness import (
     Ros,
     check_chunks,
     check_text,
+    params,
     reliable,
-    ros_environment,
     unique_prefix,
 )
 
@@ -48,15 +48,11 @@ def _write_input_bag(path, storage, prefix):
 def _replay(bag, out_dir, prefix):
     """Play ``bag`` through fresh nodes; return the path of the recorded output bag."""
     from oxygen_ros.msg import ActionChunk, TextToken
-    from rclpy.parameter import Parameter
 
     from oxygen_ros.ros.bags import write_bag
     from oxygen_ros.ros.camera_node import CameraNode
     from oxygen_ros.ros.inference_node import InferenceNode
     from oxygen_ros.ros.bag_player import BagPlayer
-
-    def params(**kw):
-        return [Parameter(k, value=v) for k, v in kw.items()]
 
     topics = dict(observation_topic=f"{prefix}/observation", actions_topic=f"{prefix}/actions",
                   text_topic=f"{prefix}/text")
@@ -113,19 +109,14 @@ def _summary(chunks, text):
 
 
 @pytest.fixture(scope="module")
-def replays(tmp_path_factory):
-    mp = pytest.MonkeyPatch()
-    ros_environment(mp, tmp_path_factory.mktemp("ros"))
+def replays(module_ros_env, tmp_path_factory):
     out = {}
-    try:
-        for storage, run in (("mcap", 1), ("sqlite3", 1), ("mcap", 2)):
-            prefix = unique_prefix()
-            work = tmp_path_factory.mktemp(f"{storage}_{run}")
-            bag = _write_input_bag(work / "input", storage, prefix)
-            recorded, topics = _replay(bag, work, prefix)
-            out[storage, run] = _outputs(recorded, topics)
-    finally:
-        mp.undo()
+    for storage, run in (("mcap", 1), ("sqlite3", 1), ("mcap", 2)):
+        prefix = unique_prefix()
+        work = tmp_path_factory.mktemp(f"{storage}_{run}")
+        bag = _write_input_bag(work / "input", storage, prefix)
+        recorded, topics = _replay(bag, work, prefix)
+        out[storage, run] = _outputs(recorded, topics)
     return out
 
 

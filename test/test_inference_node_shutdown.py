@@ -1,47 +1,21 @@
-"""Reliability, issue 6 items 5-6: start-up failures say why; SIGTERM / shutdown stop the
-timers and the worker, finish in-flight language requests with ``cancelled`` and leave
-no thread behind.
+"""The inference node's start-up and shutdown: start-up failures say why; SIGTERM /
+shutdown stop the timers and the worker, finish in-flight language requests with
+``cancelled`` and leave no thread behind.
 
 The node runs as a user runs it (``python -m oxygen_ros.ros.inference_node --ros-args
 ...``, a real process on real DDS) for the signal and exit-code tests; PYTHONPATH puts
 this checkout first. Durations are printed, never asserted (the machine may be loaded).
 """
 
-import os
 import signal
 import subprocess
 import sys
 import threading
 import time
-from pathlib import Path
 
 import pytest
-from ros_harness import (
-    Ros,
-    inference_topics,
-    observation_msg,
-    reliable,
-    ros_environment,
-    unique_prefix,
-    until,
-)
-
-REPO = Path(__file__).resolve().parents[1]
-
-
-@pytest.fixture
-def ros(monkeypatch, tmp_path):
-    ros_environment(monkeypatch, tmp_path)
-    with Ros() as r:
-        yield r
-
-
-def _env():
-    env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join([str(REPO)] + [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p])
-    env["PYTHONUNBUFFERED"] = "1"
-    return env
-
+from message_builders import observation_msg
+from ros_harness import checkout_env, inference_topics, params, reliable, unique_prefix, until
 
 class NodeProcess:
     """``python -m oxygen_ros.ros.inference_node --ros-args -p ...``; its output is
@@ -52,7 +26,8 @@ class NodeProcess:
         args = [sys.executable, "-m", "oxygen_ros.ros.inference_node", "--ros-args"]
         for k, v in values.items():
             args += ["-p", f"{k}:={str(v).lower() if isinstance(v, bool) else v}"]
-        self.proc = subprocess.Popen(args, env=_env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        self.proc = subprocess.Popen(args, env=checkout_env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                     text=True)
         self.lines = []
         self._reader = threading.Thread(target=self._read, daemon=True)
         self._reader.start()
@@ -133,16 +108,14 @@ def test_sigterm_cancels_in_flight_requests_and_the_process_exits_cleanly(ros, r
 
 def test_shutdown_in_process_stops_timers_and_worker_and_cancels(ros):
     from oxygen_ros.msg import Observation, Question, TextToken
-    from rclpy.parameter import Parameter
 
     from oxygen_ros.ros.inference_node import InferenceNode
 
     prefix = unique_prefix()
     t = inference_topics(prefix)
-    params = {**t, "preset": "tiny", "language_every_n_frames": 1, "steps_per_frame": 1, "max_decode": 30,
+    values = {**t, "preset": "tiny", "language_every_n_frames": 1, "steps_per_frame": 1, "max_decode": 30,
               "decode_when_idle": False, "frame_deadline_ms": 5000.0}
-    node = ros.add(InferenceNode(context=ros.context, parameter_overrides=[Parameter(k, value=v)
-                                                                           for k, v in params.items()]))
+    node = ros.add(InferenceNode(context=ros.context, parameter_overrides=params(**values)))
     client = ros.node("oxygen_test_shutdown_client")
     text = []
     client.create_subscription(TextToken, t["text_topic"], text.append, reliable(1000))
@@ -182,8 +155,6 @@ def test_a_model_that_does_not_load_is_refused_with_its_cause(tmp_path, ros):
 
 
 def test_a_model_load_fault_that_is_not_a_parameter_is_reported_with_its_cause(ros, monkeypatch):
-    from rclpy.parameter import Parameter
-
     from oxygen_ros.ros import inference_node, inference_setup
 
     def out_of_memory(params):
@@ -191,6 +162,6 @@ def test_a_model_load_fault_that_is_not_a_parameter_is_reported_with_its_cause(r
 
     monkeypatch.setattr(inference_node, "load_model", out_of_memory)
     with pytest.raises(inference_setup.ModelLoadError, match="out of memory") as info:
-        inference_node.InferenceNode(context=ros.context, parameter_overrides=[Parameter("preset", value="tiny")])
+        inference_node.InferenceNode(context=ros.context, parameter_overrides=params(preset="tiny"))
     assert "embedded default" in str(info.value) and "cpu" in str(info.value)
     assert not [th for th in threading.enumerate() if th.name.startswith("oxygen-inference")]

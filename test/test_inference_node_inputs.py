@@ -1,0 +1,130 @@
+"""The inference node's inputs: whatever arrives on its Observation and Question topics,
+it keeps running, counts what was wrong and never feeds bad data to the model
+(invalid observations refused, instructions and questions cleaned and cut to fit).
+
+Real nodes on real DDS (private contexts, topics of their own); counts and message
+contents are checked, never durations.
+"""
+
+import array
+import functools
+import json
+import math
+
+import numpy as np
+import ros_harness
+from message_builders import INVALID_UTF8, cdr_with, observation_msg
+from ros_harness import InferenceClient, inference_node, unique_prefix
+
+until = functools.partial(ros_harness.until, timeout=20.0)
+
+
+def _record_engine_inputs(node):
+    """Wrap Engine.step: every observation and question the model is given."""
+    seen = []
+    step = node.engine.step
+
+    def recording(observations=(), questions=(), **kw):
+        seen.extend(observations)
+        seen.extend(questions)
+        return step(observations, questions, **kw)
+
+    node.engine.step = recording
+    return seen
+
+
+def test_inference_node_refuses_bad_observations_and_cuts_long_instructions(ros, tmp_path):
+    from oxygen_ros.core.tokenizer import prompt_ids
+    from oxygen_ros.ros.conversions import ns_to_time_msg
+
+    stats = {"norm_stats": {"state": {"mean": [0, 0], "std": [1, 1], "q01": [-1, -1], "q99": [1, 1]},
+                            "actions": {"mean": [0] * 4, "std": [1] * 4, "q01": [-1] * 4, "q99": [1] * 4}}}
+    (tmp_path / "norm_stats.json").write_text(json.dumps(stats))
+    prefix = unique_prefix()
+    node = inference_node(ros, prefix, norm_stats_path=str(tmp_path / "norm_stats.json"), chunk_origin="frame_end",
+                          language_every_n_frames=0, frame_deadline_ms=5000.0)
+    seen = _record_engine_inputs(node)
+    client = InferenceClient(ros, prefix, "oxygen_test_reliability_client")
+    client.observe()
+    assert until(lambda: node.counters["frames"] >= 1)
+
+    def with_state(values):
+        m = observation_msg(client.seq, client.now())
+        m.state = array.array("f", values)
+        return m
+
+    def names_mismatch():
+        m = observation_msg(client.seq, client.now())
+        m.camera_names = ["base", "wrist"]
+        return m
+
+    def bad_image():
+        m = observation_msg(client.seq, client.now())
+        m.images[0].step = 5
+        return m
+
+    bad = [with_state([0.1, math.nan]), with_state([math.inf, 0.0]), names_mismatch(), bad_image(),
+           with_state([0.0] * 40),  # more than MAX_STATE_DIM
+           with_state([0.1, 0.2, 0.3])]  # wider than the checkpoint's state statistics
+    for msg in bad:
+        before = node.counters["observations_invalid"]
+        msg.header.stamp = ns_to_time_msg(client.now())
+        client.obs.publish(msg)
+        assert until(lambda: node.counters["observations_invalid"] > before)
+    frames = node.counters["frames"]
+    long_instruction = "please pick up the small red cube next to the plate " * 200  # 10,600 characters
+    client.observe(instruction=long_instruction)
+    assert until(lambda: node.counters["frames"] > frames)
+    client.observe(instruction="ok\x07 then")
+    assert until(lambda: node.counters["frames"] > frames + 1)
+    assert node.counters["observations_invalid"] == len(bad)
+    assert node.counters["instructions_truncated"] == 1
+
+    observations = [o for o in seen if hasattr(o, "images")]
+    assert observations and all(o.state is None or (np.all(np.isfinite(o.state)) and o.state.shape[0] <= 2)
+                                for o in observations), "a bad state reached the model"
+    cut = [o for o in observations if o.instruction.startswith("please pick")]
+    assert len(cut) == 1 and 0 < len(cut[0].instruction) < len(long_instruction)
+    max_len = node.loaded.config.max_token_len
+    assert len(prompt_ids(node.engine.tokenizer, cut[0].instruction, cut[0].state)) <= max_len
+    assert observations[-1].instruction == "ok then"
+    assert node.diagnostics()["observations_invalid"] == len(bad)
+
+
+def test_inference_node_questions_empty_huge_control_and_invalid_utf8(ros):
+    prefix = unique_prefix()
+    node = inference_node(ros, prefix, language_every_n_frames=0, max_decode=8, steps_per_frame=4,
+                          frame_deadline_ms=5000.0)
+    seen = _record_engine_inputs(node)
+    client = InferenceClient(ros, prefix, "oxygen_test_reliability_client")
+    for _ in range(3):
+        client.observe()
+    assert until(lambda: node.counters["frames"] >= 1)
+
+    for name, text in [("empty", ""), ("blank", "   \t "), ("control", "\x07\x1b\x01")]:
+        client.ask(name, text)
+    client.ask("huge", "what is on the table and where should it go? " * 230)  # 10,350 characters
+    client.ask("bell", "what\x07 do you\tsee?")
+    client.q.publish(cdr_with(client.Question(client_id="utf8", text="is ABCD there?"), b"ABCD", INVALID_UTF8))
+    clients = ["empty", "blank", "control", "huge", "bell", "utf8"]
+
+    def all_done():
+        client.observe()
+        return all(client.finished(c) for c in clients)
+
+    assert until(all_done, timeout=30.0, period=0.1), {c: client.finished(c) for c in clients}
+    for c in ("empty", "blank", "control"):
+        (m,) = client.finished(c)
+        assert m.finish_reason == "rejected" and m.token_id == -1
+    for c in ("huge", "bell", "utf8"):
+        (m,) = client.finished(c)
+        assert m.finish_reason in ("eos", "length"), (c, m.finish_reason)
+        tokens = [t for t in client.text if t.client_id == c]
+        assert [t.index for t in tokens] == list(range(len(tokens))), "a token was lost"
+    assert node.counters["questions_rejected_empty"] == 3
+    assert node.counters["questions_truncated"] == 1
+    questions = {q.client_id: q for q in seen if hasattr(q, "client_id") and not hasattr(q, "images")}
+    assert set(questions) == {"huge", "bell", "utf8"}
+    assert questions["bell"].text == "what do you see?"
+    assert "\ufffd" in questions["utf8"].text
+    assert len(questions["huge"].text) <= node.engine.config.max_question_tokens * 100
