@@ -35,6 +35,7 @@ def test_demo_publishes_actions_and_text_and_writes_the_report(ros_env, tmp_path
     assert data["actions_published"] > 0 and data["actions_received"] > 0
     assert data["text_tokens_published"] > 0 and data["text_tokens_received"] > 0
     assert data["frames"] > 0 and data["tick_rate_hz"] > 0
+    assert 0 < data["start_to_first_chunk_s"] < 120, data["start_to_first_chunk_s"]  # loading, warm-up, a frame
     for key in ("obs_to_action_p50_ms", "obs_to_action_p99_ms", "ros_overhead_p99_ms", "tick_jitter_p99_ms"):
         assert data[key] is not None and data[key] >= 0, (key, data[key])
     assert "f=" in proc.stdout  # the status line
