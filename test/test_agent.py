@@ -25,8 +25,10 @@ def _agent():
 
 def test_demo_publishes_actions_and_text_and_writes_the_report(ros_env, tmp_path):
     report = tmp_path / "out.json"
+    started = time.monotonic()
     proc = subprocess.run([_agent(), "demo:=true", "--duration", "8", "--report", str(report)],
                           cwd=tmp_path, env=checkout_env(), capture_output=True, text=True, timeout=120)
+    ran_s = time.monotonic() - started
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     assert "oxygen_synthetic_camera" in proc.stdout
     data = json.loads(report.read_text())
@@ -35,7 +37,8 @@ def test_demo_publishes_actions_and_text_and_writes_the_report(ros_env, tmp_path
     assert data["actions_published"] > 0 and data["actions_received"] > 0
     assert data["text_tokens_published"] > 0 and data["text_tokens_received"] > 0
     assert data["frames"] > 0 and data["tick_rate_hz"] > 0
-    assert 0 < data["start_to_first_chunk_s"] < 120, data["start_to_first_chunk_s"]  # loading, warm-up, a frame
+    # loading, warm-up and the first frame happened inside the run, before its 8 s of measuring
+    assert 0 < data["start_to_first_chunk_s"] < ran_s - 8, (data["start_to_first_chunk_s"], ran_s)
     for key in ("obs_to_action_p50_ms", "obs_to_action_p99_ms", "ros_overhead_p99_ms", "tick_jitter_p99_ms"):
         assert data[key] is not None and data[key] >= 0, (key, data[key])
     assert "f=" in proc.stdout  # the status line
