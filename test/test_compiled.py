@@ -78,8 +78,10 @@ def test_bucketed_denoise_and_decode_match_eager_as_the_batch_changes(lively_tin
     for live in ([True], [True, False, True], [False, True, True, True], [True, True], [True, False, False, True]):
         view = SlotView.of(0, lengths[: len(live)], live)
         tokens = torch.tensor(rng.integers(3, 200, len(live)))
-        torch.testing.assert_close(pieces.decode_step(static, view, tokens),
-                                   lively_tiny.decode_step(eager, view, tokens), atol=1e-5, rtol=0)
+        on = torch.tensor(live)  # rows not live are padding: their logits are never read (and depend on
+        # whatever the slot holds past its length, which the eager prefill no longer writes)
+        torch.testing.assert_close(pieces.decode_step(static, view, tokens)[on],
+                                   lively_tiny.decode_step(eager, view, tokens)[on], atol=1e-5, rtol=0)
         lengths = [n + 1 if on else n for n, on in zip(lengths, live)] + lengths[len(live):]
     for slot, n in enumerate(lengths):
         torch.testing.assert_close(static.k[:, slot, :, :n], eager.k[:, slot, :, :n], atol=1e-5, rtol=0)

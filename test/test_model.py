@@ -219,3 +219,39 @@ def test_config_rejects_inconsistent_sizes():
         preset("big")
     with pytest.raises(ValueError, match="dtype"):
         build_model(TINY, dtype="float16")
+
+
+@pytest.mark.parametrize("camera_mask", [[[1, 1, 1], [1, 1, 1]], [[1, 0, 1], [0, 1, 1]], [[0, 0, 1], [1, 1, 1]]])
+def test_prefill_over_valid_tokens_only_changes_nothing(model64, camera_mask):
+    """The prefill skips absent cameras and runs over the batch's longest valid prefix only; the
+    prefix written to the pool, the logits and the actions equal those of the full padded prefill."""
+    batch = make_batch([5, 19], camera_mask, seed=9)
+    trimmed = model64.new_cache(slots=2, max_len=160)
+    res = model64.prefill(batch, trimmed, [[0], [1]])
+    full = model64.new_cache(slots=2, max_len=160)
+    x, lengths = model64.prefix_states(batch)  # untrimmed: every camera, the whole padded prefix
+    assert x.shape[1] == TINY.prefix_len and int(lengths.max()) < TINY.prefix_len
+    logits = model64.write_prefix(full, x, lengths, torch.tensor([0, 1]))
+    assert torch.equal(res.lengths, lengths)
+    torch.testing.assert_close(res.logits, logits, rtol=0, atol=1e-10)
+    for row, n in enumerate(lengths.tolist()):
+        torch.testing.assert_close(trimmed.k[:, row, :, :n], full.k[:, row, :, :n], rtol=0, atol=1e-10)
+        torch.testing.assert_close(trimmed.v[:, row, :, :n], full.v[:, row, :, :n], rtol=0, atol=1e-10)
+    noise = torch.randn(2, TINY.action_horizon, TINY.action_dim, dtype=torch.float64)
+    view = SlotView.of(0, lengths.tolist())
+    torch.testing.assert_close(model64.denoise(trimmed, view, noise), model64.denoise(full, view, noise),
+                               rtol=0, atol=1e-10)
+
+
+def test_absent_cameras_skip_the_vision_tower(model64):
+    """... and the VLM sees the longest valid prefix of the batch (row 0: 2 images + 5 tokens), not 3 images + L."""
+    seen, vlm = [], []
+    hooks = [model64.vision.register_forward_pre_hook(lambda module, args: seen.append(args[0].shape[0])),
+             model64.language_model.norm.register_forward_pre_hook(lambda module, args: vlm.append(args[0].shape))]
+    try:
+        model64.prefill(make_batch([5, 7], [[1, 0, 1], [0, 0, 1]]), model64.new_cache(2, 160), [[0], [1]])
+    finally:
+        for hook in hooks:
+            hook.remove()
+    assert seen == [3]  # 3 images present of 6
+    assert vlm[0][:2] == (2, 2 * TINY.vision.tokens_per_image + 5)

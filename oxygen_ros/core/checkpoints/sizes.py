@@ -20,7 +20,17 @@ same for every layout:
 * not in any tensor: ``action_horizon`` (default 50), ``max_token_len``
   (200), ``denoise_steps`` (10), ``max_cameras`` (3) - π0.5's defaults.
 
-A config overrides what it names: openpi's converter writes ``config.json``
+A config.json may name any size outright in an ``"oxygen_sizes"`` object
+with our field names (:data:`SIZE_BLOCK`; every field optional)::
+
+    "oxygen_sizes": {"vision": {"hidden", "depth", "heads", "mlp", "image_size", "patch_size"},
+                     "vlm": {"width", "depth", "mlp", "heads", "kv_heads", "head_dim"}, "expert": {...},
+                     "vocab_size", "max_token_len", "max_cameras", "action_dim", "action_horizon",
+                     "denoise_steps"}
+
+It wins over everything else; shapes fill only what it leaves out, and a
+size they cannot give (a SigLIP head count) is an error naming its field.
+Besides it, the layout's own config fields override shapes: openpi's converter writes ``config.json``
 with ``paligemma_variant``, ``action_expert_variant``, ``action_dim``,
 ``action_horizon``; LeRobot's ``config.json`` (``"type": "pi05"``) has the
 variants, ``chunk_size``, ``max_action_dim``, ``tokenizer_max_length``,
@@ -32,6 +42,7 @@ as mis-shaped.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import re
 from collections.abc import Mapping
@@ -48,6 +59,14 @@ GEMMA_VARIANTS: dict[str, GemmaConfig] = {
 GEMMA_HEAD_DIM = 256
 SIGLIP_HEAD_DIMS = (72, 64)
 DEFAULTS = {"action_horizon": 50, "max_token_len": 200, "denoise_steps": 10, "max_cameras": 3}
+#: config.json's object of explicit sizes (our field names; each one optional).
+SIZE_BLOCK = "oxygen_sizes"
+TOP_FIELDS = ("vocab_size", "max_token_len", "max_cameras", "action_dim", "action_horizon", "denoise_steps")
+PART_FIELDS = {part: tuple(f.name for f in dataclasses.fields(cls))
+               for part, cls in (("vision", VisionConfig), ("vlm", GemmaConfig), ("expert", GemmaConfig))}
+#: our field -> LeRobot's config.json field
+LEROBOT_FIELDS = {"action_dim": "max_action_dim", "action_horizon": "chunk_size",
+                  "max_token_len": "tokenizer_max_length", "denoise_steps": "num_inference_steps"}
 
 Shapes = Mapping[str, tuple[int, ...]]
 
@@ -64,28 +83,54 @@ def infer_config(shapes: Shapes, *, name: str, source: Mapping[str, Any] | None 
     """The ModelConfig of a checkpoint whose tensors (under our names) have ``shapes``.
 
     ``source`` is the checkpoint's own config.json (``kind`` "openpi" or
-    "lerobot"), whose fields take precedence as described in the module doc.
+    "lerobot"): its :data:`SIZE_BLOCK` object names sizes outright, then the
+    layout's own fields, then the tensor shapes fill what is still missing.
     """
-    need = _Needs(shapes)
-    vision = _vision(need)
     src = dict(source or {})
     where = f"{kind} config.json" if kind else "config.json"
-    vlm_variant = src.get("paligemma_variant")
-    exp_variant = src.get("action_expert_variant")
-    vlm = variant(vlm_variant, where) if vlm_variant else _gemma(need, "language_model")
-    expert = variant(exp_variant, where) if exp_variant else _gemma(need, "expert")
-    vocab = need.dim("language_model.embed_tokens.weight", 0)
-    action_dim = need.dim("action_in_proj.weight", 1)
+    given = _given_sizes(src, where)
+    need = _Needs(shapes)
+    vision = _vision(need, given.get("vision", {}))
+    vlm = _gemma(need, "language_model", given.get("vlm", {}), src.get("paligemma_variant"), where)
+    expert = _gemma(need, "expert", given.get("expert", {}), src.get("action_expert_variant"), where)
+    values = dict(DEFAULTS, vocab_size=need.dim("language_model.embed_tokens.weight", 0),
+                  action_dim=need.dim("action_in_proj.weight", 1))
     need.raise_if_missing()
-    values = dict(DEFAULTS)
+    values.update(_layout_values(src, kind, where, vision))
+    values.update({k: v for k, v in given.items() if k in TOP_FIELDS})
+    try:
+        return ModelConfig(name=name, vision=vision, vlm=vlm, expert=expert,
+                           extra={"layout": kind, "source_config": src}, **values)
+    except ValueError as exc:
+        raise CheckpointError(f"inconsistent sizes for {name}: {exc}") from exc
+
+
+def _given_sizes(src: Mapping[str, Any], where: str) -> dict[str, Any]:
+    """The explicit :data:`SIZE_BLOCK` of a config.json, every name checked."""
+    block = src.get(SIZE_BLOCK, {})
+    if not isinstance(block, Mapping):
+        raise CheckpointError(f"{where}: {SIZE_BLOCK!r} must be an object, got {type(block).__name__}")
+    unknown = sorted(set(block) - set(TOP_FIELDS) - set(PART_FIELDS))
+    for part, fields in PART_FIELDS.items():
+        sub = block.get(part, {})
+        if not isinstance(sub, Mapping):
+            raise CheckpointError(f"{where}: {SIZE_BLOCK}.{part} must be an object, got {type(sub).__name__}")
+        unknown += sorted(f"{part}.{k}" for k in set(sub) - set(fields))
+    if unknown:
+        raise CheckpointError(f"{where}: unknown field(s) in {SIZE_BLOCK!r}: {', '.join(unknown)}; known: "
+                              f"{', '.join(TOP_FIELDS)} and {', '.join(f'{p}.*' for p in PART_FIELDS)}")
+    return dict(block)
+
+
+def _layout_values(src: Mapping[str, Any], kind: str | None, where: str, vision: VisionConfig) -> dict[str, int]:
+    """The sizes openpi's or LeRobot's own config.json fields state."""
+    values: dict[str, int] = {}
     if kind == "openpi":
-        action_dim = int(src.get("action_dim", action_dim))
-        values["action_horizon"] = int(src.get("action_horizon", values["action_horizon"]))
+        values.update({k: int(src[k]) for k in ("action_dim", "action_horizon") if k in src})
     elif kind == "lerobot":
-        action_dim = int(src.get("max_action_dim", action_dim))
-        values["action_horizon"] = int(src.get("chunk_size", values["action_horizon"]))
-        values["max_token_len"] = int(src.get("tokenizer_max_length", values["max_token_len"]))
-        values["denoise_steps"] = int(src.get("num_inference_steps", values["denoise_steps"]))
+        for ours, theirs in LEROBOT_FIELDS.items():
+            if theirs in src:
+                values[ours] = int(src[theirs])
         cams = _lerobot_cameras(src)
         if cams:
             values["max_cameras"] = cams
@@ -94,11 +139,7 @@ def infer_config(shapes: Shapes, *, name: str, source: Mapping[str, Any] | None 
             raise CheckpointError(
                 f"{where}: image_resolution {list(res)} does not match the vision tower's position embedding "
                 f"({vision.tokens_per_image} patches of {vision.patch_size} px = {vision.image_size} px square)")
-    try:
-        return ModelConfig(name=name, vision=vision, vlm=vlm, expert=expert, vocab_size=vocab,
-                           action_dim=action_dim, extra={"layout": kind, "source_config": src}, **values)
-    except ValueError as exc:
-        raise CheckpointError(f"inconsistent sizes for {name}: {exc}") from exc
+    return values
 
 
 def _lerobot_cameras(src: Mapping[str, Any]) -> int:
@@ -148,26 +189,47 @@ class _Needs:
                 sorted(set(self.missing)))
 
 
-def _vision(need: _Needs) -> VisionConfig:
+def _vision(need: _Needs, given: Mapping[str, Any]) -> VisionConfig:
     patch = need.shape("vision.tower.embeddings.patch_embedding.weight") or (1, 3, 1, 1)
     positions = need.dim("vision.tower.embeddings.position_embedding.weight", 0)
-    hidden, p = patch[0], patch[-1]
     side = math.isqrt(positions)
-    if side * side != positions:
-        raise CheckpointError(f"vision position embedding has {positions} rows, not a square number of patches")
-    heads = next((hidden // d for d in SIGLIP_HEAD_DIMS if hidden % d == 0), None)
-    if heads is None:
-        raise CheckpointError(f"cannot infer the SigLIP head count for hidden size {hidden} "
-                              f"(not a multiple of {SIGLIP_HEAD_DIMS}); use a native checkpoint")
-    return VisionConfig(hidden=hidden, depth=need.depth("vision.tower.encoder"),
-                        heads=heads, mlp=need.any_layer("vision.tower.encoder", "mlp.fc1.weight", 0),
-                        image_size=side * p, patch_size=p)
+    if side * side != positions and "image_size" not in given:
+        raise CheckpointError(f"vision position embedding has {positions} rows, not a square number of patches; "
+                              f"set {SIZE_BLOCK}.vision.image_size in config.json")
+    sizes = {"hidden": patch[0], "patch_size": patch[-1], "depth": need.depth("vision.tower.encoder"),
+             "mlp": need.any_layer("vision.tower.encoder", "mlp.fc1.weight", 0)}
+    sizes.update(given)
+    sizes.setdefault("image_size", side * sizes["patch_size"])
+    if "heads" not in sizes:
+        hidden = sizes["hidden"]
+        sizes["heads"] = next((hidden // d for d in SIGLIP_HEAD_DIMS if hidden % d == 0), None)
+        if sizes["heads"] is None and need.missing:
+            sizes["heads"] = 1  # the missing tensors are reported instead
+        elif sizes["heads"] is None:
+            raise CheckpointError(
+                f"cannot infer the SigLIP head count for hidden size {hidden} (not a multiple of "
+                f"{SIGLIP_HEAD_DIMS}, and the q/k/v shapes do not encode it): set {SIZE_BLOCK}.vision.heads "
+                "in the checkpoint's config.json (see docs/checkpoints.md)")
+    return _part(VisionConfig, sizes, "vision")
 
 
-def _gemma(need: _Needs, stack: str) -> GemmaConfig:
-    q_rows = need.any_layer(stack, "self_attn.q_proj.weight", 0)
-    width = need.any_layer(stack, "self_attn.q_proj.weight", 1)
-    k_rows = need.any_layer(stack, "self_attn.k_proj.weight", 0)
-    head_dim = GEMMA_HEAD_DIM if k_rows % GEMMA_HEAD_DIM == 0 else k_rows
-    return GemmaConfig(width=width, depth=need.depth(stack), mlp=need.any_layer(stack, "mlp.gate_proj.weight", 0),
-                       heads=max(1, q_rows // head_dim), kv_heads=max(1, k_rows // head_dim), head_dim=head_dim)
+def _gemma(need: _Needs, stack: str, given: Mapping[str, Any], variant_name: str | None, where: str) -> GemmaConfig:
+    part = "vlm" if stack == "language_model" else "expert"
+    if variant_name:
+        sizes = dataclasses.asdict(variant(variant_name, where))
+    else:
+        q_rows = need.any_layer(stack, "self_attn.q_proj.weight", 0)
+        k_rows = need.any_layer(stack, "self_attn.k_proj.weight", 0)
+        head_dim = int(given.get("head_dim", GEMMA_HEAD_DIM if k_rows % GEMMA_HEAD_DIM == 0 else k_rows))
+        sizes = {"width": need.any_layer(stack, "self_attn.q_proj.weight", 1), "depth": need.depth(stack),
+                 "mlp": need.any_layer(stack, "mlp.gate_proj.weight", 0), "head_dim": head_dim,
+                 "heads": max(1, q_rows // head_dim), "kv_heads": max(1, k_rows // head_dim)}
+    sizes.update(given)
+    return _part(GemmaConfig, sizes, part)
+
+
+def _part(cls, sizes: Mapping[str, Any], part: str):
+    try:
+        return cls(**sizes)
+    except ValueError as exc:
+        raise CheckpointError(f"inconsistent {part} sizes {dict(sizes)}: {exc}") from exc

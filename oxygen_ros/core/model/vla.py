@@ -26,10 +26,10 @@ from torch import Tensor, nn
 
 from .cache import KVCache, SlotView
 from .config import ModelConfig
-from .gemma import AdaRMSNorm, GemmaStack, attend, attention_bias, rope, rotary
+from .gemma import GemmaStack, attend, attention_bias, rope, rotary
+from .precision import TORCH_DTYPES, set_precision
 from .vision import VisionEncoder
 
-TORCH_DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float64": torch.float64}
 
 
 @dataclass(frozen=True)
@@ -118,10 +118,18 @@ class VLA(nn.Module):
         c = self.config.vlm
         return attention_bias(allowed, c.heads // c.kv_heads, self.dtype)
 
-    def embed_prefix(self, batch: PrefixBatch) -> tuple[Tensor, Tensor]:
-        """Images then text, as π0.5 orders its prefix. Returns x [B, P, W], valid [B, P]."""
+    def embed_prefix(self, batch: PrefixBatch, *, skip_absent: bool = False) -> tuple[Tensor, Tensor]:
+        """Images then text, as π0.5 orders its prefix. Returns x [B, P, W], valid [B, P].
+
+        ``skip_absent``: cameras whose mask is off do not go through the vision
+        tower (their tokens, invalid anyway, are zeros); the shapes then stay
+        the same but the amount of work depends on the mask."""
         b, cams = batch.image_mask.shape
-        img = self.vision(batch.pixels.flatten(0, 1).to(self.device))  # [B*C, N, W]
+        pixels = batch.pixels.flatten(0, 1).to(self.device)
+        if skip_absent:
+            img = self._present_images(pixels, batch.image_mask.flatten().to(self.device))
+        else:
+            img = self.vision(pixels)  # [B*C, N, W]
         n = img.shape[1]
         img = img.view(b, cams * n, -1)
         img_valid = batch.image_mask.to(self.device).repeat_interleave(n, dim=1)
@@ -129,6 +137,15 @@ class VLA(nn.Module):
         x = torch.cat([img.to(self.dtype), txt.to(self.dtype)], dim=1)
         valid = torch.cat([img_valid, batch.token_mask.to(self.device)], dim=1)
         return x, valid
+
+    def _present_images(self, pixels: Tensor, present: Tensor) -> Tensor:
+        """The vision tower over the images flagged ``present`` only; zeros for the others."""
+        out = torch.zeros(pixels.shape[0], self.config.vision.tokens_per_image, self.config.vlm.width,
+                          dtype=self.dtype, device=self.device)
+        rows = present.nonzero().squeeze(1)
+        if rows.numel():
+            out.index_copy_(0, rows, self.vision(pixels.index_select(0, rows)).to(self.dtype))
+        return out
 
     def time_condition(self, t: Tensor) -> Tensor:
         emb = time_embedding(t, self.config.expert.width).to(self.dtype)
@@ -153,18 +170,26 @@ class VLA(nn.Module):
             raise ValueError("every observation needs at least one destination slot")
         if any(not 0 <= s < cache.slots for s in dest):
             raise ValueError(f"slot out of range 0..{cache.slots - 1}: {dest}")
-        x, lengths = self.prefix_states(batch)
+        x, lengths = self.prefix_states(batch, trim=True)
         if x.shape[1] > cache.max_len:
             raise ValueError(f"prefix of {x.shape[1]} tokens does not fit slots of {cache.max_len}")
         row_idx = torch.tensor(rows, device=x.device)
         slot_idx = torch.tensor(dest, device=x.device)
         return PrefillResult(lengths=lengths, logits=self.write_prefix(cache, x, lengths, slot_idx, row_idx))
 
-    def prefix_states(self, batch: PrefixBatch) -> tuple[Tensor, Tensor]:
-        """The embedded prefix compacted (valid tokens first, in order): x [B, P, W], lengths [B]."""
-        x, valid = self.embed_prefix(batch)
+    def prefix_states(self, batch: PrefixBatch, *, trim: bool = False) -> tuple[Tensor, Tensor]:
+        """The embedded prefix compacted (valid tokens first, in order): x [B, P, W], lengths [B].
+
+        ``trim``: absent cameras skip the vision tower and ``P`` is the longest
+        valid prefix of the batch instead of the padded prefix length (the
+        valid tokens, hence the prefix and the logits, are the same; the shape
+        then depends on the data, so the fixed-shape pieces keep ``trim`` off)."""
+        x, valid = self.embed_prefix(batch, skip_absent=trim)
+        lengths = valid.sum(dim=1)
         order = torch.argsort((~valid).to(torch.int8), dim=1, stable=True)
-        return torch.gather(x, 1, order[..., None].expand_as(x)), valid.sum(dim=1)
+        if trim:
+            order = order[:, : int(lengths.max())]
+        return torch.gather(x, 1, order[..., None].expand(-1, -1, x.shape[-1])), lengths
 
     def write_prefix(self, cache: KVCache, x: Tensor, lengths: Tensor, slot_idx: Tensor,
                      row_idx: Tensor | None = None) -> Tensor:
@@ -348,42 +373,3 @@ def build_model(config: ModelConfig, *, seed: int = 0, device: str = "cpu", dtyp
     with torch.device(device):  # built in place: no CPU copy for cuda, no memory at all for "meta"
         model = VLA(config, seed=seed)
     return set_precision(model, dtype).eval()
-
-
-#: Parameters kept in float32 when the model runs in bfloat16, as openpi's
-#: ``to_bfloat16_for_selected_params`` does: the vision patch and position
-#: embeddings and every Gemma norm (RMSNorm weights; the adaRMS dense layers of
-#: the expert). SigLIP's own LayerNorms follow the model dtype, as in openpi.
-FLOAT32_IN_BF16 = (
-    "vision.tower.embeddings.",
-    "input_layernorm.",
-    "post_attention_layernorm.",
-    "language_model.norm.",
-    "expert.norm.",
-)
-
-
-def set_precision(model: VLA, dtype: str | torch.dtype) -> VLA:
-    """Cast ``model`` in place to ``dtype``; under bfloat16 keep :data:`FLOAT32_IN_BF16` in float32.
-
-    Works on any device, ``meta`` included (so a checkpoint loader can fix the
-    dtype of every parameter before materialising it). The adaRMS dense layers
-    kept in float32 get a pre-hook that casts their bf16 condition to float32.
-    """
-    torch_dtype = TORCH_DTYPES[dtype] if isinstance(dtype, str) else dtype
-    if torch_dtype not in TORCH_DTYPES.values():
-        raise ValueError(f"dtype must be one of {sorted(TORCH_DTYPES)}, got {dtype!r}")
-    model.to(dtype=torch_dtype)
-    if torch_dtype == torch.bfloat16:
-        for name, param in model.named_parameters():
-            if any(sel in name for sel in FLOAT32_IN_BF16):
-                param.data = param.data.to(torch.float32)
-    for module in model.modules():
-        if isinstance(module, AdaRMSNorm) and not getattr(module.dense, "_casts_input", False):
-            module.dense.register_forward_pre_hook(_cast_input_to_weight_dtype)
-            module.dense._casts_input = True
-    return model
-
-
-def _cast_input_to_weight_dtype(module: nn.Module, args: tuple) -> tuple:
-    return (args[0].to(module.weight.dtype), *args[1:])
