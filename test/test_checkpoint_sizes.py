@@ -6,7 +6,7 @@ import json
 
 import pytest
 import torch
-from test_checkpoints import foreign_state, write_lerobot, write_openpi
+from checkpoint_builders import foreign_state, write_lerobot, write_openpi
 
 from oxygen_ros.core.checkpoints import CheckpointError, load_checkpoint, save_native
 from oxygen_ros.core.model.config import GemmaConfig, ModelConfig, VisionConfig

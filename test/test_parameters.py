@@ -60,6 +60,17 @@ def test_inference_checks_accept_good_values():
         assert coerce(INFERENCE[name], value, DEFAULTS) == value
 
 
+def test_compile_reads_the_booleans_yaml_makes_of_on_and_off():
+    """``compile:=on`` on a command line, or ``compile: on`` unquoted in a params file, reach the
+    node as a YAML boolean."""
+    spec = INFERENCE["compile"]
+    assert [coerce(spec, v) for v in (True, False, "on", "off", "auto")] == ["on", "off", "on", "off", "auto"]
+    with pytest.raises(ParameterError, match="parameter 'compile': must be one of"):
+        coerce(spec, "fast")
+    with pytest.raises(ParameterError, match="parameter 'setting': must be a string"):
+        coerce(INFERENCE["setting"], True)  # only parameters that ask for it read booleans
+
+
 def test_steps_per_frame_is_checked_against_max_decode():
     assert coerce(INFERENCE["steps_per_frame"], 10, {**DEFAULTS, "max_decode": 10}) == 10
     with pytest.raises(ParameterError, match=r"must not exceed max_decode \(10\)"):

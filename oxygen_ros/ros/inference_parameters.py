@@ -130,7 +130,8 @@ PARAMETERS: tuple[ParamSpec, ...] = (
     ParamSpec("compile", "auto", "Run prefill, the denoise loop and the decode step as compiled graphs, one "
               "per shape bucket, all compiled at start-up (CUDA graphs on a GPU): on | off | auto (auto: on for "
               "CUDA, eager on CPU, where a cold compile takes minutes). Where compiling is impossible the node "
-              "says why and runs eager.", "str", one_of(COMPILE_CHOICES), constraints=" | ".join(COMPILE_CHOICES)),
+              "says why and runs eager.", "str", one_of(COMPILE_CHOICES), constraints=" | ".join(COMPILE_CHOICES),
+              bool_as=("off", "on")),
     ParamSpec("warmup_frames", 2, "Frames run on a black image at start-up, before the first tick.", "int",
               non_negative, constraints=">= 0"),
     ParamSpec("control_frame", "", "header.frame_id of ActionChunk and JointTrajectory messages.", "str"),

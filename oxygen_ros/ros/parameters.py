@@ -51,6 +51,9 @@ class ParamSpec:
     check: Check | None = None  # returns a reason when the value is bad
     dynamic: bool = False  # may be changed at run time (else read-only)
     constraints: str = ""  # shown by `ros2 param describe`
+    #: (for false, for true): a string parameter whose values include on/off reads the booleans
+    #: that YAML (a params file, ``name:=on`` on a command line) makes of them as these strings
+    bool_as: tuple[str, str] | None = None
 
     def __post_init__(self) -> None:
         if self.type not in TYPES:
@@ -67,6 +70,8 @@ def coerce(spec: ParamSpec, value: Any, values: Mapping | None = None) -> Any:
     kind = spec.type
     if kind == "str_list" and (value is None or (isinstance(value, (list, tuple)) and len(value) == 0)):
         value = []
+    if kind == "str" and isinstance(value, bool) and spec.bool_as is not None:
+        value = spec.bool_as[value]
     if kind == "str":
         ok = isinstance(value, str)
     elif kind == "str_list":
