@@ -11,7 +11,8 @@ agent's launch arguments) in one process, plus a second camera node on a
 compressed topic of its own (so that corrupt JPEG/PNG data goes through a
 camera node too), and a soak node that:
 
-* injects, one every ``--inject-every`` seconds in a fixed cycle, bad images of
+* injects, one every ``--inject-every`` seconds in a fixed cycle (none in the last
+  second, so that every question sent reaches the node before it shuts down), bad images of
   every kind (raw: unsupported encoding, zero size, empty data, too large,
   bad step, size mismatch; compressed: empty, not JPEG/PNG, truncated/corrupt
   JPEG, PNG of zero size or past the byte limit), bad states (NaN, inf, empty,
@@ -54,6 +55,10 @@ from ..ros.agent import Agent, parse_launch_args, run_agent
 MEMORY_CHECK_MIN_S = 120.0
 MAX_GROWTH_PCT = 5.0
 PROGRESS_EVERY_S = 10.0
+#: no message is injected in the last second: every question sent has reached the inference node
+#: before it shuts down (it answers or cancels each one it received; one still on the wire would
+#: never end, however well the node behaves)
+QUIET_TAIL_S = 1.0
 
 
 def rss_bytes() -> int:
@@ -146,7 +151,7 @@ class SoakSession:
             elif self.gap_end is not None and now >= self.gap_end:
                 self.synthetic.pause(False)
                 self.gap_end, next_gap = None, now + ns.gap_every
-            if now >= next_inject:
+            if now >= next_inject and now < end - QUIET_TAIL_S:
                 self.soak.inject()
                 next_inject += ns.inject_every
             self.soak.poll()
@@ -192,7 +197,8 @@ class SoakSession:
         ticks = self.inference.tick_counts()
         self.inference.shutdown()
         deadline = time.monotonic() + 3.0
-        while self.soak.counts()["requests_open"] and time.monotonic() < deadline:
+        while time.monotonic() < deadline and (self.soak.counts()["requests_open"]
+                                               or self.soak.counts()["questions_unanswered"]):
             time.sleep(0.05)
         self.report = _report(self, elapsed, ticks, rss_end)
 
