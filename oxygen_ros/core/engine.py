@@ -125,7 +125,9 @@ class Engine:
         self._result: FrameResult | None = None
         self._timing = threading.Lock()  # phase times are added from both threads of ``parallel``
         self._starting: list[Request] = []
-        self._denoise_steps = config.denoise_steps or model.config.denoise_steps  # S of the running frame
+        #: S when a frame's plan gives none: the configured one, else the model's (the checkpoint's)
+        self.default_denoise_steps = config.denoise_steps or model.config.denoise_steps
+        self._denoise_steps = self.default_denoise_steps  # S of the running frame
         self._init_compile(config)
 
     # ------------------------------------------------------------------ public
@@ -145,7 +147,7 @@ class Engine:
                              f"{c.max_observations_per_frame} (max_observations_per_frame)")
         for obs in observations:
             obs.check_cameras(self.model.config.max_cameras, c.camera_names)
-        self._denoise_steps = denoise_steps or c.denoise_steps or self.model.config.denoise_steps
+        self._denoise_steps = denoise_steps or self.default_denoise_steps
         t0 = time.perf_counter()
         self.frame_id += 1
         copies0 = self.pool.copy_bytes
