@@ -4,6 +4,8 @@
 #                messages and install the package into .venv (setup.py drives
 #                CMakeLists.txt); idempotent, quick when nothing changed
 #   make test    run the test suite with ROS 2 isolated to this machine
+#                (PYTEST_ARGS='test/test_x.py -k y' runs a part of it;
+#                OXYGEN_TEST_DOMAIN_ID pins the ROS domain id)
 #   make run     run the agent demo (oxygen-agent demo:=true)
 #   make bench   run the benchmark with its defaults
 #   make clean   remove build outputs (keeps .venv); make distclean also .venv
@@ -15,6 +17,7 @@ SHELL := /bin/bash
 .DEFAULT_GOAL := venv
 
 PYTHON ?= python3
+PYTEST_ARGS ?= test
 VENV := .venv
 VPY := $(VENV)/bin/python
 ABS_VENV := $(CURDIR)/$(VENV)
@@ -35,7 +38,7 @@ AMENT_ENV = AMENT_PREFIX_PATH=$(ABS_VENV)$${AMENT_PREFIX_PATH:+:$$AMENT_PREFIX_P
 # Tests: a domain id of their own, discovery on this machine only, logs kept
 # out of ~/.ros.
 TEST_ENV = $(AMENT_ENV) \
-  ROS_DOMAIN_ID=$$(( $$$$ % 100 + 1 )) \
+  ROS_DOMAIN_ID=$${OXYGEN_TEST_DOMAIN_ID:-$$(( $$$$ % 100 + 1 ))} \
   ROS_AUTOMATIC_DISCOVERY_RANGE=LOCALHOST \
   ROS_LOG_DIR=$(CURDIR)/build/ros_log
 
@@ -62,7 +65,7 @@ $(INSTALL_STAMP): $(DEPS_STAMP) $(PACKAGE_INPUTS)
 
 test: venv
 	@mkdir -p build/ros_log
-	@rc=0; $(TEST_ENV) $(VPY) -m pytest -q test || rc=$$?; \
+	@rc=0; $(TEST_ENV) $(VPY) -m pytest -q $(PYTEST_ARGS) || rc=$$?; \
 	  if [ $$rc -eq 5 ]; then echo "make test: pytest collected no tests: failing" >&2; fi; \
 	  exit $$rc
 
