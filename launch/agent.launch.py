@@ -6,41 +6,59 @@
 
 Every node reads its section of ``params_file`` (default: the installed
 ``config/agent.yaml``); an argument left empty keeps the file's value, a
-given one overrides it (``parameters=[params_file, {overrides}]``).
+given one overrides it (``parameters=[params_file, {overrides}]``). A
+``params_file`` that is missing or not readable YAML is an error: nothing starts.
 ``camera_topic`` remaps ``/camera/image_raw`` of the camera node and of the
 synthetic camera. ``demo`` is false by default: a robot must never act on a
 synthetic camera by accident.
 
+Every node is required: when one exits (a bad parameter, a model that does not
+load, a crash), the launch logs which one and how, stops the others and exits
+with a non-zero status (an exception in an OnProcessExit handler is what makes
+``ros2 launch`` return 1). Ctrl-C ends it as usual.
+
 The nodes and arguments are defined once, in ``oxygen_ros.ros.agent``
 (``NODES``, ``ARGUMENTS``, ``node_plan``), which ``oxygen-agent`` uses too, so
-both start the same thing. Works with ROS 2 Humble and newer.
+both start the same thing.
 """
 
 import os
+from functools import partial
 
 from ament_index_python.packages import get_package_share_directory
 from launch import LaunchDescription
-from launch.actions import DeclareLaunchArgument, OpaqueFunction
+from launch.actions import DeclareLaunchArgument, OpaqueFunction, RegisterEventHandler
+from launch.event_handlers import OnProcessExit
 from launch.substitutions import LaunchConfiguration
 from launch_ros.actions import Node
 
-from oxygen_ros.ros.agent import ARGUMENTS, PACKAGE, node_plan
+from oxygen_ros.ros.agent import ARGUMENTS, PACKAGE, node_exit_message, resolve
 
 
 def _default_params_file():
     return os.path.join(get_package_share_directory(PACKAGE), 'config', 'agent.yaml')
 
 
+class NodeExited(RuntimeError):
+    """A required node exited: raised from its OnProcessExit handler to end the launch non-zero."""
+
+
+def _on_exit(name, event, context):
+    message = node_exit_message(name, event.returncode, context.is_shutdown)
+    if message is not None:
+        raise NodeExited(message)
+
+
 def _nodes(context, *args, **kwargs):
     values = {a.name: LaunchConfiguration(a.name).perform(context) for a in ARGUMENTS}
-    params_file = values.pop('params_file') or _default_params_file()
+    plan, params_file = resolve(values)  # ValueError: missing params_file, bad argument
     actions = []
-    for item in node_plan(values):
+    for item in plan:
         spec = item['spec']
         parameters = [params_file]
         if item['parameters']:
             parameters.append(item['parameters'])
-        actions.append(Node(
+        node = Node(
             package=PACKAGE,
             executable=spec.executable,
             name=spec.name,
@@ -48,7 +66,9 @@ def _nodes(context, *args, **kwargs):
             emulate_tty=True,
             parameters=parameters,
             remappings=item['remappings'],
-        ))
+        )
+        actions.append(node)
+        actions.append(RegisterEventHandler(OnProcessExit(target_action=node, on_exit=partial(_on_exit, spec.name))))
     return actions
 
 

@@ -157,3 +157,40 @@ def test_without_the_probe_the_monitor_measures_in_its_own_process(ros):
     assert report["actions_received"] > 0 and report["frames"] > 0
     for key in ("tick_jitter_p99_ms", "obs_to_action_p50_ms", "ros_overhead_p99_ms"):
         assert report[key] is not None and report[key] >= 0, (key, report[key])
+
+
+FAILING_NODE = """
+import sys
+import rclpy
+from oxygen_ros.ros.agent import run_agent
+
+class Session:
+    def start(self, agent):
+        node = agent.add(rclpy.create_node("oxygen_test_failing"))
+        def fail():
+            raise RuntimeError("a callback of the failing node broke")
+        node.create_timer(0.5, fail)
+
+    def run(self, agent):
+        import time
+        deadline = time.monotonic() + 60
+        while agent.alive() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        return 0
+
+    def finish(self, agent):
+        pass
+
+sys.exit(run_agent("oxygen-test", dict(a.split(":=", 1) for a in sys.argv[1:]), Session()))
+"""
+
+
+def test_a_node_that_stops_fails_the_run_and_is_named(ros_env, tmp_path):
+    """oxygen-agent and oxygen-soak share run_agent: when a node of the agent stops (here an
+    exception escapes one of its callbacks), the run ends with a non-zero status naming it,
+    even though the command's own loop returned 0."""
+    proc = subprocess.run([sys.executable, "-c", FAILING_NODE], cwd=tmp_path, env=checkout_env(),
+                          capture_output=True, text=True, timeout=180)
+    assert proc.returncode == 1, proc.stdout[-2000:] + proc.stderr[-3000:]
+    assert "oxygen-test: oxygen_test_failing stopped: RuntimeError('a callback of the failing node broke')" \
+        in proc.stderr, proc.stderr[-3000:]

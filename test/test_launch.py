@@ -42,14 +42,58 @@ def test_launch_file_structure():
     tree = ast.parse(LAUNCH_FILE.read_text())
     imported = {alias.name for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) for alias in n.names}
     assert {"DeclareLaunchArgument", "LaunchConfiguration", "Node", "OpaqueFunction", "LaunchDescription",
-            "get_package_share_directory", "ARGUMENTS", "node_plan"} <= imported
-    functions = {n.name for n in ast.walk(tree) if isinstance(n, ast.FunctionDef)}
+            "get_package_share_directory", "ARGUMENTS", "resolve", "RegisterEventHandler", "OnProcessExit",
+            "node_exit_message"} <= imported
+    functions = {n.name: n for n in ast.walk(tree) if isinstance(n, ast.FunctionDef)}
     assert "generate_launch_description" in functions
-    node_calls = [n for n in ast.walk(tree) if isinstance(n, ast.Call) and getattr(n.func, "id", None) == "Node"]
-    assert len(node_calls) == 1
-    keywords = {k.arg for k in node_calls[0].keywords}
+    calls = {}
+    for n in ast.walk(tree):
+        if isinstance(n, ast.Call) and isinstance(n.func, ast.Name):
+            calls.setdefault(n.func.id, []).append(n)
+    assert len(calls["Node"]) == 1
+    keywords = {k.arg for k in calls["Node"][0].keywords}
     assert {"package", "executable", "name", "parameters", "remappings"} <= keywords
     assert "'config', 'agent.yaml'" in LAUNCH_FILE.read_text()
+    # the plan and the params file come from resolve() (which refuses a missing file) ...
+    (resolved,) = calls["resolve"]
+    assert [a.id for a in resolved.args] == ["values"]
+    # ... and every node started gets an OnProcessExit handler on that very node, whose
+    # callback raises (ending the launch non-zero) with node_exit_message's text
+    (handler,) = calls["OnProcessExit"]
+    targets = {k.arg: k.value for k in handler.keywords}
+    assert isinstance(targets["target_action"], ast.Name) and targets["target_action"].id == "node"
+    assert "node = Node(" in LAUNCH_FILE.read_text()
+    assert ast.unparse(targets["on_exit"]) == "partial(_on_exit, spec.name)"
+    on_exit = functions["_on_exit"]
+    assert any(isinstance(n, ast.Raise) for n in ast.walk(on_exit))
+    assert "node_exit_message(name, event.returncode, context.is_shutdown)" in ast.unparse(on_exit)
+
+
+def test_a_node_exit_ends_the_launch_unless_it_is_shutting_down():
+    from oxygen_ros.ros.agent import node_exit_message
+
+    assert node_exit_message("oxygen_inference", 2, shutting_down=False) == (
+        "oxygen_inference exited with code 2; ending the launch (the node's own log above says why)")
+    assert "killed by signal 9" in node_exit_message("oxygen_camera", -9, shutting_down=False)
+    assert "exited with code 0" in node_exit_message("oxygen_camera", 0, shutting_down=False)
+    assert node_exit_message("oxygen_inference", 2, shutting_down=True) is None
+
+
+@pytest.mark.parametrize("content", [None, "oxygen_camera: [unclosed\n", b"\xff\xfe\x00bad"])
+def test_a_missing_or_unreadable_params_file_is_an_error(tmp_path, capsys, content):
+    """The launch file and oxygen-agent share resolve(): nothing starts from a params
+    file that is missing or not YAML, and the error names the file."""
+    from oxygen_ros.ros.agent import resolve, run_agent
+
+    path = tmp_path / "agent.yaml"
+    if isinstance(content, str):
+        path.write_text(content)
+    elif content is not None:
+        path.write_bytes(content)
+    with pytest.raises(ValueError, match=str(path)):
+        resolve({"params_file": str(path)})
+    assert run_agent("oxygen-test", {"params_file": str(path)}, None) == 2
+    assert f"oxygen-test: parameters file {path}" in capsys.readouterr().err
 
 
 def test_launch_file_loads_where_launch_ros_is_available():
@@ -66,7 +110,7 @@ def test_launch_file_loads_where_launch_ros_is_available():
     names = [e.name for e in description.entities if isinstance(e, DeclareLaunchArgument)]
     assert names == [a.name for a in ARGUMENTS]
     (opaque,) = [e for e in description.entities if isinstance(e, OpaqueFunction)]
-    for demo, count in (("false", 2), ("true", 3)):
+    for demo, count in (("false", 4), ("true", 6)):  # each node and its OnProcessExit handler
         context = LaunchContext()
         for a in ARGUMENTS:
             context.launch_configurations[a.name] = a.default

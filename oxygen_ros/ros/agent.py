@@ -18,6 +18,7 @@ from __future__ import annotations
 import os
 import sys
 import threading
+import traceback
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
@@ -151,12 +152,39 @@ def node_plan(values: dict[str, str]) -> list[dict[str, Any]]:
 
 def resolve(values: dict[str, str]) -> tuple[list[dict[str, Any]], str]:
     """The node plan and the parameters file for the given argument values; ValueError
-    naming what is wrong (an unknown argument, a bad value, a missing parameters file)."""
+    naming what is wrong (an unknown argument, a bad value, a parameters file that is
+    missing, unreadable or not YAML)."""
     plan = node_plan(values)
     params_file = values.get("params_file") or default_params_file()
-    if not Path(params_file).is_file():
-        raise ValueError(f"parameters file {params_file} not found")
+    check_params_file(params_file)
     return plan, params_file
+
+
+def check_params_file(path: str) -> None:
+    """ValueError naming ``path`` unless it is a readable YAML file (the nodes would
+    otherwise start on their built-in defaults, or not at all, far from the cause)."""
+    import yaml
+
+    if not Path(path).is_file():
+        raise ValueError(f"parameters file {path} not found")
+    try:
+        yaml.safe_load(Path(path).read_text())
+    except (OSError, UnicodeDecodeError, yaml.YAMLError) as exc:
+        raise ValueError(f"parameters file {path} cannot be read: {exc}") from exc
+
+
+def node_exit_message(name: str, returncode: int | None, shutting_down: bool) -> str | None:
+    """Why the launch must end when the node ``name`` exited with ``returncode``; None when
+    the launch is shutting down anyway (Ctrl-C, another node's exit). Every node of the
+    plan is required: a camera node without an inference node (or the reverse) would
+    leave the robot without actions and the launch looking healthy."""
+    if shutting_down:
+        return None
+    if returncode is not None and returncode < 0:
+        how = f"was killed by signal {-returncode}"
+    else:
+        how = f"exited with code {returncode}"
+    return f"{name} {how}; ending the launch (the node's own log above says why)"
 
 
 def build_nodes(plan: list[dict[str, Any]], params_file: str, nodes: list) -> list:
@@ -235,15 +263,16 @@ class Spinner:
             if (mode != "multi" and background_niceness > 0 and sys.platform.startswith("linux")
                     and not any(n.get_name() in CONTROL_PATH for n in members)):
                 niceness = background_niceness
-            thread = threading.Thread(target=self._spin, args=(executor, niceness), daemon=True,
+            names = ", ".join(n.get_name() for n in members)
+            thread = threading.Thread(target=self._spin, args=(executor, names, niceness), daemon=True,
                                       name=f"oxygen-agent-{type(executor).__name__}")
             self.executors.append(executor)
             self.threads.append(thread)
-        self.error: BaseException | None = None
+        self.failure: str | None = None  # which executor stopped on an error, and the error
         for thread in self.threads:
             thread.start()
 
-    def _spin(self, executor, niceness: int = 0) -> None:
+    def _spin(self, executor, names: str, niceness: int = 0) -> None:
         from rclpy.executors import ExternalShutdownException
 
         if niceness:
@@ -256,14 +285,13 @@ class Spinner:
             executor.spin()
         except ExternalShutdownException:
             pass
-        except BaseException as exc:  # reported by alive()
-            self.error = exc
-            raise
+        except BaseException as exc:  # reported by alive() and failure
+            self.failure = f"{names} stopped: {exc!r}"
+            traceback.print_exc()
 
     def alive(self) -> bool:
-        if self.error is not None:
-            raise RuntimeError(f"an executor stopped: {self.error!r}") from self.error
-        return all(t.is_alive() for t in self.threads)
+        """Every executor still spins."""
+        return self.failure is None and all(t.is_alive() for t in self.threads)
 
     def shutdown(self) -> None:
         for executor in self.executors:
@@ -322,8 +350,17 @@ class Agent:
         self.spinner = Spinner(executor, order, background_niceness=background_niceness)
 
     def alive(self) -> bool:
-        """Every executor still spins (RuntimeError if one stopped on an error)."""
-        return self.spinner is not None and self.spinner.alive()
+        """Every node still runs: each executor spins and the inference node's frame worker lives."""
+        return self.spinner is not None and self.failure() is None
+
+    def failure(self) -> str | None:
+        """Why a node of this agent no longer runs (None while all do)."""
+        if self.spinner is not None and not self.spinner.alive():
+            return self.spinner.failure or "an executor stopped"
+        worker = getattr(self.inference, "worker", None)
+        if self.spinner is not None and worker is not None and not worker.alive:
+            return f"{INFERENCE}: its frame worker stopped"
+        return None
 
     def close(self) -> None:
         """Stop spinning, destroy every node (last made first) and shut rclpy down."""
@@ -373,6 +410,9 @@ def run_agent(prog: str, values: dict[str, str], session: Session, executor: str
         session.start(agent)
         agent.spin(executor, background_niceness)
         code = session.run(agent)
+        if (failure := agent.failure()) is not None:  # a node died: the run failed, whatever the session says
+            print(f"{prog}: {failure}", file=sys.stderr, flush=True)
+            code = code or 1
     except ParameterError as exc:
         print(f"{prog}: {exc}", file=sys.stderr)
         code = 2

@@ -22,6 +22,7 @@ from typing import Any, Optional
 
 from rcl_interfaces.msg import ParameterDescriptor, SetParametersResult
 from rclpy.exceptions import NameValidationException
+from rclpy.parameter import Parameter
 from rclpy.validate_topic_name import validate_topic_name
 
 #: Parameter types and how an error message names them.
@@ -96,15 +97,31 @@ def check_all(specs: Iterable[ParamSpec], raw: Mapping[str, Any]) -> dict[str, A
     return {spec.name: coerce(spec, raw[spec.name], raw) for spec in specs}
 
 
+def _descriptor(spec: ParamSpec, read_only: bool) -> ParameterDescriptor:
+    return ParameterDescriptor(
+        description=spec.description + ("" if spec.dynamic else " (read at start)"),
+        additional_constraints=spec.constraints, dynamic_typing=True, read_only=read_only)
+
+
 def declare_parameters(node, specs: Iterable[ParamSpec]) -> dict[str, Any]:
-    """Declare every parameter on ``node``; return their checked values (or raise ParameterError)."""
+    """Declare every parameter on ``node``; return their checked values (or raise ParameterError).
+
+    An empty list of strings is stored as an empty STRING_ARRAY. rclpy would store it
+    untyped: a default ``[]`` becomes a BYTE_ARRAY, and ``name: []`` in a params file
+    leaves the parameter NOT_SET, which the parameter services cannot answer for
+    (``ros2 param dump`` then gets nothing, or writes ``null``, which does not load
+    back). Such a parameter is declared writable, given its typed empty value, and
+    then made read-only if its spec says so."""
     raw = {}
     specs = list(specs)
     for spec in specs:
-        descriptor = ParameterDescriptor(
-            description=spec.description + ("" if spec.dynamic else " (read at start)"),
-            additional_constraints=spec.constraints, dynamic_typing=True, read_only=not spec.dynamic)
-        raw[spec.name] = node.declare_parameter(spec.name, spec.default, descriptor).value
+        param = node.declare_parameter(spec.name, spec.default, _descriptor(spec, read_only=False))
+        if spec.type == "str_list" and param.type_ != Parameter.Type.STRING_ARRAY and not param.value:
+            node.set_parameters([Parameter(spec.name, Parameter.Type.STRING_ARRAY, [])])
+            param = node.get_parameter(spec.name)
+        if not spec.dynamic:
+            node.set_descriptor(spec.name, _descriptor(spec, read_only=True))
+        raw[spec.name] = param.value
     return check_all(specs, raw)
 
 
