@@ -32,7 +32,7 @@ def declared(module_ros_env):
             cls = getattr(importlib.import_module(spec.module), spec.cls)
             node = ros.add(cls(context=ros.context, namespace=f"/launch_test_{spec.name}"))
             out[spec.name] = {name: p.value for name, p in node.get_parameters_by_prefix("").items()
-                              if name not in IMPLICIT}
+                              if name not in IMPLICIT and not name.startswith("qos_overrides.")}  # rclpy's own
     return out
 
 

@@ -4,14 +4,14 @@ from __future__ import annotations
 
 import pytest
 
-from oxygen_ros.ros import bag_player, camera_node, inference_parameters, synthetic_camera
+from oxygen_ros.ros import bag_player, camera_parameters, inference_parameters, synthetic_camera
 from oxygen_ros.ros.parameters import ParameterError, ParamSpec, check_all, coerce, in_range, one_of, topic_name
 
 INFERENCE = inference_parameters.SPECS
 DEFAULTS = {s.name: s.default for s in inference_parameters.PARAMETERS}
 
 
-@pytest.mark.parametrize("table", [inference_parameters.PARAMETERS, camera_node.PARAMETERS,
+@pytest.mark.parametrize("table", [inference_parameters.PARAMETERS, camera_parameters.PARAMETERS,
                                    synthetic_camera.SYNTHETIC_CAMERA_PARAMETERS, bag_player.BAG_PLAYER_PARAMETERS])
 def test_every_default_passes_its_own_check(table):
     table = [s for s in table if s.name != "bag_path"]  # no default: the bag player needs one

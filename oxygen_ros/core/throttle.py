@@ -3,20 +3,20 @@
 from __future__ import annotations
 
 import time
-from typing import Any
+from typing import Any, Callable
 
 
 class Throttle:
-    """Lets a message through per key at most every ``period`` seconds (wall time)."""
+    """Lets a message through per key at most every ``period`` seconds of ``clock``."""
 
-    def __init__(self, period: float = 5.0):
-        self.period = period
+    def __init__(self, period: float = 5.0, clock: Callable[[], float] = time.monotonic):
+        self.period, self._clock = period, clock
         self._last: dict[Any, float] = {}
         self.suppressed: dict[Any, int] = {}
 
     def __call__(self, key: Any) -> int | None:
         """None to stay quiet, else how many messages were suppressed since the last one."""
-        now = time.monotonic()
+        now = self._clock()
         last = self._last.get(key)
         if last is not None and now - last < self.period:
             self.suppressed[key] = self.suppressed.get(key, 0) + 1

@@ -22,12 +22,21 @@
 * a state with NaN/inf (or empty, or too long, or whose ``name`` and
   ``position`` lengths disagree) is rejected and never forwarded; with
   ``state_topic`` set, no group is published without a valid state;
+* images are subscribed with ``image_reliability`` (``best_effort``, the
+  default, matches every publisher; ``reliable`` loses no fragment of a large
+  raw image, but matches reliable publishers only) and ``image_qos_depth``; one
+  camera's subscription can differ through ROS 2's own
+  ``qos_overrides.<topic>.subscription.reliability|depth`` parameters; a
+  publisher whose QoS cannot match is named in a warning;
 * once a second it publishes a ``diagnostic_msgs/DiagnosticArray`` on
-  ``/diagnostics`` (status ``oxygen_camera: cameras``): every rejection counter
-  (``rejected_<reason>``), groups published and dropped stale, frames received
-  and the age of the newest frame per camera; WARN when something was rejected
-  or dropped since the last status or a camera is silent for longer than
-  ``max_age``.
+  ``/diagnostics`` (status ``oxygen_camera: cameras``, see
+  :mod:`.camera_status`): every rejection counter (``rejected_<reason>``),
+  groups published and dropped stale, frames received, the received rate and
+  the age of the newest frame per camera; WARN when something was rejected or
+  dropped since the last status, a camera is silent for longer than ``max_age``
+  or below ``min_camera_rate_hz``, which is also warned on the console
+  (throttled, with a hint when a reliable publisher meets a best-effort
+  subscription). Logs name the resolved (remapped) topics.
 
 Parameters are listed in :data:`PARAMETERS`; topics and camera names are read
 at start (read-only), the others can be changed at run time and are validated.
@@ -35,24 +44,25 @@ at start (read-only), the others can be changed at run time and are validated.
 
 from __future__ import annotations
 
-import math
-import time
 from dataclasses import dataclass
 from functools import partial
 from typing import Any
 
 import numpy as np
 from diagnostic_msgs.msg import DiagnosticArray, DiagnosticStatus, KeyValue
+from rclpy.event_handler import SubscriptionEventCallbacks
 from rclpy.node import Node
 from rclpy.qos import qos_profile_sensor_data
+from rclpy.qos_overriding_options import QoSOverridingOptions, QoSPolicyKind
 from sensor_msgs.msg import CompressedImage, Image, JointState
 from std_msgs.msg import Header, String
 
 from oxygen_ros.core.text import clean_text
 from oxygen_ros.core.throttle import Throttle
 from oxygen_ros.msg import Observation as ObservationMsg
+from oxygen_ros.ros.camera_parameters import PARAMETERS, camera_names
+from oxygen_ros.ros.camera_status import CameraStatus
 from oxygen_ros.ros.conversions import (
-    DEFAULT_MAX_IMAGE_BYTES,
     IMAGE_ERROR_REASONS,
     ImageError,
     compressed_msg_to_rgb,
@@ -64,18 +74,8 @@ from oxygen_ros.ros.conversions import (
     to_model_image,
 )
 from oxygen_ros.ros.node_main import run_node
-from oxygen_ros.ros.parameters import (
-    ParameterError,
-    ParamSpec,
-    changed_values,
-    declare_parameters,
-    optional_topic_name,
-    parameter_callback,
-    positive,
-    topic_list,
-    topic_name,
-)
-from oxygen_ros.ros.qos import LATCHED_QOS, OBSERVATION_QOS
+from oxygen_ros.ros.parameters import ParameterError, changed_values, declare_parameters, parameter_callback
+from oxygen_ros.ros.qos import LATCHED_QOS, OBSERVATION_QOS, image_qos, is_reliable
 
 NODE_NAME = "oxygen_camera"
 
@@ -88,55 +88,6 @@ DIAGNOSTICS_PERIOD_S = 1.0
 # --------------------------------------------------------------------------
 # The node
 # --------------------------------------------------------------------------
-
-
-def _image_size(value: int, values=None) -> str | None:
-    return None if 1 <= value <= 4096 else f"must be between 1 and 4096 pixels, got {value}"
-
-
-PARAMETERS: tuple[ParamSpec, ...] = (
-    ParamSpec("image_topics", ["/camera/image_raw"], "sensor_msgs/Image camera topics", "str_list", topic_list),
-    ParamSpec("compressed_image_topics", [], "sensor_msgs/CompressedImage (JPEG/PNG) camera topics",
-              "str_list", topic_list),
-    ParamSpec("camera_names", [], "camera names, one per topic (image_topics then compressed_image_topics); "
-              "empty: base, cam1, cam2, ...", "str_list"),
-    ParamSpec("instruction_topic", "/oxygen/instruction", "std_msgs/String task instruction (latched)",
-              "str", topic_name),
-    ParamSpec("state_topic", "", "sensor_msgs/JointState whose position is the robot state; empty: no state",
-              "str", optional_topic_name),
-    ParamSpec("observation_topic", "/oxygen/observation", "oxygen_ros/Observation output topic", "str", topic_name),
-    ParamSpec("image_size", 224, "side in pixels of the square images sent (the model's resolution)",
-              "int", _image_size, dynamic=True),
-    ParamSpec("max_age", 0.5, "seconds: a group whose oldest image is older than this is dropped",
-              "float", positive, dynamic=True),
-    ParamSpec("max_image_bytes", DEFAULT_MAX_IMAGE_BYTES, "largest accepted image in bytes "
-              "(message data and decoded RGB)", "int", positive, dynamic=True),
-    ParamSpec("default_instruction", "", "instruction used until one arrives on instruction_topic, and after "
-              "an empty one",
-              "str", dynamic=True),
-)
-
-
-def default_camera_names(count: int) -> list[str]:
-    """``base``, ``cam1``, ``cam2``, ... for ``count`` cameras."""
-    return ["base"] + [f"cam{i}" for i in range(1, count)] if count else []
-
-
-def _camera_names(p: dict[str, Any]) -> list[str]:
-    """The camera names for the topics (checked), or ParameterError."""
-    raw, compressed = p["image_topics"], p["compressed_image_topics"]
-    topics = raw + compressed
-    if not topics:
-        raise ParameterError("image_topics", "no camera topics: image_topics and compressed_image_topics "
-                             "are both empty")
-    if set(raw) & set(compressed):
-        raise ParameterError("compressed_image_topics", "a topic is also listed in image_topics")
-    names = p["camera_names"] or default_camera_names(len(topics))
-    if len(names) != len(topics):
-        raise ParameterError("camera_names", f"{len(names)} names for {len(topics)} camera topics {topics}")
-    if not all(names) or len(set(names)) != len(names):
-        raise ParameterError("camera_names", f"names must be unique and non-empty, got {names}")
-    return names
 
 
 @dataclass
@@ -154,15 +105,16 @@ class CameraNode(Node):
         self._core = core_observation()  # torch: imported now rather than at the first frame
         try:
             p = declare_parameters(self, PARAMETERS)
-            names = _camera_names(p)
+            names = camera_names(p)
         except ParameterError as exc:
             self.get_logger().fatal(str(exc))
             self.destroy_node()
             raise
         self._raw_topics: list[str] = p["image_topics"]
         self._compressed_topics: list[str] = p["compressed_image_topics"]
-        self.topics: list[str] = self._raw_topics + self._compressed_topics
+        self.topics: list[str] = self._raw_topics + self._compressed_topics  # resolved once subscribed
         self.camera_names: list[str] = list(names)
+        self.min_camera_rate_hz: float = p["min_camera_rate_hz"]
         self.image_size: int = p["image_size"]
         self.max_age: float = p["max_age"]
         self.max_image_bytes: int = p["max_image_bytes"]
@@ -170,14 +122,6 @@ class CameraNode(Node):
         self.state_topic: str = p["state_topic"]
         self._instruction_topic: str = p["instruction_topic"]
 
-        # Counters (read by diagnostics and tests).
-        self.rejected: dict[str, int] = {r: 0 for r in IMAGE_ERROR_REASONS + STATE_REJECTION_REASONS}
-        self.published = 0
-        self.dropped_stale = 0
-        self.waiting_for_state = 0
-        self.received = [0] * len(self.topics)  # good frames per camera
-        self._last_frame_mono: list[float | None] = [None] * len(self.topics)
-        self._diag_prev: dict[str, int] = {}
 
         self.seq = 0
         self.instruction: str | None = None
@@ -189,28 +133,78 @@ class CameraNode(Node):
         self._unstamped_warned: set[str] = set()
 
         self._subscribe(p)
+        # counters and figures (diagnostics, console, tests), on the resolved topic names
+        self.status = CameraStatus(self.camera_names, self.topics, IMAGE_ERROR_REASONS + STATE_REJECTION_REASONS)
         self.add_on_set_parameters_callback(parameter_callback(PARAMETERS))
         self.add_post_set_parameters_callback(self._apply_parameters)
         self._diag_publisher = self.create_publisher(DiagnosticArray, "/diagnostics", 10)
         self._diag_timer = self.create_timer(DIAGNOSTICS_PERIOD_S, self._publish_diagnostics)
-        cams = ", ".join(f"{n}={t}" for n, t in zip(self.camera_names, self.topics))
+        cams = ", ".join(f"{n}={t} ({'reliable' if is_reliable(s.qos_profile) else 'best effort'}, depth "
+                         f"{s.qos_profile.depth})" for n, t, s in zip(self.camera_names, self.topics, self._images))
         self.get_logger().info(
-            f"grouping {len(self.topics)} camera(s) [{cams}] into {p['observation_topic']} at "
-            f"{self.image_size}x{self.image_size}; instruction from {p['instruction_topic']}; "
+            f"grouping {len(self.topics)} camera(s) [{cams}] into {self._publisher.topic_name} at "
+            f"{self.image_size}x{self.image_size}; instruction from {self._instruction_topic}; "
             f"state from {self.state_topic or '(none)'}")
 
     def _subscribe(self, p: dict[str, Any]) -> None:
         self._publisher = self.create_publisher(ObservationMsg, p["observation_topic"], OBSERVATION_QOS)
-        self._inputs = []
+        per_topic = QoSOverridingOptions(policy_kinds=(QoSPolicyKind.RELIABILITY, QoSPolicyKind.DEPTH))
+        self._images = []
         for index, topic in enumerate(self.topics):
             msg_type = Image if index < len(self._raw_topics) else CompressedImage
-            self._inputs.append(self.create_subscription(
-                msg_type, topic, partial(self._on_image, index), qos_profile_sensor_data))
+            qos = image_qos(p["image_reliability"], p["image_qos_depth"])  # one each: overrides change it in place
+            self._images.append(self.create_subscription(
+                msg_type, topic, partial(self._on_image, index), qos, qos_overriding_options=per_topic,
+                event_callbacks=SubscriptionEventCallbacks(incompatible_qos=partial(self._on_incompatible, index))))
+        self.topics = [s.topic_name for s in self._images]  # as remapped: what the logs and diagnostics name
+        self._inputs = list(self._images)
         self._inputs.append(self.create_subscription(
             String, p["instruction_topic"], self._on_instruction, LATCHED_QOS))
+        self._instruction_topic = self._inputs[-1].topic_name
         if self.state_topic:
             self._inputs.append(self.create_subscription(
                 JointState, self.state_topic, self._on_state, qos_profile_sensor_data))
+            self.state_topic = self._inputs[-1].topic_name
+
+    def _on_incompatible(self, index: int, event) -> None:
+        policy = event.last_policy_kind.name.lower().removeprefix("rmw_qos_policy_")
+        mine = "reliable" if is_reliable(self._images[index].qos_profile) else "best effort"
+        self._warn(("incompatible", index), f"a publisher on {self.topics[index]} cannot reach this node: its QoS "
+                   f"is incompatible ({policy}) with this subscription's ({mine}); image_reliability: best_effort "
+                   "matches every publisher")
+
+    def _qos_hint(self, index: int) -> str:
+        """For a slow camera: whether a reliable subscription would help (its publishers are reliable)."""
+        if is_reliable(self._images[index].qos_profile):
+            return ""
+        publishers = self.get_publishers_info_by_topic(self.topics[index])
+        if publishers and all(is_reliable(info.qos_profile) for info in publishers):
+            return (f"; its publisher is reliable and this subscription best effort, which loses large raw "
+                    f"images: set image_reliability: reliable (or qos_overrides.{self.topics[index]}."
+                    "subscription.reliability: reliable), or send compressed images")
+        return ""
+
+    # -- counters (see CameraStatus) -------------------------------------------
+
+    @property
+    def rejected(self) -> dict[str, int]:
+        return self.status.rejected
+
+    @property
+    def received(self) -> list[int]:
+        return self.status.received
+
+    @property
+    def published(self) -> int:
+        return self.status.published
+
+    @property
+    def dropped_stale(self) -> int:
+        return self.status.dropped_stale
+
+    @property
+    def waiting_for_state(self) -> int:
+        return self.status.waiting_for_state
 
     # -- parameters ---------------------------------------------------------
 
@@ -234,11 +228,10 @@ class CameraNode(Node):
             else:
                 rgb = image_msg_to_rgb(msg, self.max_image_bytes)
         except ImageError as exc:
-            self.rejected[exc.reason] = self.rejected.get(exc.reason, 0) + 1
+            self.status.reject(exc.reason)
             self._warn((topic, exc.reason), f"rejected image on {topic}: {exc}")
             return
-        self.received[index] += 1
-        self._last_frame_mono[index] = time.monotonic()
+        self.status.frame(index)
         stamp_ns = stamp_to_ns(msg.header.stamp)
         header = msg.header
         if stamp_ns == 0:
@@ -284,45 +277,19 @@ class CameraNode(Node):
             self.state = state.astype(np.float32)
             return
         self.state = None  # never forward an older state as if it were current
-        self.rejected[reason] += 1
+        self.status.reject(reason)
         self._warn((self.state_topic, reason), f"rejected state on {self.state_topic}: {text}")
 
     # -- diagnostics --------------------------------------------------------
 
     def diagnostics(self) -> dict[str, Any]:
-        """The figures published on /diagnostics, as a dict."""
-        now = time.monotonic()
-        out: dict[str, Any] = {f"rejected_{reason}": count for reason, count in self.rejected.items()}
-        out.update(rejected_total=sum(self.rejected.values()), published=self.published,
-                   dropped_stale=self.dropped_stale, waiting_for_state=self.waiting_for_state,
-                   instruction=_clip(self.instruction if self.instruction is not None else self.default_instruction))
-        for name, topic, count, last in zip(self.camera_names, self.topics, self.received, self._last_frame_mono):
-            out[f"{name}.topic"] = topic
-            out[f"{name}.frames"] = count
-            out[f"{name}.last_frame_age_s"] = math.nan if last is None else now - last
-        return out
+        """The figures published on /diagnostics, as a dict (see :class:`.camera_status.CameraStatus`)."""
+        return self.status.figures(_clip(self.instruction if self.instruction is not None
+                                         else self.default_instruction))
 
     def diagnostic_status(self, d: dict[str, Any] | None = None) -> tuple[bytes, str]:
-        """(level, message): WARN for rejections and stale groups since the last status,
-        and for cameras silent for longer than ``max_age``; else OK."""
-        d = self.diagnostics() if d is None else d
-        problems = []
-        new = {reason: count - self._diag_prev.get(reason, 0) for reason, count in self.rejected.items()}
-        self._diag_prev.update(self.rejected)
-        rejected = ", ".join(f"{n} {reason}" for reason, n in new.items() if n)
-        if rejected:
-            problems.append(f"rejected: {rejected}")
-        stale = self.dropped_stale - self._diag_prev.get("_stale", 0)
-        self._diag_prev["_stale"] = self.dropped_stale
-        if stale:
-            problems.append(f"{stale} stale groups dropped")
-        silent = [f"{name} ({d[f'{name}.last_frame_age_s']:.1f} s)" if self.received[i] else f"{name} (no frame yet)"
-                  for i, name in enumerate(self.camera_names)
-                  if not self.received[i] or d[f"{name}.last_frame_age_s"] > self.max_age]
-        if silent:
-            problems.append("no frame from " + ", ".join(silent))
-        level = DiagnosticStatus.WARN if problems else DiagnosticStatus.OK
-        return level, "; ".join(problems) if problems else f"{self.published} observations published"
+        """(level, message) of the status published now."""
+        return self.status.status(self.diagnostics() if d is None else d, self.max_age, self.min_camera_rate_hz)
 
     def _publish_diagnostics(self) -> None:
         try:
@@ -335,6 +302,8 @@ class CameraNode(Node):
             array = DiagnosticArray(status=[status])
             array.header.stamp = self.get_clock().now().to_msg()
             self._diag_publisher.publish(array)
+            for line in self.status.rate_warnings(self.min_camera_rate_hz, self._qos_hint):
+                self.get_logger().warning(line)
         except Exception as exc:  # diagnostics must never end the node
             self.get_logger().error(f"diagnostics failed: {exc!r}")
 
@@ -346,14 +315,14 @@ class CameraNode(Node):
         max_age_ns = round(self.max_age * 1e9)
         stale = [i for i, f in enumerate(frames) if now_ns - f.stamp_ns > max_age_ns]
         if stale:
-            self.dropped_stale += 1
+            self.status.dropped_stale += 1
             for i in stale:
                 self._fresh[i] = False
             ages = ", ".join(f"{self.topics[i]} {(now_ns - frames[i].stamp_ns) / 1e9:.3f} s" for i in stale)
             self._warn("stale", f"dropped a stale group (max_age {self.max_age} s): {ages}")
             return
         if self.state_topic and self.state is None:
-            self.waiting_for_state += 1
+            self.status.waiting_for_state += 1
             self._warn("no_state", f"no valid state on {self.state_topic} yet: not publishing")
             return
         instruction = self.instruction if self.instruction is not None else self.default_instruction
@@ -372,7 +341,7 @@ class CameraNode(Node):
         )
         self._publisher.publish(msg)
         self.seq += 1
-        self.published += 1
+        self.status.published += 1
         self._fresh = [False] * len(self.topics)
         self._grouped_stamps = [f.stamp_ns for f in frames]
 

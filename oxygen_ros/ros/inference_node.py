@@ -171,13 +171,12 @@ class InferenceNode(Node):
         self._tick_guard = TickGuard() if p["yield_to_ticks"] else None
         self.engine.pause_point = None if self._tick_guard is None else self._tick_guard.pause_point
         self._init_interfaces(p)
-        self.get_logger().info(startup_summary(self.loaded, p))
+        self.get_logger().info(startup_summary(self.loaded, p, self.resolve_topic_name))
 
     def _init_interfaces(self, p: dict) -> None:
         # the lock guards the loop and the action output, shared by the tick, the inputs and the worker
         self._cond = threading.Condition(threading.Lock())
         self.tick_lateness_ms = Rolling(60_000)  # 20 min at 50 Hz (the agent's report reads them all)
-        self._status = StatusReporter()
         self.output = ActionOutput(self, self.params, self.counters, self.loop.records)
         self.text = TextOutput(self, p["text_topic"], self.counters)
         self.worker = FrameWorker(
@@ -186,8 +185,9 @@ class InferenceNode(Node):
             frame_done=None if self._tick_guard is None else self._tick_guard.frame_done)
         self._pub_diag = self.create_publisher(DiagnosticArray, "/diagnostics", reliable(10))
         inputs = MutuallyExclusiveCallbackGroup()
-        self.create_subscription(ObservationMsg, p["observation_topic"], self._on_observation, reliable(2),
-                                 callback_group=inputs)
+        observations = self.create_subscription(ObservationMsg, p["observation_topic"], self._on_observation,
+                                                reliable(2), callback_group=inputs)
+        self._status = StatusReporter(observations.topic_name)
         self.create_subscription(QuestionMsg, p["question_topic"], self._on_question, reliable(100),
                                  callback_group=inputs)
         self._tick_timer = self.create_timer(self.loop.period_ns / NS_PER_S, self._tick_callback(),
@@ -309,6 +309,8 @@ class InferenceNode(Node):
             d = self.diagnostics()
             self._pub_diag.publish(diagnostic_array(f"{self.get_name()}: engine", self.params["device"],
                                                     self.diagnostic_status(d), d, self.get_clock().now().to_msg()))
+            for line in self._status.console():  # what a user must see without watching /diagnostics
+                self.get_logger().warning(line)
         except Exception as exc:  # diagnostics must never end the node
             self.get_logger().error(f"diagnostics failed: {exc!r}", throttle_duration_sec=10.0)
 

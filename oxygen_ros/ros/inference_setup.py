@@ -79,12 +79,13 @@ def compile_pieces(engine: Engine, choice: str, log) -> None:
         (log.warning if choice == "on" else log.info)(f"running eager: {engine.compile_reason}")
 
 
-def startup_summary(loaded: checkpoints.LoadedCheckpoint, p: dict) -> str:
-    """The start-up log line: the model, the setting and which S and H are used (and whose)."""
+def startup_summary(loaded: checkpoints.LoadedCheckpoint, p: dict, resolve=str) -> str:
+    """The start-up log line: the model, the setting and which S and H are used (and whose), and the
+    topics (``resolve``: the node's ``resolve_topic_name``, so that remapped names are the ones shown)."""
     mc = loaded.config
     s, whose = (p["denoise_steps"], "parameter denoise_steps") if p["denoise_steps"] else (
         mc.denoise_steps, "the checkpoint's")
     return (f"{loaded.source} ({loaded.layout}, {p['device']}, {p['dtype']}): setting {p['setting']}, "
             f"H={mc.action_horizon} actions (the checkpoint's) at {p['control_rate_hz']:g} Hz, S={s} denoise "
-            f"steps ({whose}), k={p['steps_per_frame']}, N={p['max_decode']}; {p['observation_topic']} -> "
-            f"{p['actions_topic']}, {p['text_topic']}")
+            f"steps ({whose}), k={p['steps_per_frame']}, N={p['max_decode']}; {resolve(p['observation_topic'])} -> "
+            f"{resolve(p['actions_topic'])}, {resolve(p['text_topic'])}")

@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import math
+import time
 from typing import Any
 
 from builtin_interfaces.msg import Time
 from diagnostic_msgs.msg import DiagnosticArray, DiagnosticStatus, KeyValue
 
 from ..core.stats import action_frequency, percentile
+from ..core.throttle import Throttle
 
 #: Counters published on /diagnostics as they are (``questions_rejected`` after the 11th).
 COUNTED = ("ticks_faulted", "actions_non_finite", "frames", "language_frames", "frame_errors",
@@ -20,60 +22,97 @@ NEW_SINCE_LAST = ("underruns", "missed_ticks", "observations_stale", "hold_ticks
                   "actions_non_finite", "recompiles")
 
 
-def _problems(d: dict, new: dict, max_observation_age: float) -> list[str]:
+#: Seconds after start with no observation before the console warns.
+NO_OBSERVATION_WARN_S = 5.0
+#: Seconds between two console warnings of one kind.
+CONSOLE_PERIOD_S = 5.0
+#: Problems that are also warned on the console (throttled): the ones a user must see without
+#: watching /diagnostics. Frame failures and a stopped action output are logged where they happen.
+CONSOLE = ("underruns", "no_observation", "observation_age", "missed_ticks", "recompiles")
+
+
+def _problems(d: dict, new: dict, max_observation_age: float) -> list[tuple[str, str]]:
+    """(kind, text) of every problem in the figures ``d`` (``new``: counts since the last status)."""
     problems = []
     if d["faulted"]:
-        problems.append(f"action output stopped: {d['consecutive_failures']} frames failed in a row "
-                        f"(last: {d['last_failure']})")
+        problems.append(("faulted", f"action output stopped: {d['consecutive_failures']} frames failed in a row "
+                                    f"(last: {d['last_failure']})"))
     if new["underruns"]:
-        problems.append(f"{new['underruns']} underruns")
+        problems.append(("underruns", f"{new['underruns']} underruns"))
     if new["hold_ticks"]:
-        problems.append(f"holding the last action ({new['hold_ticks']} ticks)")
+        problems.append(("hold_ticks", f"holding the last action ({new['hold_ticks']} ticks)"))
     age = d["observation_age_ms"]
     if (d["observations_received"] and max_observation_age > 0 and not math.isnan(age)
             and age > max_observation_age * 1e3):
-        problems.append(f"no fresh observation for {age / 1e3:.1f} s (camera drop-out?)")
+        problems.append(("observation_age", f"no fresh observation for {age / 1e3:.1f} s (camera drop-out?)"))
     if new["observations_stale"]:
-        problems.append(f"{new['observations_stale']} stale observations not used")
+        problems.append(("observations_stale", f"{new['observations_stale']} stale observations not used"))
     if new["missed_ticks"]:
-        problems.append(f"{new['missed_ticks']} ticks missed (timer late)")
+        problems.append(("missed_ticks", f"{new['missed_ticks']} ticks missed (timer late)"))
     if d["frames"] == 0:
-        problems.append("no observation frame yet")
+        problems.append(("no_observation", "no observation frame yet"))
     if new["frame_errors"]:
-        problems.append(f"{new['frame_errors']} frame errors")
+        problems.append(("frame_errors", f"{new['frame_errors']} frame errors"))
     if new["actions_non_finite"]:
-        problems.append(f"{new['actions_non_finite']} chunks with non-finite actions dropped")
+        problems.append(("actions_non_finite", f"{new['actions_non_finite']} chunks with non-finite actions dropped"))
     if new["recompiles"]:
-        problems.append(f"{new['recompiles']} graphs compiled after warm-up (a shape outside the buckets)")
+        problems.append(("recompiles", f"{new['recompiles']} graphs compiled after warm-up (a shape outside the "
+                                       "buckets)"))
     if d["k"] < d["k_max"]:
-        problems.append(f"language budget k={d['k']} of {d['k_max']} (frames near the "
-                        f"{d['frame_deadline_ms']:.0f} ms deadline)")
+        problems.append(("k", f"language budget k={d['k']} of {d['k_max']} (frames near the "
+                              f"{d['frame_deadline_ms']:.0f} ms deadline)"))
     f = d["action_frequency_hz"]
     if not math.isnan(f) and f < d["control_rate_hz"]:
-        problems.append(f"action frequency {f:.0f} Hz below the control rate")
+        problems.append(("action_frequency", f"action frequency {f:.0f} Hz below the control rate"))
     return problems
 
 
 class StatusReporter:
     """(level, message) of each status: ERROR when the action output is stopped, WARN
     for what happened since the last status (underruns, stale observations, holds,
-    frame errors, a shrunken language budget, ...), else OK."""
+    frame errors, a shrunken language budget, ...), else OK; and the console lines
+    among them (:meth:`console`). ``observation_topic``: the resolved name, for the
+    line that says none has arrived."""
 
-    def __init__(self) -> None:
+    def __init__(self, observation_topic: str = "", clock=time.monotonic) -> None:
         self._previous = {key: 0 for key in NEW_SINCE_LAST}
+        self._problems: list[tuple[str, str]] = []
+        self._observation_topic = observation_topic
+        self._clock = clock
+        self._started = clock()
+        self._throttle = Throttle(CONSOLE_PERIOD_S, clock)
 
     def status(self, d: dict, max_observation_age: float) -> tuple:
         new = {key: d[key] - self._previous.get(key, 0) for key in NEW_SINCE_LAST}
         self._previous = {key: d[key] for key in NEW_SINCE_LAST}
-        problems = _problems(d, new, max_observation_age)
+        self._problems = problems = _problems(d, new, max_observation_age)
         if d["faulted"]:
             level = DiagnosticStatus.ERROR
         else:
             level = DiagnosticStatus.WARN if problems else DiagnosticStatus.OK
-        message = "; ".join(problems) if problems else (
+        message = "; ".join(text for _, text in problems) if problems else (
             f"f={d['action_frequency_hz']:.0f} Hz, frame {d['frame_latency_ms']:.1f} ms, "
             f"{d['tokens_per_s']:.0f} tok/s")
         return level, message
+
+    def console(self) -> list[str]:
+        """The warnings to print now for the last :meth:`status`: its problems of the :data:`CONSOLE`
+        kinds, each kind at most every :data:`CONSOLE_PERIOD_S` s (with how many were held back),
+        and none about a missing observation in the first :data:`NO_OBSERVATION_WARN_S` s."""
+        lines = []
+        elapsed = self._clock() - self._started
+        for kind, text in self._problems:
+            if kind not in CONSOLE or (kind == "no_observation" and elapsed < NO_OBSERVATION_WARN_S):
+                continue
+            if kind == "no_observation":
+                text = (f"no observation on {self._observation_topic or 'the observation topic'} "
+                        f"{elapsed:.0f} s after start (is the camera node running, on these topics?)")
+            elif kind == "underruns":
+                text += " in the last second: the chunk ran out before the next one (see /diagnostics)"
+            suppressed = self._throttle(kind)
+            if suppressed is not None:
+                lines.append(text + (f" ({suppressed} more such seconds since the last report)" if suppressed else ""))
+        return lines
 
 
 def format_value(v: Any) -> str:

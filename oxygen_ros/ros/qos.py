@@ -24,3 +24,17 @@ ACTIONS_QOS = _profile(10, reliability=ReliabilityPolicy.BEST_EFFORT)
 #: Published data (images, joint states, replayed topics): reliable, which every
 #: subscriber (reliable or best effort) accepts.
 DATA_QOS = reliable(10)
+
+
+#: The reliabilities an image subscription can ask for (``image_reliability``).
+RELIABILITY = ("best_effort", "reliable")
+
+
+def image_qos(reliability: str, depth: int) -> QoSProfile:
+    """A camera image subscription: ``reliability`` (one of :data:`RELIABILITY`), volatile, the last ``depth``."""
+    policy = ReliabilityPolicy.RELIABLE if reliability == "reliable" else ReliabilityPolicy.BEST_EFFORT
+    return _profile(depth, reliability=policy)
+
+
+def is_reliable(profile: QoSProfile) -> bool:
+    return profile.reliability == ReliabilityPolicy.RELIABLE

@@ -1,0 +1,139 @@
+"""The camera node's counters, figures and status: what it published on /diagnostics and the console.
+
+:class:`CameraStatus` counts what the camera node received, refused, grouped and
+dropped, measures each camera's received rate over the last :data:`RATE_WINDOW_S`
+seconds, and turns them into the ``/diagnostics`` figures, the status (level and
+message) and the throttled console warnings: a camera below ``min_camera_rate_hz``
+(including one that never delivered), rejected images and stale groups are logged
+where they happen.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections import deque
+from typing import Any, Callable
+
+from diagnostic_msgs.msg import DiagnosticStatus
+
+from oxygen_ros.core.throttle import Throttle
+
+#: Seconds over which a camera's received rate is measured (and the grace after start).
+RATE_WINDOW_S = 3.0
+#: Seconds between two console warnings about one camera's rate.
+RATE_WARN_PERIOD_S = 5.0
+
+
+class RateWindow:
+    """Events per second over the last ``window`` seconds (since ``start`` while shorter)."""
+
+    def __init__(self, start: float, window: float = RATE_WINDOW_S):
+        self.start, self.window = start, window
+        self._times: deque[float] = deque()
+
+    def add(self, now: float) -> None:
+        self._times.append(now)
+        self._drop(now)
+
+    def _drop(self, now: float) -> None:
+        while self._times and self._times[0] < now - self.window:
+            self._times.popleft()
+
+    def rate(self, now: float) -> float:
+        """The rate (NaN in the first ``window`` seconds after ``start``: too short to tell)."""
+        self._drop(now)
+        span = now - self.start
+        return math.nan if span < self.window else len(self._times) / self.window
+
+
+class CameraStatus:
+    """Counters and per-camera figures of a camera node with cameras ``names`` on ``topics``
+    (resolved names); ``reasons``: every rejection reason counted."""
+
+    def __init__(self, names: list[str], topics: list[str], reasons: tuple[str, ...],
+                 clock: Callable[[], float] = time.monotonic):
+        self.names, self.topics, self._clock = names, topics, clock
+        start = clock()
+        self.rejected: dict[str, int] = {r: 0 for r in reasons}
+        self.published = self.dropped_stale = self.waiting_for_state = 0
+        self.received = [0] * len(topics)  # good frames per camera
+        self._last_frame: list[float | None] = [None] * len(topics)
+        self._rates = [RateWindow(start) for _ in topics]
+        self._previous: dict[str, int] = {}
+        self._throttle = Throttle(RATE_WARN_PERIOD_S, clock)
+
+    def frame(self, index: int) -> None:
+        """Camera ``index`` delivered a good frame."""
+        now = self._clock()
+        self.received[index] += 1
+        self._last_frame[index] = now
+        self._rates[index].add(now)
+
+    def reject(self, reason: str) -> None:
+        self.rejected[reason] = self.rejected.get(reason, 0) + 1
+
+    def rates(self) -> list[float]:
+        now = self._clock()
+        return [r.rate(now) for r in self._rates]
+
+    def figures(self, instruction: str) -> dict[str, Any]:
+        """The figures published on /diagnostics."""
+        now = self._clock()
+        out: dict[str, Any] = {f"rejected_{reason}": count for reason, count in self.rejected.items()}
+        out.update(rejected_total=sum(self.rejected.values()), published=self.published,
+                   dropped_stale=self.dropped_stale, waiting_for_state=self.waiting_for_state, instruction=instruction)
+        for name, topic, count, last, rate in zip(self.names, self.topics, self.received, self._last_frame,
+                                                  self.rates()):
+            out[f"{name}.topic"] = topic
+            out[f"{name}.frames"] = count
+            out[f"{name}.rate_hz"] = rate
+            out[f"{name}.last_frame_age_s"] = math.nan if last is None else now - last
+        return out
+
+    def status(self, d: dict[str, Any], max_age: float, min_rate_hz: float) -> tuple[bytes, str]:
+        """(level, message): WARN for rejections and stale groups since the last status, for
+        cameras silent for longer than ``max_age`` and for cameras below ``min_rate_hz``; else OK."""
+        problems = []
+        new = {reason: count - self._previous.get(reason, 0) for reason, count in self.rejected.items()}
+        self._previous.update(self.rejected)
+        rejected = ", ".join(f"{n} {reason}" for reason, n in new.items() if n)
+        if rejected:
+            problems.append(f"rejected: {rejected}")
+        stale = self.dropped_stale - self._previous.get("_stale", 0)
+        self._previous["_stale"] = self.dropped_stale
+        if stale:
+            problems.append(f"{stale} stale groups dropped")
+        silent = [f"{name} ({d[f'{name}.last_frame_age_s']:.1f} s)" if self.received[i] else f"{name} (no frame yet)"
+                  for i, name in enumerate(self.names)
+                  if not self.received[i] or d[f"{name}.last_frame_age_s"] > max_age]
+        if silent:
+            problems.append("no frame from " + ", ".join(silent))
+        slow = [f"{name} {d[f'{name}.rate_hz']:.1f} Hz" for name in self.names if _below(d[f"{name}.rate_hz"],
+                                                                                         min_rate_hz)]
+        if slow:
+            problems.append(f"below min_camera_rate_hz {min_rate_hz:g}: " + ", ".join(slow))
+        level = DiagnosticStatus.WARN if problems else DiagnosticStatus.OK
+        return level, "; ".join(problems) if problems else f"{self.published} observations published"
+
+    def rate_warnings(self, min_rate_hz: float, hint: Callable[[int], str] = lambda index: "") -> list[str]:
+        """Console lines for the cameras below ``min_rate_hz`` now, each camera at most every
+        :data:`RATE_WARN_PERIOD_S` s; ``hint(index)``: what may help, appended to the line."""
+        lines = []
+        for index, rate in enumerate(self.rates()):
+            if not _below(rate, min_rate_hz):
+                continue
+            suppressed = self._throttle(index)
+            if suppressed is None:
+                continue
+            line = (f"camera {self.names[index]} on {self.topics[index]}: {rate:.1f} frames/s received over the "
+                    f"last {RATE_WINDOW_S:g} s, below min_camera_rate_hz {min_rate_hz:g}")
+            rejected = sum(self.rejected.values())
+            if rejected:
+                line += f" ({rejected} images rejected so far, see the warnings above)"
+            lines.append(line + hint(index))
+        return lines
+
+
+def _below(rate: float, minimum: float) -> bool:
+    return minimum > 0 and not math.isnan(rate) and rate < minimum

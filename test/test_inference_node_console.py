@@ -1,0 +1,91 @@
+"""What the inference node says on the console without anyone watching /diagnostics:
+no observation after start, underruns, a stale camera; throttled; topics by their
+resolved names.
+
+The status rules are checked on their own (:class:`StatusReporter`, a clock of the
+test's), then once on real DDS through /rosout.
+"""
+
+from __future__ import annotations
+
+from ros_harness import InferenceClient, Ros, inference_node, unique_prefix, until
+
+from oxygen_ros.ros.inference_status import CONSOLE_PERIOD_S, NO_OBSERVATION_WARN_S, StatusReporter
+
+
+def _figures(**changes) -> dict:
+    """Figures of a healthy running node (the keys StatusReporter reads)."""
+    d = {"underruns": 0, "missed_ticks": 0, "observations_stale": 0, "hold_ticks": 0, "frame_errors": 0,
+         "actions_non_finite": 0, "recompiles": 0, "faulted": False, "consecutive_failures": 0, "last_failure": "",
+         "observation_age_ms": 50.0, "observations_received": 10, "frames": 10, "k": 5, "k_max": 5,
+         "frame_deadline_ms": 100.0, "action_frequency_hz": 60.0, "control_rate_hz": 50.0,
+         "frame_latency_ms": 10.0, "tokens_per_s": 100.0}
+    d.update(changes)
+    return d
+
+
+class Clock:
+    def __init__(self):
+        self.t = 100.0
+
+    def __call__(self) -> float:
+        return self.t
+
+
+def test_no_observation_is_told_after_the_grace_naming_the_topic():
+    clock = Clock()
+    status = StatusReporter("/robot/oxygen/observation", clock=clock)
+    idle = _figures(frames=0, observations_received=0, observation_age_ms=float("nan"))
+    status.status(idle, 1.0)
+    assert status.console() == []  # start-up: not yet
+    clock.t += NO_OBSERVATION_WARN_S
+    status.status(idle, 1.0)
+    (line,) = status.console()
+    assert line.startswith("no observation on /robot/oxygen/observation 5 s after start")
+    clock.t += 1.0
+    status.status(idle, 1.0)
+    assert status.console() == []  # throttled
+    clock.t += CONSOLE_PERIOD_S
+    status.status(idle, 1.0)
+    (line,) = status.console()
+    assert "more such seconds since the last report" in line
+
+
+def test_underruns_and_a_stale_camera_are_told_and_quiet_seconds_are_not():
+    clock = Clock()
+    status = StatusReporter("/o", clock=clock)
+    status.status(_figures(), 1.0)
+    assert status.console() == []
+    clock.t += 1.0
+    status.status(_figures(underruns=7, observation_age_ms=2500.0), 1.0)
+    lines = status.console()
+    assert any(line.startswith("7 underruns in the last second") for line in lines), lines
+    assert any("no fresh observation for 2.5 s" in line for line in lines), lines
+    clock.t += 1.0
+    status.status(_figures(underruns=7), 1.0)  # no new underrun, fresh observations again
+    assert status.console() == []
+    # what is not for the console: a shrunken language budget is in /diagnostics only
+    clock.t += 10.0
+    level, message = status.status(_figures(underruns=7, k=2), 1.0)
+    assert "language budget k=2" in message and status.console() == []
+
+
+def test_the_console_tells_a_missing_camera_and_underruns(ros_env):
+    """On real DDS: the node warns that no observation came on its (namespaced) topic, then,
+    once observations came and stopped, that the chunk ran out."""
+    from rcl_interfaces.msg import Log
+    from rclpy.qos import DurabilityPolicy, QoSProfile, ReliabilityPolicy
+
+    prefix = unique_prefix()
+    with Ros() as ros:
+        logs = []
+        listener = ros.node("oxygen_test_rosout")
+        listener.create_subscription(Log, "/rosout", lambda m: logs.append(m.msg) if prefix[1:] in m.name else None,
+                                     QoSProfile(depth=1000, reliability=ReliabilityPolicy.RELIABLE,
+                                                durability=DurabilityPolicy.TRANSIENT_LOCAL))
+        inference_node(ros, prefix, max_observation_age=0.5, hold_action="none")
+        client = InferenceClient(ros, prefix)
+        assert until(lambda: any(f"no observation on {prefix}/observation" in line for line in logs), 30.0), logs
+        client.publish_observations(2.0, rate_hz=10.0)
+        assert until(lambda: client.chunks, 20.0)
+        assert until(lambda: any("underruns in the last second" in line for line in logs), 30.0), logs
