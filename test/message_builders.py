@@ -3,6 +3,8 @@
 * :func:`observation_msg` - an ``oxygen_ros/Observation`` message from numpy.
 * :func:`raw_image` / :func:`compressed_image` / :func:`png_with_size` / :func:`cdr_with` -
   input messages, well formed or not, as a camera driver or a careless publisher sends them.
+* :func:`png_file` / :func:`png_with_idat_changed` / :func:`jpeg_with_scan_changed` - JPEG and
+  PNG data damaged inside (bytes of the compressed data changed, the file structure intact).
 * :func:`bag_recording` - a small recording of camera images, joint states and an instruction.
 """
 
@@ -47,11 +49,67 @@ def compressed_image(data: bytes, fmt: str = "png"):
     return msg
 
 
+def png_chunk(ctype: bytes, body: bytes) -> bytes:
+    """One PNG chunk: length, type, body, CRC."""
+    return struct.pack(">I", len(body)) + ctype + body + struct.pack(">I", zlib.crc32(ctype + body))
+
+
 def png_with_size(width: int, height: int) -> bytes:
     """A syntactically valid PNG header claiming width x height (no pixel data)."""
-    ihdr = struct.pack(">IIBBBBB", width, height, 8, 2, 0, 0, 0)
-    chunk = struct.pack(">I", len(ihdr)) + b"IHDR" + ihdr + struct.pack(">I", zlib.crc32(b"IHDR" + ihdr))
-    return b"\x89PNG\r\n\x1a\n" + chunk
+    return b"\x89PNG\r\n\x1a\n" + png_chunk(b"IHDR", struct.pack(">IIBBBBB", width, height, 8, 2, 0, 0, 0))
+
+
+_ADAM7 = ((0, 0, 8, 8), (4, 0, 8, 8), (0, 4, 4, 8), (2, 0, 4, 4), (0, 2, 2, 4), (1, 0, 2, 2), (0, 1, 1, 2))
+
+
+def png_file(rgb, *, level: int = 6, interlaced: bool = False, idat_chunks: int = 1, checksum_apart: bool = False,
+             extra_rows: int = 0, trailing: bytes = b"") -> bytes:
+    """An 8-bit RGB PNG of ``rgb`` written here (rows unfiltered; zlib ``level``, 0: stored, so
+    that a changed byte is a changed pixel), its zlib stream split over ``idat_chunks`` IDAT
+    chunks (``checksum_apart``: and its Adler-32 in one more, as an encoder writing fixed-size
+    chunks may happen to); ``extra_rows`` (negative: fewer) and ``trailing`` (bytes after the
+    zlib stream) make its image data disagree with its IHDR, the chunks' CRCs all correct."""
+    rgb = np.ascontiguousarray(rgb, dtype=np.uint8)
+    height, width = rgb.shape[:2]
+    passes = [rgb[y0::dy, x0::dx] for x0, y0, dx, dy in _ADAM7] if interlaced else [rgb]
+    rows = [row for sub in passes if sub.size for row in sub]
+    rows = rows[:len(rows) + extra_rows] if extra_rows < 0 else rows + rows[:extra_rows]
+    stream = zlib.compress(b"".join(b"\0" + row.tobytes() for row in rows), level)
+    body, tail = (stream[:-4], stream[-4:] + trailing) if checksum_apart else (stream + trailing, b"")
+    step = -(-len(body) // idat_chunks)
+    idat = [body[i:i + step] for i in range(0, len(body), step)] + ([tail] if tail else [])
+    ihdr = struct.pack(">IIBBBBB", width, height, 8, 2, 0, 0, 1 if interlaced else 0)
+    return (b"\x89PNG\r\n\x1a\n" + png_chunk(b"IHDR", ihdr) + b"".join(png_chunk(b"IDAT", c) for c in idat)
+            + png_chunk(b"IEND", b""))
+
+
+def png_with_idat_changed(png: bytes, *, at: float = 0.5, fix_crc: bool = False) -> bytes:
+    """``png`` with one byte of its first IDAT chunk's data changed (``at``: where, as a fraction
+    of the chunk); with ``fix_crc`` the chunk's CRC is recomputed, so that only the zlib stream
+    (its Adler-32) tells."""
+    i = png.index(b"IDAT")
+    length = struct.unpack(">I", png[i - 4:i])[0]
+    out = bytearray(png)
+    out[i + 4 + int(length * at)] ^= 0x5A
+    if fix_crc:
+        out[i + 4 + length:i + 8 + length] = struct.pack(">I", zlib.crc32(bytes(out[i:i + 4 + length])))
+    return bytes(out)
+
+
+def jpeg_with_scan_changed(jpeg: bytes, count: int = 16) -> bytes:
+    """``jpeg`` with ``count`` bytes inside its entropy-coded (scan) data changed, spread over
+    its middle third; markers, lengths and byte stuffing (0xFF 0x00) are left intact."""
+    sos = jpeg.index(b"\xff\xda")
+    start = sos + 2 + int.from_bytes(jpeg[sos + 2:sos + 4], "big")
+    end = len(jpeg) - 2  # EOI
+    out = bytearray(jpeg)
+    first, span = start + (end - start) // 3, (end - start) // 3
+    for k in range(count):
+        p = first + span * k // count
+        while 0xFF in (out[p - 1], out[p], out[p] ^ 0x55):  # never make or break a marker
+            p += 1
+        out[p] ^= 0x55
+    return bytes(out)
 
 
 INVALID_UTF8 = b"\xff\xfe\xc3("  # a stray continuation byte, a truncated sequence

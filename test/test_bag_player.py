@@ -1,5 +1,6 @@
 """The BagPlayer node on real DDS: recorded order and timing, topic filter, loop,
-original stamps, lockstep with the ActionChunks of a policy, parameter checks.
+original stamps, lockstep with the ActionChunks of a policy, the wait for subscribers
+(nothing of a bag is lost to discovery), parameter checks.
 
 Every test runs its nodes in a private rclpy context (the ``stepped_ros`` fixture; `make
 test` sets ROS_DOMAIN_ID, ROS_AUTOMATIC_DISCOVERY_RANGE and ROS_LOG_DIR, the fixture sets
@@ -20,7 +21,7 @@ STORAGES = ["mcap", "sqlite3"]
 def _player(stepped_ros, bag, **values):
     from oxygen_ros.ros.bag_player import BagPlayer
 
-    defaults = {"bag_path": str(bag), "start_delay_s": 0.0, "shutdown_when_done": True}
+    defaults = {"bag_path": str(bag), "shutdown_when_done": True}
     defaults.update(values)
     return stepped_ros.add(BagPlayer(context=stepped_ros.context, parameter_overrides=params(**defaults)))
 
@@ -160,6 +161,78 @@ def test_player_lockstep_waits_for_action_chunks(stepped_ros, tmp_path, answer):
     else:
         assert player.lockstep_timeouts == n - 1
         assert gaps.min() >= timeout * 0.9, gaps
+
+
+def _images_and_instruction(p, images=5):
+    """A short recording: the latched instruction at its very start, then ``images`` images."""
+    return [r for r in bag_recording(p, images=images) if not r[0].endswith("/joint_states")]
+
+
+def _image_subscriber(node, topic, into):
+    from rclpy.qos import QoSProfile, ReliabilityPolicy
+    from sensor_msgs.msg import Image
+
+    # best effort, as a camera consumer subscribes: it drops what comes before it has matched
+    node.create_subscription(Image, topic, into.append, QoSProfile(depth=10, reliability=ReliabilityPolicy.BEST_EFFORT))
+
+
+def test_player_waits_for_a_subscriber_on_every_topic_and_nothing_is_lost(stepped_ros, tmp_path):
+    """A subscriber started before the player (images) and one started a second after it
+    (instruction and images): the player plays only once every topic has a subscriber, so
+    both get every image of the bag and the late one the latched instruction too."""
+    from std_msgs.msg import String
+
+    from oxygen_ros.ros.bags import write_bag
+    from oxygen_ros.ros.qos import LATCHED_QOS
+
+    p = stepped_ros.prefix
+    image_topic, instruction_topic = f"{p}/camera/image_raw", f"{p}/oxygen/instruction"
+    recording = _images_and_instruction(p)
+    bag = write_bag(tmp_path / "bag", "mcap", recording, latched_topics=[instruction_topic])
+    expected = [bytes(m.data) for t, m, _ in recording if t == image_topic]
+
+    early_images, late_images, late_instructions = [], [], []
+    _image_subscriber(stepped_ros.node("oxygen_test_early"), image_topic, early_images)
+    player = _player(stepped_ros, bag, wait_for_subscribers_s=60.0)  # defaults otherwise; no start_now()
+    assert stepped_ros.spin_until(lambda: player.unmatched_topics() == [instruction_topic])
+    stepped_ros.spin_for(1.0)  # twice the fixed start delay the player used to have
+    assert player.published == 0 and early_images == []  # a topic has no subscriber yet: nothing played
+
+    late = stepped_ros.node("oxygen_test_late")
+    late.create_subscription(String, instruction_topic, late_instructions.append, LATCHED_QOS)
+    _image_subscriber(late, image_topic, late_images)
+    assert stepped_ros.spin_until(lambda: player.finished, timeout=30.0)
+    assert player.published == len(recording)
+    assert stepped_ros.spin_until(lambda: len(early_images) == len(late_images) == len(expected)
+                                  and late_instructions, timeout=10.0), (len(early_images), len(late_images))
+    assert [bytes(m.data) for m in early_images] == expected
+    assert [bytes(m.data) for m in late_images] == expected
+    assert [m.data for m in late_instructions] == ["move to the blue square"]
+
+
+def test_player_without_subscribers_names_them_after_the_timeout_and_plays_anyway(stepped_ros, tmp_path):
+    from rcl_interfaces.msg import Log
+    from rclpy.qos import DurabilityPolicy, QoSProfile, ReliabilityPolicy
+
+    from oxygen_ros.ros.bags import write_bag
+
+    p = stepped_ros.prefix
+    recording = _images_and_instruction(p, images=3)
+    bag = write_bag(tmp_path / "bag", "sqlite3", recording, latched_topics=[f"{p}/oxygen/instruction"])
+    logs = []
+    stepped_ros.node("oxygen_test_rosout").create_subscription(Log, "/rosout", logs.append, QoSProfile(
+        depth=1000, reliability=ReliabilityPolicy.RELIABLE, durability=DurabilityPolicy.TRANSIENT_LOCAL))
+    player = _player(stepped_ros, bag, wait_for_subscribers_s=0.5)
+    assert stepped_ros.spin_until(lambda: player.finished, timeout=30.0)
+    assert player.published == len(recording)  # played anyway
+
+    def warnings():
+        return [m for m in logs if "no subscriber matched" in m.msg and p in m.msg]
+
+    assert stepped_ros.spin_until(warnings)
+    (warning,) = warnings()
+    assert warning.level == Log.WARN
+    assert f"{p}/camera/image_raw" in warning.msg and f"{p}/oxygen/instruction" in warning.msg
 
 
 def test_player_refuses_bad_parameters(stepped_ros, tmp_path):

@@ -12,7 +12,16 @@ import time
 
 import numpy as np
 import ros_harness
-from message_builders import INVALID_UTF8, cdr_with, compressed_image, png_with_size, raw_image
+from message_builders import (
+    INVALID_UTF8,
+    cdr_with,
+    compressed_image,
+    jpeg_with_scan_changed,
+    png_file,
+    png_with_idat_changed,
+    png_with_size,
+    raw_image,
+)
 from ros_harness import params, reliable, unique_prefix
 
 from oxygen_ros.ros.conversions import IMAGE_ERROR_REASONS
@@ -60,8 +69,10 @@ class CameraRig:
         self.state = self.node.create_publisher(JointState, f"{p}/joint_states", qos_profile_sensor_data)
         self.instruction = self.node.create_publisher(String, f"{p}/instruction", LATCHED_QOS)
         self.camera = ros.add(CameraNode(context=ros.context, parameter_overrides=params(**defaults)))
+        read = set(self.camera.topics) | {defaults["instruction_topic"], defaults["state_topic"]}
         assert until(lambda: all(pub.get_subscription_count() >= 1 for pub in (self.raw, self.jpeg, self.state,
-                                                                                self.instruction)))
+                                                                                self.instruction)
+                                 if pub.topic_name in read))
 
     def _on_diag(self, msg):
         for status in msg.status:
@@ -109,6 +120,8 @@ def _bad_images():
         ("jpeg", _compressed(b"\xff\xd8\xff\xe0\x00\x10" + bytes(100)), "corrupt_compressed"),
         ("jpeg", _compressed(png_with_size(0, 8)), "zero_size"),
         ("jpeg", _compressed(png_with_size(5000, 5000)), "too_large"),  # refused before decoding
+        ("jpeg", _compressed(jpeg_with_scan_changed(jpeg)), "damaged"),  # bytes changed inside the scan
+        ("jpeg", _compressed(png_with_idat_changed(png_file(smooth))), "damaged"),  # IDAT CRC mismatch
     ]
 
 
@@ -214,3 +227,29 @@ def test_camera_node_rejects_bad_states_and_handles_bad_instructions(ros):
     assert until(lambda: rig.observations and rig.observations[-1].instruction == "fallback",
                  every=rig.send_good)
     assert any("empty instruction" in m.msg for m in rig.logs)
+
+
+def test_camera_node_refuses_a_damaged_compressed_image_and_uses_the_next_good_one(ros):
+    """A JPEG damaged inside its data (OpenCV would decode it to a partly grey image) is
+    counted and logged, and no Observation comes from it; the good frame after it is used."""
+    from oxygen_ros.ros.conversions import rgb_to_compressed_msg
+
+    rig = CameraRig(ros, image_topics=[], state_topic="")
+    camera = rig.camera
+    y, x = np.mgrid[0:32, 0:40]
+    scene = np.stack([x * 6, y * 7, (x + y) * 3], axis=-1).astype(np.uint8)
+    damaged = rgb_to_compressed_msg(scene, "jpeg", quality=75)
+    damaged.data = jpeg_with_scan_changed(bytes(damaged.data))
+    assert until(lambda: camera.rejected["damaged"] >= 1, every=lambda: rig.jpeg.publish(damaged))
+    assert camera.published == 0 and camera.received == [0]
+
+    good = np.full((32, 40, 3), 200, np.uint8)
+    assert until(lambda: rig.observations, every=lambda: rig.jpeg.publish(
+        rgb_to_compressed_msg(good, "jpeg", rig.now())))
+    for obs in rig.observations:  # every Observation is the good frame's
+        pixels = np.frombuffer(obs.images[0].data, np.uint8).reshape(16, 16, 3)
+        assert np.abs(pixels[4:12].astype(int) - 200).max() <= 2, pixels[8, 8]
+    topic = camera.topics[0]
+    assert until(lambda: any(topic in m.msg and "damaged" in m.msg for m in rig.logs))
+    assert until(lambda: any(kv.key == "rejected_damaged" and int(kv.value) >= 1
+                             for s in rig.diagnostics for kv in s.values), timeout=15.0)

@@ -5,6 +5,15 @@ replays a rosbag2 bag (MCAP or SQLite3, detected from the bag) on the
 recorded topics with the recorded types and timing (scaled by ``rate``),
 optionally in lockstep with the model (an image is held until an ActionChunk
 for a newer observation arrived), optionally looping.
+
+Nothing of the bag is lost to discovery: before the first message the player
+waits until every topic it plays has a matched subscription (at most
+``wait_for_subscribers_s``; then it logs the topics still unmatched and plays
+anyway), then ``start_delay_s`` more, so that best-effort subscribers, which
+drop what arrives before they have matched the player's writer in turn, have
+done so too. Latched topics (recorded transient-local, or in
+``latched_topics``) are published transient-local, so a subscriber that comes
+later still gets their last message.
 """
 
 from __future__ import annotations
@@ -57,8 +66,11 @@ BAG_PLAYER_PARAMETERS: tuple[ParamSpec, ...] = (
               "recorded transient-local)", "str_list", topic_list),
     ParamSpec("restamp", True, "shift header stamps by (now - recorded time) so that consumers comparing "
               "stamps with their clock see fresh data", "bool"),
-    ParamSpec("start_delay_s", 0.5, "seconds between creating the publishers and the first message "
-              "(lets subscribers match)", "float", non_negative),
+    ParamSpec("wait_for_subscribers_s", 5.0, "seconds to wait, before the first message, until every played "
+              "topic has a matched subscription; when they pass, the topics still unmatched are logged and the "
+              "bag plays anyway (0: do not wait)", "float", non_negative),
+    ParamSpec("start_delay_s", 0.25, "seconds between the end of that wait and the first message (lets "
+              "best-effort subscribers match the player's writers too)", "float", non_negative),
     ParamSpec("shutdown_when_done", True, "exit when the bag has been played (not looping)", "bool", dynamic=True),
 )
 
@@ -94,7 +106,10 @@ class BagPlayer(Node):
         self._gate_seq = -1
         self._images_since_release: set[str] = set()
         self._hold_since: float | None = None
-        self._start_at = time.monotonic() + p["start_delay_s"]
+        self.wait_for_subscribers_s: float = p["wait_for_subscribers_s"]
+        self.start_delay_s: float = p["start_delay_s"]
+        self._created_at = time.monotonic()
+        self._start_at: float | None = None  # set when the wait for subscribers ends
         self._iter = None
         self._pending = None
         self._t0_bag = 0
@@ -113,10 +128,31 @@ class BagPlayer(Node):
         """The publisher of each topic this player plays (a read-only view)."""
         return MappingProxyType(self._publishers_by_topic)
 
+    def unmatched_topics(self) -> list[str]:
+        """The played topics that have no matched subscription now."""
+        return [t for t, pub in self._publishers_by_topic.items() if pub.get_subscription_count() == 0]
+
     def start_now(self) -> None:
-        """Play from the next tick on, cutting ``start_delay_s`` short (for a caller that
-        has already seen its subscribers match)."""
+        """Play from the next tick on, cutting the wait for subscribers and ``start_delay_s``
+        short (for a caller that has already seen its subscribers match)."""
         self._start_at = time.monotonic()
+
+    def _ready(self, now: float) -> bool:
+        """Whether playback may start: every topic matched (or the wait over), then ``start_delay_s``."""
+        if self._start_at is None:
+            unmatched = self.unmatched_topics()
+            waited = now - self._created_at
+            if unmatched and waited < self.wait_for_subscribers_s:
+                return False
+            if unmatched:
+                self.get_logger().warning(
+                    f"no subscriber matched within {self.wait_for_subscribers_s} s on {len(unmatched)} topic(s): "
+                    f"{', '.join(unmatched)}; playing anyway")
+            else:
+                self.get_logger().info(f"every topic has a subscriber (after {waited:.2f} s): starting in "
+                                       f"{self.start_delay_s} s")
+            self._start_at = now + self.start_delay_s
+        return now >= self._start_at
 
     def _fail(self, name: str, reason: str) -> None:
         exc = ParameterError(name, reason)
@@ -212,7 +248,7 @@ class BagPlayer(Node):
         if self.finished:
             return
         now = time.monotonic()
-        if now < self._start_at:
+        if not self._ready(now):
             return
         if self._iter is None and not self._start_pass():
             self._finish("the bag has no messages on the selected topics")

@@ -4,9 +4,10 @@
   and ``rclpy.time.Time``; the ``Header`` of outgoing messages.
 * :mod:`.image_checks` - every way an ``Image`` / ``CompressedImage`` can be
   malformed, checked before a decoder sees it: :class:`ImageError`, whose
-  ``reason`` is one of :data:`IMAGE_ERROR_REASONS`.
+  ``reason`` is one of :data:`IMAGE_ERROR_REASONS`; :func:`check_png_data`, a
+  PNG's integrity (CRCs, zlib stream).
 * :mod:`.images` - image messages <-> ``HxWx3`` uint8 RGB (checked, then
-  cv_bridge / OpenCV), and the resize to the model's square resolution.
+  cv_bridge, simplejpeg or OpenCV), and the resize to the model's square resolution.
 * :mod:`.observations` - the ``oxygen_ros/Observation`` message <->
   :class:`oxygen_ros.core.observation.Observation`.
 * :mod:`.outputs` - the inference node's ``ActionChunk``, ``TextToken`` and
@@ -23,6 +24,7 @@ from .image_checks import (
     ImageError,
     check_compressed_msg,
     check_image_msg,
+    check_png_data,
 )
 from .images import (
     compressed_msg_to_rgb,
@@ -38,7 +40,7 @@ from .stamps import duration_msg, header_msg, ns_to_time_msg, stamp_to_ns, time_
 
 __all__ = [
     "DEFAULT_MAX_IMAGE_BYTES", "IMAGE_ERROR_REASONS", "SUPPORTED_COMPRESSED_FORMATS", "SUPPORTED_ENCODINGS",
-    "ImageError", "check_compressed_msg", "check_image_msg",
+    "ImageError", "check_compressed_msg", "check_image_msg", "check_png_data",
     "compressed_msg_to_rgb", "core_observation", "image_msg_to_rgb", "rgb_to_compressed_msg", "rgb_to_image_msg",
     "to_model_image",
     "msg_to_observation", "observation_to_msg",

@@ -5,10 +5,15 @@ malformed is checked explicitly (a compressed image's format and size are read
 from its JPEG frame header / PNG IHDR chunk, so an oversized image is refused
 before it is decoded), and reported as an :class:`ImageError` whose ``reason``
 is one of :data:`IMAGE_ERROR_REASONS` (a short key, used for counters) and
-whose message says what was wrong.
+whose message says what was wrong. :func:`check_png_data` checks a PNG's
+integrity (chunk CRCs, the zlib stream and the amount of image data), which
+OpenCV's decoder does not fully do: a damaged stream whose CRC was fixed up can
+decode, with a warning only, to a half-garbage image.
 """
 
 from __future__ import annotations
+
+import zlib
 
 from sensor_msgs.msg import CompressedImage, Image
 
@@ -28,7 +33,9 @@ IMAGE_ERROR_REASONS = (
     "too_large",  # data or decoded image beyond the byte limit
     "bad_step",  # step smaller than width * bytes per pixel
     "size_mismatch",  # len(data) != height * step
-    "corrupt_compressed",  # JPEG/PNG data that does not decode
+    "corrupt_compressed",  # JPEG/PNG data that does not decode (no header, truncated PNG chunks)
+    "damaged",  # JPEG/PNG data that decodes only with errors: corrupt entropy-coded data, premature end,
+    # bad Huffman code, extraneous bytes (JPEG); chunk CRC mismatch, bad zlib stream, wrong amount of data (PNG)
     "conversion_failed",  # cv_bridge / OpenCV failed after all checks passed
 )
 
@@ -139,3 +146,91 @@ def check_compressed_msg(msg: CompressedImage, max_bytes: int = DEFAULT_MAX_IMAG
             "too_large", f"{fmt} image of {width}x{height} decodes to {height * width * 3} bytes, limit {max_bytes}"
         )
     return fmt, height, width
+
+
+# PNG colour type -> channels (PNG spec, IHDR).
+_PNG_CHANNELS = {0: 1, 2: 3, 3: 1, 4: 2, 6: 4}
+# Adam7 passes: (first column, first row, column step, row step).
+_ADAM7 = ((0, 0, 8, 8), (4, 0, 8, 8), (0, 4, 4, 8), (2, 0, 4, 4), (0, 2, 2, 4), (1, 0, 2, 2), (0, 1, 1, 2))
+
+
+def _png_chunks(data: memoryview):
+    """(type, offset) of every chunk up to IEND; ``corrupt_compressed`` when the chunk structure breaks."""
+    i, n = 8, len(data)
+    while True:
+        if i + 12 > n:
+            raise ImageError("corrupt_compressed", f"png data ends at byte {n} before its IEND chunk (truncated)")
+        length, ctype = int.from_bytes(data[i:i + 4], "big"), bytes(data[i + 4:i + 8])
+        if not ctype.isalpha() or length >= 1 << 31:
+            raise ImageError("corrupt_compressed", f"png chunk structure broken at byte {i} (type {ctype!r})")
+        if i + 12 + length > n:
+            raise ImageError("corrupt_compressed", f"png {ctype.decode()} chunk at byte {i} runs past the end "
+                             f"of the data ({n} bytes, truncated)")
+        yield ctype, i
+        if ctype == b"IEND":
+            return
+        i += 12 + length
+
+
+def _png_raw_size(data: memoryview, height: int, width: int) -> int:
+    """Bytes of filtered image data (filter byte + packed row, per row of every pass) that IHDR calls for."""
+    if int.from_bytes(data[8:12], "big") != 13:
+        raise ImageError("corrupt_compressed", "png IHDR chunk is not 13 bytes long")
+    depth, color, interlace = data[24], data[25], data[28]
+    if color not in _PNG_CHANNELS or depth not in (1, 2, 4, 8, 16) or interlace > 1:
+        raise ImageError("corrupt_compressed", f"png IHDR has colour type {color}, bit depth {depth}, "
+                         f"interlace {interlace}")
+    bits = depth * _PNG_CHANNELS[color]
+    passes = _ADAM7 if interlace else ((0, 0, 1, 1),)
+    total = 0
+    for x0, y0, dx, dy in passes:
+        w, h = (width - x0 + dx - 1) // dx, (height - y0 + dy - 1) // dy
+        if w > 0 and h > 0:
+            total += h * (1 + (w * bits + 7) // 8)
+    return total
+
+
+def _inflated_size(parts: list[memoryview], limit: int) -> int:
+    """Bytes the zlib stream split over ``parts`` inflates to (at most ``limit + 1`` are counted);
+    ``damaged`` when the stream is bad, ends early or has data after its end."""
+    stream, total, after = zlib.decompressobj(), 0, 0
+    try:
+        for part in parts:
+            if stream.eof:
+                after += len(part)
+                continue
+            pending = bytes(part)
+            while pending and total <= limit and not stream.eof:
+                total += len(stream.decompress(pending, 1 << 20))
+                pending = stream.unconsumed_tail
+    except zlib.error as exc:
+        raise ImageError("damaged", f"png image data is not a valid zlib stream ({exc})") from exc
+    if total > limit:
+        return total
+    if not stream.eof:
+        raise ImageError("damaged", "png image data ends inside its zlib stream")
+    if stream.unused_data or after:
+        raise ImageError("damaged", f"png image data has {len(stream.unused_data) + after} bytes after its "
+                         "zlib stream ends")
+    return total
+
+
+def check_png_data(data: memoryview, height: int, width: int) -> None:
+    """Raise :class:`ImageError` unless the PNG ``data`` (whose IHDR says ``width`` x
+    ``height``) is intact: every chunk's CRC matches, the IDAT data is one whole zlib
+    stream (its Adler-32 checked) and inflates to exactly what IHDR calls for."""
+    idat = []
+    for ctype, i in _png_chunks(data):
+        end = i + 8 + int.from_bytes(data[i:i + 4], "big")
+        if zlib.crc32(data[i + 4:end]) != int.from_bytes(data[end:end + 4], "big"):
+            raise ImageError("damaged", f"png {ctype.decode()} chunk at byte {i}: CRC mismatch")
+        if ctype == b"IDAT":
+            idat.append(data[i + 8:end])
+    if not idat:
+        raise ImageError("corrupt_compressed", "png data has no IDAT chunk")
+    expected = _png_raw_size(data, height, width)  # IHDR: the first chunk, whole (checked above)
+    size = _inflated_size(idat, expected)
+    if size != expected:
+        more = "more than" if size > expected else "only"
+        raise ImageError("damaged", f"png image data inflates to {more} {size} bytes, IHDR ({width}x{height}) "
+                         f"calls for {expected}")

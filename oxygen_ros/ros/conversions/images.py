@@ -1,12 +1,17 @@
-"""Image messages <-> ``HxWx3`` uint8 RGB arrays, checked first, then cv_bridge / OpenCV.
+"""Image messages <-> ``HxWx3`` uint8 RGB arrays, checked first, then decoded.
 
 :func:`image_msg_to_rgb` and :func:`compressed_msg_to_rgb` turn a
 ``sensor_msgs/Image`` (encodings :data:`~.image_checks.SUPPORTED_ENCODINGS`)
 or a ``sensor_msgs/CompressedImage`` (JPEG or PNG) into an RGB array after the
 checks of :mod:`.image_checks`; nothing but an :class:`~.image_checks.ImageError`
-escapes. :func:`rgb_to_image_msg` and :func:`rgb_to_compressed_msg` go the
-other way; :func:`to_model_image` resizes to the model's square resolution
-(aspect kept, black padding, as the model was trained).
+escapes. Raw images go through cv_bridge; JPEG is decoded by simplejpeg
+(libjpeg-turbo) in strict mode, so that data which decodes only with libjpeg
+warnings (OpenCV would return a partly grey image) is refused as ``damaged``;
+PNG is checked by :func:`~.image_checks.check_png_data` (CRCs, zlib stream),
+then decoded by OpenCV. :func:`rgb_to_image_msg` and
+:func:`rgb_to_compressed_msg` go the other way; :func:`to_model_image` resizes
+to the model's square resolution (aspect kept, black padding, as the model was
+trained).
 """
 
 from __future__ import annotations
@@ -16,6 +21,7 @@ from typing import Any
 
 import cv2
 import numpy as np
+import simplejpeg
 from cv_bridge import CvBridge, CvBridgeError
 from sensor_msgs.msg import CompressedImage, Image
 
@@ -26,6 +32,7 @@ from .image_checks import (
     ImageError,
     check_compressed_msg,
     check_image_msg,
+    check_png_data,
 )
 from .stamps import header_msg
 
@@ -74,19 +81,25 @@ def image_msg_to_rgb(msg: Image, max_bytes: int = DEFAULT_MAX_IMAGE_BYTES) -> np
     return np.array(rgb, dtype=np.uint8, copy=True, order="C").reshape(height, width, 3)
 
 
-def compressed_msg_to_rgb(msg: CompressedImage, max_bytes: int = DEFAULT_MAX_IMAGE_BYTES) -> np.ndarray:
-    """A JPEG/PNG ``sensor_msgs/CompressedImage`` as a new ``HxWx3`` uint8 RGB array."""
-    fmt, height, width = check_compressed_msg(msg, max_bytes)
+def _decode_jpeg(data: memoryview) -> np.ndarray:
+    """JPEG data as RGB; ``damaged`` when it decodes only with decoder warnings."""
     try:
-        decoded = _bridge.compressed_imgmsg_to_cv2(msg, desired_encoding="passthrough")
-    except (CvBridgeError, cv2.error, TypeError, ValueError) as exc:
-        raise ImageError("corrupt_compressed", f"{fmt} data does not decode: {exc}") from exc
+        return simplejpeg.decode_jpeg(data, colorspace="RGB", strict=True)
+    except ValueError as strict_error:
+        try:  # does it decode at all? Then the data is damaged rather than unreadable.
+            simplejpeg.decode_jpeg(data, colorspace="RGB", strict=False)
+        except ValueError as exc:
+            raise ImageError("corrupt_compressed", f"jpeg data does not decode: {exc}") from exc
+        raise ImageError("damaged", f"jpeg data decodes only with errors ({strict_error}); "
+                         "part of the image would be garbage") from strict_error
+
+
+def _decode_png(data: memoryview, height: int, width: int) -> np.ndarray:
+    """PNG data (checked intact first) as RGB."""
+    check_png_data(data, height, width)
+    decoded = cv2.imdecode(np.frombuffer(data, dtype=np.uint8), cv2.IMREAD_UNCHANGED)
     if decoded is None or decoded.size == 0:
-        raise ImageError("corrupt_compressed", f"{fmt} data ({len(msg.data)} bytes) does not decode")
-    if decoded.shape[:2] != (height, width):
-        raise ImageError(
-            "corrupt_compressed", f"{fmt} decoded to {decoded.shape[1]}x{decoded.shape[0]}, header says {width}x{height}"
-        )
+        raise ImageError("corrupt_compressed", f"png data ({len(data)} bytes) does not decode")
     if decoded.dtype != np.uint8:  # 16-bit PNG
         decoded = (decoded >> 8).astype(np.uint8)
     if decoded.ndim == 2:
@@ -96,8 +109,26 @@ def compressed_msg_to_rgb(msg: CompressedImage, max_bytes: int = DEFAULT_MAX_IMA
     elif decoded.shape[2] == 3:
         code = cv2.COLOR_BGR2RGB
     else:
-        raise ImageError("corrupt_compressed", f"{fmt} decoded to an unexpected shape {decoded.shape}")
-    return np.ascontiguousarray(cv2.cvtColor(decoded, code))
+        raise ImageError("corrupt_compressed", f"png decoded to an unexpected shape {decoded.shape}")
+    return cv2.cvtColor(decoded, code)
+
+
+def compressed_msg_to_rgb(msg: CompressedImage, max_bytes: int = DEFAULT_MAX_IMAGE_BYTES) -> np.ndarray:
+    """A JPEG/PNG ``sensor_msgs/CompressedImage`` as a new ``HxWx3`` uint8 RGB array.
+
+    Damaged data (see ``damaged`` in :data:`~.image_checks.IMAGE_ERROR_REASONS`)
+    is refused rather than decoded to a partly garbage image."""
+    fmt, height, width = check_compressed_msg(msg, max_bytes)
+    data = memoryview(msg.data).cast("B")
+    try:
+        rgb = _decode_jpeg(data) if fmt == "jpeg" else _decode_png(data, height, width)
+    except cv2.error as exc:
+        raise ImageError("corrupt_compressed", f"{fmt} data does not decode: {exc}") from exc
+    if rgb.shape[:2] != (height, width):
+        raise ImageError(
+            "corrupt_compressed", f"{fmt} decoded to {rgb.shape[1]}x{rgb.shape[0]}, header says {width}x{height}"
+        )
+    return np.ascontiguousarray(rgb)
 
 
 def to_model_image(rgb: np.ndarray, size: int) -> np.ndarray:
