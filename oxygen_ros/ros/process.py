@@ -48,10 +48,14 @@ def init_control_process(args=None) -> None:
 
 
 def install_sigterm_as_keyboard_interrupt() -> None:
-    """Make SIGTERM (sent by launch after SIGINT, and by `kill`) end the process like Ctrl-C."""
+    """Make SIGINT (Ctrl-C, and what launch sends first) and SIGTERM (sent by launch after
+    SIGINT, and by `kill`) end the process with a KeyboardInterrupt. SIGINT is set too
+    because a process started from a background job inherits it ignored, and would
+    then wait for launch's SIGTERM, seconds later."""
 
     def handler(signum, frame):
         raise KeyboardInterrupt
 
     if threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGINT, signal.default_int_handler)
         signal.signal(signal.SIGTERM, handler)
