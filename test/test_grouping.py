@@ -44,3 +44,26 @@ def test_no_group_without_a_valid_state():
 def test_at_least_one_camera():
     with pytest.raises(ValueError):
         FrameGrouping(0, needs_state=False)
+
+
+def test_frames_held_back_for_a_state_go_out_when_a_valid_state_arrives():
+    """The camera's first frame after a drop-out (or any frame after a rejected state) came
+    while there was no valid state; the camera's state follows right after it. The group
+    goes out then, not a camera period later with the next frame."""
+    g = FrameGrouping(1, needs_state=True)
+    assert g.frame_arrived(0, 100 * MS, 101 * MS, MAX_AGE, has_state=False).kind == NO_STATE
+    assert g.state_arrived(102 * MS, MAX_AGE).kind == PUBLISH
+    g.published()
+    assert g.state_arrived(103 * MS, MAX_AGE).kind == WAIT  # nothing new to group
+    assert g.frame_arrived(0, 200 * MS, 201 * MS, MAX_AGE, has_state=True).kind == PUBLISH
+
+
+def test_a_state_completes_no_group_of_missing_or_stale_frames():
+    g = FrameGrouping(2, needs_state=True)
+    assert g.state_arrived(1 * MS, MAX_AGE).kind == WAIT  # no frame yet
+    g.frame_arrived(0, 100 * MS, 101 * MS, MAX_AGE, has_state=False)
+    assert g.state_arrived(102 * MS, MAX_AGE).kind == WAIT  # camera 1 has not delivered
+    assert g.frame_arrived(1, 110 * MS, 111 * MS, MAX_AGE, has_state=False).kind == NO_STATE
+    d = g.state_arrived(900 * MS, MAX_AGE)  # the state came too late: the frames are too old now
+    assert d.kind == STALE and d.stale == (0, 1)
+    assert g.state_arrived(901 * MS, MAX_AGE).kind == WAIT

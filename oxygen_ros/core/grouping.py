@@ -11,8 +11,10 @@ next group now:
   the stale cameras must deliver a newer frame;
 * with a state required (the node's ``state_topic``), a group is not published
   while there is no valid state (``NO_STATE``; a rejected state is never
-  replaced by an older one). The frames stay waiting, and the next event,
-  a frame or a valid state, decides again.
+  replaced by an older one). The frames stay waiting, and the next event
+  decides again: a valid state publishes them at once (when they are still
+  fresher than ``max_age``), so a group is never a camera period late because
+  its image came just before its state.
 
 Times are integer nanoseconds on one clock (the node's).
 """
@@ -53,9 +55,11 @@ class FrameGrouping:
         return self._decide(now_ns, max_age_s, has_state)
 
     def state_arrived(self, now_ns: int, max_age_s: float) -> Decision:
-        """A valid state arrived. A state alone never completes a group: the frames wait
-        for the next frame."""
-        return Decision(WAIT)
+        """A valid state arrived: frames held back for want of one go out now (a camera
+        publishes its state right after its image, so the frame that found no valid state,
+        the first after a drop-out or after a rejected state, need not wait a camera period
+        for the next one)."""
+        return self._decide(now_ns, max_age_s, True)
 
     def _decide(self, now_ns: int, max_age_s: float, has_state: bool) -> Decision:
         if not all(self._fresh):

@@ -21,7 +21,9 @@
   node);
 * a state with NaN/inf (or empty, or too long, or whose ``name`` and
   ``position`` lengths disagree) is rejected and never forwarded; with
-  ``state_topic`` set, no group is published without a valid state;
+  ``state_topic`` set, no group is published without a valid state, and frames
+  held back for want of one go out when a valid state arrives (the decision is
+  :class:`~oxygen_ros.core.grouping.FrameGrouping`'s);
 * once a second it publishes a ``diagnostic_msgs/DiagnosticArray`` on
   ``/diagnostics`` (status ``oxygen_camera: cameras``): every rejection counter
   (``rejected_<reason>``), groups published and dropped stale, frames received
