@@ -220,6 +220,16 @@ def test_state_instruction_cleaning_and_nan_state_rejected(stepped_ros):
     rig.state.publish(nan_state)
     assert stepped_ros.spin_until(lambda: camera.state is None)
 
+    # frames held back for want of a state go out as soon as a valid state arrives (no newer frame needed)
+    waiting = camera.waiting_for_state
+    assert stepped_ros.spin_until(lambda: camera.waiting_for_state > waiting,
+                                  every=lambda: (rig.send_raw(frame), rig.send_jpeg(frame)))
+    stepped_ros.spin_for(0.3)  # every frame sent has arrived
+    held = len(rig.observations)
+    rig.state.publish(JointState(name=["a", "b"], position=[0.5, 0.5]))
+    assert stepped_ros.spin_until(lambda: len(rig.observations) > held)
+    assert list(rig.observations[-1].state) == [0.5, 0.5]
+
 
 def test_parameters_validated_at_start_and_at_run_time(stepped_ros):
     from rclpy.parameter import Parameter

@@ -5,7 +5,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from oxygen_ros.core.chunk_clock import Chunk, ChunkClock, chunk_origin, period_ns
+from oxygen_ros.core.chunk_clock import Chunk, ChunkClock, chunk_origin, period_ns, recovery_ticks
 
 P = 20_000_000  # 50 Hz
 
@@ -82,6 +82,24 @@ def test_chunk_origin_rules():
     assert chunk_origin("observation", stamp_ns=10**12 + 2 * P, received_ns=10**12, **kw) is None
     with pytest.raises(ValueError, match="origin"):
         chunk_origin("bogus", stamp_ns=1, received_ns=1, **kw)
+
+
+def test_first_publications_and_recovery_ticks():
+    """The tick that first publishes each chunk is kept with its observation stamp; the
+    recovery after a camera frame counts the ticks up to the first chunk from it or later."""
+    clock = ChunkClock()
+    t0 = 1_000 * P
+    clock.push(_chunk(origin=t0, frame=1, stamp=t0))
+    for i in range(12):  # row 0 at t0; an underrun from t0 + 10 P on
+        clock.tick(t0 + i * P)
+    assert list(clock.first_ticks) == [(t0, t0)]
+    frame = t0 + 11 * P + P // 2  # a camera frame half a period after a tick
+    assert recovery_ticks(frame, clock.first_ticks, P) is None  # no chunk from it yet
+    clock.push(_chunk(origin=frame, frame=2, stamp=frame))
+    clock.tick(t0 + 12 * P)  # the frame's chunk goes out on the next tick
+    assert clock.first_ticks[-1] == (frame, t0 + 12 * P)
+    assert recovery_ticks(frame, clock.first_ticks, P) == 1
+    assert recovery_ticks(frame - 3 * P, clock.first_ticks, P) == 4  # an earlier frame that made no chunk
 
 
 def test_age():

@@ -20,7 +20,7 @@ def test_soak_smoke(ros_env, tmp_path):
     assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-4000:]
     report = json.loads(out.read_text())
     print("\n" + "\n".join(line for line in proc.stdout.splitlines() if line.startswith("  ")))
-    for key in ("ticks", "underruns_in_gaps", "underruns_outside_gaps", "frames", "requests_started",
+    for key in ("ticks", "underruns_in_gaps", "underruns_outside_gaps", "recovery_ticks", "frames", "requests_started",
                 "requests_finished", "requests_rejected", "requests_cancelled", "tokens_lost", "rss_start_mb",
                 "rss_end_mb", "rss_growth_pct"):
         assert key in report, key
@@ -28,9 +28,14 @@ def test_soak_smoke(ros_env, tmp_path):
     assert report["tokens_lost"] == 0 and report["requests_open_at_end"] == 0
     assert report["questions_unanswered"] == 0
     assert report["gaps"] >= 1
+    # output resumes by itself after each camera gap: a recovery figure for every gap, and a bounded one
+    # (idle, the first chunk goes out within one camera period plus one frame, 7 ticks at 10 Hz / 50 Hz;
+    # the bound leaves room for a loaded machine: one second, ten camera periods, 50 ticks)
+    assert len(report["recovery_ticks"]) == report["gaps"]
+    assert all(r is not None and 0 < r <= 50 for r in report["recovery_ticks"]), report["recovery_ticks"]
     # the bad input went where it should: refused by the nodes, each with its reason
     assert sum(report["camera_rejected"]["oxygen_camera"].values()) > 0
     assert sum(report["camera_rejected"]["oxygen_soak_compressed_camera"].values()) > 0
     assert report["inference_refused"]["observations_invalid"] > 0
     assert report["requests_rejected"] > 0  # the empty questions
-    assert "underruns" in proc.stdout and "memory (RSS)" in proc.stdout
+    assert "underruns" in proc.stdout and "recovery" in proc.stdout and "memory (RSS)" in proc.stdout

@@ -36,16 +36,25 @@ The origin of a chunk (see :func:`chunk_origin`):
 
 Underruns: a tick at which the newest chunk has no row left (inference fell
 behind by more than the chunk) publishes nothing and is counted.
+
+First publications: the clock keeps, for the recent chunks, the observation
+stamp and the (scheduled) time of the tick that published the chunk first
+(:attr:`ChunkClock.first_ticks`); :func:`recovery_ticks` counts from them the
+control ticks between a camera frame and the first chunk that came from it or
+a later one (``oxygen-soak``'s recovery after a camera gap).
 """
 
 from __future__ import annotations
 
+import collections
 from dataclasses import dataclass, field
 
 import numpy as np
 
 NS_PER_S = 1_000_000_000
 ORIGINS = ("observation", "frame_end")
+#: first publications kept by a ChunkClock (about 6 s of a 10 Hz camera)
+FIRST_TICKS_KEPT = 64
 
 
 def period_ns(rate_hz: float) -> int:
@@ -124,6 +133,8 @@ class ChunkClock:
     underruns: int = 0  # ticks after the first chunk with no row due
     waiting: int = 0  # ticks before any chunk arrived
     skipped_rows: int = 0  # rows of replaced chunks never published at their offset 0 .. first offset
+    #: (observation stamp, tick time) of the first publication of each recent chunk, oldest first
+    first_ticks: collections.deque = field(default_factory=lambda: collections.deque(maxlen=FIRST_TICKS_KEPT))
     _last_offset: int | None = field(default=None, repr=False)
 
     def push(self, chunk: Chunk) -> None:
@@ -146,6 +157,7 @@ class ChunkClock:
         first = self._last_offset is None
         if first:
             self.skipped_rows += offset
+            self.first_ticks.append((c.observation_stamp_ns, now_ns))
         self._last_offset = offset
         self.published += 1
         return Due(c, int(offset), int(self.origin_ns + offset * c.period_ns), first)
@@ -160,4 +172,16 @@ class ChunkClock:
         return now_ns - ref
 
 
-__all__ = ["NS_PER_S", "ORIGINS", "Chunk", "ChunkClock", "Due", "chunk_origin", "period_ns"]
+def recovery_ticks(frame_stamp_ns: int, first_ticks, period_ns: int) -> int | None:
+    """Control ticks from a camera frame stamped ``frame_stamp_ns`` to the first tick that
+    published a chunk from an observation no older than that frame (``first_ticks``:
+    :attr:`ChunkClock.first_ticks`, oldest first): the ticks ``t`` with
+    ``frame_stamp_ns < t <= tick``. ``None`` while no such chunk has gone out."""
+    for stamp, tick in first_ticks:
+        if stamp >= frame_stamp_ns:
+            return max(0, -(-(tick - frame_stamp_ns) // period_ns))
+    return None
+
+
+__all__ = ["FIRST_TICKS_KEPT", "NS_PER_S", "ORIGINS", "Chunk", "ChunkClock", "Due", "chunk_origin", "period_ns",
+           "recovery_ticks"]

@@ -91,9 +91,11 @@ class ActionOutput:
         self.clock.chunk = self.clock.origin_ns = None
 
     def counts(self) -> dict:
-        """Control ticks so far: all, those that published, underruns, before the first chunk."""
+        """Control ticks so far: all, those that published, underruns, before the first chunk;
+        ``first_ticks``: (observation stamp, tick time) of each recent chunk's first publication."""
         c = self.clock
-        return {"ticks": c.ticks, "published": c.published, "underruns": c.underruns, "waiting": c.waiting}
+        return {"ticks": c.ticks, "published": c.published, "underruns": c.underruns, "waiting": c.waiting,
+                "first_ticks": tuple(c.first_ticks)}
 
     def publish(self, due: Due) -> None:
         """The ActionChunk (and JointTrajectory) of ``due``."""

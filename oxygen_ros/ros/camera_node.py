@@ -21,7 +21,9 @@
   node);
 * a state with NaN/inf (or empty, or too long, or whose ``name`` and
   ``position`` lengths disagree) is rejected and never forwarded; with
-  ``state_topic`` set, no group is published without a valid state;
+  ``state_topic`` set, no group is published without a valid state, and frames
+  held back for want of one go out when a valid state arrives (the decision is
+  :class:`~oxygen_ros.core.grouping.FrameGrouping`'s);
 * images are subscribed with ``image_reliability`` (``best_effort``, the
   default, matches every publisher; ``reliable`` loses no fragment of a large
   raw image, but matches reliable publishers only) and ``image_qos_depth``; one
@@ -57,6 +59,7 @@ from rclpy.qos_overriding_options import QoSOverridingOptions, QoSPolicyKind
 from sensor_msgs.msg import CompressedImage, Image, JointState
 from std_msgs.msg import Header, String
 
+from oxygen_ros.core.grouping import NO_STATE, PUBLISH, STALE, Decision, FrameGrouping
 from oxygen_ros.core.text import clean_text
 from oxygen_ros.core.throttle import Throttle
 from oxygen_ros.msg import Observation as ObservationMsg
@@ -127,8 +130,7 @@ class CameraNode(Node):
         self.instruction: str | None = None
         self.state: np.ndarray | None = None
         self._frames: list[_Frame | None] = [None] * len(self.topics)
-        self._fresh = [False] * len(self.topics)
-        self._grouped_stamps = [-1] * len(self.topics)  # stamps of the frames in the last published group
+        self._grouping = FrameGrouping(len(self.topics), needs_state=bool(self.state_topic))  # when to publish
         self._throttle = Throttle(5.0)
         self._unstamped_warned: set[str] = set()
 
@@ -241,13 +243,8 @@ class CameraNode(Node):
                 self._unstamped_warned.add(topic)
                 self.get_logger().warning(f"images on {topic} have no header stamp: using the receive time")
         self._frames[index] = _Frame(rgb, stamp_ns, header)
-        # A frame counts as new unless it is the very frame (same stamp) of the
-        # last published group (a re-sent frame); stamps may go backwards (a
-        # looping bag, a clock reset) and the newest received frame is used.
-        if stamp_ns != self._grouped_stamps[index]:
-            self._fresh[index] = True
-        if all(self._fresh):
-            self._publish_group()
+        self._act(self._grouping.frame_arrived(index, stamp_ns, self.get_clock().now().nanoseconds, self.max_age,
+                                               self.state is not None))
 
     def _on_instruction(self, msg: String) -> None:
         text = clean_text(msg.data)
@@ -275,6 +272,7 @@ class CameraNode(Node):
             reason, text = "state_not_finite", f"positions contain NaN or infinite values: {state.tolist()}"
         else:
             self.state = state.astype(np.float32)
+            self._act(self._grouping.state_arrived(self.get_clock().now().nanoseconds, self.max_age))
             return
         self.state = None  # never forward an older state as if it were current
         self.status.reject(reason)
@@ -309,22 +307,22 @@ class CameraNode(Node):
 
     # -- output -------------------------------------------------------------
 
-    def _publish_group(self) -> None:
-        frames = [f for f in self._frames if f is not None]
-        now_ns = self.get_clock().now().nanoseconds
-        max_age_ns = round(self.max_age * 1e9)
-        stale = [i for i, f in enumerate(frames) if now_ns - f.stamp_ns > max_age_ns]
-        if stale:
+    def _act(self, decision: Decision) -> None:
+        """Carry out the grouping's decision (:mod:`oxygen_ros.core.grouping`)."""
+        if decision.kind == STALE:
             self.status.dropped_stale += 1
-            for i in stale:
-                self._fresh[i] = False
-            ages = ", ".join(f"{self.topics[i]} {(now_ns - frames[i].stamp_ns) / 1e9:.3f} s" for i in stale)
+            now_ns = self.get_clock().now().nanoseconds
+            ages = ", ".join(f"{self.topics[i]} {(now_ns - self._frames[i].stamp_ns) / 1e9:.3f} s"
+                             for i in decision.stale)
             self._warn("stale", f"dropped a stale group (max_age {self.max_age} s): {ages}")
-            return
-        if self.state_topic and self.state is None:
+        elif decision.kind == NO_STATE:
             self.status.waiting_for_state += 1
             self._warn("no_state", f"no valid state on {self.state_topic} yet: not publishing")
-            return
+        elif decision.kind == PUBLISH:
+            self._publish_group()
+
+    def _publish_group(self) -> None:
+        frames = [f for f in self._frames if f is not None]
         instruction = self.instruction if self.instruction is not None else self.default_instruction
         oldest = min(f.stamp_ns for f in frames)
         observation = self._core.Observation(
@@ -342,8 +340,7 @@ class CameraNode(Node):
         self._publisher.publish(msg)
         self.seq += 1
         self.status.published += 1
-        self._fresh = [False] * len(self.topics)
-        self._grouped_stamps = [f.stamp_ns for f in frames]
+        self._grouping.published()
 
 
 def _clip(text: str, limit: int = 200) -> str:

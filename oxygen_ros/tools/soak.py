@@ -30,7 +30,11 @@ camera node too), and a soak node that:
 At the end (or on Ctrl-C / SIGTERM) the inference node is shut down (running
 requests end ``cancelled``) and it prints, and with ``--json`` writes: control
 ticks, underruns inside injected gaps (plus a recovery allowance of
-``--gap-grace`` s) and outside them, frames, requests started / finished /
+``--gap-grace`` s) and outside them (``underruns_outside_gaps``), the recovery
+after each gap (``recovery_ticks``, one per gap: control ticks from the
+camera's first frame after the gap to the first tick that published an
+ActionChunk from that frame or a later one; null when none went out before
+the next gap or the end), frames, requests started / finished /
 rejected / cancelled, tokens received and lost, questions sent and how each
 ended, what was injected and how each node counted it, and the resident
 memory (``VmRSS``) after start-up, at the end of the ``--settle`` period
@@ -50,6 +54,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from ..core.chunk_clock import recovery_ticks
 from ..ros.agent import Agent, parse_launch_args, run_agent
 
 MEMORY_CHECK_MIN_S = 120.0
@@ -92,6 +97,8 @@ class SoakSession:
         self.windows: list[list[float]] = []  # injected camera gaps [start, end]
         self.gap_end: float | None = None  # end of the gap under way
         self.under_gap = self.under_out = 0
+        self.resumed: list[int] = []  # ROS time at which each gap ended
+        self.recovery: list[int | None] = []  # recovery_ticks, one per ended gap
         self.report: dict[str, Any] | None = None
 
     def start(self, agent: Agent) -> None:
@@ -149,8 +156,12 @@ class SoakSession:
                 self.gap_end = now + ns.gap_s
                 self.windows.append([now, self.gap_end])
             elif self.gap_end is not None and now >= self.gap_end:
+                self.resumed.append(self.synthetic.get_clock().now().nanoseconds)
+                self.recovery.append(None)
                 self.synthetic.pause(False)
                 self.gap_end, next_gap = None, now + ns.gap_every
+            elif self.gap_end is None:
+                self._resolve_recovery()
             if now >= next_inject and now < end - QUIET_TAIL_S:
                 self.soak.inject()
                 next_inject += ns.inject_every
@@ -163,6 +174,15 @@ class SoakSession:
                 self._progress(now)
                 next_print += PROGRESS_EVERY_S
             time.sleep(0.02)
+
+    def _resolve_recovery(self) -> None:
+        """The last gap's recovery, once its first camera frame and a chunk from it are known."""
+        if not self.recovery or self.recovery[-1] is not None:
+            return
+        frame = self.soak.first_camera_frame(self.resumed[-1])
+        if frame is not None:
+            first_ticks = self.inference.tick_counts()["first_ticks"]
+            self.recovery[-1] = recovery_ticks(frame, first_ticks, self.inference.loop.period_ns)
 
     def _count_underruns(self, now: float, last: int) -> int:
         """Add the underruns since ``last`` to those inside a camera gap (plus its grace) or outside."""
@@ -194,6 +214,8 @@ class SoakSession:
             return
         elapsed = time.monotonic() - self.t0
         rss_end = rss_bytes()
+        if self.gap_end is None:
+            self._resolve_recovery()
         ticks = self.inference.tick_counts()
         self.inference.shutdown()
         deadline = time.monotonic() + 3.0
@@ -273,6 +295,7 @@ def _counts(s: SoakSession, c: dict[str, Any], ticks: dict[str, int]) -> dict[st
         "underruns_in_gaps": s.under_gap,
         "underruns_outside_gaps": s.under_out,
         "gaps": len(s.windows),
+        "recovery_ticks": s.recovery + [None] * (len(s.windows) - len(s.recovery)),  # an interrupted gap: None
         "gap_s": s.ns.gap_s,
         "missed_ticks": n["missed_ticks"],
         "frames": n["frames"],
@@ -324,6 +347,8 @@ def _print(r: dict[str, Any]) -> None:
         f"{r['actions_received']} received; {r['missed_ticks']} missed by the timer)",
         f"  underruns            {r['underruns']}: {r['underruns_in_gaps']} in {r['gaps']} injected camera gaps of "
         f"{r['gap_s']:g} s, {r['underruns_outside_gaps']} outside",
+        f"  recovery             {r['recovery_ticks']} control ticks from the camera's first frame after each gap "
+        f"to the first ActionChunk",
         f"  frames               {r['frames']} observation frames, {r['language_frames']} language-only, "
         f"{r['frame_errors']} errors",
         f"  requests             started {r['requests_started']}, finished {r['requests_finished']}, rejected "

@@ -15,7 +15,7 @@ import struct
 import threading
 import time
 import zlib
-from collections import Counter
+from collections import Counter, deque
 from typing import Any, Callable
 
 import numpy as np
@@ -114,6 +114,9 @@ class Soak:
         self.actions_received = 0
         node.create_subscription(TextToken, topics["text"], self._on_text, reliable(10000))
         node.create_subscription(ActionChunk, topics["actions"], self._on_actions, reliable(100))
+        # stamps of the synthetic camera's recent frames (the soak's own bad images have no frame id)
+        self.camera_stamps: deque = deque(maxlen=100)
+        node.create_subscription(Image, topics["image"], self._on_image, qos_profile_sensor_data)
         self.injected = Counter()
         self._restore_at: float | None = None
         self._question_n = 0
@@ -126,6 +129,16 @@ class Soak:
     def _on_actions(self, msg) -> None:
         with self.lock:
             self.actions_received += 1
+
+    def _on_image(self, msg) -> None:
+        if msg.header.frame_id == self.synthetic.frame_id:
+            with self.lock:
+                self.camera_stamps.append(msg.header.stamp.sec * 1_000_000_000 + msg.header.stamp.nanosec)
+
+    def first_camera_frame(self, after_ns: int) -> int | None:
+        """The stamp of the synthetic camera's first frame stamped at or after ``after_ns`` (ROS clock)."""
+        with self.lock:
+            return next((s for s in self.camera_stamps if s >= after_ns), None)
 
     def _on_text(self, msg) -> None:
         with self.lock:
