@@ -28,7 +28,7 @@ INSTALL_STAMP := $(VENV)/.oxygen-install.stamp
 # Everything that goes into the installed package. Directories are listed too,
 # so that adding or removing a file triggers a reinstall.
 PACKAGE_INPUTS := CMakeLists.txt package.xml setup.py \
-  $(shell find oxygen_ros msg launch config resource \
+  $(shell find oxygen_ros msg action launch config resource \
       \( -name __pycache__ -o -name '*.pyc' \) -prune -o \( -type f -o -type d \) -print 2>/dev/null)
 
 # The installed prefix must be on AMENT_PREFIX_PATH for ament_index lookups

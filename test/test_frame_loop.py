@@ -140,7 +140,7 @@ def test_questions_put_back_and_taken_at_shutdown(engine):
     loop.question_arrived("b", "two")
     job = loop.next_job(0, 0)
     loop.put_back(job)
-    assert loop.take_questions() == [("a", "one"), ("b", "two")] and not loop.take_questions()
+    assert loop.take_questions() == [("a", "one", None), ("b", "two", None)] and not loop.take_questions()
 
 
 def test_instruction_is_cut_to_fit_the_prompt_and_the_state_checked(engine):
@@ -206,3 +206,21 @@ def test_the_frame_loop_imports_without_rclpy():
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip().splitlines()[-1] == "False"
+
+
+def test_a_cancelled_question_ends_where_it_is(engine):
+    """Still waiting: it ends in the loop (the caller announces it). Taken already: its
+    request ends in the engine with the next job, which runs for that alone."""
+    loop = make_loop(engine)
+    loop.question_arrived("a", "one", 4)
+    loop.question_arrived("b", "two")
+    assert loop.cancel("a") is True
+    job = loop.next_job(0, 0)
+    assert job.questions == [("b", "two", None)] and job.cancels == []
+    assert loop.cancel("b") is False
+    assert loop.has_work()
+    job = loop.next_job(0, 0)
+    assert job.cancels == ["b"] and job.questions == [] and job.observation is None
+    loop.put_back(job)
+    assert loop.next_job(0, 0).cancels == ["b"]
+    assert loop.counters["questions_cancelled"] == 2

@@ -156,3 +156,17 @@ def test_manager_invariants_under_random_operations(ops, max_active, queue_limit
         mgr.remove(rid)
     assert pool.held == 0
     assert [pool.allocate(i) for i in range(pool.capacity)] == list(range(pool.capacity))
+
+
+def test_cancelling_a_client_ends_only_its_requests_and_frees_the_slot_at_once():
+    pool, mgr = make(max_active=2, queue_limit=2)
+    mine, other, queued = mgr.new(1, 5, client_id="ask/1"), mgr.new(1, 5, client_id="b"), mgr.new(1, 5,
+                                                                                                 client_id="ask/2")
+    starting, _ = mgr.admit([mine, other, queued])
+    start(pool, mgr, starting)
+    assert pool.held == 2 and list(mgr.queue) == [queued]
+    events = mgr.cancel_clients(["ask/1", "ask/2", "nobody"])
+    assert [(e.client_id, e.finish_reason, e.done) for e in events] == [("ask/1", "cancelled", True),
+                                                                        ("ask/2", "cancelled", True)]
+    assert pool.held == 1 and list(mgr.active) == [other.id] and not mgr.queue
+    assert mgr.cancel_clients(["ask/1"]) == []  # already ended: nothing more

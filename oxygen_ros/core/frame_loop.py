@@ -76,7 +76,8 @@ class Arrival:
 @dataclass
 class Job:
     observation: Arrival | None = None
-    questions: list = field(default_factory=list)  # (client_id, text)
+    questions: list = field(default_factory=list)  # (client_id, text, max_tokens or None)
+    cancels: list = field(default_factory=list)  # client ids whose requests end now
 
 
 @dataclass(frozen=True)
@@ -108,6 +109,7 @@ class FrameLoop:
         self.obs_interval_ms, self.language_frame_ms = Rolling(50), Rolling(50)
         self._pending: Arrival | None = None
         self._questions: collections.deque = collections.deque()
+        self._cancels: list[str] = []
         self._last_arrival_ns: int | None = None
         self._last_frame_end_ns = 0
 
@@ -143,13 +145,25 @@ class FrameLoop:
         if stamp > 0 and (self.newest_stamp_ros_ns is None or stamp > self.newest_stamp_ros_ns):
             self.newest_stamp_ros_ns = stamp
 
-    def question_arrived(self, client_id: str, text: str) -> None:
+    def question_arrived(self, client_id: str, text: str, max_tokens: int | None = None) -> None:
         self.counters["questions_received"] += 1
-        self._questions.append((client_id, text))
+        self._questions.append((client_id, text, max_tokens))
+
+    def cancel(self, client_id: str) -> bool:
+        """Cancel ``client_id``'s question: True when it ended here (it was still waiting: the
+        owner announces its ``cancelled`` end), else its request ends in the engine at the
+        next job (:attr:`Job.cancels`)."""
+        waiting = [q for q in self._questions if q[0] == client_id]
+        for q in waiting:
+            self._questions.remove(q)
+        if not waiting:
+            self._cancels.append(client_id)
+        self.counters["questions_cancelled"] += 1
+        return bool(waiting)
 
     def has_work(self) -> bool:
-        """Is there work for a frame: an observation or questions waiting, or requests decoding."""
-        return self._pending is not None or bool(self._questions) or self.engine_has_work()
+        """Is there work for a frame: an observation, questions or cancels waiting, or requests decoding."""
+        return self._pending is not None or bool(self._questions or self._cancels) or self.engine_has_work()
 
     def engine_has_work(self) -> bool:
         """Language requests running or queued in the engine."""
@@ -166,8 +180,9 @@ class FrameLoop:
         return out
 
     def put_back(self, job: Job) -> None:
-        """A job that will not run: its questions wait again (at the head)."""
+        """A job that will not run: its questions and cancels wait again (at the head)."""
         self._questions.extendleft(reversed(job.questions))
+        self._cancels[:0] = job.cancels
 
     # ------------------------------------------------------------------ the next job
     def next_job(self, now_ros_ns: int, now_ns: int) -> Job | None:
@@ -179,7 +194,8 @@ class FrameLoop:
                 job.observation = arrival
         while self._questions:
             job.questions.append(self._questions.popleft())
-        if job.observation is not None or job.questions:
+        job.cancels, self._cancels = self._cancels, []
+        if job.observation is not None or job.questions or job.cancels:
             return job
         if (self.settings.decode_when_idle and self.engine_has_work()
                 and now_ns - self._last_frame_end_ns >= self.period_ns and not self.observation_due_soon(now_ns)):
@@ -235,7 +251,7 @@ class FrameLoop:
         no observation to answer from yet)."""
         limit = self.engine.config.max_question_tokens
         accepted, refused = [], []
-        for client, text in job.questions:
+        for client, text, max_tokens in job.questions:
             fitted = fit_question(self.engine.tokenizer, text, limit)
             if not fitted.text:
                 self.counters["questions_rejected_empty"] += 1
@@ -246,7 +262,7 @@ class FrameLoop:
                 self.counters["questions_truncated"] += 1
                 self._warn("question_cut", f"question from {client!r} ({len(text)} characters, "
                            f"{fitted.tokens}+ tokens) cut to {limit} tokens")
-            accepted.append(Question(text=fitted.text, client_id=client))
+            accepted.append(Question(text=fitted.text, client_id=client, max_tokens=max_tokens))
         if accepted and not has_observation and self.engine.last_observation is None:
             refused += [q.client_id for q in accepted]
             self.counters["questions_rejected_no_observation"] += len(accepted)

@@ -154,13 +154,24 @@ class RequestManager:
 
     def cancel_all(self) -> list[TokenEvent]:
         """Finish every active and queued request with reason ``cancelled``."""
+        return self.cancel(lambda r: True)
+
+    def cancel_clients(self, client_ids) -> list[TokenEvent]:
+        """Finish the active and queued requests of ``client_ids`` with reason ``cancelled``
+        (their slots are free at once); clients with no such request are ignored."""
+        client_ids = set(client_ids)
+        return self.cancel(lambda r: r.client_id in client_ids and not r.done)
+
+    def cancel(self, which) -> list[TokenEvent]:
+        """Finish the active and queued requests ``r`` with ``which(r)``: ``cancelled``."""
         events = []
-        for r in list(self.active.values()) + list(self.queue):
+        for r in [r for r in list(self.active.values()) + list(self.queue) if which(r)]:
             if r.id in self.active:
                 self.remove(r.id)
+            else:
+                self.queue.remove(r)
             r.finish_reason, r.finished, r.observation = FinishReason.CANCELLED, time.perf_counter(), None
             events.append(finish_event(r))
-        self.queue.clear()
         return events
 
     def running(self) -> Iterator[Request]:

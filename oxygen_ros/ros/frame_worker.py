@@ -96,6 +96,8 @@ class FrameWorker:
 
     def _run_frame(self, job: Job) -> None:
         dequeued = time.monotonic_ns()
+        if job.cancels:  # cancelled requests end before the frame: their slots are free for it
+            self._text.publish(self.loop.engine.requests.cancel_clients(job.cancels), self._now_ros())
         observations, arrival = self._model_inputs(job.observation)
         questions, refused = self.loop.questions(job, bool(observations))
         if refused:  # every question gets an answer: here its `rejected` end

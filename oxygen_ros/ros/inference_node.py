@@ -76,7 +76,6 @@ import time
 import traceback
 from typing import Callable, Optional
 
-import rclpy
 import torch
 from diagnostic_msgs.msg import DiagnosticArray
 from rclpy.callback_groups import MutuallyExclusiveCallbackGroup
@@ -92,12 +91,13 @@ from ..core.stats import Rolling
 from ..core.tick_guard import TickGuard
 from . import conversions
 from .action_output import ActionOutput
+from .ask_server import AskServer
 from .frame_worker import FrameWorker
 from .inference_parameters import IMPLICIT_PARAMETERS, PARAMETERS, SPECS
 from .inference_setup import compile_pieces, engine_config, load_model, model_load_error, startup_summary, warm_up
 from .inference_status import StatusReporter, diagnostic_array, diagnostic_figures
+from .node_main import run_control_node
 from .parameters import ParameterError, changed_values, declare_parameters, parameter_callback
-from .process import init_control_process, report_leftover_threads, settle_garbage_collector
 from .qos import reliable
 from .text_output import TextOutput, end_events
 
@@ -179,6 +179,8 @@ class InferenceNode(Node):
         self.tick_lateness_ms = Rolling(60_000)  # 20 min at 50 Hz (the agent's report reads them all)
         self.output = ActionOutput(self, self.params, self.counters, self.loop.records)
         self.text = TextOutput(self, p["text_topic"], self.counters)
+        self.ask = AskServer(self, p["ask_action"], self._on_ask, self._cancel_ask, MutuallyExclusiveCallbackGroup())
+        self.text.listener = self.ask.on_events  # the goals' feedback and results
         self.worker = FrameWorker(
             cond=self._cond, loop=self.loop, output=self.output, text=self.text, params=self.params,
             max_cameras=self.loaded.config.max_cameras, now_ros=self._now_ros, logger=self.get_logger(),
@@ -236,9 +238,19 @@ class InferenceNode(Node):
             self._cond.notify_all()
 
     def _on_question(self, msg: QuestionMsg) -> None:
+        self._on_ask(msg.client_id, msg.text, None)
+
+    def _on_ask(self, client_id: str, text: str, max_tokens: Optional[int]) -> None:
         with self._cond:
-            self.loop.question_arrived(msg.client_id, msg.text)
+            self.loop.question_arrived(client_id, text, max_tokens)
             self._cond.notify_all()
+
+    def _cancel_ask(self, client_id: str) -> None:
+        with self._cond:
+            ended_here = self.loop.cancel(client_id)  # else the worker ends it in the engine
+            self._cond.notify_all()
+        if ended_here:
+            self.text.publish(end_events([client_id], "cancelled"), self._now_ros())
 
     # ------------------------------------------------------------------ control tick
     def _tick_callback(self) -> Callable:
@@ -337,7 +349,7 @@ class InferenceNode(Node):
         events = list(self.engine.cancel_all())
         with self._cond:
             pending = self.loop.take_questions()
-        events += end_events((client for client, _ in pending), "cancelled")
+        events += end_events((client for client, *_ in pending), "cancelled")
         self._announce_cancellations(events)
 
     def _announce_cancellations(self, events: list) -> None:
@@ -364,36 +376,7 @@ class InferenceNode(Node):
 
 def main(args=None) -> int:
     """``ros2 run oxygen_ros inference_node [--ros-args ...]``."""
-    from rclpy.executors import ExternalShutdownException, SingleThreadedExecutor
-
-    init_control_process(args)
-    node = executor = None
-    code = 0
-    try:
-        node = InferenceNode()
-        settle_garbage_collector()
-        # single-threaded: every callback is short (the frames run on the worker thread), and
-        # rclpy's MultiThreadedExecutor spends most of a core rebuilding its wait set
-        executor = SingleThreadedExecutor()
-        executor.add_node(node)
-        while rclpy.ok():
-            executor.spin_once(timeout_sec=0.1)
-    except ParameterError as exc:
-        print(f"{NODE_NAME}: {exc}", file=sys.stderr)
-        code = 2
-    except (KeyboardInterrupt, ExternalShutdownException):
-        pass
-    except Exception as exc:  # a model that does not load, a fault outside the frames: say why, exit non-zero
-        print(f"{NODE_NAME}: {exc!r}\n{traceback.format_exc()}", file=sys.stderr)
-        code = 1
-    finally:
-        if node is not None:
-            node.destroy_node()
-        if executor is not None:
-            executor.shutdown(timeout_sec=1.0)
-        rclpy.try_shutdown()
-    report_leftover_threads(NODE_NAME)
-    return code
+    return run_control_node(InferenceNode, NODE_NAME, args)
 
 
 if __name__ == "__main__":

@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import sys
+import traceback
 from collections.abc import Callable
 
 import rclpy
 from rclpy.executors import ExternalShutdownException
 
 from .parameters import ParameterError
+from .process import init_control_process, report_leftover_threads, settle_garbage_collector
 
 
 def run_node(make_node: Callable, args: list[str] | None = None, until_done: bool = False) -> int:
@@ -30,3 +33,40 @@ def run_node(make_node: Callable, args: list[str] | None = None, until_done: boo
     except (KeyboardInterrupt, ExternalShutdownException):
         pass
     return 0
+
+
+def run_control_node(make_node: Callable, name: str, args: list[str] | None = None) -> int:
+    """The ``main()`` of a node on the control path (the inference node): the process set-up
+    of :func:`.process.init_control_process`, the node built, the start-up garbage frozen, a
+    single-threaded executor spun (every callback is short: the frames run on the node's
+    worker thread, and rclpy's MultiThreadedExecutor spends most of a core rebuilding its
+    wait set). Exit status: 2 for a bad parameter, 1 for any other failure (a model that
+    does not load, a fault outside the frames: printed with its cause), else 0."""
+    from rclpy.executors import SingleThreadedExecutor
+
+    init_control_process(args)
+    node = executor = None
+    code = 0
+    try:
+        node = make_node()
+        settle_garbage_collector()
+        executor = SingleThreadedExecutor()
+        executor.add_node(node)
+        while rclpy.ok():
+            executor.spin_once(timeout_sec=0.1)
+    except ParameterError as exc:
+        print(f"{name}: {exc}", file=sys.stderr)
+        code = 2
+    except (KeyboardInterrupt, ExternalShutdownException):
+        pass
+    except Exception as exc:
+        print(f"{name}: {exc!r}\n{traceback.format_exc()}", file=sys.stderr)
+        code = 1
+    finally:
+        if node is not None:
+            node.destroy_node()
+        if executor is not None:
+            executor.shutdown(timeout_sec=1.0)
+        rclpy.try_shutdown()
+    report_leftover_threads(name)
+    return code

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import collections
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 
 from rclpy.duration import Duration
 
@@ -28,6 +28,7 @@ class TextOutput:
         self._pub = node.create_publisher(TextToken, topic, reliable(1000))
         self._counters = counters
         self.rate = WindowRate(5.0)  # real tokens (not ends) per second
+        self.listener: Callable[[Sequence[TokenEvent]], None] | None = None  # sees every published event
 
     def publish(self, events: Sequence[TokenEvent], stamp_ns: int) -> None:
         if not events:
@@ -37,6 +38,8 @@ class TextOutput:
             self._pub.publish(conversions.text_token_msg(stamp, event))
         self.rate.add(time.monotonic(), sum(1 for e in events if e.token_id >= 0))
         self._counters["text_tokens_published"] += len(events)
+        if self.listener is not None:
+            self.listener(events)
 
     def flush(self, seconds: float = 1.0) -> None:
         """Wait (at most ``seconds``) until reliable subscribers have what was published."""

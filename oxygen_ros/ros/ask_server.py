@@ -1,0 +1,95 @@
+"""Questions as a ROS 2 action: ``oxygen_ros/action/Ask`` on ``ask_action`` (default ``/oxygen/ask``).
+
+Each accepted goal becomes a language request like a ``/oxygen/question``
+message, with the client id ``ask/<goal uuid>``: answered from the newest
+observation, decoded in the same continuous batch as every other request, its
+tokens also streamed on ``/oxygen/text``. While it decodes, every token is sent
+as feedback (index, id, piece, the text so far). The result carries the whole
+text, the finish reason and the token count; the goal ends ``succeeded`` for
+``eos`` and ``length``, ``aborted`` for ``rejected`` (no text, no observation
+yet, the queue full) and ``canceled`` when the client cancelled it, which ends
+the request at once and frees its KV slot.
+
+The goal's execute callback is a coroutine awaiting the request's end; the
+tokens reach :meth:`AskServer.on_events` from the frame worker's thread.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+from rclpy.action import ActionServer, CancelResponse, GoalResponse
+from rclpy.task import Future
+
+from oxygen_ros.action import Ask
+
+from ..core.requests import TokenEvent
+
+#: Client ids of action goals start with this (topic questions may use any other id).
+CLIENT_PREFIX = "ask/"
+
+
+@dataclass
+class _Goal:
+    handle: object
+    done: Future = field(default_factory=Future)
+    pieces: list[str] = field(default_factory=list)
+
+
+class AskServer:
+    """The ``Ask`` action server of an inference node. ``submit(client_id, text, max_tokens)``
+    starts a request (max_tokens None: the node's max_decode); ``cancel(client_id)`` ends it."""
+
+    def __init__(self, node, name: str, submit: Callable[[str, str, int | None], None],
+                 cancel: Callable[[str], None], callback_group=None):
+        self._submit, self._cancel = submit, cancel
+        self._goals: dict[str, _Goal] = {}
+        self._lock = threading.Lock()
+        self._server = ActionServer(node, Ask, name, execute_callback=self._execute, callback_group=callback_group,
+                                    goal_callback=lambda goal: GoalResponse.ACCEPT,
+                                    cancel_callback=self._on_cancel)
+
+    @staticmethod
+    def client_id(handle) -> str:
+        return CLIENT_PREFIX + bytes(handle.goal_id.uuid).hex()
+
+    async def _execute(self, handle) -> Ask.Result:
+        client, goal = self.client_id(handle), _Goal(handle)
+        with self._lock:
+            self._goals[client] = goal
+        self._submit(client, handle.request.question, handle.request.max_tokens or None)
+        reason, tokens = await goal.done
+        if reason == "cancelled":
+            handle.canceled()
+        elif reason == "rejected":
+            handle.abort()
+        else:
+            handle.succeed()
+        return Ask.Result(text="".join(goal.pieces), finish_reason=reason, tokens=tokens)
+
+    def _on_cancel(self, handle) -> CancelResponse:
+        self._cancel(self.client_id(handle))
+        return CancelResponse.ACCEPT
+
+    def on_events(self, events: Sequence[TokenEvent]) -> None:
+        """Feedback for the goals' tokens; a goal's last event ends it."""
+        for event in events:
+            if not event.client_id.startswith(CLIENT_PREFIX):
+                continue
+            with self._lock:
+                goal = self._goals.get(event.client_id)
+                if goal is not None and event.done:
+                    del self._goals[event.client_id]
+            if goal is None:
+                continue
+            if event.token_id >= 0:
+                goal.pieces.append(event.piece)
+                goal.handle.publish_feedback(Ask.Feedback(index=event.index, token_id=event.token_id,
+                                                          piece=event.piece, text="".join(goal.pieces)))
+            if event.done:
+                goal.done.set_result((event.finish_reason, len(goal.pieces)))
+
+    def destroy(self) -> None:
+        self._server.destroy()

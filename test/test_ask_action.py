@@ -1,0 +1,94 @@
+"""Questions as a ROS 2 action (``oxygen_ros/action/Ask``), through a real ``rclpy.action``
+client on real DDS: goal, feedback token by token, result, cancel, refusal."""
+
+from __future__ import annotations
+
+from ros_harness import InferenceClient, Ros, inference_node, unique_prefix, until
+
+from oxygen_ros.action import Ask
+
+
+class AskClient:
+    def __init__(self, ros: Ros, action: str):
+        from rclpy.action import ActionClient
+
+        self.node = ros.node("oxygen_test_ask_client")
+        self.client = ActionClient(self.node, Ask, action)
+        assert self.client.wait_for_server(timeout_sec=20.0), "no Ask server"
+
+    def send(self, question: str, max_tokens: int = 0):
+        """(goal handle, feedback list) once the goal was answered."""
+        feedback = []
+        future = self.client.send_goal_async(Ask.Goal(question=question, max_tokens=max_tokens),
+                                             feedback_callback=lambda m: feedback.append(m.feedback))
+        assert until(future.done, 20.0), "goal not answered"
+        return future.result(), feedback
+
+    @staticmethod
+    def result(handle):
+        future = handle.get_result_async()
+        assert until(future.done, 60.0), "no result"
+        return future.result()
+
+
+def _node(ros, random_tiny_dir, prefix):
+    node = inference_node(ros, prefix, model_path=random_tiny_dir, ask_action=f"{prefix}/ask", max_decode=30,
+                          language_every_n_frames=0, warmup_frames=0)  # only the goals' requests
+    client = InferenceClient(ros, prefix)
+    client.publish_observations(0.5, rate_hz=10.0)  # an observation to answer from
+    assert until(lambda: client.chunks, 30.0)
+    return node, client
+
+
+def test_a_goal_streams_its_tokens_as_feedback_and_returns_the_answer(ros_env, random_tiny_dir):
+    from action_msgs.msg import GoalStatus
+
+    prefix = unique_prefix()
+    with Ros() as ros:
+        node, topics = _node(ros, random_tiny_dir, prefix)
+        ask = AskClient(ros, f"{prefix}/ask")
+        handle, feedback = ask.send("what do you see?", max_tokens=6)
+        assert handle.accepted
+        response = ask.result(handle)
+        assert response.status == GoalStatus.STATUS_SUCCEEDED
+        result = response.result
+        assert result.finish_reason in ("length", "eos") and result.tokens == len(feedback) <= 6
+        assert result.finish_reason != "length" or result.tokens == 6
+        assert [f.index for f in feedback] == list(range(len(feedback)))
+        assert result.text == "".join(f.piece for f in feedback) == feedback[-1].text
+        # the same answer streamed on the text topic, under the goal's client id
+        streamed = [m for m in topics.text if m.client_id.startswith("ask/")]
+        assert until(lambda: any(m.done for m in topics.text if m.client_id.startswith("ask/")), 10.0)
+        assert "".join(m.piece for m in streamed) == result.text
+
+
+def test_a_cancelled_goal_ends_its_request_and_frees_the_slot(ros_env, random_tiny_dir):
+    from action_msgs.msg import GoalStatus
+
+    prefix = unique_prefix()
+    with Ros() as ros:
+        node, topics = _node(ros, random_tiny_dir, prefix)
+        ask = AskClient(ros, f"{prefix}/ask")
+        handle, feedback = ask.send("describe everything you see in detail")
+        assert handle.accepted
+        assert until(lambda: feedback, 30.0, every=topics.observe, period=0.1), "no feedback"
+        cancel = handle.cancel_goal_async()
+        assert until(cancel.done, 20.0) and cancel.result().goals_canceling, "cancel refused"
+        response = ask.result(handle)
+        assert response.status == GoalStatus.STATUS_CANCELED
+        assert response.result.finish_reason == "cancelled" and response.result.tokens < 30
+        assert until(lambda: node.engine.active_requests == 0 and node.engine.pool.held == 0, 10.0,
+                     every=topics.observe, period=0.1), "the cancelled request still holds its slot"
+
+
+def test_an_empty_question_is_aborted_as_rejected(ros_env, random_tiny_dir):
+    from action_msgs.msg import GoalStatus
+
+    prefix = unique_prefix()
+    with Ros() as ros:
+        _node(ros, random_tiny_dir, prefix)
+        ask = AskClient(ros, f"{prefix}/ask")
+        handle, feedback = ask.send("  ")
+        response = ask.result(handle)
+        assert response.status == GoalStatus.STATUS_ABORTED
+        assert response.result.finish_reason == "rejected" and response.result.tokens == 0 and feedback == []
