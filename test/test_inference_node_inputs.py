@@ -10,6 +10,7 @@ import array
 import functools
 import json
 import math
+import time
 
 import numpy as np
 import ros_harness
@@ -89,6 +90,36 @@ def test_inference_node_refuses_bad_observations_and_cuts_long_instructions(ros,
     assert len(prompt_ids(node.engine.tokenizer, cut[0].instruction, cut[0].state)) <= max_len
     assert observations[-1].instruction == "ok then"
     assert node.diagnostics()["observations_invalid"] == len(bad)
+
+
+def test_a_bad_observation_never_takes_the_place_of_a_good_one(ros):
+    """Observations are checked as they arrive: a bad one right behind a good one, while a
+    frame runs, is refused and counted, and the good one makes the next frame (it used to
+    be replaced while it waited for the worker, and was lost)."""
+    from oxygen_ros.ros.conversions import ns_to_time_msg
+
+    prefix = unique_prefix()
+    node = inference_node(ros, prefix, language_every_n_frames=0, denoise_steps=300,  # long frames
+                          chunk_origin="frame_end", max_observation_age=0.0)
+    client = InferenceClient(ros, prefix, "oxygen_test_burst_client")
+    waiting = []
+    for _ in range(5):
+        frames = node.counters["frames"]
+        client.observe()  # a frame starts from this one
+        assert until(lambda: node.worker.busy or node.counters["frames"] > frames)
+        waiting.append(client.seq)
+        client.observe()  # this one waits for the frame to end ...
+        bad = observation_msg(client.seq, client.now())  # ... and this one comes right behind it
+        bad.camera_names = ["base", "wrist"]
+        bad.header.stamp = ns_to_time_msg(client.now())
+        client.obs.publish(bad)
+        client.seq += 1
+        assert until(lambda: any(c.observation_seq >= waiting[-1] for c in client.chunks)
+                     and not node.worker.busy), (waiting, sorted({c.observation_seq for c in client.chunks}),
+                                                 dict(node.counters), node.tick_counts())
+    assert until(lambda: node.counters["observations_invalid"] == 5), node.counters["observations_invalid"]
+    used = {c.observation_seq for c in client.chunks}
+    assert set(waiting) <= used, f"good observations lost behind bad ones: {sorted(set(waiting) - used)}"
 
 
 def test_inference_node_questions_empty_huge_control_and_invalid_utf8(ros):

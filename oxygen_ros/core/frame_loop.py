@@ -64,7 +64,7 @@ class LoopSettings:
 
 @dataclass
 class Arrival:
-    """An observation as it arrived: ``payload`` is the owner's (a message), not looked into."""
+    """An observation as it arrived: ``payload`` is the owner's (its converted Observation), not looked into."""
 
     payload: Any
     seq: int

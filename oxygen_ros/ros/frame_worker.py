@@ -125,16 +125,28 @@ class FrameWorker:
             self.last_batch = sum(result.batch_sizes) / len(result.batch_sizes)
         self._text.publish(result.tokens, now_ros)
 
+    def converted(self, msg, seq: int):
+        """The Observation of a message as it arrives, or None (counted, logged) when it is refused:
+        converted on arrival, a bad message never replaces a good observation still waiting."""
+        try:
+            return conversions.msg_to_observation(msg)
+        except ValueError as exc:  # ObservationError, ImageError: never fed to the model
+            self._refused(seq, exc)
+            return None
+
+    def _refused(self, seq: int, exc: Exception) -> None:
+        self.counters["observations_invalid"] += 1
+        self._log.warning(f"observation {seq} refused: {exc}", throttle_duration_sec=5.0)
+
     def _model_inputs(self, arrival: Optional[Arrival]) -> tuple:
-        """([Observation], arrival) for the model, or ([], None) when there is none or it is refused."""
+        """([Observation], arrival) for the model, or ([], None) when there is none or it is refused
+        (it does not fit the model: too many cameras, a state the statistics cannot take)."""
         if arrival is None:
             return [], None
         try:
-            obs = conversions.msg_to_observation(arrival.payload)
-            obs = self.loop.fit_observation(obs, self._max_cameras, arrival.seq)
-        except ValueError as exc:  # ObservationError, ImageError: never fed to the model
-            self.counters["observations_invalid"] += 1
-            self._log.warning(f"observation {arrival.seq} refused: {exc}", throttle_duration_sec=5.0)
+            obs = self.loop.fit_observation(arrival.payload, self._max_cameras, arrival.seq)
+        except ValueError as exc:
+            self._refused(arrival.seq, exc)
             return [], None
         return [obs], arrival
 

@@ -231,8 +231,12 @@ class InferenceNode(Node):
         return self.get_clock().now().nanoseconds
 
     def _on_observation(self, msg: ObservationMsg) -> None:
-        arrival = Arrival(msg, int(msg.seq), conversions.stamp_to_ns(msg.header.stamp), self._now_ros(),
-                          time.monotonic_ns())
+        received_ros, received = self._now_ros(), time.monotonic_ns()
+        observation = self.worker.converted(msg, int(msg.seq))
+        if observation is None:
+            return
+        arrival = Arrival(observation, int(msg.seq), conversions.stamp_to_ns(msg.header.stamp), received_ros,
+                          received)
         with self._cond:
             self.loop.observation_arrived(arrival)
             self._cond.notify_all()
