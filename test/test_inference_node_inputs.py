@@ -10,7 +10,6 @@ import array
 import functools
 import json
 import math
-import time
 
 import numpy as np
 import ros_harness
