@@ -53,7 +53,9 @@ NODES: tuple[NodeSpec, ...] = (
     NodeSpec("synthetic_camera", "oxygen_synthetic_camera", "oxygen_ros.ros.synthetic_camera", "SyntheticCamera",
              demo_only=True, remap_camera=True),
     NodeSpec("camera_node", "oxygen_camera", "oxygen_ros.ros.camera_node", "CameraNode", remap_camera=True),
-    NodeSpec("inference_node", "oxygen_inference", "oxygen_ros.ros.inference_node", "InferenceNode"),
+    # the managed (lifecycle) inference node; it reaches active by itself unless autostart:=false
+    NodeSpec("managed_inference_node", "oxygen_inference", "oxygen_ros.ros.managed_inference_node",
+             "ManagedInferenceNode"),
 )
 
 #: The launch arguments. An empty value means "keep the parameters file's value".
@@ -70,6 +72,8 @@ ARGUMENTS: tuple[Argument, ...] = (
     Argument("control_rate_hz", "", "Control-loop rate in Hz.", "oxygen_inference", "control_rate_hz"),
     Argument("steps_per_frame", "", "Decode steps per frame (k).", "oxygen_inference", "steps_per_frame"),
     Argument("compile", "", "Compiled model pieces (auto | on | off).", "oxygen_inference", "compile"),
+    Argument("autostart", "", "false: the inference node waits for its lifecycle transitions (configure, "
+             "activate) from a lifecycle manager.", "oxygen_inference", "autostart"),
     Argument("camera_topic", "", f"Camera image topic: remaps {CAMERA_TOPIC} of the camera node and the "
              "synthetic camera (empty: no remapping)."),
     Argument("demo", "false", "true: also start the synthetic closed-loop camera (never on a robot)."),

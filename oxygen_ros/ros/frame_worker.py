@@ -52,6 +52,11 @@ class FrameWorker:
         """The worker thread is running."""
         return self._thread.is_alive()
 
+    @property
+    def stopped(self) -> bool:
+        """:meth:`stop` was called (a worker runs once: a new one takes over)."""
+        return self._stop
+
     def stop(self, timeout: float = 60.0) -> bool:
         """Stop after the frame in flight; True when the thread has ended."""
         with self._cond:

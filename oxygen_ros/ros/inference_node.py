@@ -1,75 +1,39 @@
 """The inference node (``oxygen_inference``): one model, one engine, a control-loop timer.
 
-Inputs
-    ``observation_topic`` (``oxygen_ros/Observation``, from the camera node) and
-    ``question_topic`` (``oxygen_ros/Question``: a client id and a question).
-Outputs
-    ``actions_topic`` (``oxygen_ros/ActionChunk``), ``text_topic``
-    (``oxygen_ros/TextToken``), ``/diagnostics`` (``diagnostic_msgs/DiagnosticArray``,
-    once a second) and, when ``joint_names`` is set, ``trajectory_topic``
-    (``trajectory_msgs/JointTrajectory``).
+Inputs: ``observation_topic`` (``oxygen_ros/Observation``, from the camera node),
+``question_topic`` (``oxygen_ros/Question``) and the ``ask_action`` action server
+(``oxygen_ros/action/Ask``, :mod:`.ask_server`). Outputs: ``actions_topic``
+(``oxygen_ros/ActionChunk``), ``text_topic`` (``oxygen_ros/TextToken``),
+``/diagnostics`` (once a second) and, with ``joint_names``, ``trajectory_topic``.
 
 How it runs
-    The model is loaded and warmed up (``warmup_frames`` frames on a black
-    image) in the constructor, never in a control tick. A timer at
-    ``control_rate_hz`` drives the output: every tick publishes an
-    ``ActionChunk`` with the newest chunk's actions from the one due at this
-    tick onward (:mod:`.action_output`, which also explains the offset and
-    stamp), so a consumer taking the first action of each message gets one
-    action per control period. A tick never
-    waits for the model: frames run on one worker thread
-    (:mod:`.frame_worker`), the only thread that touches the engine. What runs
-    next is the frame loop's decision (:mod:`oxygen_ros.core.frame_loop`): a
-    frame starts as soon as the worker is idle and there is something to do -
-    a newer observation (fresher than ``max_observation_age``), waiting
-    questions, or (``decode_when_idle``) language requests still decoding
-    while no new observation comes, at most once per control period and not
-    when the next observation is expected before such a frame would end
-    (actions first). Text tokens are published as each frame returns them.
-    Ticks are the only place actions are published, so the stream stays
-    steady whatever the frame latency.
+    :meth:`~InferenceNode.configure` loads and warms up the model (``warmup_frames``
+    frames on a black image) and makes the publishers and subscriptions;
+    :meth:`~InferenceNode.activate` starts a timer at ``control_rate_hz`` whose every
+    tick publishes an ``ActionChunk`` with the newest chunk's actions from the one
+    due at this tick onward (:mod:`.action_output` explains the offset and stamp),
+    and the worker thread (:mod:`.frame_worker`, the only thread that touches the
+    engine), which runs what the frame loop (:mod:`oxygen_ros.core.frame_loop`)
+    decides: a newer observation (fresher than ``max_observation_age``), waiting
+    questions, or language requests still decoding. A tick never waits for the
+    model. The plain node does both in its constructor; the managed one
+    (:mod:`.managed_inference_node`) on its lifecycle transitions, which also
+    deactivate (:meth:`~InferenceNode.deactivate`) and clean up
+    (:meth:`~InferenceNode.cleanup`).
 
-Parameters
-    See :data:`.inference_parameters.PARAMETERS` (name, default, description,
-    type, check, run-time changeable) and ``config/agent.yaml``. Each value
-    goes through its spec's check (:mod:`.parameters`) at start (a
-    :class:`ParameterError` naming the parameter) and, for the run-time
-    changeable ones, in the parameter callback (the refusal reason names the
-    parameter); the others are read-only. Overrides naming no parameter of
-    this node (a typo in the YAML) are logged as a warning.
-
-Reliability (nothing that arrives stops the control loop)
-    * Inputs: an Observation that does not convert (bad image, names and
-      images disagreeing, state NaN/inf, longer than MAX_STATE_DIM or than the
-      checkpoint's state statistics) is refused with its reason and never
-      reaches the model; an instruction whose prompt would exceed the model's
-      ``max_token_len`` is cut so that it fits (the state is kept) with a
-      warning; control characters are removed. A question without text is
-      answered ``rejected``; a longer one than the engine's
-      ``max_question_tokens`` is cut with a warning.
-    * Staleness: a frame never starts from an observation older than
-      ``max_observation_age``; when the chunk runs out, a tick publishes
-      nothing (``hold_action: none``) or the chunk's last row as a hold
-      message (``last``: offset = H, one row); underruns are counted.
-    * Overload: each frame's decode steps come from a
-      :class:`~oxygen_ros.core.budget.DecodeBudget` against
-      ``frame_deadline_ms`` (default: half the time a chunk covers), so
-      language shrinks (to zero steps) before an action is late.
-    * Faults: an exception in a frame is logged with its cause and the next
-      frame runs; chunks with non-finite values are dropped; after
-      ``max_consecutive_failures`` failed frames in a row the current chunk is
-      dropped and no ActionChunk is published (diagnostics: ERROR) until a frame
-      succeeds. A model that does not load stops the start with its cause.
-
-Shutdown
-    :meth:`InferenceNode.shutdown` (also run by ``destroy_node``) stops the
-    timers and the worker (the frame in flight completes), then finishes every
-    running or queued request and publishes its ``cancelled`` token.
+Parameters: :data:`.inference_parameters.PARAMETERS` and ``config/agent.yaml``, each
+checked by its spec at start and on every run-time change (:mod:`.parameters`).
+Observations are converted and checked as they arrive; what happens to bad input,
+stale data, overload and faults is in the README's "Reliability" section.
+:meth:`InferenceNode.shutdown` (also run by ``destroy_node``) stops the timers and
+the worker (the frame in flight completes) and publishes ``cancelled`` for every
+unfinished request.
 """
 
 # No `from __future__ import annotations` here: rclpy finds the TimerInfo
 # argument of a timer callback by comparing the annotation with the class.
 
+import gc
 import sys
 import threading
 import time
@@ -123,13 +87,24 @@ class InferenceNode(Node):
     :attr:`loop` (a :class:`~oxygen_ros.core.frame_loop.FrameLoop`), run by
     :attr:`worker`; :attr:`output` is what the control tick publishes."""
 
-    def __init__(self, **kwargs):
+    def __init__(self, start: bool = True, **kwargs):
         super().__init__(NODE_NAME, **kwargs)
         self._shutdown_done = False
         self.worker: Optional[FrameWorker] = None
+        self.configured = self.active = False
         self._own_timers: list = []
+        self._entities: list = []  # the publishers and subscriptions that configure() made
         try:
-            self._start()
+            self.params = declare_parameters(self, PARAMETERS)
+            unknown = sorted(n for n in getattr(self, "_parameter_overrides", {}) if n not in SPECS
+                             and n not in IMPLICIT_PARAMETERS and not n.startswith("qos_overrides."))
+            if unknown:  # a typo in the YAML would otherwise go unnoticed (a wildcard section may hold others')
+                self.get_logger().warning(f"unknown parameter(s) {unknown} ignored; known: see config/agent.yaml")
+            self.add_on_set_parameters_callback(parameter_callback(PARAMETERS, lambda: self.params))
+            self.add_post_set_parameters_callback(self._apply_parameters)
+            if start:  # the plain node: configured and active from the start (the managed one waits)
+                self.configure()
+                self.activate()
         except BaseException as exc:
             if isinstance(exc, Exception):  # the cause, in the node's log (main prints it too)
                 self.get_logger().fatal(f"start-up failed: {exc}" if isinstance(exc, ParameterError)
@@ -138,13 +113,11 @@ class InferenceNode(Node):
             super().destroy_node()
             raise
 
-    # ------------------------------------------------------------------ start-up
-    def _start(self) -> None:
-        self.params = p = declare_parameters(self, PARAMETERS)
-        unknown = sorted(n for n in getattr(self, "_parameter_overrides", {})
-                         if n not in SPECS and n not in IMPLICIT_PARAMETERS and not n.startswith("qos_overrides."))
-        if unknown:  # a typo in the YAML would otherwise go unnoticed (a wildcard section may hold others' too)
-            self.get_logger().warning(f"unknown parameter(s) {unknown} ignored; known: see config/agent.yaml")
+    # ------------------------------------------------------------------ configure / activate / ...
+    def configure(self) -> None:
+        """Load the model, build the engine and the frame loop, compile and warm up, make the
+        publishers, subscriptions and the Ask action server (nothing is published until activate)."""
+        p = self.params
         torch.set_num_threads(p["threads"])
         t0 = time.perf_counter()
         try:
@@ -170,7 +143,10 @@ class InferenceNode(Node):
             self.get_logger().info(f"warmed up: {p['warmup_frames']} frames in {ms:.0f} ms")
         self._tick_guard = TickGuard() if p["yield_to_ticks"] else None
         self.engine.pause_point = None if self._tick_guard is None else self._tick_guard.pause_point
+        before = set(self.publishers) | set(self.subscriptions)
         self._init_interfaces(p)
+        self._entities = [e for e in (*self.publishers, *self.subscriptions) if e not in before]
+        self.configured = True
         self.get_logger().info(startup_summary(self.loaded, p, self.resolve_topic_name))
 
     def _init_interfaces(self, p: dict) -> None:
@@ -181,10 +157,7 @@ class InferenceNode(Node):
         self.text = TextOutput(self, p["text_topic"], self.counters)
         self.ask = AskServer(self, p["ask_action"], self._on_ask, self._cancel_ask, MutuallyExclusiveCallbackGroup())
         self.text.listener = self.ask.on_events  # the goals' feedback and results
-        self.worker = FrameWorker(
-            cond=self._cond, loop=self.loop, output=self.output, text=self.text, params=self.params,
-            max_cameras=self.loaded.config.max_cameras, now_ros=self._now_ros, logger=self.get_logger(),
-            frame_done=None if self._tick_guard is None else self._tick_guard.frame_done)
+        self.worker = self._new_worker()
         self._pub_diag = self.create_publisher(DiagnosticArray, "/diagnostics", reliable(10))
         inputs = MutuallyExclusiveCallbackGroup()
         observations = self.create_subscription(ObservationMsg, p["observation_topic"], self._on_observation,
@@ -192,14 +165,46 @@ class InferenceNode(Node):
         self._status = StatusReporter(observations.topic_name)
         self.create_subscription(QuestionMsg, p["question_topic"], self._on_question, reliable(100),
                                  callback_group=inputs)
+
+    def _new_worker(self) -> FrameWorker:
+        return FrameWorker(
+            cond=self._cond, loop=self.loop, output=self.output, text=self.text, params=self.params,
+            max_cameras=self.loaded.config.max_cameras, now_ros=self._now_ros, logger=self.get_logger(),
+            frame_done=None if self._tick_guard is None else self._tick_guard.frame_done)
+
+    def activate(self) -> None:
+        """Start the control tick, the diagnostics and the frame worker: actions and text go out."""
+        self.worker = self._new_worker() if self.worker.stopped else self.worker  # a thread runs once
         self._tick_timer = self.create_timer(self.loop.period_ns / NS_PER_S, self._tick_callback(),
                                              callback_group=MutuallyExclusiveCallbackGroup())
         self._diag_timer = self.create_timer(1.0, self._publish_diagnostics,
                                              callback_group=MutuallyExclusiveCallbackGroup())
         self._own_timers = [self._tick_timer, self._diag_timer]
-        self.add_on_set_parameters_callback(parameter_callback(PARAMETERS, lambda: self.params))
-        self.add_post_set_parameters_callback(self._apply_parameters)
         self.worker.start()
+        self.active = True
+
+    def deactivate(self) -> None:
+        """Stop publishing: the tick and diagnostics timers go, the worker stops after its frame.
+        Requests stay as they are (they go on after activate); inputs are still received."""
+        for timer in self._own_timers:
+            self.destroy_timer(timer)
+        self._own_timers = []
+        self._stop_worker()
+        self.active = False
+
+    def cleanup(self) -> None:
+        """Back to unconfigured: every request ends ``cancelled`` (published), the publishers,
+        subscriptions and action server go, and the engine and its KV pool are freed."""
+        if self.active:
+            self.deactivate()
+        self._announce_cancellations(self._cancel_everything(), "cleanup")
+        self.ask.destroy()
+        for entity in self._entities:
+            (self.destroy_publisher if entity in set(self.publishers) else self.destroy_subscription)(entity)
+        self._entities = []
+        self.worker, self.configured = None, False
+        del self.engine, self.loop, self.loaded, self.output, self.text, self.ask
+        gc.collect()  # the pool's tensors go now, not at some later collection
 
     # ------------------------------------------------------------------ parameters at run time
     def _apply_parameters(self, parameters) -> None:
@@ -207,12 +212,16 @@ class InferenceNode(Node):
         changes = changed_values(PARAMETERS, parameters)
         if not changes:
             return
+        if not self.configured:  # read by configure()
+            self.params.update(changes)
+            return
         with self._cond:
             self.params.update(changes)
             self.loop.configure(**_loop_settings(changes))
             if "control_rate_hz" in changes:
                 self.output.rate_changed()
-                self._tick_timer.timer_period_ns = self.loop.period_ns
+                if self.active:
+                    self._tick_timer.timer_period_ns = self.loop.period_ns
             self._cond.notify_all()
         self.get_logger().info("parameters changed: " + ", ".join(f"{k}={v}" for k, v in changes.items()))
 
@@ -223,8 +232,8 @@ class InferenceNode(Node):
 
     @property
     def tick_period_ns(self) -> int:
-        """The control tick's period now (``control_rate_hz``)."""
-        return self._tick_timer.timer_period_ns
+        """The control tick's period now (``control_rate_hz``; 0 while not active)."""
+        return self._tick_timer.timer_period_ns if self.active else 0
 
     # ------------------------------------------------------------------ inputs
     def _now_ros(self) -> int:
@@ -348,15 +357,18 @@ class InferenceNode(Node):
             timer.cancel()
         stopped = self._stop_worker()
         self.stop_ms = (time.perf_counter() - t0) * 1e3  # timers and worker stopped
-        if not stopped:
-            return  # the engine is still in use; do not touch it
+        if not stopped or not self.configured:
+            return  # the engine is still in use (do not touch it), or there is none
+        self._announce_cancellations(self._cancel_everything(), "shutdown")
+
+    def _cancel_everything(self) -> list:
+        """End every running, queued and waiting request: their ``cancelled`` events."""
         events = list(self.engine.cancel_all())
         with self._cond:
             pending = self.loop.take_questions()
-        events += end_events((client for client, *_ in pending), "cancelled")
-        self._announce_cancellations(events)
+        return events + end_events((client for client, *_ in pending), "cancelled")
 
-    def _announce_cancellations(self, events: list) -> None:
+    def _announce_cancellations(self, events: list, why: str) -> None:
         try:
             if events:
                 self.text.publish(events, self._now_ros())
@@ -365,7 +377,8 @@ class InferenceNode(Node):
             return
         what = f"{len(events)} requests cancelled" if events else "no request to cancel"
         try:  # the context may be gone already
-            self.get_logger().info(f"shutdown: {what}; timers and worker stopped in {self.stop_ms:.0f} ms")
+            self.get_logger().info(f"{why}: {what}" + (f"; timers and worker stopped in {self.stop_ms:.0f} ms"
+                                                       if why == "shutdown" else ""))
         except Exception:  # noqa: BLE001
             return
         if events:  # the process may exit right after: let reliable subscribers receive them

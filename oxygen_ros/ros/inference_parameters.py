@@ -115,6 +115,8 @@ PARAMETERS: tuple[ParamSpec, ...] = (
     ParamSpec("text_topic", "/oxygen/text", "TextToken output topic.", "str", topic_name, constraints=_TOPIC),
     ParamSpec("trajectory_topic", "/oxygen/joint_trajectory", "JointTrajectory output topic (with joint_names).",
               "str", topic_name, constraints=_TOPIC),
+    ParamSpec("autostart", True, "Managed (lifecycle) node only: configure and activate at start; false: wait "
+              "for the lifecycle transitions (ros2 lifecycle set, a lifecycle manager).", "bool"),
     ParamSpec("ask_action", "/oxygen/ask", "oxygen_ros/action/Ask action server (questions with feedback and "
               "cancel).", "str", topic_name, constraints="a valid action name"),
     ParamSpec("chunk_origin", "observation", "Time origin of a chunk's actions: 'observation' (the "

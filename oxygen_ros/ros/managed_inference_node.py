@@ -1,0 +1,89 @@
+"""The managed (lifecycle) inference node: ``oxygen_inference`` as nav2 and ros2_control run nodes.
+
+The same node as :mod:`.inference_node`, driven by the ROS 2 lifecycle through its
+services (``ros2 lifecycle set /oxygen_inference configure``, or a lifecycle manager):
+
+* **unconfigured** (after start, and after cleanup): parameters only, no model;
+* ``configure`` loads and warms up the model, makes the publishers, subscriptions
+  and the Ask action server -> **inactive**: observations and questions are
+  received, nothing is published and no frame runs;
+* ``activate`` starts the control tick, diagnostics and the frame worker ->
+  **active**: actions and text go out;
+* ``deactivate`` stops publishing (the frame in flight completes); running requests
+  stay as they are and go on after the next ``activate``;
+* ``cleanup`` ends every request (``cancelled`` on the text topic), removes the
+  publishers and subscriptions and frees the engine and its KV pool;
+* ``shutdown`` (from any state) does what the plain node does at exit.
+
+With ``autostart`` (the default, and what the launch file uses) the node configures
+and activates itself at start, so it behaves like the plain node unless a manager
+sets ``autostart: false``. A configure that fails (a model that does not load) is
+logged with its cause and leaves the node unconfigured; with ``autostart`` it ends
+the process, as the plain node would.
+"""
+
+import traceback
+
+from rclpy.lifecycle import LifecycleNodeMixin, TransitionCallbackReturn
+
+from .inference_node import NODE_NAME, InferenceNode
+from .node_main import run_control_node
+from .parameters import ParameterError
+
+SUCCESS, FAILURE = TransitionCallbackReturn.SUCCESS, TransitionCallbackReturn.FAILURE
+
+
+class ManagedInferenceNode(LifecycleNodeMixin, InferenceNode):
+    """The inference node with a lifecycle (see the module doc). ``kwargs`` go to ``rclpy.node.Node``."""
+
+    def __init__(self, **kwargs):
+        InferenceNode.__init__(self, start=False, **kwargs)
+        LifecycleNodeMixin.__init__(self)
+        self.configure_error: Exception | None = None  # why the last configure failed
+        if self.params["autostart"]:
+            if self.trigger_configure() != SUCCESS:
+                super().destroy_node()
+                raise self.configure_error
+            self.trigger_activate()
+
+    def on_configure(self, state) -> TransitionCallbackReturn:
+        try:
+            self.configure()
+        except Exception as exc:  # noqa: BLE001 - the transition fails, the node stays unconfigured
+            self.configure_error = exc
+            self.get_logger().error(f"configure failed: {exc}" if isinstance(exc, ParameterError)
+                                    else f"configure failed: {exc!r}\n{traceback.format_exc()}")
+            return FAILURE
+        return SUCCESS
+
+    def on_activate(self, state) -> TransitionCallbackReturn:
+        self.activate()
+        self.get_logger().info("active: publishing actions and text")
+        return SUCCESS
+
+    def on_deactivate(self, state) -> TransitionCallbackReturn:
+        self.deactivate()
+        self.get_logger().info("inactive: not publishing; requests kept")
+        return SUCCESS
+
+    def on_cleanup(self, state) -> TransitionCallbackReturn:
+        self.cleanup()
+        return SUCCESS
+
+    def on_shutdown(self, state) -> TransitionCallbackReturn:
+        self.shutdown()
+        return SUCCESS
+
+    def on_error(self, state) -> TransitionCallbackReturn:
+        self.get_logger().error(f"lifecycle error in state {state.label}: stopping")
+        self.shutdown()
+        return SUCCESS
+
+
+def main(args=None) -> int:
+    """``ros2 run oxygen_ros managed_inference_node [--ros-args ...]``."""
+    return run_control_node(ManagedInferenceNode, NODE_NAME, args)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

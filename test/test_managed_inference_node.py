@@ -1,0 +1,99 @@
+"""The managed (lifecycle) inference node through the lifecycle services, on real DDS:
+unconfigured -> configure -> inactive (nothing published) -> activate (actions and text)
+-> deactivate (publishing stops, a running request is kept) -> activate (it goes on)
+-> cleanup (requests cancelled, the pool freed) -> shutdown."""
+
+from __future__ import annotations
+
+import time
+
+from ros_harness import InferenceClient, Ros, inference_topics, params, unique_prefix, until
+
+
+def _node(ros, prefix, model_dir, **overrides):
+    from oxygen_ros.ros.managed_inference_node import ManagedInferenceNode
+
+    values = {**inference_topics(prefix), "ask_action": f"{prefix}/ask", "model_path": model_dir,
+              "language_every_n_frames": 0, "max_decode": 30, "warmup_frames": 0, **overrides}
+    return ros.add(ManagedInferenceNode(context=ros.context, namespace=prefix, parameter_overrides=params(**values)))
+
+
+class Lifecycle:
+    """A client of a node's lifecycle services."""
+
+    def __init__(self, node, full_name: str):
+        from lifecycle_msgs.srv import ChangeState, GetState
+
+        self.node, self.name = node, full_name
+        self._get = node.create_client(GetState, f"{full_name}/get_state")
+        self._change = node.create_client(ChangeState, f"{full_name}/change_state")
+        assert self._get.wait_for_service(timeout_sec=20.0) and self._change.wait_for_service(timeout_sec=20.0)
+
+    def _call(self, client, request):
+        future = client.call_async(request)
+        assert until(future.done, 60.0), f"{self.name}: no answer"
+        return future.result()
+
+    def state(self) -> str:
+        from lifecycle_msgs.srv import GetState
+
+        return self._call(self._get, GetState.Request()).current_state.label
+
+    def change(self, transition: str) -> bool:
+        from lifecycle_msgs.msg import Transition
+        from lifecycle_msgs.srv import ChangeState
+
+        request = ChangeState.Request(transition=Transition(id=getattr(Transition, f"TRANSITION_{transition.upper()}")))
+        return self._call(self._change, request).success
+
+
+def test_lifecycle_transitions_gate_publishing_and_own_the_pool(ros_env, random_tiny_dir):
+    prefix = unique_prefix()
+    with Ros() as ros:
+        node = _node(ros, prefix, random_tiny_dir, autostart=False)
+        life = Lifecycle(ros.node("oxygen_test_lifecycle"), node.get_fully_qualified_name())
+        assert life.state() == "unconfigured" and not node.configured  # no model yet
+
+        assert life.change("configure") and life.state() == "inactive"
+        client = InferenceClient(ros, prefix)
+        client.publish_observations(1.0, rate_hz=10.0)
+        assert client.chunks == [], "an inactive node published actions"
+
+        assert life.change("activate") and life.state() == "active"
+        assert until(lambda: client.chunks, 30.0, every=client.observe, period=0.1), "no actions once active"
+        client.ask("q1", "describe everything you see in great detail")
+        assert until(lambda: [m for m in client.text if m.client_id == "q1"], 30.0, every=client.observe,
+                     period=0.1), "no text once active"
+
+        assert life.change("deactivate") and life.state() == "inactive"
+        time.sleep(0.5)  # what was in flight arrives
+        chunks, tokens = len(client.chunks), len(client.text)
+        client.publish_observations(1.0, rate_hz=10.0)
+        assert len(client.chunks) == chunks and len(client.text) == tokens, "published while inactive"
+        running = node.engine.active_requests
+        assert running == 1 or client.finished("q1"), "the running request was dropped by deactivate"
+
+        assert life.change("activate") and life.state() == "active"
+        assert until(lambda: client.finished("q1"), 60.0, every=client.observe, period=0.1), \
+            "the kept request did not finish after activate"
+        assert len(client.chunks) > chunks
+
+        client.ask("q2", "describe everything you see in great detail")
+        assert until(lambda: node.engine.active_requests == 1, 30.0, every=client.observe, period=0.1)
+        assert life.change("deactivate") and life.change("cleanup") and life.state() == "unconfigured"
+        assert until(lambda: [m.finish_reason for m in client.finished("q2")] == ["cancelled"], 10.0)
+        assert not node.configured and not hasattr(node, "engine"), "cleanup kept the engine and its pool"
+
+        assert life.change("configure") and life.state() == "inactive"  # configure again after cleanup
+        assert node.engine.active_requests == 0
+        assert life.change("inactive_shutdown") and life.state() == "finalized"
+
+
+def test_a_configure_that_fails_names_the_cause_and_stays_unconfigured(ros_env, tmp_path):
+    prefix = unique_prefix()
+    with Ros() as ros:
+        node = _node(ros, prefix, str(tmp_path / "no_such_model"), autostart=False)
+        life = Lifecycle(ros.node("oxygen_test_lifecycle"), node.get_fully_qualified_name())
+        assert not life.change("configure")
+        assert life.state() == "unconfigured"
+        assert "no_such_model" in str(node.configure_error)
