@@ -21,13 +21,11 @@ How it runs
     deactivate (:meth:`~InferenceNode.deactivate`) and clean up
     (:meth:`~InferenceNode.cleanup`).
 
-Parameters: :data:`.inference_parameters.PARAMETERS` and ``config/agent.yaml``, each
-checked by its spec at start and on every run-time change (:mod:`.parameters`).
-Observations are converted and checked as they arrive; what happens to bad input,
-stale data, overload and faults is in the README's "Reliability" section.
-:meth:`InferenceNode.shutdown` (also run by ``destroy_node``) stops the timers and
-the worker (the frame in flight completes) and publishes ``cancelled`` for every
-unfinished request.
+Parameters: :data:`.inference_parameters.PARAMETERS` (``config/agent.yaml``), checked at start
+and on every change (:mod:`.parameters`). Observations are checked as they arrive; bad input,
+stale data, overload and faults: the README's "Reliability". :meth:`InferenceNode.shutdown`
+(also run by ``destroy_node``) stops the timers and the worker (the frame in flight
+completes) and publishes ``cancelled`` for every unfinished request.
 """
 
 # No `from __future__ import annotations` here: rclpy finds the TimerInfo
@@ -79,6 +77,19 @@ def _loop_settings(p: dict) -> dict:
     if "denoise_steps" in out:
         out["denoise_steps"] = out["denoise_steps"] or None
     return out
+
+
+def tick_callback(on_tick: Callable, now_ros: Callable) -> Callable:
+    """The control timer's callback: ``on_tick(scheduled_ns, actual_ns)`` (scheduled None without TimerInfo)."""
+    if TimerInfo is not None:
+        def tick(info) -> None:
+            on_tick(info.expected_call_time.nanoseconds, info.actual_call_time.nanoseconds)
+
+        tick.__annotations__ = {"info": TimerInfo, "return": None}
+    else:  # pragma: no cover - Humble
+        def tick() -> None:
+            on_tick(None, now_ros())
+    return tick
 
 
 class InferenceNode(Node):
@@ -175,7 +186,7 @@ class InferenceNode(Node):
     def activate(self) -> None:
         """Start the control tick, the diagnostics and the frame worker: actions and text go out."""
         self.worker = self._new_worker() if self.worker.stopped else self.worker  # a thread runs once
-        self._tick_timer = self.create_timer(self.loop.period_ns / NS_PER_S, self._tick_callback(),
+        self._tick_timer = self.create_timer(self.loop.period_ns / NS_PER_S, tick_callback(self._on_tick, self._now_ros),
                                              callback_group=MutuallyExclusiveCallbackGroup())
         self._diag_timer = self.create_timer(1.0, self._publish_diagnostics,
                                              callback_group=MutuallyExclusiveCallbackGroup())
@@ -266,17 +277,6 @@ class InferenceNode(Node):
             self.text.publish(end_events([client_id], "cancelled"), self._now_ros())
 
     # ------------------------------------------------------------------ control tick
-    def _tick_callback(self) -> Callable:
-        if TimerInfo is not None:
-            def tick(info) -> None:
-                self._on_tick(info.expected_call_time.nanoseconds, info.actual_call_time.nanoseconds)
-
-            tick.__annotations__ = {"info": TimerInfo, "return": None}
-        else:  # pragma: no cover - Humble
-            def tick() -> None:
-                self._on_tick(None, self._now_ros())
-        return tick
-
     def _on_tick(self, scheduled_ns: Optional[int], actual_ns: int) -> None:
         mono = time.monotonic_ns()
         try:

@@ -19,7 +19,7 @@ position to the camera node as the robot state). The nodes run until Ctrl-C
 monitor) on a ``SingleThreadedExecutor`` of its own, so the control tick never
 waits behind another node's callbacks, and the threads of the nodes off the
 control path (synthetic camera, monitor) at a lower priority
-(``--background-niceness``, see ``oxygen_ros.ros.agent.Spinner``)
+(``--background-niceness``, see ``oxygen_ros.ros.spinner.Spinner``)
 (``--executor multi``: everything on one ``MultiThreadedExecutor``, for
 comparison: its wait-set rebuilding in Python keeps most of a core busy, which
 on 2 cores delays the frames and the control tick).
