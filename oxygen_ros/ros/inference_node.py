@@ -101,9 +101,9 @@ from .process import init_control_process, report_leftover_threads, settle_garba
 from .qos import reliable
 from .text_output import TextOutput, end_events
 
-try:  # rclpy >= Iron passes the timer's scheduled time to callbacks that ask for it
+try:  # rclpy of Kilted passes the timer's scheduled time to callbacks that ask for it
     from rclpy.timer import TimerInfo
-except ImportError:  # pragma: no cover - Humble
+except ImportError:  # Jazzy's rclpy (7.1) has no TimerInfo: ActionOutput rounds to the tick grid
     TimerInfo = None
 
 NODE_NAME = "oxygen_inference"
@@ -247,7 +247,7 @@ class InferenceNode(Node):
                 self._on_tick(info.expected_call_time.nanoseconds, info.actual_call_time.nanoseconds)
 
             tick.__annotations__ = {"info": TimerInfo, "return": None}
-        else:  # pragma: no cover - Humble
+        else:  # Jazzy
             def tick() -> None:
                 self._on_tick(None, self._now_ros())
         return tick
