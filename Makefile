@@ -26,7 +26,11 @@ SHELL := /bin/bash
 PYTHON ?= python3
 PYTEST_ARGS ?= test
 
-ROS_DISTRO ?= kilted
+# Only the command line picks it: a ROS_DISTRO in the environment (a sourced ROS 2
+# sets it) names the system's ROS, not these venvs, and is ignored.
+ifneq ($(origin ROS_DISTRO),command line)
+  override ROS_DISTRO := kilted
+endif
 ifeq ($(ROS_DISTRO),kilted)
   VENV := .venv
   REQUIREMENTS := requirements.txt
