@@ -1,7 +1,7 @@
 """Every node's parameters through the ROS 2 parameter services, as `ros2 param` uses them.
 
-For each node the launch file or a replay starts (camera, inference, synthetic camera,
-bag player) the test lists every parameter, gets and describes every one of them in one
+For each node the launch file or a replay starts (camera, inference, plain and managed,
+synthetic camera, bag player) the test lists every parameter, gets and describes every one of them in one
 request each (a single value the services cannot answer leaves `ros2 param dump` with
 nothing), writes the dump the way `ros2 param dump` does, starts the node again from that
 dump as its params file, and checks that it comes up with the same values and types.
@@ -75,6 +75,7 @@ def _nodes(tmp_path):
     from oxygen_ros.ros.bag_player import BagPlayer
     from oxygen_ros.ros.camera_node import CameraNode
     from oxygen_ros.ros.inference_node import InferenceNode
+    from oxygen_ros.ros.managed_inference_node import ManagedInferenceNode
     from oxygen_ros.ros.synthetic_camera import SyntheticCamera
 
     return {
@@ -82,13 +83,14 @@ def _nodes(tmp_path):
                                 "max_age": 2.5}),
         "inference": (InferenceNode, {"joint_names": [], "warmup_frames": 0, "control_rate_hz": 40.0,
                                       "hold_action": "last"}),
+        "managed_inference": (ManagedInferenceNode, {"joint_names": [], "warmup_frames": 0, "autostart": True}),
         "synthetic_camera": (SyntheticCamera, {"rate_hz": 5.0}),
         "bag_player": (BagPlayer, {"bag_path": _bag(tmp_path), "topics": [], "latched_topics": [],
                                    "shutdown_when_done": False}),
     }
 
 
-@pytest.mark.parametrize("which", ["camera", "inference", "synthetic_camera", "bag_player"])
+@pytest.mark.parametrize("which", ["camera", "inference", "managed_inference", "synthetic_camera", "bag_player"])
 def test_parameter_services_answer_and_a_dump_starts_the_same_node(ros_env, tmp_path, which):
     cls, values = _nodes(tmp_path)[which]
     namespace = f"/rt_{uuid.uuid4().hex[:8]}"
