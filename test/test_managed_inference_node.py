@@ -97,3 +97,17 @@ def test_a_configure_that_fails_names_the_cause_and_stays_unconfigured(ros_env, 
         assert not life.change("configure")
         assert life.state() == "unconfigured"
         assert "no_such_model" in str(node.configure_error)
+
+
+def test_with_autostart_a_failed_configure_ends_the_start_with_its_cause(ros_env, tmp_path):
+    """What the launch file relies on: with autostart the node that cannot configure does not
+    linger unconfigured, its construction fails with the cause (main: non-zero exit)."""
+    import pytest
+
+    from oxygen_ros.ros.parameters import ParameterError
+
+    with Ros() as ros:
+        with pytest.raises(ParameterError, match="control_rate_hz"):
+            _node(ros, unique_prefix(), "", control_rate_hz=-5.0)
+        with pytest.raises(Exception, match="no_such_model"):
+            _node(ros, unique_prefix(), str(tmp_path / "no_such_model"))
