@@ -27,7 +27,9 @@ def test_synthetic_camera_closes_the_loop_through_the_camera_node(stepped_ros):
     client.create_subscription(Observation, f"{p}/observation", observations.append, OBSERVATION_QOS)
     actions = client.create_publisher(ActionChunk, f"{p}/actions", 10)
 
-    assert stepped_ros.spin_until(lambda: observations, timeout=15.0)
+    # the latched instruction may reach the camera node just after its first group (which then
+    # carries default_instruction): wait for the observations to carry it
+    assert stepped_ros.spin_until(lambda: observations and observations[-1].instruction, timeout=15.0)
     obs = msg_to_observation(observations[-1])
     assert obs.instruction == sim.sim.instruction and obs.instruction.startswith("move to the ")
     assert obs.images["base"].shape == (32, 32, 3)
