@@ -69,10 +69,14 @@ class ActionOutput:
         return scheduled_ns, due
 
     def _count_tick(self, scheduled_ns: Optional[int], actual_ns: int, period: int) -> int:
-        if scheduled_ns is None:  # round to the tick grid
+        if scheduled_ns is None:  # round to the tick grid (rclpy without TimerInfo: Jazzy)
             if self._grid0 is None:
                 self._grid0 = actual_ns
             scheduled_ns = self._grid0 + round((actual_ns - self._grid0) / period) * period
+            if self._last_scheduled is not None and scheduled_ns <= self._last_scheduled:
+                # the tick before was more than half a period late and took this grid point:
+                # each callback is one period, so this one is the next point (stamps never repeat)
+                scheduled_ns = self._last_scheduled + period
         if self._last_scheduled is not None and scheduled_ns - self._last_scheduled > period * 3 // 2:
             # rcl skips the ticks of a timer that is late by more than a period
             self._counters["missed_ticks"] += round((scheduled_ns - self._last_scheduled) / period) - 1
