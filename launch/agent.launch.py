@@ -2,7 +2,7 @@
 
     ros2 launch oxygen_ros agent.launch.py [params_file:=...] [model_path:=...] [preset:=...]
         [device:=cpu|cuda] [dtype:=float32|bfloat16] [setting:=...] [control_rate_hz:=...]
-        [steps_per_frame:=...] [camera_topic:=/my/camera/image_raw] [demo:=true]
+        [steps_per_frame:=...] [camera_topic:=/my/camera/image_raw] [demo:=true] [robots:=left,right]
 
 Every node reads its section of ``params_file`` (default: the installed
 ``config/agent.yaml``); an argument left empty keeps the file's value, a
@@ -11,6 +11,13 @@ given one overrides it (``parameters=[params_file, {overrides}]``). A
 ``camera_topic`` remaps ``/camera/image_raw`` of the camera node and of the
 synthetic camera. ``demo`` is false by default: a robot must never act on a
 synthetic camera by accident.
+
+``robots:=left,right`` starts, per robot, the camera node (and with
+``demo:=true`` the synthetic camera) in the robot's namespace, on its
+``/<robot>/...`` topics, and one inference node serving them all; each
+robot-side node gets its parameters as explicit overrides, merged by the plan
+from the file's generic section and the robot's own (``left/oxygen_camera:``),
+see ``oxygen_ros.ros.robot_plan``.
 
 Every node is required: when one exits (a bad parameter, a model that does not
 load, a crash), the launch logs which one and how, stops the others and exits
@@ -32,7 +39,7 @@ from launch.event_handlers import OnProcessExit
 from launch.substitutions import LaunchConfiguration
 from launch_ros.actions import Node
 
-from oxygen_ros.ros.agent import ARGUMENTS, PACKAGE, node_exit_message, resolve
+from oxygen_ros.ros.agent import ARGUMENTS, PACKAGE, node_exit_message, node_label, resolve
 
 
 def _default_params_file():
@@ -54,7 +61,7 @@ def _nodes(context, *args, **kwargs):
     plan, params_file = resolve(values)  # ValueError: missing params_file, bad argument
     actions = []
     for item in plan:
-        spec = item['spec']
+        spec, label = item['spec'], node_label(item)
         parameters = [params_file]
         if item['parameters']:
             parameters.append(item['parameters'])
@@ -62,13 +69,14 @@ def _nodes(context, *args, **kwargs):
             package=PACKAGE,
             executable=spec.executable,
             name=spec.name,
+            namespace=item['namespace'] or None,
             output='screen',
             emulate_tty=True,
             parameters=parameters,
             remappings=item['remappings'],
         )
         actions.append(node)
-        actions.append(RegisterEventHandler(OnProcessExit(target_action=node, on_exit=partial(_on_exit, spec.name))))
+        actions.append(RegisterEventHandler(OnProcessExit(target_action=node, on_exit=partial(_on_exit, label))))
     return actions
 
 

@@ -52,7 +52,7 @@ def test_launch_file_structure():
             calls.setdefault(n.func.id, []).append(n)
     assert len(calls["Node"]) == 1
     keywords = {k.arg for k in calls["Node"][0].keywords}
-    assert {"package", "executable", "name", "parameters", "remappings"} <= keywords
+    assert {"package", "executable", "name", "namespace", "parameters", "remappings"} <= keywords
     assert "'config', 'agent.yaml'" in LAUNCH_FILE.read_text()
     # the plan and the params file come from resolve() (which refuses a missing file) ...
     (resolved,) = calls["resolve"]
@@ -63,7 +63,8 @@ def test_launch_file_structure():
     targets = {k.arg: k.value for k in handler.keywords}
     assert isinstance(targets["target_action"], ast.Name) and targets["target_action"].id == "node"
     assert "node = Node(" in LAUNCH_FILE.read_text()
-    assert ast.unparse(targets["on_exit"]) == "partial(_on_exit, spec.name)"
+    assert ast.unparse(targets["on_exit"]) == "partial(_on_exit, label)"
+    assert "spec, label = item['spec'], node_label(item)" in LAUNCH_FILE.read_text()
     on_exit = functions["_on_exit"]
     assert any(isinstance(n, ast.Raise) for n in ast.walk(on_exit))
     assert "node_exit_message(name, event.returncode, context.is_shutdown)" in ast.unparse(on_exit)
@@ -110,12 +111,14 @@ def test_launch_file_loads_where_launch_ros_is_available():
     names = [e.name for e in description.entities if isinstance(e, DeclareLaunchArgument)]
     assert names == [a.name for a in ARGUMENTS]
     (opaque,) = [e for e in description.entities if isinstance(e, OpaqueFunction)]
-    for demo, count in (("false", 4), ("true", 6)):  # each node and its OnProcessExit handler
+    # each node and its OnProcessExit handler; with two robots: 2 cameras (+ 2 synthetic) + 1 inference
+    for demo, robots, count in (("false", "", 4), ("true", "", 6), ("false", "a,b", 6), ("true", "a,b", 10)):
         context = LaunchContext()
         for a in ARGUMENTS:
             context.launch_configurations[a.name] = a.default
         context.launch_configurations["params_file"] = str(YAML_FILE)
         context.launch_configurations["demo"] = demo
+        context.launch_configurations["robots"] = robots
         assert len(opaque.execute(context)) == count
 
 
@@ -130,6 +133,7 @@ def test_node_plan_demo_is_off_by_default_and_overrides_are_typed():
     assert plan["oxygen_camera"]["remappings"] == [(CAMERA_TOPIC, "/cam/rgb")]
     assert plan["oxygen_synthetic_camera"]["remappings"] == [(CAMERA_TOPIC, "/cam/rgb")]
     assert plan["oxygen_inference"]["remappings"] == []
+    assert {i["namespace"] for i in plan.values()} == {""} and {i["robot"] for i in plan.values()} == {None}
     with pytest.raises(ValueError, match="demo"):
         node_plan({"demo": "maybe"})
     with pytest.raises(ValueError, match="unknown"):

@@ -76,6 +76,9 @@ ARGUMENTS: tuple[Argument, ...] = (
     Argument("camera_topic", "", f"Camera image topic: remaps {CAMERA_TOPIC} of the camera node and the "
              "synthetic camera (empty: no remapping)."),
     Argument("demo", "false", "true: also start the synthetic closed-loop camera (never on a robot)."),
+    Argument("robots", "", "Robot names, comma-separated (left,right): per robot a camera node (and with "
+             "demo:=true a synthetic camera) in the robot's namespace on /<robot>/... topics, and one inference "
+             "node serving them all (empty: one robot on the configured topics)."),
 )
 
 #: With demo:=true, the camera node also takes the synthetic camera's gripper
@@ -132,33 +135,51 @@ def parse_value(text: str) -> Any:
     return text if value is None or isinstance(value, (dict, list)) and not value else value
 
 
-def node_plan(values: dict[str, str]) -> list[dict[str, Any]]:
+def argument_overrides(node: str, args: dict[str, str]) -> dict[str, Any]:
+    """The parameters of ``node`` that the (non-empty) launch arguments ``args`` set."""
+    return {a.parameter: parse_value(args[a.name]) for a in ARGUMENTS if a.node == node and args[a.name] != ""}
+
+
+def node_plan(values: dict[str, str], params_file: str | None = None) -> list[dict[str, Any]]:
     """What to start for the given argument values (missing ones: defaults):
-    ``[{spec, parameters: {name: value}, remappings: [(from, to)]}]``."""
+    ``[{spec, namespace, robot, parameters: {name: value}, remappings: [(from, to)]}]``
+    (``namespace`` "" and ``robot`` None but with ``robots``: see :mod:`.robot_plan`,
+    which reads ``params_file``, by default the installed one)."""
+    from .robots import parse_robots
+
     args = {a.name: a.default for a in ARGUMENTS}
     unknown = sorted(set(values) - set(args))
     if unknown:
         raise ValueError(f"unknown argument(s) {unknown}; known: {sorted(args)}")
     args.update(values)
     demo = parse_bool("demo", args["demo"])
+    robots = parse_robots(args["robots"])
+    if robots:
+        from .robot_plan import robots_plan
+
+        return robots_plan(args, robots, demo, params_file or default_params_file())
     plan = []
     for spec in NODES:
         if spec.demo_only and not demo:
             continue
         overrides = dict(DEMO_PARAMETERS.get(spec.name, {})) if demo else {}
-        overrides.update({a.parameter: parse_value(args[a.name]) for a in ARGUMENTS
-                          if a.node == spec.name and args[a.name] != ""})
+        overrides.update(argument_overrides(spec.name, args))
         remaps = [(CAMERA_TOPIC, args["camera_topic"])] if spec.remap_camera and args["camera_topic"] else []
-        plan.append({"spec": spec, "parameters": overrides, "remappings": remaps})
+        plan.append({"spec": spec, "namespace": "", "robot": None, "parameters": overrides, "remappings": remaps})
     return plan
+
+
+def node_label(item: dict[str, Any]) -> str:
+    """How logs name a plan item's node: ``oxygen_camera``, or ``left/oxygen_camera`` in a robot's namespace."""
+    return f"{item['namespace']}/{item['spec'].name}" if item["namespace"] else item["spec"].name
 
 
 def resolve(values: dict[str, str]) -> tuple[list[dict[str, Any]], str]:
     """The node plan and the parameters file for the given argument values; ValueError
-    naming what is wrong (an unknown argument, a bad value, a parameters file that is
-    missing, unreadable or not YAML)."""
-    plan = node_plan(values)
+    naming what is wrong (an unknown argument, a bad value or robot name, a parameters
+    file that is missing, unreadable or not YAML)."""
     params_file = values.get("params_file") or default_params_file()
+    plan = node_plan(values, params_file)
     check_params_file(params_file)
     return plan, params_file
 
@@ -190,10 +211,11 @@ def node_exit_message(name: str, returncode: int | None, shutting_down: bool) ->
     return f"{name} {how}; ending the launch (the node's own log above says why)"
 
 
-def build_nodes(plan: list[dict[str, Any]], params_file: str, nodes: list) -> list:
-    """Construct the nodes of ``plan`` (see :func:`node_plan`) with ``params_file``,
-    appending each to ``nodes`` as it is made (so a caller can destroy those already
-    made if a later one fails); returns ``nodes``."""
+def build_nodes(plan: list[dict[str, Any]], params_file: str, nodes: list, context=None) -> list:
+    """Construct the nodes of ``plan`` (see :func:`node_plan`) with ``params_file``, each
+    in its namespace (in the rclpy ``context``, default: the global one), appending each
+    to ``nodes`` as it is made (so a caller can destroy those already made if a later
+    one fails); returns ``nodes``."""
     import importlib
 
     from rclpy.parameter import Parameter
@@ -205,7 +227,10 @@ def build_nodes(plan: list[dict[str, Any]], params_file: str, nodes: list) -> li
         for src, dst in item["remappings"]:
             cli += ["-r", f"{src}:={dst}"]
         overrides = [Parameter(k, value=v) for k, v in item["parameters"].items()]
-        nodes.append(cls(cli_args=cli, parameter_overrides=overrides))
+        extra = {"namespace": item["namespace"]} if item.get("namespace") else {}
+        if context is not None:
+            extra["context"] = context
+        nodes.append(cls(cli_args=cli, parameter_overrides=overrides, **extra))
     return nodes
 
 
@@ -241,12 +266,20 @@ class Agent:
         """Construct the plan's nodes (those made before a failure are kept for :meth:`close`)."""
         build_nodes(self.plan, self.params_file, self.nodes)
 
-    def node(self, name: str):
-        """The node called ``name``; KeyError listing the nodes when there is none."""
+    def node(self, name: str, robot: str | None = None):
+        """The node called ``name`` (in ``robot``'s namespace, or the root one); KeyError
+        listing the nodes when there is none."""
+        namespace = f"/{robot}" if robot else "/"
         for node in self.nodes:
-            if node.get_name() == name:
+            if node.get_name() == name and node.get_namespace() == namespace:
                 return node
-        raise KeyError(f"no node {name!r} in this agent (nodes: {[n.get_name() for n in self.nodes]})")
+        raise KeyError(f"no node {name!r} in namespace {namespace} of this agent "
+                       f"(nodes: {[n.get_fully_qualified_name() for n in self.nodes]})")
+
+    @property
+    def robots(self) -> tuple[str, ...]:
+        """The robots of the plan (empty: one robot on the configured topics)."""
+        return tuple(dict.fromkeys(item["robot"] for item in self.plan if item.get("robot")))
 
     @property
     def inference(self):
@@ -321,7 +354,7 @@ def run_agent(prog: str, values: dict[str, str], session: Session, executor: str
     from .process import init_control_process
 
     init_control_process([])
-    print(f"{prog}: parameters from {params_file}; nodes: " + ", ".join(item["spec"].name for item in plan),
+    print(f"{prog}: parameters from {params_file}; nodes: " + ", ".join(node_label(item) for item in plan),
           flush=True)
     agent, code = Agent(plan, params_file), 0
     try:
