@@ -53,14 +53,15 @@ def test_demo_publishes_actions_and_text_and_writes_the_report(ros_env, tmp_path
 
 
 def _probes() -> list[str]:
-    """Command lines of running arrival probes."""
+    """Command lines of running arrival probes of this checkout's interpreter (other checkouts'
+    test runs on the same machine have probes of their own)."""
     found = []
     for entry in Path("/proc").iterdir():
         try:
             cmd = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode()
         except OSError:
             continue
-        if "oxygen_ros.tools.arrival_probe" in cmd:
+        if "oxygen_ros.tools.arrival_probe" in cmd and cmd.startswith(sys.executable + " "):
             found.append(cmd)
     return found
 

@@ -3,7 +3,8 @@
 
 The plan: the nodes (:data:`NODES`), the launch arguments (:data:`ARGUMENTS`,
 written ``name:=value``) and what they override (:func:`node_plan`); a test
-keeps ``config/agent.yaml`` in step with it. The start-up (:func:`run_agent`):
+keeps ``config/agent.yaml`` in step with it; ``robots:=left,right`` makes it
+the plan of several robots (:mod:`.robot_plan`). The start-up (:func:`run_agent`):
 the process set-up of :mod:`.process`, the nodes built from the parameters
 file, the command's own nodes (a :class:`Session`), every node spun in
 background threads (:class:`.spinner.Spinner`), and the teardown, whatever ends the run.

@@ -13,7 +13,10 @@ written ``name:=value`` like ``ros2 launch`` arguments: ``params_file``
 ``/camera/image_raw`` of the camera node and the synthetic camera) and
 ``demo`` (default false: a robot must never act on a synthetic camera by
 accident; ``demo:=true`` adds the synthetic camera, and feeds its gripper
-position to the camera node as the robot state). The nodes run until Ctrl-C
+position to the camera node as the robot state), ``robots`` (``left,right``:
+a camera node, and synthetic camera, per robot in its namespace, one
+inference node serving them all; see ``oxygen_ros.ros.robot_plan``). The
+nodes run until Ctrl-C
 (or SIGTERM) or ``--duration``, spun in background threads: by default
 (``--executor split``) every node (inference, camera, synthetic camera, the
 monitor) on a ``SingleThreadedExecutor`` of its own, so the control tick never
@@ -26,7 +29,9 @@ on 2 cores delays the frames and the control tick).
 
 While running it prints a status line and the streamed text
 (:mod:`.agent_monitor`). ``--report PATH`` writes the run's figures as JSON;
-:mod:`.agent_report` describes every field and where it is measured.
+:mod:`.agent_report` describes every field and where it is measured; with
+several robots the report has a ``robots`` section and the summary a table
+of them (:mod:`.agent_robots_report`).
 """
 
 from __future__ import annotations
@@ -40,6 +45,8 @@ from pathlib import Path
 from typing import Any
 
 from ..ros.agent import ARGUMENTS, BACKGROUND_NICENESS, EXECUTORS, Agent, parse_launch_args, run_agent
+from ..ros.robots import robot_topic
+from .agent_robots_report import robot_names, summary_table
 
 STARTED = time.monotonic()  # this process's start, as far as the report is concerned
 SUMMARY = ("start_to_first_chunk_s", "tick_rate_hz", "tick_jitter_p99_ms", "underruns", "obs_to_action_p50_ms", "obs_to_action_p99_ms",
@@ -92,8 +99,10 @@ class AgentSession:
 
         p = agent.inference.params
         if self.ns.report is not None:  # the tick jitter as a subscriber in another process sees it
+            streams = {robot or "": (robot_topic(robot, p["actions_topic"]), robot_topic(robot, p["observation_topic"]))
+                       for robot in robot_names(agent.inference) or (None,)}
             try:
-                self.probe = Probe(p["actions_topic"], p["observation_topic"], Path(tempfile.gettempdir()))
+                self.probe = Probe(streams, Path(tempfile.gettempdir()))
             except (OSError, RuntimeError) as exc:
                 print(f"oxygen-agent: {exc}; jitter and latency measured in this process", file=sys.stderr)
         node = agent.add(rclpy.create_node("oxygen_agent_monitor"))
@@ -139,6 +148,8 @@ def main(argv: list[str] | None = None) -> int:
     if report is not None:
         summary = {k: report[k] for k in SUMMARY if report[k] is not None}  # subscriber-side figures need --report
         print("oxygen-agent: " + json.dumps(summary), flush=True)
+        for line in summary_table(report):
+            print("oxygen-agent: " + line, flush=True)
         if ns.report is not None:
             ns.report.parent.mkdir(parents=True, exist_ok=True)
             ns.report.write_text(json.dumps(report, indent=2) + "\n")

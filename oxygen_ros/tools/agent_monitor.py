@@ -10,6 +10,11 @@ subscribes to the actions and observations only with ``measure`` (a report
 whose arrival probe could not start): every subscription here is one more
 callback, and for observations one more image deserialised, in the process
 that runs the control loop, at the moments the control path is busy.
+
+When the inference node serves several robots it takes every robot's text
+topic (``/<robot>/oxygen/text``; the printed texts name the robot) and each
+robot's status (``oxygen_inference: robot <name>``), shown briefly on the
+status line (``left f=50 age 12 ur 0``) and passed to the report.
 """
 
 from __future__ import annotations
@@ -26,7 +31,9 @@ from rclpy.qos import QoSProfile, ReliabilityPolicy
 from oxygen_ros.msg import ActionChunk, TextToken
 from oxygen_ros.msg import Observation as ObservationMsg
 
+from ..ros.robots import robot_topic
 from .agent_report import Measurement
+from .agent_robots_report import robot_names
 
 TEXT_MODES = ("all", "changed", "none")
 
@@ -47,13 +54,17 @@ class Monitor:
         self.measurement = Measurement(inference, measure)
         self.text_received = 0
         self.requests: dict[int, list[str]] = {}
-        self.last_periodic: str | None = None
+        self.last_periodic: dict[str | None, str] = {}  # per robot
         self.diag: dict[str, str] = {}
+        self.robot_diag: dict[str, dict[str, str]] = {}
         self.partial = ""
         p = inference.params
-        node.create_subscription(TextToken, p["text_topic"], self._on_text, _reliable(1000))
+        self.robots = robot_names(inference)
+        for robot in self.robots or (None,):
+            node.create_subscription(TextToken, robot_topic(robot, p["text_topic"]),
+                                     lambda msg, r=robot: self._on_text(msg, r), _reliable(1000))
         node.create_subscription(DiagnosticArray, "/diagnostics", self._on_diagnostics, _reliable(10))
-        if measure:
+        if measure and not self.robots:  # with robots, only the arrival probe measures
             m = self.measurement
             node.create_subscription(ActionChunk, p["actions_topic"], m.on_actions, _reliable(50))
             node.create_subscription(ObservationMsg, p["observation_topic"], m.on_observation, _reliable(10))
@@ -74,34 +85,41 @@ class Monitor:
         """The report's figures; ``probed``: what the arrival probe recorded, or None."""
         with self.lock:
             text_received = self.text_received
-        return self.measurement.report(probed, text_received)
+            robot_diag = {r: dict(d) for r, d in self.robot_diag.items()}
+        return self.measurement.report(probed, text_received, robot_diag)
 
     # -- callbacks
-    def _on_text(self, msg) -> None:
+    def _on_text(self, msg, robot: str | None = None) -> None:
+        key = (robot, int(msg.request_id))
         with self.lock:
             self.text_received += 1
-            pieces = self.requests.setdefault(int(msg.request_id), [])
+            pieces = self.requests.setdefault(key, [])
             pieces.append(msg.piece)
             text = "".join(pieces)
-            self.partial = text
+            self.partial = text if robot is None else f"{robot}: {text}"
             if not msg.done:
                 return
-            del self.requests[int(msg.request_id)]
+            del self.requests[key]
         who = f"client {msg.client_id!r}" if msg.client_id else f"frame {msg.frame_id}"
-        line = f"[request {msg.request_id}, {who}, {msg.finish_reason}] {text!r}"
+        line = f"[{f'{robot} ' if robot else ''}request {msg.request_id}, {who}, {msg.finish_reason}] {text!r}"
         if self.text_mode == "none":
             return
         if not msg.client_id and self.text_mode == "changed":
-            if text == self.last_periodic:
+            if text == self.last_periodic.get(robot):
                 return
-            self.last_periodic = text
+            self.last_periodic[robot] = text
         self._print_line(line)
 
     def _on_diagnostics(self, msg) -> None:
+        name = self.inference.get_name()
+        robot_status = f"{name}: robot "
         for status in msg.status:
-            if status.name.startswith(self.inference.get_name()):
-                with self.lock:
-                    self.diag = {kv.key: kv.value for kv in status.values}
+            values = {kv.key: kv.value for kv in status.values}
+            with self.lock:
+                if status.name.startswith(robot_status):
+                    self.robot_diag[status.name[len(robot_status):]] = values
+                elif status.name.startswith(name):
+                    self.diag = values
 
     # -- output
     def _print_line(self, line: str) -> None:
@@ -119,9 +137,13 @@ class Monitor:
         self._last_status = now
         with self.lock:
             d = dict(self.diag)
+            robots = {r: dict(self.robot_diag.get(r, {})) for r in self.robots}
             partial = self.partial
         if not d:
             line = "waiting for the inference node's diagnostics ..."
+        elif robots:
+            line = (f"frame {_num(d.get('frame_latency_ms'), 1)} ms  batch {d.get('active_batch', '?')}  "
+                    + "  ".join(_robot_status(r, rd) for r, rd in robots.items()) + f"  | {partial[-40:]!r}")
         else:
             line = (f"f={_num(d.get('action_frequency_hz'))} Hz  chunk age {_num(d.get('chunk_age_ms'))} ms  "
                     f"frame {_num(d.get('frame_latency_ms'), 1)} ms  batch {d.get('active_batch', '?')}  "
@@ -139,6 +161,14 @@ class Monitor:
             self.out.write("\n")
             self.out.flush()
             self._status_len = 0
+
+
+def _robot_status(robot: str, d: dict[str, str]) -> str:
+    """One robot's part of the status line."""
+    if not d:
+        return f"[{robot} ?]"
+    return (f"[{robot} f={_num(d.get('action_frequency_hz'))} age {_num(d.get('chunk_age_ms'))} "
+            f"ur {d.get('underruns', '?')} {_num(d.get('tokens_per_s'))} tok/s]")
 
 
 def _num(value, digits=0):

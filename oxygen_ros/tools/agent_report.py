@@ -41,7 +41,10 @@ the JSON fields below (``None`` where nothing was measured):
   ``obs_to_action = ros_overhead + queue_wait + engine + tick_wait`` per frame;
 * ``actions_published`` / ``text_tokens_published`` - node-side counts in the
   window; ``actions_received`` is the measuring subscriber's count in the
-  window, ``text_tokens_received`` the agent's monitor's (it prints the text).
+  window, ``text_tokens_received`` the agent's monitor's (it prints the text);
+* ``robots`` - with an inference node serving several robots, the figures of
+  each (:mod:`.agent_robots_report`, which also says what the top-level
+  figures then cover); absent with one robot.
 """
 
 from __future__ import annotations
@@ -53,6 +56,7 @@ import time
 from typing import Any
 
 from ..core.stats import percentile
+from .agent_robots_report import in_window, jitter_ms, pooled, robot_names, robot_ticks, robots_section, total_ticks
 
 PARTS = ("queue_wait", "tick_wait", "conversion", "paused")
 
@@ -64,6 +68,7 @@ class Measurement:
 
     def __init__(self, inference, measure: bool = False):
         self.inference, self.measure = inference, measure
+        self.robots = robot_names(inference)
         self.lock = threading.Lock()
         self.period_s = 1.0 / inference.params["control_rate_hz"]
         self.actions: list[tuple[float, int, int]] = []  # (arrival, frame_id, observation_seq)
@@ -76,17 +81,18 @@ class Measurement:
     def poll(self) -> None:
         """Start the window at the first ActionChunk the node published (called by the
         agent's main loop; with ``measure``, the first one received starts it)."""
-        if self.start is None and self.inference.tick_counts()["published"] > 0:
+        if self.start is None and total_ticks(self.inference, self.robots)["published"] > 0:
             with self.lock:
                 self._start_window(time.monotonic())
 
     def _start_window(self, t: float) -> None:
         if self.start is None:
             node = self.inference
-            ticks = node.tick_counts()
+            ticks = total_ticks(node, self.robots)
             self.start = {"t": t, "t_ns": time.monotonic_ns(), "ticks": ticks["ticks"],
                           "underruns": ticks["underruns"], "counters": dict(node.counters),
-                          "lateness_total": node.tick_lateness_ms.total}
+                          "lateness_total": node.tick_lateness_ms.total,
+                          "robot_ticks": robot_ticks(node, self.robots)}
 
     def on_observation(self, msg) -> None:
         with self.lock:
@@ -107,44 +113,55 @@ class Measurement:
         """End the window: keep the node's counts as they are now."""
         node = self.inference
         with self.lock:
-            self.end = {"t": time.monotonic(), "ticks": node.tick_counts(), "counters": dict(node.counters),
-                        "lateness": node.tick_lateness_ms.values(),
+            self.end = {"t": time.monotonic(), "ticks": total_ticks(node, self.robots), "counters": dict(node.counters),
+                        "lateness": node.tick_lateness_ms.values(), "robot_ticks": robot_ticks(node, self.robots),
                         "lateness_total": node.tick_lateness_ms.total, "actions": len(self.actions)}
 
-    def report(self, probed: dict[str, Any] | None = None, text_received: int = 0) -> dict[str, Any]:
+    def report(self, probed: dict[str, Any] | None = None, text_received: int = 0,
+               robot_diagnostics: dict[str, dict[str, str]] | None = None) -> dict[str, Any]:
         """The figures described in the module doc. ``probed``: what :mod:`.arrival_probe`
-        recorded in its own process; ``text_received``: TextTokens the agent received."""
+        recorded in its own process, by robot ("" for one robot); ``text_received``:
+        TextTokens the agent received; ``robot_diagnostics``: each robot's last status values."""
         if self.end is None:
             self.freeze()
         with self.lock:
             end, start = self.end, self.start
             arrivals = [t for t, _, _ in self.actions[:end["actions"]]]
             latencies = list(self.latencies)
+        jitter = jitter_ms(self.period_s, arrivals)
+        measured_by = "agent process" if self.measure and not self.robots else None
         if probed is not None and start is not None:
-            arrivals, latencies = _probed_in_window(probed, start["t"], end["t"])
+            if self.robots:
+                jitter, latencies, received = pooled(self.period_s, probed, self.robots, start["t"], end["t"])
+            else:
+                arrivals, latencies = in_window(probed.get(""), start["t"], end["t"])
+                jitter, received = jitter_ms(self.period_s, arrivals), len(arrivals)
             measured_by = "arrival_probe (own process)"
         else:
-            measured_by = "agent process" if self.measure else None
+            received = len(arrivals)
         node = self.inference
-        return {**_run(node, start, end), **_timing(self.period_s, arrivals, start, end), "measured_by": measured_by,
-                **_latency(node.frame_records(), latencies, start), **_counts(node, start, end),
-                "actions_received": len(arrivals), "text_tokens_received": text_received,
-                "load_average": list(os.getloadavg()) if hasattr(os, "getloadavg") else None}
+        out = {**_run(node, start, end, max(1, len(self.robots))), **_timing(jitter, start, end),
+               "measured_by": measured_by, **_latency(self._records(), latencies, start), **_counts(node, start, end),
+               "actions_received": received, "text_tokens_received": text_received,
+               "load_average": list(os.getloadavg()) if hasattr(os, "getloadavg") else None}
+        if self.robots:
+            out["robots"] = robots_section(self.robots, self.period_s, probed, start, end, robot_diagnostics or {})
+        return out
+
+    def _records(self) -> dict:
+        """The node's recent frame records (of every robot)."""
+        if not self.robots:
+            return self.inference.frame_records()
+        records = {}
+        for robot in self.robots:
+            records.update(self.inference.frame_records(robot))
+        return records
 
 
-def _probed_in_window(probed: dict[str, Any], t0: float, t1: float) -> tuple[list, list]:
-    """The probe's ActionChunk arrivals and (frame, seq, obs->action ms) inside ``t0 .. t1``."""
-    arrivals = [t for t in probed["arrivals"] if t0 <= t <= t1]
-    obs = probed["observations"]
-    latencies = sorted((f, seq, (t - obs[seq]) * 1e3) for f, (seq, t) in probed["first_actions"].items()
-                       if seq in obs and t0 <= t <= t1)
-    return arrivals, latencies
-
-
-def _run(node, start, end) -> dict[str, Any]:
-    """What ran, and for how long."""
+def _run(node, start, end, robots: int = 1) -> dict[str, Any]:
+    """What ran, and for how long (``tick_rate_hz``: per robot, of ``robots``)."""
     window = (end["t"] - start["t"]) if start else 0.0
-    ticks = end["ticks"]["ticks"] - (start["ticks"] if start else 0)
+    ticks = (end["ticks"]["ticks"] - (start["ticks"] if start else 0)) / robots
     return {
         "duration_s": round(window, 3),
         "control_rate_hz": node.params["control_rate_hz"],
@@ -156,9 +173,8 @@ def _run(node, start, end) -> dict[str, Any]:
     }
 
 
-def _timing(period_s: float, arrivals: list[float], start, end) -> dict[str, Any]:
-    """Tick jitter (subscriber side) and tick lateness (node side) in the window."""
-    jitter = [abs((b - a) - period_s) * 1e3 for a, b in zip(arrivals, arrivals[1:])]
+def _timing(jitter: list[float], start, end) -> dict[str, Any]:
+    """Tick jitter (subscriber side, ms) and tick lateness (node side) in the window."""
     lateness = end["lateness"]
     if start is not None:
         new_lateness = end["lateness_total"] - start["lateness_total"]

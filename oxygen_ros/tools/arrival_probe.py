@@ -8,11 +8,13 @@ figure; likewise the observation-to-first-action latency (an Observation's
 arrival here -> the arrival of the first ActionChunk computed from it). It
 writes the arrival times (``time.monotonic()``, the system-wide
 ``CLOCK_MONOTONIC``, comparable with the agent's) as JSON when it gets SIGINT
-or SIGTERM, or when its parent process goes away:
-``{"arrivals": [t, ...], "observations": {seq: t}, "first_actions": {frame_id: [seq, t]}}``.
-:class:`Probe` is the agent's side: it starts the probe and reads what it wrote.
+or SIGTERM, or when its parent process goes away, one stream per pair of
+topics (one per robot when the inference node serves several):
+``{"streams": [{"actions_topic": ..., "arrivals": [t, ...], "observations": {seq: t},
+"first_actions": {frame_id: [seq, t]}}, ...]}``. :class:`Probe` is the agent's
+side: it starts the probe and reads what it wrote.
 
-    python -m oxygen_ros.tools.arrival_probe ACTIONS_TOPIC OBSERVATION_TOPIC OUT.json
+    python -m oxygen_ros.tools.arrival_probe ACTIONS_TOPIC OBSERVATION_TOPIC [ACTIONS_TOPIC OBSERVATION_TOPIC ...] OUT.json
 """
 
 from __future__ import annotations
@@ -33,11 +35,14 @@ START_TIMEOUT_S = 30.0  # its rclpy start-up takes ~1 s
 
 class Probe:
     """This module in a child process, for ``oxygen-agent --report``: started before the
-    nodes spin, stopped (SIGINT) at the end of the measurement window; never left running."""
+    nodes spin, stopped (SIGINT) at the end of the measurement window; never left running.
+    ``streams``: ``{key: (actions_topic, observation_topic)}`` (key: a robot, or "")."""
 
-    def __init__(self, actions_topic: str, observation_topic: str, workdir: Path):
+    def __init__(self, streams: dict[str, tuple[str, str]], workdir: Path):
         self.out = workdir / f"oxygen_arrivals_{os.getpid()}.json"
-        cmd = [sys.executable, "-m", "oxygen_ros.tools.arrival_probe", actions_topic, observation_topic, str(self.out)]
+        self.keys = list(streams)
+        topics = [topic for pair in streams.values() for topic in pair]
+        cmd = [sys.executable, "-m", "oxygen_ros.tools.arrival_probe", *topics, str(self.out)]
         self.proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, text=True)
         started = select.select([self.proc.stdout], [], [], START_TIMEOUT_S)[0]
         ready = self.proc.stdout.readline().strip() if started else ""
@@ -45,8 +50,8 @@ class Probe:
             self.stop()
             raise RuntimeError(f"the arrival probe did not start (exit code {self.proc.returncode})")
 
-    def stop(self) -> dict[str, Any] | None:
-        """End the probe; what it recorded (see the module doc), or None."""
+    def stop(self) -> dict[str, dict[str, Any]] | None:
+        """End the probe; what it recorded (see the module doc) by stream key, or None."""
         if self.proc.poll() is None:
             self.proc.send_signal(signal.SIGINT)
             try:
@@ -55,50 +60,64 @@ class Probe:
                 self.proc.kill()
                 self.proc.wait()
         try:
-            data = json.loads(self.out.read_text())
-            return {"arrivals": data["arrivals"], "observations": {int(k): v for k, v in data["observations"].items()},
-                    "first_actions": {int(k): v for k, v in data["first_actions"].items()}}
-        except (OSError, ValueError, KeyError):
+            streams = json.loads(self.out.read_text())["streams"]
+            return {key: {"arrivals": data["arrivals"],
+                          "observations": {int(k): v for k, v in data["observations"].items()},
+                          "first_actions": {int(k): v for k, v in data["first_actions"].items()}}
+                    for key, data in zip(self.keys, streams, strict=True)}
+        except (OSError, ValueError, KeyError, TypeError):
             return None
         finally:
             self.out.unlink(missing_ok=True)
 
 
+class _Stream:
+    """The arrivals on one pair of topics."""
+
+    def __init__(self, node, actions_topic: str, observation_topic: str):
+        from rclpy.qos import QoSProfile, ReliabilityPolicy
+
+        from oxygen_ros.msg import ActionChunk, Observation
+
+        self.actions_topic = actions_topic
+        self.arrivals: list[float] = []
+        self.observations: dict[int, float] = {}
+        self.first_actions: dict[int, list] = {}
+        reliable = QoSProfile(depth=50, reliability=ReliabilityPolicy.RELIABLE)
+        node.create_subscription(ActionChunk, actions_topic, self.on_actions, reliable)
+        node.create_subscription(Observation, observation_topic, self.on_observation, reliable)
+
+    def on_actions(self, msg) -> None:
+        t = time.monotonic()
+        self.arrivals.append(t)
+        self.first_actions.setdefault(int(msg.frame_id), [int(msg.observation_seq), t])
+
+    def on_observation(self, msg) -> None:
+        self.observations.setdefault(int(msg.seq), time.monotonic())
+
+    def recorded(self) -> dict[str, Any]:
+        return {"actions_topic": self.actions_topic, "arrivals": self.arrivals, "observations": self.observations,
+                "first_actions": self.first_actions}
+
+
 def main(argv: list[str] | None = None) -> int:
     args = sys.argv[1:] if argv is None else argv
-    if len(args) != 3:
-        print("usage: python -m oxygen_ros.tools.arrival_probe ACTIONS_TOPIC OBSERVATION_TOPIC OUT.json",
-              file=sys.stderr)
+    if len(args) < 3 or len(args) % 2 == 0:
+        print("usage: python -m oxygen_ros.tools.arrival_probe ACTIONS_TOPIC OBSERVATION_TOPIC "
+              "[ACTIONS_TOPIC OBSERVATION_TOPIC ...] OUT.json", file=sys.stderr)
         return 2
-    topic, observation_topic, out = args[0], args[1], Path(args[2])
+    pairs, out = list(zip(args[:-1:2], args[1:-1:2])), Path(args[-1])
     stop = []
     signal.signal(signal.SIGTERM, lambda *_: stop.append(True))
     signal.signal(signal.SIGINT, lambda *_: stop.append(True))
 
     import rclpy
     from rclpy.executors import SingleThreadedExecutor
-    from rclpy.qos import QoSProfile, ReliabilityPolicy
     from rclpy.signals import SignalHandlerOptions
-
-    from oxygen_ros.msg import ActionChunk, Observation
 
     rclpy.init(args=[], signal_handler_options=SignalHandlerOptions.NO)
     node = rclpy.create_node(f"oxygen_arrival_probe_{os.getpid()}")
-    arrivals: list[float] = []
-    observations: dict[int, float] = {}
-    first_actions: dict[int, list] = {}
-
-    def on_actions(msg) -> None:
-        t = time.monotonic()
-        arrivals.append(t)
-        first_actions.setdefault(int(msg.frame_id), [int(msg.observation_seq), t])
-
-    def on_observation(msg) -> None:
-        observations.setdefault(int(msg.seq), time.monotonic())
-
-    reliable = QoSProfile(depth=50, reliability=ReliabilityPolicy.RELIABLE)
-    node.create_subscription(ActionChunk, topic, on_actions, reliable)
-    node.create_subscription(Observation, observation_topic, on_observation, reliable)
+    streams = [_Stream(node, actions, observations) for actions, observations in pairs]
     executor = SingleThreadedExecutor()
     executor.add_node(node)
     parent = os.getppid()
@@ -107,8 +126,7 @@ def main(argv: list[str] | None = None) -> int:
         while not stop and os.getppid() == parent:
             executor.spin_once(timeout_sec=0.1)
     finally:
-        out.write_text(json.dumps({"topic": topic, "arrivals": arrivals, "observations": observations,
-                                   "first_actions": first_actions}))
+        out.write_text(json.dumps({"streams": [stream.recorded() for stream in streams]}))
         executor.shutdown()
         node.destroy_node()
         rclpy.try_shutdown()

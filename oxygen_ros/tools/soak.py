@@ -247,6 +247,9 @@ def _parse(argv: list[str]) -> tuple[argparse.Namespace, dict[str, str]]:
         values = parse_launch_args(ns.launch_args)
     except ValueError as exc:
         parser.error(str(exc))
+    if values.get("robots", "").strip():
+        parser.error("robots:= is not supported: the soak injects its faults into one robot's camera side "
+                     "(run it without robots:=)")
     values["demo"] = "true"
     return ns, values
 
