@@ -4,7 +4,10 @@
 replays a rosbag2 bag (MCAP or SQLite3, detected from the bag) on the
 recorded topics with the recorded types and timing (scaled by ``rate``),
 optionally in lockstep with the model (an image is held until an ActionChunk
-for a newer observation arrived), optionally looping.
+for a newer observation arrived), optionally looping. A bag of several robots
+(``/left/camera/image_raw``, ``/right/camera/image_raw``, ...) plays in
+lockstep with ``lockstep_robots: [left, right]``: each image waits for an
+ActionChunk of its own robot (``/left/oxygen/actions``), see :mod:`.lockstep`.
 
 Nothing of the bag is lost to discovery: before the first message the player
 waits until every topic it plays has a matched subscription (at most
@@ -30,6 +33,7 @@ from rclpy.task import Future
 from oxygen_ros.msg import ActionChunk
 from oxygen_ros.ros.bags import BagError, bag_topics, message_class, open_bag
 from oxygen_ros.ros.conversions import ns_to_time_msg, stamp_to_ns
+from oxygen_ros.ros.lockstep import LockstepGate, gate_key, gate_topics
 from oxygen_ros.ros.node_main import run_node
 from oxygen_ros.ros.parameters import (
     ParameterError,
@@ -43,6 +47,7 @@ from oxygen_ros.ros.parameters import (
     topic_name,
 )
 from oxygen_ros.ros.qos import ACTIONS_QOS, DATA_QOS, LATCHED_QOS
+from oxygen_ros.ros.robots import robot_names_check
 
 IMAGE_TYPES = ("sensor_msgs/msg/Image", "sensor_msgs/msg/CompressedImage")
 
@@ -62,6 +67,9 @@ BAG_PLAYER_PARAMETERS: tuple[ParamSpec, ...] = (
     ParamSpec("lockstep_timeout_s", 5.0, "seconds to wait for that ActionChunk before playing on", "float",
               positive, dynamic=True),
     ParamSpec("action_topic", "/oxygen/actions", "oxygen_ros/ActionChunk input used by lockstep", "str", topic_name),
+    ParamSpec("lockstep_robots", [], "robots of a bag of several: an image topic under /<robot>/ waits in lockstep "
+              "for ActionChunks on /<robot> + action_topic, any other image topic on action_topic; empty: every "
+              "image on action_topic", "str_list", robot_names_check),
     ParamSpec("latched_topics", ["/oxygen/instruction"], "topics published transient-local (besides those "
               "recorded transient-local)", "str_list", topic_list),
     ParamSpec("restamp", True, "shift header stamps by (now - recorded time) so that consumers comparing "
@@ -101,11 +109,7 @@ class BagPlayer(Node):
         self.finished = False
         self.published = 0
         self.passes = 0
-        self.lockstep_timeouts = 0
-        self.action_seq = -1  # highest ActionChunk.observation_seq seen
-        self._gate_seq = -1
-        self._images_since_release: set[str] = set()
-        self._hold_since: float | None = None
+        self.lockstep_robots: list[str] = p["lockstep_robots"]
         self.wait_for_subscribers_s: float = p["wait_for_subscribers_s"]
         self.start_delay_s: float = p["start_delay_s"]
         self._created_at = time.monotonic()
@@ -114,14 +118,46 @@ class BagPlayer(Node):
         self._pending = None
         self._t0_bag = 0
         self._t0_wall = 0.0
-        self._action_sub = self.create_subscription(ActionChunk, p["action_topic"], self._on_actions, ACTIONS_QOS)
+        self._setup_gates(p)
         self.add_on_set_parameters_callback(parameter_callback(BAG_PLAYER_PARAMETERS))
         self.add_post_set_parameters_callback(self._apply_parameters)
         self._timer = self.create_timer(self.TICK_S, self._tick)
         listing = ", ".join(f"{t} ({self._types[t]}{', latched' if t in self._latched else ''})"
                             for t in self._publishers_by_topic)
         self.get_logger().info(f"playing {self.bag_path} at rate {self.rate}"
-                               f"{' in lockstep' if self.lockstep else ''}: {listing}")
+                               f"{' in lockstep' if self.lockstep else ''}{self._gates_listing()}: {listing}")
+
+    def _setup_gates(self, p: dict[str, Any]) -> None:
+        """A lockstep gate on ``action_topic``, and one per robot of ``lockstep_robots``."""
+        if p["lockstep_robots"] and not p["action_topic"].startswith("/"):
+            self._fail("action_topic", f"must be absolute with lockstep_robots (the robots' topics are "
+                                       f"/<robot>{p['action_topic']}), got {p['action_topic']!r}")
+        self._gates = {key: LockstepGate(topic) for key, topic in gate_topics(p["action_topic"],
+                                                                              p["lockstep_robots"]).items()}
+        self._gate_of = {t: self._gates[gate_key(t, p["lockstep_robots"])] for t in self._publishers_by_topic}
+        self._action_subs = [self.create_subscription(ActionChunk, gate.action_topic, gate.on_actions, ACTIONS_QOS)
+                             for gate in self._gates.values()]
+
+    def _gates_listing(self) -> str:
+        images = [t for t in self._publishers_by_topic if self._types[t] in IMAGE_TYPES]
+        if not self.lockstep_robots or not images:
+            return ""
+        return " (" + ", ".join(f"{t} on {self._gate_of[t].action_topic}" for t in images) + ")"
+
+    @property
+    def lockstep_gates(self) -> Mapping[str, LockstepGate]:
+        """The lockstep gate of each robot ("": the one on ``action_topic``), read-only."""
+        return MappingProxyType(self._gates)
+
+    @property
+    def action_seq(self) -> int:
+        """The highest ``observation_seq`` of the ActionChunks on ``action_topic``."""
+        return self._gates[""].action_seq
+
+    @property
+    def lockstep_timeouts(self) -> int:
+        """Images let out because no ActionChunk came within ``lockstep_timeout_s`` (every gate)."""
+        return sum(gate.timeouts for gate in self._gates.values())
 
     @property
     def publishers_by_topic(self) -> Mapping[str, Any]:
@@ -202,9 +238,6 @@ class BagPlayer(Node):
         if self.finished and self.shutdown_when_done and not self.done.done():
             self.done.set_result(True)
 
-    def _on_actions(self, msg: ActionChunk) -> None:
-        self.action_seq = max(self.action_seq, int(msg.observation_seq))
-
     # -- playback -------------------------------------------------------------
 
     def _next(self):
@@ -223,26 +256,11 @@ class BagPlayer(Node):
         return True
 
     def _gate_open(self, topic: str, now: float) -> bool:
-        """Lockstep: may this image go out now?"""
-        if topic not in self._images_since_release:
-            return True
-        if self.action_seq > self._gate_seq:
-            released = True
-        elif self._hold_since is not None and now - self._hold_since >= self.lockstep_timeout_s:
-            self.lockstep_timeouts += 1
-            self.get_logger().warning(
-                f"lockstep: no ActionChunk newer than observation {self._gate_seq} within "
-                f"{self.lockstep_timeout_s} s; playing on")
-            released = True
-        else:
-            released = False
-        if not released:
-            if self._hold_since is None:
-                self._hold_since = now
-            return False
-        self._gate_seq = self.action_seq
-        self._images_since_release.clear()
-        return True
+        """Lockstep: may this image go out now? (Its robot's gate decides.)"""
+        released, warning = self._gate_of[topic].open(topic, now, self.lockstep_timeout_s)
+        if warning is not None:
+            self.get_logger().warning(warning)
+        return released
 
     def _tick(self) -> None:
         if self.finished:
@@ -270,10 +288,11 @@ class BagPlayer(Node):
             if self.lockstep and is_image:
                 if not self._gate_open(topic, now):
                     return
-                if self._hold_since is not None:
-                    self._t0_wall += now - max(due, self._hold_since)  # keep recorded spacing after the wait
-                    self._hold_since = None
-                self._images_since_release.add(topic)
+                gate = self._gate_of[topic]
+                if gate.hold_since is not None:
+                    self._t0_wall += now - max(due, gate.hold_since)  # keep recorded spacing after the wait
+                    gate.hold_since = None
+                gate.sent(topic)
             self._publish(topic, stamp_ns, raw)
             self._pending = self._next()
 

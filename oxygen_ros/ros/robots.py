@@ -18,6 +18,23 @@ NAME = re.compile(r"[A-Za-z][A-Za-z0-9_]*")
 NAME_RULE = "a ROS name token: a letter, then letters, digits or underscores"
 
 
+def bad_robot_names(names, where: str = "") -> str | None:
+    """Why ``names`` is not a list of robot names (a bad name, one listed twice), or None.
+    ``where``: how the reason names the list (`` in 'left,2b'``)."""
+    for name in names:
+        if not isinstance(name, str) or not NAME.fullmatch(name):
+            return f"robot name {name!r}{where} is not valid ({NAME_RULE})"
+    for name in names:
+        if list(names).count(name) > 1:
+            return f"robot name {name!r} is listed twice{where}"
+    return None
+
+
+def robot_names_check(value, values=None) -> str | None:
+    """A ParamSpec check: a list of robot names (see :func:`bad_robot_names`)."""
+    return bad_robot_names(value, f" in {list(value)}")
+
+
 def parse_robots(text: str, argument: str = "robots") -> tuple[str, ...]:
     """``"left,right"`` as ``("left", "right")``; empty text: no robots (today's single
     robot). ValueError naming the bad name (not a name token, or listed twice)."""
@@ -25,12 +42,9 @@ def parse_robots(text: str, argument: str = "robots") -> tuple[str, ...]:
     if not text:
         return ()
     names = [name.strip() for name in text.split(",")]
-    for name in names:
-        if not NAME.fullmatch(name):
-            raise ValueError(f"argument '{argument}': robot name {name!r} in {text!r} is not valid ({NAME_RULE})")
-    for name in names:
-        if names.count(name) > 1:
-            raise ValueError(f"argument '{argument}': robot name {name!r} is listed twice in {text!r}")
+    reason = bad_robot_names(names, f" in {text!r}")
+    if reason is not None:
+        raise ValueError(f"argument '{argument}': {reason}")
     return tuple(names)
 
 
@@ -51,4 +65,4 @@ def robot_value(robot: str | None, value):
     return value
 
 
-__all__ = ["NAME_RULE", "parse_robots", "robot_topic", "robot_value"]
+__all__ = ["NAME_RULE", "bad_robot_names", "parse_robots", "robot_names_check", "robot_topic", "robot_value"]

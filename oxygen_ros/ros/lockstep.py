@@ -1,0 +1,75 @@
+"""The bag player's lockstep gates: an image is held until the policy answered the previous observation.
+
+A :class:`LockstepGate` follows one ``oxygen_ros/ActionChunk`` topic: it lets
+an image topic's next image out once an ActionChunk for an observation newer
+than the one at the last release arrived (or ``timeout_s`` passed), so that
+the model sees every recorded frame, one observation at a time. Each camera
+of a group sends one image per release (the images of one observation).
+
+One gate serves one robot. With ``lockstep_robots: [left, right]`` the bag
+player has a gate per robot on ``/<robot>`` + ``action_topic``
+(``/left/oxygen/actions``), and an image topic under ``/<robot>/``
+(``/left/camera/image_raw``) goes through that robot's gate; any other image
+topic through the gate on ``action_topic`` itself (:func:`gate_key`).
+"""
+
+from __future__ import annotations
+
+from .robots import robot_topic
+
+
+class LockstepGate:
+    """The lockstep state of one robot: the newest observation answered on ``action_topic``."""
+
+    def __init__(self, action_topic: str):
+        self.action_topic = action_topic
+        self.action_seq = -1  # highest ActionChunk.observation_seq seen
+        self.timeouts = 0
+        self._gate_seq = -1
+        self._images_since_release: set[str] = set()
+        self.hold_since: float | None = None  # when the image now held began to wait
+
+    def on_actions(self, msg) -> None:
+        self.action_seq = max(self.action_seq, int(msg.observation_seq))
+
+    def open(self, topic: str, now: float, timeout_s: float) -> tuple[bool, str | None]:
+        """May ``topic``'s image go out now? Also a warning to log when the wait timed out."""
+        if topic not in self._images_since_release:
+            return True, None
+        warning = None
+        if self.action_seq > self._gate_seq:
+            released = True
+        elif self.hold_since is not None and now - self.hold_since >= timeout_s:
+            self.timeouts += 1
+            warning = (f"lockstep: no ActionChunk on {self.action_topic} newer than observation {self._gate_seq} "
+                       f"within {timeout_s} s; playing on")
+            released = True
+        else:
+            released = False
+        if not released:
+            if self.hold_since is None:
+                self.hold_since = now
+            return False, None
+        self._gate_seq = self.action_seq
+        self._images_since_release.clear()
+        return True, warning
+
+    def sent(self, topic: str) -> None:
+        """``topic``'s image went out: its next one waits for the next release."""
+        self._images_since_release.add(topic)
+
+
+def gate_key(topic: str, robots: list[str] | tuple[str, ...]) -> str:
+    """The robot whose gate ``topic``'s images go through ("" for the gate on ``action_topic``)."""
+    for robot in robots:
+        if topic.startswith(f"/{robot}/"):
+            return robot
+    return ""
+
+
+def gate_topics(action_topic: str, robots: list[str] | tuple[str, ...]) -> dict[str, str]:
+    """The ActionChunk topic of every gate: "" -> ``action_topic``, each robot -> its own."""
+    return {"": action_topic, **{robot: robot_topic(robot, action_topic) for robot in robots}}
+
+
+__all__ = ["LockstepGate", "gate_key", "gate_topics"]

@@ -1,0 +1,106 @@
+"""The BagPlayer on real DDS with a bag of two robots: with lockstep_robots each robot's
+images wait for that robot's ActionChunks (/<robot> + action_topic), not the other's.
+
+The policy is a real rclpy node of the test answering every image on its robot's
+ActionChunk topic after a delay (or, for one robot, never).
+"""
+
+import time
+
+import numpy as np
+import pytest
+from message_builders import bag_recording
+from ros_harness import params
+
+ROBOTS = ("left", "right")
+
+
+def _two_robot_recording(p, images):
+    """Both robots' images (and joint states) interleaved, 1 ms apart: all due at once."""
+    out = []
+    for index, robot in enumerate(ROBOTS):
+        for topic, msg, t in bag_recording(f"/{robot}{p}", images=images, spacing_ns=2_000_000):
+            out.append((topic, msg, t + index * 1_000_000))
+    return sorted(out, key=lambda r: r[2])
+
+
+class _Policy:
+    """Answers every image of ``robot`` on its ActionChunk topic ``delay`` s later (never: None)."""
+
+    def __init__(self, stepped_ros, p, robot, delay):
+        from sensor_msgs.msg import Image
+
+        from oxygen_ros.msg import ActionChunk
+
+        node = stepped_ros.node(f"oxygen_test_policy_{robot}")
+        self.actions = node.create_publisher(ActionChunk, f"/{robot}{p}/actions", 10)
+        self.topic = f"/{robot}{p}/camera/image_raw"
+        self.delay, self.seen, self.answers, self.due = delay, [], [], []
+        node.create_subscription(Image, self.topic, self._on_image, 10)
+
+    def _on_image(self, msg):
+        self.seen.append(time.monotonic())
+        if self.delay is not None:
+            self.due.append(time.monotonic() + self.delay)
+
+    def respond(self):
+        from oxygen_ros.ros.conversions import action_chunk_msg
+
+        while self.due and time.monotonic() >= self.due[0]:
+            self.due.pop(0)
+            n = len(self.answers)
+            self.actions.publish(action_chunk_msg(0.0, n, n, 0.0, 0, 0.1, np.zeros((2, 2))))
+            self.answers.append(time.monotonic())
+
+
+@pytest.mark.parametrize("right_delay", [0.25, None], ids=["both_answer", "right_silent"])
+def test_each_robot_waits_for_its_own_action_chunks(stepped_ros, tmp_path, right_delay):
+    from oxygen_ros.ros.bag_player import BagPlayer
+    from oxygen_ros.ros.bags import write_bag
+
+    p, n, left_delay, timeout = stepped_ros.prefix, 4, 0.1, 0.6
+    bag = write_bag(tmp_path / "bag", "mcap", _two_robot_recording(p, n))
+    policies = {"left": _Policy(stepped_ros, p, "left", left_delay), "right": _Policy(stepped_ros, p, "right", right_delay)}
+    player = stepped_ros.add(BagPlayer(context=stepped_ros.context, parameter_overrides=params(
+        bag_path=str(bag), lockstep=True, lockstep_robots=list(ROBOTS), action_topic=f"{p}/actions",
+        lockstep_timeout_s=timeout, start_delay_s=5.0)))
+    gates = player.lockstep_gates
+    assert {k: g.action_topic for k, g in gates.items()} == {
+        "": f"{p}/actions", "left": f"/left{p}/actions", "right": f"/right{p}/actions"}
+    assert stepped_ros.spin_until(lambda: all(player.publishers_by_topic[x.topic].get_subscription_count() >= 1
+                                              and x.actions.get_subscription_count() >= 1 for x in policies.values()))
+    player.start_now()
+
+    def respond():
+        for policy in policies.values():
+            policy.respond()
+
+    assert stepped_ros.spin_until(lambda: player.finished and all(len(x.seen) == n for x in policies.values()),
+                                  timeout=20.0, every=respond, period=0.005)
+    left, right = policies["left"], policies["right"]
+    for k in range(1, n):  # left image k went out only after left's answer to image k-1
+        assert left.seen[k] >= left.answers[k - 1], (left.seen, left.answers)
+    assert gates["left"].timeouts == 0 and gates[""].timeouts == 0
+    if right_delay is not None:
+        assert player.lockstep_timeouts == 0
+        for k in range(1, n):
+            assert right.seen[k] >= right.answers[k - 1], (right.seen, right.answers)
+        assert gates["left"].action_seq >= n - 2 and gates["right"].action_seq >= n - 2
+    else:
+        # right's images timed out one after the other; left's gate never waited for right
+        assert gates["right"].timeouts == n - 1 == player.lockstep_timeouts
+        assert min(np.diff(right.seen)) >= timeout * 0.9
+
+
+def test_lockstep_robots_are_checked(stepped_ros, tmp_path):
+    from oxygen_ros.ros.bag_player import BagPlayer
+    from oxygen_ros.ros.bags import write_bag
+    from oxygen_ros.ros.parameters import ParameterError
+
+    bag = write_bag(tmp_path / "bag", "mcap", bag_recording(images=1))
+    with pytest.raises(ParameterError, match="'lockstep_robots'.*'2nd'"):
+        BagPlayer(context=stepped_ros.context, parameter_overrides=params(bag_path=str(bag),
+                                                                          lockstep_robots=["left", "2nd"]))
+    with pytest.raises(ParameterError, match="'action_topic'.*absolute"):
+        BagPlayer(context=stepped_ros.context, parameter_overrides=params(
+            bag_path=str(bag), lockstep_robots=["left"], action_topic="oxygen/actions"))
