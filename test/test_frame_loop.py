@@ -121,16 +121,16 @@ def test_language_only_frame_when_requests_decode_and_no_observation_is_due(engi
 
 def test_questions_are_cleaned_refused_when_empty_or_without_observation(engine):
     loop = make_loop(engine)
-    engine.last_observation = None
+    engine.forget_observations()
     loop.question_arrived("a", "what\tis\x00 this?")
     loop.question_arrived("b", "\x01\n ")
     job = loop.next_job(0, 0)
-    questions, refused = loop.questions(job, has_observation=False)
-    assert questions == [] and refused == ["b", "a"]
+    questions, refused = loop.questions(job, observed=())
+    assert questions == [] and [q.client_id for q in refused] == ["a", "b"]  # in arrival order
     assert loop.counters["questions_rejected_empty"] == 1
     assert loop.counters["questions_rejected_no_observation"] == 1
     loop.question_arrived("a", "what\tis\x00 this?")
-    questions, refused = loop.questions(loop.next_job(0, 0), has_observation=True)
+    questions, refused = loop.questions(loop.next_job(0, 0), observed=[""])
     assert [(q.client_id, q.text) for q in questions] == [("a", "what is this?")] and refused == []
 
 
@@ -140,7 +140,7 @@ def test_questions_put_back_and_taken_at_shutdown(engine):
     loop.question_arrived("b", "two")
     job = loop.next_job(0, 0)
     loop.put_back(job)
-    assert loop.take_questions() == [("a", "one", None), ("b", "two", None)] and not loop.take_questions()
+    assert loop.take_questions() == [("a", "one", None, ""), ("b", "two", None, "")] and not loop.take_questions()
 
 
 def test_instruction_is_cut_to_fit_the_prompt_and_the_state_checked(engine):
@@ -216,11 +216,11 @@ def test_a_cancelled_question_ends_where_it_is(engine):
     loop.question_arrived("b", "two")
     assert loop.cancel("a") is True
     job = loop.next_job(0, 0)
-    assert job.questions == [("b", "two", None)] and job.cancels == []
+    assert job.questions == [("b", "two", None, "")] and job.cancels == []
     assert loop.cancel("b") is False
     assert loop.has_work()
     job = loop.next_job(0, 0)
-    assert job.cancels == ["b"] and job.questions == [] and job.observation is None
+    assert job.cancels == [("", "b")] and job.questions == [] and job.observation is None
     loop.put_back(job)
-    assert loop.next_job(0, 0).cancels == ["b"]
+    assert loop.next_job(0, 0).cancels == [("", "b")]
     assert loop.counters["questions_cancelled"] == 2

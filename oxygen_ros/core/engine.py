@@ -15,15 +15,16 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
 
 import numpy as np
 import torch
 
 from . import scheduler
 from .cadence import LanguageCadence
+from .engine_config import EngineConfig
+from .frame_result import FrameError, FrameResult, Question
 from .kv_pool import SCRATCH, KVPool
-from .model.compile_setup import COMPILE_CHOICES, resolve_compile
+from .model.compile_setup import resolve_compile
 from .model.compiled import CompiledVLA, Progress
 from .model.vla import VLA
 from .observation import Observation, make_prefix_batch
@@ -32,74 +33,6 @@ from .tokenizer import Tokenizer
 
 SETTINGS = scheduler.SETTINGS
 log = logging.getLogger(__name__)
-
-
-@dataclass(frozen=True)
-class EngineConfig:
-    setting: str = "oxygen"
-    max_decode: int = 30  # N: tokens per language request
-    steps_per_frame: int = 5  # k: decode steps per frame (oxygen)
-    denoise_steps: int | None = None  # S; None: the model's own (its config's, i.e. the checkpoint's)
-    max_active: int = 8  # language requests decoding at once
-    queue_limit: int = 16  # requests waiting for a slot; past it they are rejected
-    max_observations_per_frame: int = 4  # scratch slots for a frame's action prefixes
-    max_question_tokens: int = 32
-    language_every_n_frames: int = 1  # 0: only on demand (questions)
-    seed: int = 0  # action noise seed
-    camera_names: tuple[str, ...] | None = None
-    compile: str = "auto"  # "on" | "off" | "auto" (CUDA: on, CPU: off): see core/model/compile_setup.py
-
-    def __post_init__(self) -> None:
-        if self.compile not in COMPILE_CHOICES:
-            raise ValueError(f"compile must be one of {', '.join(COMPILE_CHOICES)}, got {self.compile!r}")
-        if self.setting not in SETTINGS:
-            raise ValueError(f"setting must be one of {', '.join(SETTINGS)}, got {self.setting!r}")
-        if self.denoise_steps is not None and self.denoise_steps < 1:
-            raise ValueError(f"denoise_steps must be >= 1 (or None: the model's), got {self.denoise_steps}")
-        for name in ("max_decode", "max_active", "max_observations_per_frame"):
-            if getattr(self, name) < 1:
-                raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
-        for name in ("steps_per_frame", "queue_limit", "max_question_tokens", "language_every_n_frames"):
-            if getattr(self, name) < 0:
-                raise ValueError(f"{name} must be >= 0, got {getattr(self, name)}")
-        if self.steps_per_frame > self.max_decode:
-            raise ValueError(f"steps_per_frame (k={self.steps_per_frame}) must not exceed max_decode "
-                             f"(N={self.max_decode})")
-
-
-@dataclass(frozen=True)
-class Question:
-    """An on-demand language request: free text, answered from the newest observation."""
-
-    text: str
-    client_id: str = ""
-    max_tokens: int | None = None  # default: the engine's max_decode
-
-
-class FrameError(RuntimeError):
-    """A frame failed. ``result`` holds what it produced before the failure (tokens
-    already decoded must still reach their clients); the engine is consistent and
-    the next frame can run."""
-
-    def __init__(self, message: str, result: "FrameResult"):
-        super().__init__(message)
-        self.result = result
-
-
-@dataclass
-class FrameResult:
-    frame_id: int
-    actions: list[np.ndarray]  # one (H, action_dim) chunk per observation, robot units
-    tokens: list[TokenEvent] = field(default_factory=list)
-    finished: list[Request] = field(default_factory=list)
-    started: list[int] = field(default_factory=list)
-    batch_sizes: list[int] = field(default_factory=list)  # live rows of each decode step
-    prefill_ms: float = 0.0
-    denoise_ms: float = 0.0
-    decode_ms: float = 0.0
-    total_ms: float = 0.0
-    paused_ms: float = 0.0  # of those, time spent in ``Engine.pause_point`` (counted in the phases too)
-    copy_bytes: int = 0
 
 
 class Engine:
@@ -121,7 +54,9 @@ class Engine:
         #: "decode": one denoise or decode step each): where the caller may hold the frame back
         #: for a moment (the ROS node lets its control tick run there); None: never
         self.pause_point: Callable[[str], None] | None = None
-        self.last_observation: Observation | None = None
+        self.last_observation: Observation | None = None  # the newest of any robot
+        self.last_observations: dict[str, Observation] = {}  # the newest of each robot
+        self._noise_seeds: list[int] | None = None  # this frame's, one per observation
         self._result: FrameResult | None = None
         self._timing = threading.Lock()  # phase times are added from both threads of ``parallel``
         self._starting: list[Request] = []
@@ -133,42 +68,34 @@ class Engine:
     # ------------------------------------------------------------------ public
     def step(self, observations: Sequence[Observation] = (), questions: Sequence[Question] = (), *,
              start_language: bool | None = None, decode_steps: int | None = None,
-             denoise_steps: int | None = None) -> FrameResult:
+             denoise_steps: int | None = None, robots: Sequence[str] | None = None,
+             noise_seeds: Sequence[int] | None = None) -> FrameResult:
         """Run one frame. Every observation gets an action chunk; each starts a
         language request when due (``language_every_n_frames``, or
-        ``start_language``); each question starts one on the newest observation.
+        ``start_language``); each question starts one on its robot's newest observation.
         ``decode_steps`` (k) and ``denoise_steps`` (S) are this frame's plan; None:
-        the configured ones (the configuration itself never changes)."""
-        if denoise_steps is not None and denoise_steps < 1:
-            raise ValueError(f"denoise_steps must be >= 1, got {denoise_steps}")
+        the configured ones (the configuration itself never changes). ``robots``
+        names each observation's robot (None: all of the one robot ""), and
+        ``noise_seeds`` seeds each observation's action noise (None: by frame and
+        position, :meth:`noise`): a robot's actions then do not depend on who else
+        shares its frames."""
         c = self.config
-        if len(observations) > c.max_observations_per_frame:
-            raise ValueError(f"{len(observations)} observations in one frame, at most "
-                             f"{c.max_observations_per_frame} (max_observations_per_frame)")
-        for obs in observations:
-            obs.check_cameras(self.model.config.max_cameras, c.camera_names)
+        self._check_step(observations, denoise_steps, robots, noise_seeds)
         self._denoise_steps = denoise_steps or self.default_denoise_steps
         t0 = time.perf_counter()
         self.frame_id += 1
         copies0 = self.pool.copy_bytes
         self._result = FrameResult(self.frame_id, [])
-        if observations:
-            self.last_observation = observations[-1]
+        names = list(robots) if robots is not None else [""] * len(observations)
+        self._noise_seeds = None if noise_seeds is None else list(noise_seeds)
+        for name, obs in zip(names, observations):
+            self.last_observations[name] = self.last_observation = obs
         due = self.cadence.next(bool(observations)) if start_language is None else start_language
         new: list[tuple[Request, int | None]] = []  # (request, index of its observation in this frame)
         if due:
-            new += [(self.requests.new(self.frame_id, c.max_decode, observation=o), i)
-                    for i, o in enumerate(observations)]
-        for q in questions:
-            obs = self.last_observation
-            if obs is None:
-                raise ValueError("a question needs an observation to answer from; none has arrived yet")
-            ids = self.tokenizer.encode(q.text)[: c.max_question_tokens]
-            idx = len(observations) - 1 if observations else None
-            if q.max_tokens is not None and not 1 <= q.max_tokens <= c.max_decode:
-                raise ValueError(f"question max_tokens must be in 1..{c.max_decode}, got {q.max_tokens}")
-            new.append((self.requests.new(self.frame_id, q.max_tokens or c.max_decode, client_id=q.client_id,
-                                          question_ids=ids, observation=obs), idx))
+            new += [(self.requests.new(self.frame_id, c.max_decode, observation=o, robot=r), i)
+                    for i, (o, r) in enumerate(zip(observations, names))]
+        new += [self._question_request(q, names) for q in questions]
         k = c.steps_per_frame if decode_steps is None else decode_steps
         try:
             self._result.actions = scheduler.run_frame(c.setting, self, list(observations), new, k)
@@ -177,6 +104,40 @@ class Engine:
             self._recover(new)
             raise FrameError(f"frame {res.frame_id} failed: {e!r}", res) from e
         return self._finish_frame(t0, copies0)
+
+    def _check_step(self, observations: Sequence[Observation], denoise_steps: int | None,
+                    robots: Sequence[str] | None, noise_seeds: Sequence[int] | None) -> None:
+        c = self.config
+        if denoise_steps is not None and denoise_steps < 1:
+            raise ValueError(f"denoise_steps must be >= 1, got {denoise_steps}")
+        if len(observations) > c.max_observations_per_frame:
+            raise ValueError(f"{len(observations)} observations in one frame, at most "
+                             f"{c.max_observations_per_frame} (max_observations_per_frame)")
+        for what, values in (("robots", robots), ("noise_seeds", noise_seeds)):
+            if values is not None and len(values) != len(observations):
+                raise ValueError(f"{len(values)} {what} for {len(observations)} observations")
+        for obs in observations:
+            obs.check_cameras(self.model.config.max_cameras, c.camera_names)
+
+    def _question_request(self, q: Question, names: list[str]) -> tuple[Request, int | None]:
+        """A question's request, on its robot's newest observation (and the index of that
+        observation in this frame, whose prefix it shares, or None)."""
+        c = self.config
+        obs = self.last_observations.get(q.robot)
+        if obs is None:
+            whose = f"robot {q.robot!r}" if q.robot else "the robot"
+            raise ValueError(f"a question needs an observation to answer from; none from {whose} has arrived yet")
+        if q.max_tokens is not None and not 1 <= q.max_tokens <= c.max_decode:
+            raise ValueError(f"question max_tokens must be in 1..{c.max_decode}, got {q.max_tokens}")
+        ids = self.tokenizer.encode(q.text)[: c.max_question_tokens]
+        idx = max((i for i, r in enumerate(names) if r == q.robot), default=None)
+        return self.requests.new(self.frame_id, q.max_tokens or c.max_decode, client_id=q.client_id,
+                                 robot=q.robot, question_ids=ids, observation=obs), idx
+
+    def forget_observations(self) -> None:
+        """No question is answered from the observations seen so far (after a warm-up)."""
+        self.last_observation = None
+        self.last_observations.clear()
 
     def _finish_frame(self, t0: float, copies0: int) -> FrameResult:
         res, self._result = self._result, None
@@ -302,9 +263,13 @@ class Engine:
         return out
 
     def noise(self, observation_index: int) -> torch.Tensor:
-        """The frame's noise for one observation: the same in every setting."""
+        """The frame's noise for one observation: the same in every setting; seeded by the
+        step's ``noise_seeds`` when given, else by the seed, the frame and the position."""
         mc = self.model.config
-        g = torch.Generator().manual_seed(self.config.seed * 1_000_003 + self.frame_id * 1_009 + observation_index)
+        seeds = self._noise_seeds
+        seed = (seeds[observation_index] if seeds is not None
+                else self.config.seed * 1_000_003 + self.frame_id * 1_009 + observation_index)
+        g = torch.Generator().manual_seed(seed)
         return torch.randn(mc.action_horizon, mc.action_dim, generator=g)
 
     def begin(self, request: Request, slot: int, logits: torch.Tensor) -> None:

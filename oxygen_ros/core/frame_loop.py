@@ -4,17 +4,25 @@ A :class:`FrameLoop` sits between the inputs (observations and questions as
 they arrive) and one :class:`~oxygen_ros.core.engine.Engine`. It decides:
 
 * the next job (:meth:`FrameLoop.next_job`): an observation frame from the
-  newest observation (none older than ``max_observation_age``), the waiting
-  questions, or a language-only frame when requests are still decoding and
-  no observation came (``decode_when_idle``: at most once per control period,
-  never when the next observation is expected before such a frame would end);
+  newest observation of every robot that has one (none older than
+  ``max_observation_age``; at most the engine's ``max_observations_per_frame``,
+  the longest unserved robots first), the waiting questions, or a
+  language-only frame when requests are still decoding and no observation
+  came (``decode_when_idle``: at most once per control period, never when a
+  robot's next observation is expected before such a frame would end);
 * the frame's plan (:meth:`FrameLoop.plan`): whether it starts a language
   request (every ``language_every_n_frames``-th observation frame) and its
   decode steps ``k`` under the deadline (:class:`~oxygen_ros.core.budget.DecodeBudget`);
 * input fitting (:class:`~oxygen_ros.core.input_fit.InstructionFitter`,
   :func:`~oxygen_ros.core.input_fit.fit_question`) and the state check;
 * failures in a row (:class:`~oxygen_ros.core.failures.FailureCount`) and the
-  frame records the agent's report reads (:class:`~oxygen_ros.core.frame_records.FrameRecords`).
+  frame records the agent's report reads (:class:`~oxygen_ros.core.frame_records.FrameRecords`),
+  both per robot.
+
+Robots: ``robots`` names them (default: one robot ``""``). Each keeps its own
+inputs (:class:`~oxygen_ros.core.robot_inputs.RobotInputs`): a stale camera or a
+flood of questions of one robot never takes another's observation's place, and
+a robot's action noise is keyed by the robot and its own frame count.
 
 It is not locked by itself: its owner serialises the calls that touch state
 shared with the inputs and the tick (the ROS node holds its lock around
@@ -29,6 +37,7 @@ from __future__ import annotations
 import collections
 import dataclasses
 import logging
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -40,8 +49,11 @@ from .failures import FailureCount
 from .frame_records import FrameRecords
 from .input_fit import FittedInstruction, InstructionFitter, fit_question
 from .observation import Observation, ObservationError
+from .robot_inputs import Arrival, RobotInputs, WaitingQuestion, stalest_first
 from .stats import Rolling
 from .throttle import Throttle
+
+__all__ = ["Arrival", "FrameLoop", "FramePlan", "Job", "LoopSettings", "WaitingQuestion"]
 
 
 @dataclass(frozen=True)
@@ -63,21 +75,15 @@ class LoopSettings:
 
 
 @dataclass
-class Arrival:
-    """An observation as it arrived: ``payload`` is the owner's (its converted Observation), not looked into."""
-
-    payload: Any
-    seq: int
-    stamp_ros_ns: int  # capture stamp (0: unset)
-    received_ros_ns: int
-    received_ns: int
-
-
-@dataclass
 class Job:
-    observation: Arrival | None = None
-    questions: list = field(default_factory=list)  # (client_id, text, max_tokens or None)
-    cancels: list = field(default_factory=list)  # client ids whose requests end now
+    observations: list = field(default_factory=list)  # Arrival, one per robot at most
+    questions: list = field(default_factory=list)  # WaitingQuestion
+    cancels: list = field(default_factory=list)  # (robot, client id): requests that end now
+
+    @property
+    def observation(self) -> Arrival | None:
+        """The first observation (the only one with one robot), or None."""
+        return self.observations[0] if self.observations else None
 
 
 @dataclass(frozen=True)
@@ -91,27 +97,50 @@ class FrameLoop:
     """See the module doc. ``log``: a :class:`logging.Logger`-like object (warning, error, info)."""
 
     def __init__(self, engine: Engine, settings: LoopSettings, max_token_len: int, *, horizon: int,
-                 state_dim: int | None = None, log: Any = None):
-        self.engine, self.horizon, self.state_dim = engine, horizon, state_dim
+                 state_dim: int | None = None, log: Any = None, robots: Sequence[str] = ("",), seed: int = 0):
+        self.engine, self.horizon, self.state_dim, self.seed = engine, horizon, state_dim, seed
         self.log = log if log is not None else logging.getLogger(__name__)
         self._throttle = Throttle(5.0)  # repeated warnings: one every 5 s per kind
         self._failure_throttle = Throttle(2.0)
         self.settings = settings
         self.budget = DecodeBudget(settings.steps_per_frame, self.deadline_ms())
-        self.failures = FailureCount(settings.max_consecutive_failures)
         self.cadence = LanguageCadence(settings.language_every_n_frames)
-        self.records = FrameRecords()
         self.fitter = InstructionFitter(engine.tokenizer, max_token_len)
-        self.counters: collections.Counter = collections.Counter()
+        self.counters: collections.Counter = collections.Counter()  # the whole loop's (every robot's)
         self.last_k = settings.steps_per_frame
         self.k_history: collections.deque = collections.deque(maxlen=1000)  # (frame_id, k, observation?)
-        self.newest_stamp_ros_ns: int | None = None
-        self.obs_interval_ms, self.language_frame_ms = Rolling(50), Rolling(50)
-        self._pending: Arrival | None = None
-        self._questions: collections.deque = collections.deque()
-        self._cancels: list[str] = []
-        self._last_arrival_ns: int | None = None
+        self.language_frame_ms = Rolling(50)
+        if not robots or len(set(robots)) != len(robots):
+            raise ValueError(f"robots must be distinct names, at least one, got {list(robots)}")
+        self.robots = {name: RobotInputs(name, settings.max_consecutive_failures) for name in robots}
         self._last_frame_end_ns = 0
+
+    # ------------------------------------------------------------------ robots
+    def robot(self, name: str = "") -> RobotInputs:
+        """The inputs of robot ``name`` (ValueError naming the known robots)."""
+        try:
+            return self.robots[name]
+        except KeyError:
+            raise ValueError(f"no robot {name!r} (robots: {list(self.robots)})") from None
+
+    @property
+    def first(self) -> RobotInputs:
+        """The first robot (the only one, unless ``robots`` names several)."""
+        return next(iter(self.robots.values()))
+
+    @property
+    def failures(self) -> FailureCount:
+        """The first robot's failures in a row."""
+        return self.first.failures
+
+    @property
+    def records(self) -> FrameRecords:
+        """The first robot's frame records."""
+        return self.first.records
+
+    def _count(self, robot: RobotInputs, key: str, n: int = 1) -> None:
+        self.counters[key] += n
+        robot.counters[key] += n
 
     # ------------------------------------------------------------------ settings
     @property
@@ -129,41 +158,39 @@ class FrameLoop:
         self.settings = dataclasses.replace(self.settings, **changes)
         self.budget.k_max = self.settings.steps_per_frame
         self.budget.deadline_ms = self.deadline_ms()
-        self.failures.limit = self.settings.max_consecutive_failures
+        for robot in self.robots.values():
+            robot.failures.limit = self.settings.max_consecutive_failures
         self.cadence.every_n = self.settings.language_every_n_frames
 
     # ------------------------------------------------------------------ inputs
     def observation_arrived(self, arrival: Arrival) -> None:
-        self.counters["observations_received"] += 1
-        if self._last_arrival_ns is not None:
-            self.obs_interval_ms.add((arrival.received_ns - self._last_arrival_ns) / 1e6)
-        self._last_arrival_ns = arrival.received_ns
-        if self._pending is not None:
-            self.counters["observations_superseded"] += 1
-        self._pending = arrival
-        stamp = arrival.stamp_ros_ns
-        if stamp > 0 and (self.newest_stamp_ros_ns is None or stamp > self.newest_stamp_ros_ns):
-            self.newest_stamp_ros_ns = stamp
+        robot = self.robot(arrival.robot)
+        self._count(robot, "observations_received")
+        if robot.arrived(arrival):
+            self._count(robot, "observations_superseded")
 
-    def question_arrived(self, client_id: str, text: str, max_tokens: int | None = None) -> None:
-        self.counters["questions_received"] += 1
-        self._questions.append((client_id, text, max_tokens))
+    def question_arrived(self, client_id: str, text: str, max_tokens: int | None = None, robot: str = "") -> None:
+        r = self.robot(robot)
+        self._count(r, "questions_received")
+        r.questions.append(WaitingQuestion(client_id, text, max_tokens, robot))
 
-    def cancel(self, client_id: str) -> bool:
-        """Cancel ``client_id``'s question: True when it ended here (it was still waiting: the
-        owner announces its ``cancelled`` end), else its request ends in the engine at the
-        next job (:attr:`Job.cancels`)."""
-        waiting = [q for q in self._questions if q[0] == client_id]
+    def cancel(self, client_id: str, robot: str = "") -> bool:
+        """Cancel ``client_id``'s question (of ``robot``): True when it ended here (it was still
+        waiting: the owner announces its ``cancelled`` end), else its request ends in the
+        engine at the next job (:attr:`Job.cancels`)."""
+        r = self.robot(robot)
+        waiting = [q for q in r.questions if q.client_id == client_id]
         for q in waiting:
-            self._questions.remove(q)
+            r.questions.remove(q)
         if not waiting:
-            self._cancels.append(client_id)
-        self.counters["questions_cancelled"] += 1
+            r.cancels.append(client_id)
+        self._count(r, "questions_cancelled")
         return bool(waiting)
 
     def has_work(self) -> bool:
         """Is there work for a frame: an observation, questions or cancels waiting, or requests decoding."""
-        return self._pending is not None or bool(self._questions or self._cancels) or self.engine_has_work()
+        return any(r.pending is not None or r.questions or r.cancels for r in self.robots.values()) \
+            or self.engine_has_work()
 
     def engine_has_work(self) -> bool:
         """Language requests running or queued in the engine."""
@@ -171,57 +198,63 @@ class FrameLoop:
 
     def wants_language_frame(self) -> bool:
         """Questions wait or requests decode (a tick wakes the worker for them)."""
-        return bool(self._questions) or self.engine_has_work()
+        return any(r.questions for r in self.robots.values()) or self.engine_has_work()
 
-    def take_questions(self) -> list:
-        """The questions not yet taken by a job (shutdown cancels them)."""
-        out = list(self._questions)
-        self._questions.clear()
+    def take_questions(self) -> list[WaitingQuestion]:
+        """The questions not yet taken by a job, of every robot (shutdown cancels them)."""
+        out = []
+        for r in self.robots.values():
+            out += r.questions
+            r.questions.clear()
         return out
 
     def put_back(self, job: Job) -> None:
         """A job that will not run: its questions and cancels wait again (at the head)."""
-        self._questions.extendleft(reversed(job.questions))
-        self._cancels[:0] = job.cancels
+        for q in reversed(job.questions):
+            self.robot(q.robot).questions.appendleft(q)
+        for robot, client in reversed(job.cancels):
+            self.robot(robot).cancels.insert(0, client)
 
     # ------------------------------------------------------------------ the next job
     def next_job(self, now_ros_ns: int, now_ns: int) -> Job | None:
         """What to run now, if anything (see the module doc)."""
         job = Job()
-        if self._pending is not None:
-            arrival, self._pending = self._pending, None
-            if self._fresh(arrival, now_ros_ns):
-                job.observation = arrival
-        while self._questions:
-            job.questions.append(self._questions.popleft())
-        job.cancels, self._cancels = self._cancels, []
-        if job.observation is not None or job.questions or job.cancels:
+        limit = self.engine.config.max_observations_per_frame
+        for robot in stalest_first(self.robots.values(), len(self.robots)):
+            if len(job.observations) >= limit:
+                break  # the others keep their newest observation for the next frame
+            arrival = robot.take(now_ns, self.seed)
+            if self._fresh(arrival, now_ros_ns, robot):
+                job.observations.append(arrival)
+        for robot in self.robots.values():
+            job.questions += robot.questions
+            robot.questions.clear()
+            job.cancels += [(robot.name, client) for client in robot.cancels]
+            robot.cancels = []
+        if job.observations or job.questions or job.cancels:
             return job
         if (self.settings.decode_when_idle and self.engine_has_work()
                 and now_ns - self._last_frame_end_ns >= self.period_ns and not self.observation_due_soon(now_ns)):
             return job  # a language-only frame
         return None
 
-    def _fresh(self, arrival: Arrival, now_ros_ns: int) -> bool:
+    def _fresh(self, arrival: Arrival, now_ros_ns: int, robot: RobotInputs) -> bool:
         stamp, max_age = arrival.stamp_ros_ns, self.settings.max_observation_age
         # its age now, when a frame would start from it (it may have waited for a long frame)
         age_s = (max(arrival.received_ros_ns, now_ros_ns) - stamp) / NS_PER_S
         if max_age > 0 and stamp > 0 and age_s > max_age:
-            self.counters["observations_stale"] += 1
-            self._warn("stale", f"observation {arrival.seq} is {age_s:.3f} s old (max_observation_age "
-                       f"{max_age:g} s): not used")
+            self._count(robot, "observations_stale")
+            whose = f"robot {robot.name}: " if robot.name else ""
+            self._warn(f"stale{robot.name}", f"{whose}observation {arrival.seq} is {age_s:.3f} s old "
+                       f"(max_observation_age {max_age:g} s): not used")
             return False
         return True
 
     def observation_due_soon(self, now_ns: int) -> bool:
-        """Would a language-only frame started now still run when the next observation
-        is expected (from the observations' recent spacing)? Actions come first."""
-        if self._last_arrival_ns is None or len(self.obs_interval_ms) < 5:
-            return False
-        interval_ns = self.obs_interval_ms.percentile(50) * 1e6
-        expected = self._last_arrival_ns + interval_ns
-        language_ns = (self.language_frame_ms.mean() if len(self.language_frame_ms) else 0.0) * 1e6
-        return expected - 1.5 * language_ns <= now_ns < expected + interval_ns / 2
+        """Would a language-only frame started now still run when a robot's next observation
+        is expected (from its observations' recent spacing)? Actions come first."""
+        language_ms = self.language_frame_ms.mean() if len(self.language_frame_ms) else 0.0
+        return any(r.observation_due_soon(now_ns, language_ms) for r in self.robots.values())
 
     # ------------------------------------------------------------------ inputs for the model
     def fit_observation(self, obs: Observation, max_cameras: int, seq: int) -> Observation:
@@ -246,28 +279,32 @@ class FrameLoop:
             self._warn("truncated", f"observation {seq}: instruction of {original} characters cut to "
                        f"{fitted.kept} so that the prompt fits max_token_len={max_len} tokens")
 
-    def questions(self, job: Job, has_observation: bool) -> tuple[list[Question], list[str]]:
-        """The job's questions the engine can take, and the clients refused (no text, or
-        no observation to answer from yet)."""
+    def questions(self, job: Job, observed: Iterable[str]) -> tuple[list[Question], list[WaitingQuestion]]:
+        """The job's questions the engine can take, and those refused (no text, or no
+        observation of their robot to answer from yet: ``observed`` names the robots
+        with an observation in this frame)."""
         limit = self.engine.config.max_question_tokens
+        seen = set(observed) | set(self.engine.last_observations)
         accepted, refused = [], []
-        for client, text, max_tokens in job.questions:
-            fitted = fit_question(self.engine.tokenizer, text, limit)
+        for q in job.questions:
+            robot = self.robot(q.robot)
+            fitted = fit_question(self.engine.tokenizer, q.text, limit)
             if not fitted.text:
-                self.counters["questions_rejected_empty"] += 1
-                self._warn("empty", f"question from {client!r} refused: no text")
-                refused.append(client)
-                continue
-            if fitted.truncated:
-                self.counters["questions_truncated"] += 1
-                self._warn("question_cut", f"question from {client!r} ({len(text)} characters, "
-                           f"{fitted.tokens}+ tokens) cut to {limit} tokens")
-            accepted.append(Question(text=fitted.text, client_id=client, max_tokens=max_tokens))
-        if accepted and not has_observation and self.engine.last_observation is None:
-            refused += [q.client_id for q in accepted]
-            self.counters["questions_rejected_no_observation"] += len(accepted)
-            self._warn("no_observation", "question(s) refused: no observation has arrived yet")
-            accepted = []
+                self._count(robot, "questions_rejected_empty")
+                self._warn("empty", f"question from {q.client_id!r} refused: no text")
+                refused.append(q)
+            elif q.robot not in seen:
+                self._count(robot, "questions_rejected_no_observation")
+                self._warn("no_observation", "question(s) refused: no observation has arrived yet"
+                           + (f" from robot {q.robot}" if q.robot else ""))
+                refused.append(q)
+            else:
+                if fitted.truncated:
+                    self._count(robot, "questions_truncated")
+                    self._warn("question_cut", f"question from {q.client_id!r} ({len(q.text)} characters, "
+                               f"{fitted.tokens}+ tokens) cut to {limit} tokens")
+                accepted.append(Question(text=fitted.text, client_id=q.client_id, max_tokens=q.max_tokens,
+                                         robot=q.robot))
         return accepted, refused
 
     # ------------------------------------------------------------------ plan and outcome
@@ -305,33 +342,36 @@ class FrameLoop:
         self._last_frame_end_ns = now_ns
 
     # ------------------------------------------------------------------ failures
-    def frame_failed(self, reason: str) -> bool:
-        """Count a failed frame; True when the action output stops now (after
-        ``max_consecutive_failures`` in a row): the owner drops the current chunk."""
-        stop = self.failures.failed(reason)
-        n = self.failures.in_a_row
+    def frame_failed(self, reason: str, robot: str = "") -> bool:
+        """Count a failed frame of ``robot``; True when its action output stops now (after
+        ``max_consecutive_failures`` in a row): the owner drops its current chunk."""
+        failures = self.robot(robot).failures
+        stop = failures.failed(reason)
+        n, whose = failures.in_a_row, f"robot {robot}: " if robot else ""
         if stop:
-            self.log.error(f"{n} frames failed in a row (last: {reason}): action output stopped until a "
-                           "frame succeeds")
-        elif self._failure_throttle("failed") is not None:
-            self.log.error(f"frame failed ({n} in a row): {reason}")
+            self.log.error(f"{whose}{n} frames failed in a row (last: {reason}): action output stopped until "
+                           "a frame succeeds")
+        elif self._failure_throttle(f"failed{robot}") is not None:
+            self.log.error(f"{whose}frame failed ({n} in a row): {reason}")
         return stop
 
-    def frame_succeeded(self) -> None:
-        n, was_stopped = self.failures.succeeded()
+    def frame_succeeded(self, robot: str = "") -> None:
+        n, was_stopped = self.robot(robot).failures.succeeded()
         if was_stopped:
-            self.log.info(f"a frame succeeded after {n} failures: action output resumed")
+            whose = f"robot {robot}: " if robot else ""
+            self.log.info(f"{whose}a frame succeeded after {n} failures: action output resumed")
 
     # ------------------------------------------------------------------ figures
-    def figures(self, now_ros_ns: int) -> dict:
-        """The loop's figures for diagnostics (the last frame's k, the budget, failures, the
-        newest observation's age)."""
-        newest, f = self.newest_stamp_ros_ns, self.failures
+    def figures(self, now_ros_ns: int, robot: str | None = None) -> dict:
+        """The loop's figures for diagnostics (the last frame's k, the budget, and ``robot``'s
+        failures and newest observation's age; None: the first robot's)."""
+        r = self.first if robot is None else self.robot(robot)
+        f = r.failures
         return {
             "k": self.last_k,  # decode steps granted to the last frame by the language budget
             "k_max": self.budget.k_max,  # steps_per_frame
             "frame_deadline_ms": self.budget.deadline_ms,
-            "observation_age_ms": float("nan") if newest is None else (now_ros_ns - newest) / 1e6,
+            "observation_age_ms": r.age_ms(now_ros_ns),
             "faulted": f.stopped,
             "consecutive_failures": f.in_a_row,
             "last_failure": f.last,

@@ -42,6 +42,7 @@ class TokenEvent:
     piece: str
     done: bool
     finish_reason: str  # "" while running
+    robot: str = ""  # the robot whose observation the request reads ("": the only one)
 
 
 @dataclass
@@ -50,6 +51,7 @@ class Request:
     frame_id: int  # the frame whose observation it reads
     max_tokens: int
     client_id: str = ""
+    robot: str = ""  # the robot that asked (a question) or whose observation started it
     question_ids: list[int] = field(default_factory=list)
     observation: Observation | None = None  # kept only until its prefix is in a slot
     slot: int | None = None
@@ -143,7 +145,7 @@ class RequestManager:
             piece += r._stream.flush()
         r._pieces.append(piece)
         return TokenEvent(r.id, r.client_id, r.frame_id, len(r.tokens) - 1, token, piece, r.done,
-                          r.finish_reason.value if r.done else "")
+                          r.finish_reason.value if r.done else "", r.robot)
 
     def remove(self, request_id: int) -> Request:
         r = self.active.pop(request_id)
@@ -156,11 +158,12 @@ class RequestManager:
         """Finish every active and queued request with reason ``cancelled``."""
         return self.cancel(lambda r: True)
 
-    def cancel_clients(self, client_ids) -> list[TokenEvent]:
-        """Finish the active and queued requests of ``client_ids`` with reason ``cancelled``
-        (their slots are free at once); clients with no such request are ignored."""
+    def cancel_clients(self, client_ids, robot: str | None = None) -> list[TokenEvent]:
+        """Finish the active and queued requests of ``client_ids`` (of ``robot`` only, unless
+        None) with reason ``cancelled`` (their slots are free at once); clients with no such
+        request are ignored."""
         client_ids = set(client_ids)
-        return self.cancel(lambda r: r.client_id in client_ids and not r.done)
+        return self.cancel(lambda r: r.client_id in client_ids and not r.done and robot in (None, r.robot))
 
     def cancel(self, which) -> list[TokenEvent]:
         """Finish the active and queued requests ``r`` with ``which(r)``: ``cancelled``."""
@@ -186,4 +189,4 @@ class RequestManager:
 
 def finish_event(r: Request) -> TokenEvent:
     """The closing event of a request that finished without a new token."""
-    return TokenEvent(r.id, r.client_id, r.frame_id, len(r.tokens), -1, "", True, r.finish_reason.value)
+    return TokenEvent(r.id, r.client_id, r.frame_id, len(r.tokens), -1, "", True, r.finish_reason.value, r.robot)

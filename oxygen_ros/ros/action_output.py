@@ -5,9 +5,11 @@ scheduled time onward (:class:`~oxygen_ros.core.chunk_clock.ChunkClock`), a
 hold message (``hold_action: last``: the chunk's last row, offset = H) once the
 chunk has run out, or nothing (waiting for a chunk, an underrun with
 ``hold_action: none``, or the action output stopped after repeated failures).
-Ticks missed by a late timer are counted. Not locked by itself: the node
-calls :meth:`ActionOutput.tick`, :meth:`push` and :meth:`drop` with its lock
-held, and :meth:`publish` without it.
+Ticks missed by a late timer are counted by the node's one :class:`TickGrid`,
+which also gives every tick its scheduled time (serving several robots, one
+timer ticks every robot's output). Not locked by itself: the node calls
+:meth:`ActionOutput.tick`, :meth:`push` and :meth:`drop` with its lock held,
+and :meth:`publish` without it.
 
 The offset / stamp choice
     ``offset`` = index of the action due at the tick's *scheduled* time,
@@ -36,39 +38,17 @@ from . import conversions
 from .qos import reliable
 
 
-class ActionOutput:
-    """See the module doc. ``params``: the node's parameter values (read live:
-    ``hold_action``, ``control_frame``, ``joint_names``)."""
+class TickGrid:
+    """The control timer's tick times: each tick's scheduled time (rclpy's, or rounded to
+    the grid where the timer gives none: Jazzy), and the ticks a late timer missed."""
 
-    def __init__(self, node, params: dict, counters: collections.Counter, records: FrameRecords):
-        self._params, self._counters, self._records = params, counters, records
-        self.clock = ChunkClock()
+    def __init__(self, counters: collections.Counter):
+        self._counters = counters
         self._grid0: Optional[int] = None  # tick grid origin when the timer gives no scheduled time
         self._last_scheduled: Optional[int] = None
-        self._pub_actions = node.create_publisher(ActionChunk, params["actions_topic"], reliable(10))
-        self._pub_traj = (node.create_publisher(JointTrajectory, params["trajectory_topic"], reliable(10))
-                          if params["joint_names"] else None)
 
-    def tick(self, scheduled_ns: Optional[int], actual_ns: int, period_ns: int, stopped: bool,
-             now_ns: int) -> tuple[int, Optional[Due]]:
-        """(the tick's scheduled time, what it publishes or None). ``stopped``: the action
-        output is stopped; ``now_ns``: monotonic, for the frame records."""
-        scheduled_ns = self._count_tick(scheduled_ns, actual_ns, period_ns)
-        if stopped:  # repeated frame failures: no action output at all
-            self.clock.ticks += 1
-            self._counters["ticks_faulted"] += 1
-            return scheduled_ns, None
-        due = self.clock.tick(scheduled_ns)
-        if due is not None and due.first:
-            self._records.published(due.chunk.frame_id, now_ns)
-        if due is None and self.clock.chunk is not None and self._params["hold_action"] == "last":
-            # an underrun (counted): repeat the last row, marked as a hold (offset = H, one row)
-            c = self.clock.chunk
-            due = Due(c, c.horizon, scheduled_ns, False)
-            self._counters["hold_ticks"] += 1
-        return scheduled_ns, due
-
-    def _count_tick(self, scheduled_ns: Optional[int], actual_ns: int, period: int) -> int:
+    def count(self, scheduled_ns: Optional[int], actual_ns: int, period: int) -> int:
+        """The tick's scheduled time (counting the ticks missed before it)."""
         if scheduled_ns is None:  # round to the tick grid (rclpy without TimerInfo: Jazzy)
             if self._grid0 is None:
                 self._grid0 = actual_ns
@@ -86,6 +66,42 @@ class ActionOutput:
     def rate_changed(self) -> None:
         """The control rate changed: the tick grid starts again."""
         self._grid0 = self._last_scheduled = None
+
+
+class ActionOutput:
+    """See the module doc. ``params``: the node's parameter values (read live:
+    ``hold_action``, ``control_frame``, ``joint_names``); ``actions_topic`` and
+    ``trajectory_topic``: this output's (a robot's)."""
+
+    def __init__(self, node, params: dict, counters: collections.Counter, records: FrameRecords, *,
+                 actions_topic: str, trajectory_topic: str):
+        self._params, self._counters, self._records = params, counters, records
+        self.clock = ChunkClock()
+        self._pub_actions = node.create_publisher(ActionChunk, actions_topic, reliable(10))
+        self._pub_traj = (node.create_publisher(JointTrajectory, trajectory_topic, reliable(10))
+                          if params["joint_names"] else None)
+
+    @property
+    def topic(self) -> str:
+        """The resolved ActionChunk topic."""
+        return self._pub_actions.topic_name
+
+    def tick(self, scheduled_ns: int, stopped: bool, now_ns: int) -> Optional[Due]:
+        """What the tick scheduled at ``scheduled_ns`` publishes, or None. ``stopped``: the
+        action output is stopped; ``now_ns``: monotonic, for the frame records."""
+        if stopped:  # repeated frame failures: no action output at all
+            self.clock.ticks += 1
+            self._counters["ticks_faulted"] += 1
+            return None
+        due = self.clock.tick(scheduled_ns)
+        if due is not None and due.first:
+            self._records.published(due.chunk.frame_id, now_ns)
+        if due is None and self.clock.chunk is not None and self._params["hold_action"] == "last":
+            # an underrun (counted): repeat the last row, marked as a hold (offset = H, one row)
+            c = self.clock.chunk
+            due = Due(c, c.horizon, scheduled_ns, False)
+            self._counters["hold_ticks"] += 1
+        return due
 
     def push(self, chunk: Chunk) -> None:
         self.clock.push(chunk)

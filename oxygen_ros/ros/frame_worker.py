@@ -1,10 +1,12 @@
 """The inference node's worker: the one thread that touches the engine.
 
 It takes the frame loop's next job (waiting on the node's condition while
-there is none), converts the observation message, runs ``engine.step`` with
-the loop's plan, hands the chunk to the action output and the tokens to the
-text output, and tells the loop how the frame went. An exception in a frame
-is logged with its cause and counted, and the next frame runs.
+there is none), fits the job's observations (one per robot at most) to the
+model, runs ``engine.step`` with the loop's plan, hands each robot's chunk to
+that robot's action output and the tokens to the text router, and tells the
+loop how the frame went. An exception in a frame is logged with its cause and
+counted against the robots in it (every robot, for a language-only frame),
+and the next frame runs; non-finite actions count against their robot only.
 """
 
 from __future__ import annotations
@@ -22,8 +24,8 @@ from ..core.frame_loop import Arrival, FrameLoop, FramePlan, Job
 from ..core.frame_records import FrameRecord
 from ..core.stats import Rolling
 from . import conversions
-from .action_output import ActionOutput
-from .text_output import TextOutput, end_events
+from .robot_io import RobotIO, TextRouter
+from .text_output import end_events
 
 
 class FrameWorker:
@@ -31,10 +33,10 @@ class FrameWorker:
     the action output); ``now_ros()``: the node's clock in ns; ``frame_done()``: called
     after every engine step (the tick guard's)."""
 
-    def __init__(self, *, cond: threading.Condition, loop: FrameLoop, output: ActionOutput, text: TextOutput,
+    def __init__(self, *, cond: threading.Condition, loop: FrameLoop, robots: dict[str, RobotIO], text: TextRouter,
                  params: dict, max_cameras: int, now_ros: Callable[[], int], logger: Any,
                  frame_done: Optional[Callable[[], None]] = None):
-        self._cond, self.loop, self._output, self._text = cond, loop, output, text
+        self._cond, self.loop, self._robots, self._text = cond, loop, robots, text
         self._params, self._max_cameras, self._now_ros, self._log = params, max_cameras, now_ros, logger
         self._frame_done = frame_done
         self.counters = loop.counters
@@ -75,9 +77,12 @@ class FrameWorker:
             try:
                 self._run_frame(job)
             except Exception as exc:  # keep serving; the error is reported
-                self.counters["frame_errors"] += 1
+                robots = [a.robot for a in job.observations] or list(self._robots)
+                for robot in robots:
+                    self._robots[robot].counters["frame_errors"] += 1
                 self._log.error(f"frame failed: {exc}\n{traceback.format_exc()}", throttle_duration_sec=2.0)
-                self._frame_failed(f"{type(exc).__name__}: {exc}")
+                for robot in robots:
+                    self._frame_failed(f"{type(exc).__name__}: {exc}", robot)
             finally:
                 with self._cond:
                     self.busy = False
@@ -102,63 +107,73 @@ class FrameWorker:
     def _run_frame(self, job: Job) -> None:
         dequeued = time.monotonic_ns()
         if job.cancels:  # cancelled requests end before the frame: their slots are free for it
-            self._text.publish(self.loop.engine.requests.cancel_clients(job.cancels), self._now_ros())
-        observations, arrival = self._model_inputs(job.observation)
-        questions, refused = self.loop.questions(job, bool(observations))
-        if refused:  # every question gets an answer: here its `rejected` end
-            self._text.publish(end_events(refused, "rejected"), self._now_ros())
+            self._cancel(job.cancels)
+        observations, arrivals = self._model_inputs(job.observations)
+        questions, refused = self.loop.questions(job, [a.robot for a in arrivals])
+        for q in refused:  # every question gets an answer: here its `rejected` end
+            self._text.publish(end_events([q.client_id], "rejected", q.robot), self._now_ros())
         if not observations and not questions and not self.loop.engine_has_work():
             return
         with self._cond:
             plan = self.loop.plan(bool(observations))
         started = time.monotonic_ns()
-        result = self._step(observations, questions, plan)
+        result = self._step(observations, questions, plan, arrivals)
         finished, now_ros = time.monotonic_ns(), self._now_ros()
         with self._cond:
             self.loop.frame_ran(plan, result, bool(observations))
-        if arrival is not None and not np.all(np.isfinite(result.actions[0])):
-            self.counters["actions_non_finite"] += 1
-            self._text.publish(result.tokens, now_ros)  # the text is still good
-            self._frame_failed(f"frame {result.frame_id} (observation {arrival.seq}): non-finite actions, "
-                               "not published")
-            return
-        if arrival is not None:
+        for arrival, actions in zip(arrivals, result.actions):
+            if not np.all(np.isfinite(actions)):
+                self._robots[arrival.robot].counters["actions_non_finite"] += 1
+                self._frame_failed(f"frame {result.frame_id} (observation {arrival.seq}): non-finite actions, "
+                                   "not published", arrival.robot)
+                continue  # the other robots' chunks and the text are still good
             record = FrameRecord(result.frame_id, arrival.seq, arrival.received_ns, dequeued, started, finished,
                                  result.total_ms, result.paused_ms)
-            self._push_chunk(arrival, result, record, now_ros)
+            self._push_chunk(arrival, actions, result, record, now_ros, len(arrivals))
         if result.batch_sizes:
             self.last_batch = sum(result.batch_sizes) / len(result.batch_sizes)
         self._text.publish(result.tokens, now_ros)
 
-    def converted(self, msg, seq: int):
+    def _cancel(self, cancels: list) -> None:
+        """End the requests of ``cancels`` ((robot, client) pairs) and announce their ends."""
+        requests, events = self.loop.engine.requests, []
+        for robot in {r for r, _ in cancels}:
+            events += requests.cancel_clients([c for r, c in cancels if r == robot], robot)
+        self._text.publish(events, self._now_ros())
+
+    def converted(self, msg, seq: int, robot: str = ""):
         """The Observation of a message as it arrives, or None (counted, logged) when it is refused:
         converted on arrival, a bad message never replaces a good observation still waiting."""
         try:
             return conversions.msg_to_observation(msg)
         except ValueError as exc:  # ObservationError, ImageError: never fed to the model
-            self._refused(seq, exc)
+            self._refused(seq, exc, robot)
             return None
 
-    def _refused(self, seq: int, exc: Exception) -> None:
-        self.counters["observations_invalid"] += 1
-        self._log.warning(f"observation {seq} refused: {exc}", throttle_duration_sec=5.0)
+    def _refused(self, seq: int, exc: Exception, robot: str = "") -> None:
+        self._robots[robot].counters["observations_invalid"] += 1
+        whose = f"robot {robot}: " if robot else ""
+        self._log.warning(f"{whose}observation {seq} refused: {exc}", throttle_duration_sec=5.0)
 
-    def _model_inputs(self, arrival: Optional[Arrival]) -> tuple:
-        """([Observation], arrival) for the model, or ([], None) when there is none or it is refused
-        (it does not fit the model: too many cameras, a state the statistics cannot take)."""
-        if arrival is None:
-            return [], None
-        try:
-            obs = self.loop.fit_observation(arrival.payload, self._max_cameras, arrival.seq)
-        except ValueError as exc:
-            self._refused(arrival.seq, exc)
-            return [], None
-        return [obs], arrival
+    def _model_inputs(self, arrivals: list[Arrival]) -> tuple[list, list[Arrival]]:
+        """([Observation], [Arrival]) for the model: those of ``arrivals`` that fit it (the
+        others, with too many cameras or a state the statistics cannot take, are refused)."""
+        observations, kept = [], []
+        for arrival in arrivals:
+            try:
+                observations.append(self.loop.fit_observation(arrival.payload, self._max_cameras, arrival.seq))
+            except ValueError as exc:
+                self._refused(arrival.seq, exc, arrival.robot)
+                continue
+            kept.append(arrival)
+        return observations, kept
 
-    def _step(self, observations: list, questions: list, plan: FramePlan):
+    def _step(self, observations: list, questions: list, plan: FramePlan, arrivals: list[Arrival]):
         try:
             return self.loop.engine.step(observations, questions, start_language=plan.start_language,
-                                         decode_steps=plan.decode_steps, denoise_steps=plan.denoise_steps)
+                                         decode_steps=plan.decode_steps, denoise_steps=plan.denoise_steps,
+                                         robots=[a.robot for a in arrivals],
+                                         noise_seeds=[a.noise_seed for a in arrivals])
         except Exception as exc:
             # the engine's FrameError carries what the frame produced before failing:
             # tokens already decoded still go to their clients
@@ -170,22 +185,24 @@ class FrameWorker:
             if self._frame_done is not None:
                 self._frame_done()
 
-    def _push_chunk(self, arrival: Arrival, result, record: FrameRecord, now_ros: int) -> None:
-        period, stamp = self.loop.period_ns, arrival.stamp_ros_ns
+    def _push_chunk(self, arrival: Arrival, actions: np.ndarray, result, record: FrameRecord, now_ros: int,
+                    observations: int) -> None:
+        period, stamp, io = self.loop.period_ns, arrival.stamp_ros_ns, self._robots[arrival.robot]
         origin = chunk_origin(self._params["chunk_origin"], stamp_ns=stamp, received_ns=arrival.received_ros_ns,
                               period_ns=period, horizon=self.loop.horizon)
-        chunk = Chunk(result.actions[0], period, origin, frame_id=result.frame_id, observation_seq=arrival.seq,
+        chunk = Chunk(actions, period, origin, frame_id=result.frame_id, observation_seq=arrival.seq,
                       observation_stamp_ns=stamp, ready_ns=now_ros)
         with self._cond:
-            self._output.push(chunk)
-            self.loop.records.add(record)
+            io.output.push(chunk)
+            io.inputs.records.add(record)
+            io.chunk_rate.add(time.monotonic(), 1)
+            io.frame_share.append(1.0 / observations)
+            self.loop.frame_succeeded(arrival.robot)
         self.frame_ms.add(result.total_ms)
-        self.counters["frames"] += 1
-        with self._cond:
-            self.loop.frame_succeeded()
+        io.counters["frames"] += 1
 
-    def _frame_failed(self, reason: str) -> None:
-        """Count a failed frame; when the loop stops the action output, drop the chunk."""
+    def _frame_failed(self, reason: str, robot: str) -> None:
+        """Count a failed frame of ``robot``; when the loop stops its action output, drop its chunk."""
         with self._cond:
-            if self.loop.frame_failed(reason):
-                self._output.drop()
+            if self.loop.frame_failed(reason, robot):
+                self._robots[robot].output.drop()

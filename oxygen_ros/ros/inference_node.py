@@ -21,6 +21,12 @@ How it runs
     deactivate (:meth:`~InferenceNode.deactivate`) and clean up
     (:meth:`~InferenceNode.cleanup`).
 
+Several robots: with ``robots: [left, right]`` every robot gets the topics under
+its own namespace (``/left/oxygen/observation`` ... :mod:`.robot_io`), its own
+chunk clock, failures and diagnostics (:mod:`.inference_diagnostics`); one
+timer ticks every robot's output, and every frame serves the newest
+observation of each robot that has one, together.
+
 Parameters: :data:`.inference_parameters.PARAMETERS` (``config/agent.yaml``), checked at start
 and on every change (:mod:`.parameters`). Observations are checked as they arrive; bad input,
 stale data, overload and faults: the README's "Reliability". :meth:`InferenceNode.shutdown`
@@ -52,16 +58,17 @@ from ..core.frame_loop import Arrival, FrameLoop, LoopSettings
 from ..core.stats import Rolling
 from ..core.tick_guard import TickGuard
 from . import conversions
-from .action_output import ActionOutput
-from .ask_server import AskServer
+from .action_output import TickGrid
 from .frame_worker import FrameWorker
+from .inference_diagnostics import InferenceDiagnostics
 from .inference_parameters import IMPLICIT_PARAMETERS, PARAMETERS, SPECS
 from .inference_setup import compile_pieces, engine_config, load_model, model_load_error, startup_summary, warm_up
-from .inference_status import StatusReporter, diagnostic_array, diagnostic_figures
+from .inference_status import StatusReporter
 from .node_main import run_control_node
 from .parameters import ParameterError, changed_values, declare_parameters, parameter_callback
 from .qos import reliable
-from .text_output import TextOutput, end_events
+from .robot_io import RobotIO, TextRouter
+from .text_output import end_events
 
 try:  # rclpy of Kilted passes the timer's scheduled time to callbacks that ask for it
     from rclpy.timer import TimerInfo
@@ -92,11 +99,12 @@ def tick_callback(on_tick: Callable, now_ros: Callable) -> Callable:
     return tick
 
 
-class InferenceNode(Node):
+class InferenceNode(InferenceDiagnostics, Node):
     """See the module doc. ``kwargs`` go to ``rclpy.node.Node`` (context,
     parameter_overrides, cli_args, namespace, ...). The frame policy is
     :attr:`loop` (a :class:`~oxygen_ros.core.frame_loop.FrameLoop`), run by
-    :attr:`worker`; :attr:`output` is what the control tick publishes."""
+    :attr:`worker`; :attr:`robot_io` holds each robot's outputs (what the control
+    tick publishes) and inputs."""
 
     def __init__(self, start: bool = True, **kwargs):
         super().__init__(NODE_NAME, **kwargs)
@@ -146,7 +154,8 @@ class InferenceNode(Node):
                                  f"{action_dim} dimensions")
         self.engine = Engine(self.loaded.model, self.loaded.tokenizer, engine_config(p), normalizer=normalizer)
         self.loop = FrameLoop(self.engine, LoopSettings(**_loop_settings(p)), mc.max_token_len, horizon=self.horizon,
-                              state_dim=getattr(normalizer, "state_dim", None), log=self.get_logger())
+                              state_dim=getattr(normalizer, "state_dim", None), log=self.get_logger(),
+                              robots=p["robots"] or [""], seed=p["seed"])
         self.counters = self.loop.counters
         compile_pieces(self.engine, p["compile"], self.get_logger())
         if p["warmup_frames"] > 0:
@@ -161,25 +170,24 @@ class InferenceNode(Node):
         self.get_logger().info(startup_summary(self.loaded, p, self.resolve_topic_name))
 
     def _init_interfaces(self, p: dict) -> None:
-        # the lock guards the loop and the action output, shared by the tick, the inputs and the worker
+        # the lock guards the loop and the action outputs, shared by the tick, the inputs and the worker
         self._cond = threading.Condition(threading.Lock())
         self.tick_lateness_ms = Rolling(60_000)  # 20 min at 50 Hz (the agent's report reads them all)
-        self.output = ActionOutput(self, self.params, self.counters, self.loop.records)
-        self.text = TextOutput(self, p["text_topic"], self.counters)
-        self.ask = AskServer(self, p["ask_action"], self._on_ask, self._cancel_ask, MutuallyExclusiveCallbackGroup())
-        self.text.listener = self.ask.on_events  # the goals' feedback and results
+        self._grid = TickGrid(self.counters)
+        inputs, asks = MutuallyExclusiveCallbackGroup(), MutuallyExclusiveCallbackGroup()
+        self.robot_io = {name: RobotIO(self, robot, p, self.counters, on_observation=self._on_observation,
+                                       on_question=self._on_question, on_ask=self._on_ask,
+                                       on_cancel=self._cancel_ask, inputs_group=inputs, ask_group=asks)
+                         for name, robot in self.loop.robots.items()}
+        self.text = TextRouter(list(self.robot_io.values()))
+        several = len(self.robot_io) > 1
+        self._status = StatusReporter("") if several else next(iter(self.robot_io.values())).status
         self.worker = self._new_worker()
         self._pub_diag = self.create_publisher(DiagnosticArray, "/diagnostics", reliable(10))
-        inputs = MutuallyExclusiveCallbackGroup()
-        observations = self.create_subscription(ObservationMsg, p["observation_topic"], self._on_observation,
-                                                reliable(2), callback_group=inputs)
-        self._status = StatusReporter(observations.topic_name)
-        self.create_subscription(QuestionMsg, p["question_topic"], self._on_question, reliable(100),
-                                 callback_group=inputs)
 
     def _new_worker(self) -> FrameWorker:
         return FrameWorker(
-            cond=self._cond, loop=self.loop, output=self.output, text=self.text, params=self.params,
+            cond=self._cond, loop=self.loop, robots=self.robot_io, text=self.text, params=self.params,
             max_cameras=self.loaded.config.max_cameras, now_ros=self._now_ros, logger=self.get_logger(),
             frame_done=None if self._tick_guard is None else self._tick_guard.frame_done)
 
@@ -209,12 +217,13 @@ class InferenceNode(Node):
         if self.active:
             self.deactivate()
         self._announce_cancellations(self._cancel_everything(), "cleanup")
-        self.ask.destroy()
+        for io in self.robot_io.values():
+            io.ask.destroy()
         for entity in self._entities:
             (self.destroy_publisher if entity in set(self.publishers) else self.destroy_subscription)(entity)
         self._entities = []
         self.worker, self.configured = None, False
-        del self.engine, self.loop, self.loaded, self.output, self.text, self.ask
+        del self.engine, self.loop, self.loaded, self.robot_io, self.text
         gc.collect()  # the pool's tensors go now, not at some later collection
 
     # ------------------------------------------------------------------ parameters at run time
@@ -230,7 +239,7 @@ class InferenceNode(Node):
             self.params.update(changes)
             self.loop.configure(**_loop_settings(changes))
             if "control_rate_hz" in changes:
-                self.output.rate_changed()
+                self._grid.rate_changed()
                 if self.active:
                     self._tick_timer.timer_period_ns = self.loop.period_ns
             self._cond.notify_all()
@@ -250,31 +259,31 @@ class InferenceNode(Node):
     def _now_ros(self) -> int:
         return self.get_clock().now().nanoseconds
 
-    def _on_observation(self, msg: ObservationMsg) -> None:
+    def _on_observation(self, robot: str, msg: ObservationMsg) -> None:
         received_ros, received = self._now_ros(), time.monotonic_ns()
-        observation = self.worker.converted(msg, int(msg.seq))
+        observation = self.worker.converted(msg, int(msg.seq), robot)
         if observation is None:
             return
         arrival = Arrival(observation, int(msg.seq), conversions.stamp_to_ns(msg.header.stamp), received_ros,
-                          received)
+                          received, robot)
         with self._cond:
             self.loop.observation_arrived(arrival)
             self._cond.notify_all()
 
-    def _on_question(self, msg: QuestionMsg) -> None:
-        self._on_ask(msg.client_id, msg.text, None)
+    def _on_question(self, robot: str, msg: QuestionMsg) -> None:
+        self._on_ask(robot, msg.client_id, msg.text, None)
 
-    def _on_ask(self, client_id: str, text: str, max_tokens: Optional[int]) -> None:
+    def _on_ask(self, robot: str, client_id: str, text: str, max_tokens: Optional[int]) -> None:
         with self._cond:
-            self.loop.question_arrived(client_id, text, max_tokens)
+            self.loop.question_arrived(client_id, text, max_tokens, robot)
             self._cond.notify_all()
 
-    def _cancel_ask(self, client_id: str) -> None:
+    def _cancel_ask(self, robot: str, client_id: str) -> None:
         with self._cond:
-            ended_here = self.loop.cancel(client_id)  # else the worker ends it in the engine
+            ended_here = self.loop.cancel(client_id, robot)  # else the worker ends it in the engine
             self._cond.notify_all()
         if ended_here:
-            self.text.publish(end_events([client_id], "cancelled"), self._now_ros())
+            self.text.publish(end_events([client_id], "cancelled", robot), self._now_ros())
 
     # ------------------------------------------------------------------ control tick
     def _on_tick(self, scheduled_ns: Optional[int], actual_ns: int) -> None:
@@ -288,56 +297,22 @@ class InferenceNode(Node):
 
     def _tick(self, scheduled_ns: Optional[int], actual_ns: int) -> None:
         with self._cond:
-            scheduled_ns, due = self.output.tick(scheduled_ns, actual_ns, self.loop.period_ns,
-                                                 self.loop.failures.stopped, time.monotonic_ns())
+            scheduled_ns = self._grid.count(scheduled_ns, actual_ns, self.loop.period_ns)
+            now = time.monotonic_ns()
+            dues = [(io, io.output.tick(scheduled_ns, io.inputs.failures.stopped, now))
+                    for io in self.robot_io.values()]
             if not self.worker.busy and self.loop.wants_language_frame():
                 self._cond.notify_all()  # idle decoding is paced by the ticks
         self.tick_lateness_ms.add((actual_ns - scheduled_ns) / 1e6)
-        if due is None:
-            return
-        try:
-            self.output.publish(due)
-        except Exception as exc:  # never let one message end the control loop
-            self.counters["publish_errors"] += 1
-            self.get_logger().error(f"could not publish actions: {exc!r}", throttle_duration_sec=5.0)
-
-    # ------------------------------------------------------------------ diagnostics
-    def frame_records(self) -> dict:
-        """A copy of the recent observation frames' timings, by engine frame id."""
-        with self._cond:
-            return self.loop.records.copy()
-
-    def tick_counts(self) -> dict:
-        """Control ticks so far: all, those that published, underruns, before the first chunk."""
-        with self._cond:
-            return self.output.counts()
-
-    def diagnostics(self) -> dict:
-        """The figures published on /diagnostics, as a dict (see :func:`.inference_status.diagnostic_figures`)."""
-        now_ros = self._now_ros()
-        with self._cond:
-            clock = self.output.clock
-            age_ns = clock.age_ns(now_ros)
-            ticks = {"underruns": clock.underruns, "ticks": clock.ticks, "ticks_waiting": clock.waiting}
-            loop = self.loop.figures(now_ros)
-        return diagnostic_figures(age_ns, ticks, loop, worker=self.worker, engine=self.engine,
-                                  tokens_per_s=self.text.rate.rate(time.monotonic()), counters=self.counters,
-                                  params=self.params, horizon=self.horizon, tick_lateness_ms=self.tick_lateness_ms)
-
-    def diagnostic_status(self, d: Optional[dict] = None) -> tuple:
-        """(level, message) of the status published now (see :class:`StatusReporter`)."""
-        d = self.diagnostics() if d is None else d
-        return self._status.status(d, self.params["max_observation_age"])
-
-    def _publish_diagnostics(self) -> None:
-        try:
-            d = self.diagnostics()
-            self._pub_diag.publish(diagnostic_array(f"{self.get_name()}: engine", self.params["device"],
-                                                    self.diagnostic_status(d), d, self.get_clock().now().to_msg()))
-            for line in self._status.console():  # what a user must see without watching /diagnostics
-                self.get_logger().warning(line)
-        except Exception as exc:  # diagnostics must never end the node
-            self.get_logger().error(f"diagnostics failed: {exc!r}", throttle_duration_sec=10.0)
+        for io, due in dues:
+            if due is None:
+                continue
+            try:
+                io.output.publish(due)
+            except Exception as exc:  # never let one message end the control loop (or another robot's)
+                io.counters["publish_errors"] += 1
+                self.get_logger().error(f"could not publish actions on {io.output.topic}: {exc!r}",
+                                        throttle_duration_sec=5.0)
 
     # ------------------------------------------------------------------ shutdown
     def _stop_worker(self, timeout: float = 60.0) -> bool:
@@ -366,7 +341,7 @@ class InferenceNode(Node):
         events = list(self.engine.cancel_all())
         with self._cond:
             pending = self.loop.take_questions()
-        return events + end_events((client for client, *_ in pending), "cancelled")
+        return events + [e for q in pending for e in end_events([q.client_id], "cancelled", q.robot)]
 
     def _announce_cancellations(self, events: list, why: str) -> None:
         try:

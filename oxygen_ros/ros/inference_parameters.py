@@ -12,6 +12,7 @@ from collections.abc import Mapping
 from ..core.chunk_clock import ORIGINS
 from ..core.model.compile_setup import COMPILE_CHOICES
 from ..core.model.config import PRESETS
+from ..core.robot_inputs import check_robot_names
 from ..core.scheduler import SETTINGS
 from .parameters import (
     ParamSpec,
@@ -45,6 +46,10 @@ def _steps_per_frame(value: int, values: Mapping | None = None) -> str | None:
     if isinstance(max_decode, int) and value > max_decode:
         return f"must not exceed max_decode ({max_decode}), got {value!r}"
     return None
+
+
+def _robots(value: list[str], values: Mapping | None = None) -> str | None:
+    return check_robot_names(value)
 
 
 def _deadline(value: float, values: Mapping | None = None) -> str | None:
@@ -108,6 +113,16 @@ PARAMETERS: tuple[ParamSpec, ...] = (
     ParamSpec("joint_names", [], "Joint names; when set, the first len(joint_names) action "
               "dimensions are also published as a JointTrajectory. Empty: no JointTrajectory.", "str_list",
               unique_names, constraints="unique, non-empty, at most the model's action dimension"),
+    ParamSpec("robots", [], "Robots served by this node, each on its own topics: robot r subscribes "
+              "/r<observation_topic> and /r<question_topic>, publishes /r<actions_topic>, /r<text_topic> and "
+              "/r<trajectory_topic>, serves /r<ask_action>, and has its own chunk clock, underruns and "
+              "failures; the newest observation of every robot is prefilled and denoised in one batched frame "
+              "(at most max_observations_per_frame, the longest unserved first). Empty: one robot on the "
+              "topics as they are.", "str_list", _robots,
+              constraints="unique ROS name tokens (a letter, then letters, digits or _)"),
+    ParamSpec("max_observations_per_frame", 4, "Observations one frame prefills and denoises together (with "
+              "several robots); robots waiting beyond it are served in the next frame, the longest unserved "
+              "first.", "int", at_least_one, constraints=">= 1"),
     ParamSpec("observation_topic", "/oxygen/observation", "Observation input topic.", "str", topic_name,
               constraints=_TOPIC),
     ParamSpec("question_topic", "/oxygen/question", "Question input topic.", "str", topic_name, constraints=_TOPIC),

@@ -13,6 +13,7 @@ from ..core.engine import Engine, EngineConfig
 from ..core.observation import Observation
 from .inference_parameters import PARAMETERS
 from .parameters import ParameterError
+from .robot_io import robot_topic
 
 
 class ModelLoadError(RuntimeError):
@@ -46,7 +47,8 @@ def engine_config(p: dict) -> EngineConfig:
     try:
         return EngineConfig(setting=p["setting"], max_decode=p["max_decode"], steps_per_frame=p["steps_per_frame"],
                             denoise_steps=p["denoise_steps"] or None, max_active=p["max_active"],
-                            queue_limit=p["queue_limit"], max_observations_per_frame=1,
+                            queue_limit=p["queue_limit"],
+                            max_observations_per_frame=min(p["max_observations_per_frame"], max(1, len(p["robots"]))),
                             language_every_n_frames=p["language_every_n_frames"], seed=p["seed"],
                             compile=p["compile"])
     except ValueError as exc:  # a cross-check not covered by the parameter checks
@@ -62,7 +64,7 @@ def warm_up(engine: Engine, frames: int, decode_steps: int) -> float:
     for _ in range(frames):
         engine.step([obs], start_language=True, decode_steps=max(1, decode_steps))
     engine.cancel_all()
-    engine.last_observation = None  # questions must never be answered from the warm-up image
+    engine.forget_observations()  # questions must never be answered from the warm-up image
     return (time.perf_counter() - t0) * 1e3
 
 
@@ -85,7 +87,13 @@ def startup_summary(loaded: checkpoints.LoadedCheckpoint, p: dict, resolve=str) 
     mc = loaded.config
     s, whose = (p["denoise_steps"], "parameter denoise_steps") if p["denoise_steps"] else (
         mc.denoise_steps, "the checkpoint's")
-    return (f"{loaded.source} ({loaded.layout}, {p['device']}, {p['dtype']}): setting {p['setting']}, "
+    head = (f"{loaded.source} ({loaded.layout}, {p['device']}, {p['dtype']}): setting {p['setting']}, "
             f"H={mc.action_horizon} actions (the checkpoint's) at {p['control_rate_hz']:g} Hz, S={s} denoise "
-            f"steps ({whose}), k={p['steps_per_frame']}, N={p['max_decode']}; {resolve(p['observation_topic'])} -> "
-            f"{resolve(p['actions_topic'])}, {resolve(p['text_topic'])}")
+            f"steps ({whose}), k={p['steps_per_frame']}, N={p['max_decode']}; ")
+    robots = p["robots"] or [""]
+    topics = "; ".join(f"{resolve(robot_topic(r, p['observation_topic']))} -> {resolve(robot_topic(r, p['actions_topic']))}, "
+                       f"{resolve(robot_topic(r, p['text_topic']))}" for r in robots)
+    if p["robots"]:
+        n = min(p["max_observations_per_frame"], len(robots))
+        head += f"{len(robots)} robots, up to {n} observations a frame: "
+    return head + topics

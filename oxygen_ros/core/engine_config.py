@@ -1,0 +1,41 @@
+"""The engine's configuration: the setting, the sizes of the language task and the pool, the seed."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from .model.compile_setup import COMPILE_CHOICES
+from .scheduler import SETTINGS
+
+
+@dataclass(frozen=True)
+class EngineConfig:
+    setting: str = "oxygen"
+    max_decode: int = 30  # N: tokens per language request
+    steps_per_frame: int = 5  # k: decode steps per frame (oxygen)
+    denoise_steps: int | None = None  # S; None: the model's own (its config's, i.e. the checkpoint's)
+    max_active: int = 8  # language requests decoding at once
+    queue_limit: int = 16  # requests waiting for a slot; past it they are rejected
+    max_observations_per_frame: int = 4  # scratch slots for a frame's action prefixes
+    max_question_tokens: int = 32
+    language_every_n_frames: int = 1  # 0: only on demand (questions)
+    seed: int = 0  # action noise seed
+    camera_names: tuple[str, ...] | None = None
+    compile: str = "auto"  # "on" | "off" | "auto" (CUDA: on, CPU: off): see core/model/compile_setup.py
+
+    def __post_init__(self) -> None:
+        if self.compile not in COMPILE_CHOICES:
+            raise ValueError(f"compile must be one of {', '.join(COMPILE_CHOICES)}, got {self.compile!r}")
+        if self.setting not in SETTINGS:
+            raise ValueError(f"setting must be one of {', '.join(SETTINGS)}, got {self.setting!r}")
+        if self.denoise_steps is not None and self.denoise_steps < 1:
+            raise ValueError(f"denoise_steps must be >= 1 (or None: the model's), got {self.denoise_steps}")
+        for name in ("max_decode", "max_active", "max_observations_per_frame"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
+        for name in ("steps_per_frame", "queue_limit", "max_question_tokens", "language_every_n_frames"):
+            if getattr(self, name) < 0:
+                raise ValueError(f"{name} must be >= 0, got {getattr(self, name)}")
+        if self.steps_per_frame > self.max_decode:
+            raise ValueError(f"steps_per_frame (k={self.steps_per_frame}) must not exceed max_decode "
+                             f"(N={self.max_decode})")

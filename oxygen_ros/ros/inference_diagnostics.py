@@ -1,0 +1,115 @@
+"""The inference node's figures and ``/diagnostics``: the node's, and each robot's.
+
+One robot (``robots`` empty): one status, ``<node>: engine``, as always. Several
+robots: that status carries the node's totals (ticks and underruns summed over
+the robots, the oldest chunk and observation, ``faulted`` when any robot's
+output is stopped), and one status per robot, ``<node>: robot <r>``, carries
+that robot's figures: its chunk clock (``chunk_age_ms``, ``underruns``), its
+``action_frequency_hz`` (H x its chunks per second over the last 5 s), its
+``tokens_per_s``, its ``frame_share`` (the mean of 1 / observations in each
+of its frames: the part of a frame's cost that is its own) and its counters.
+Console warnings name the robot.
+"""
+
+from __future__ import annotations
+
+import collections
+import time
+from typing import Optional
+
+from .inference_status import diagnostic_array, diagnostic_figures
+
+#: Counters that belong to the engine (every robot's frames), not to one robot.
+ENGINE_COUNTERS = ("missed_ticks", "language_frames", "instructions_truncated")
+
+
+def _clock_figures(clocks: list, now_ros: int) -> tuple[Optional[int], dict]:
+    ages = [a for a in (c.age_ns(now_ros) for c in clocks) if a is not None]
+    ticks = {"underruns": sum(c.underruns for c in clocks), "ticks": max(c.ticks for c in clocks),
+             "ticks_waiting": sum(c.waiting for c in clocks)}
+    return (max(ages) if ages else None), ticks
+
+
+class InferenceDiagnostics:
+    """The diagnostics half of :class:`~.inference_node.InferenceNode` (a mixin: it reads the
+    node's lock, loop, robots, worker, engine and parameters)."""
+
+    @property
+    def robot_names(self) -> tuple:
+        """The robots served ("" for the only one, when ``robots`` is empty)."""
+        return tuple(self.robot_io)
+
+    def _io(self, robot: Optional[str]):
+        return next(iter(self.robot_io.values())) if robot is None else self.robot_io[robot]
+
+    def frame_records(self, robot: Optional[str] = None) -> dict:
+        """A copy of ``robot``'s recent observation frames' timings, by engine frame id (None: the first robot's)."""
+        with self._cond:
+            return self._io(robot).inputs.records.copy()
+
+    def tick_counts(self, robot: Optional[str] = None) -> dict:
+        """``robot``'s control ticks so far: all, those that published, underruns, before the first
+        chunk (None: the first robot's)."""
+        with self._cond:
+            return self._io(robot).output.counts()
+
+    def diagnostics(self, robot: Optional[str] = None) -> dict:
+        """The figures published on /diagnostics: the node's (None) or ``robot``'s."""
+        now_ros = self._now_ros()
+        several = len(self.robot_io) > 1
+        with self._cond:
+            ios = list(self.robot_io.values()) if robot is None else [self.robot_io[robot]]
+            age_ns, ticks = _clock_figures([io.output.clock for io in ios], now_ros)
+            loop = self.loop.figures(now_ros, None if robot is None else robot)
+            if robot is None and several:
+                loop.update(self._worst(now_ros))
+        if robot is None:
+            counters, rate = self.counters, self.text.rate(time.monotonic())
+        else:
+            io = self.robot_io[robot]
+            counters = collections.Counter(io.inputs.counters)
+            counters.update({key: self.counters[key] for key in ENGINE_COUNTERS})
+            rate = io.text.rate.rate(time.monotonic())
+        d = diagnostic_figures(age_ns, ticks, loop, worker=self.worker, engine=self.engine, tokens_per_s=rate,
+                               counters=counters, params=self.params, horizon=self.horizon,
+                               tick_lateness_ms=self.tick_lateness_ms)
+        if robot is not None and several:
+            io = self.robot_io[robot]
+            chunks = io.chunk_rate.rate(time.monotonic())
+            d.update(robot=robot, action_frequency_hz=chunks * self.horizon, chunks_per_s=chunks,
+                     frame_share=sum(io.frame_share) / len(io.frame_share) if io.frame_share else float("nan"))
+        return d
+
+    def _worst(self, now_ros: int) -> dict:
+        """Over every robot: the oldest observation, and the first stopped output."""
+        figures = [self.loop.figures(now_ros, name) for name in self.robot_io]
+        ages = [f["observation_age_ms"] for f in figures if f["observation_age_ms"] == f["observation_age_ms"]]
+        stopped = [f for f in figures if f["faulted"]] or figures
+        worst = max(stopped, key=lambda f: f["consecutive_failures"])
+        return {"observation_age_ms": max(ages) if ages else float("nan"), "faulted": bool(stopped[0]["faulted"]),
+                "consecutive_failures": worst["consecutive_failures"], "last_failure": worst["last_failure"]}
+
+    def diagnostic_status(self, d: Optional[dict] = None, robot: Optional[str] = None) -> tuple:
+        """(level, message) of the status published now, the node's or ``robot``'s."""
+        d = self.diagnostics(robot) if d is None else d
+        reporter = self._status if robot is None else self.robot_io[robot].status
+        return reporter.status(d, self.params["max_observation_age"])
+
+    def _publish_diagnostics(self) -> None:
+        try:
+            d = self.diagnostics()
+            array = diagnostic_array(f"{self.get_name()}: engine", self.params["device"], self.diagnostic_status(d),
+                                     d, self.get_clock().now().to_msg())
+            lines = list(self._status.console()) if len(self.robot_io) == 1 else []
+            if len(self.robot_io) > 1:
+                for name, io in self.robot_io.items():
+                    rd = self.diagnostics(name)
+                    array.status += diagnostic_array(f"{self.get_name()}: robot {name}", self.params["device"],
+                                                     self.diagnostic_status(rd, name), rd, array.header.stamp).status
+                    lines += [f"robot {name}: {line}" for line in io.status.console()]
+            self._pub_diag.publish(array)
+            for line in lines:  # what a user must see without watching /diagnostics
+                self.get_logger().warning(line)
+        except Exception as exc:  # diagnostics must never end the node
+            self.get_logger().error(f"diagnostics failed: {exc!r}", throttle_duration_sec=10.0)
+

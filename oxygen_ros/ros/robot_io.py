@@ -1,0 +1,109 @@
+"""One robot's ROS interfaces on the inference node, and the text router over all robots.
+
+With ``robots`` empty the node serves one robot (named ``""``) on the
+configured topics. With ``robots: [left, right]`` every robot ``r`` gets the
+configured topics under ``/r`` (:func:`robot_topic`): it subscribes
+``/r/oxygen/observation`` and ``/r/oxygen/question``, publishes
+``/r/oxygen/actions``, ``/r/oxygen/text`` and ``/r/oxygen/joint_trajectory``
+and serves the Ask action on ``/r/oxygen/ask``. Each :class:`RobotIO` has its
+own action output (chunk clock, hold and underrun state), text output (token
+rate), Ask server and status reporter; :class:`TextRouter` sends every token
+event to the text output of its request's robot.
+"""
+
+from __future__ import annotations
+
+import collections
+from collections.abc import Callable, Sequence
+from functools import partial
+
+from oxygen_ros.msg import Observation as ObservationMsg
+from oxygen_ros.msg import Question as QuestionMsg
+
+from ..core.requests import TokenEvent
+from ..core.robot_inputs import RobotInputs
+from ..core.stats import WindowRate
+from .action_output import ActionOutput
+from .ask_server import AskServer
+from .inference_status import StatusReporter
+from .qos import reliable
+from .text_output import TextOutput
+
+#: The node's topic parameters a robot gets under its own namespace.
+ROBOT_TOPICS = ("observation_topic", "question_topic", "actions_topic", "text_topic", "trajectory_topic",
+                "ask_action")
+
+
+def robot_topic(robot: str, topic: str) -> str:
+    """``topic`` for ``robot``: ``/r/oxygen/actions`` for ``/oxygen/actions`` (a relative name
+    goes below ``r/``); the topic itself for the only robot ``""``."""
+    if not robot:
+        return topic
+    return f"/{robot}{topic}" if topic.startswith("/") else f"{robot}/{topic}"
+
+
+class TeeCounter:
+    """A counter whose increments (``c[key] += n``) also go to a second, shared one: a
+    robot's counts, with the node's totals kept beside them."""
+
+    def __init__(self, own: collections.Counter, total: collections.Counter):
+        self.own, self.total = own, total
+
+    def __getitem__(self, key: str) -> int:
+        return self.own[key]
+
+    def __setitem__(self, key: str, value: int) -> None:
+        self.total[key] += value - self.own[key]
+        self.own[key] = value
+
+
+class RobotIO:
+    """One robot's publishers, subscriptions and Ask server on ``node`` (see the module doc).
+    The callbacks get the robot's name first: ``on_observation(robot, msg)``,
+    ``on_question(robot, msg)``, ``on_ask(robot, client, text, max_tokens)``, ``on_cancel(robot, client)``."""
+
+    def __init__(self, node, inputs: RobotInputs, params: dict, total: collections.Counter, *,
+                 on_observation: Callable, on_question: Callable, on_ask: Callable, on_cancel: Callable,
+                 inputs_group, ask_group):
+        self.name, self.inputs = inputs.name, inputs
+        self.counters = TeeCounter(inputs.counters, total)
+        topic = {key: robot_topic(self.name, params[key]) for key in ROBOT_TOPICS}
+        self.output = ActionOutput(node, params, self.counters, inputs.records, actions_topic=topic["actions_topic"],
+                                   trajectory_topic=topic["trajectory_topic"])
+        self.text = TextOutput(node, topic["text_topic"], self.counters)
+        self.ask = AskServer(node, topic["ask_action"], partial(on_ask, self.name), partial(on_cancel, self.name),
+                             ask_group)
+        self.text.listener = self.ask.on_events  # the goals' feedback and results
+        observations = node.create_subscription(ObservationMsg, topic["observation_topic"],
+                                                partial(on_observation, self.name), reliable(2),
+                                                callback_group=inputs_group)
+        self.observation_topic = observations.topic_name
+        node.create_subscription(QuestionMsg, topic["question_topic"], partial(on_question, self.name),
+                                 reliable(100), callback_group=inputs_group)
+        self.status = StatusReporter(self.observation_topic)
+        self.chunk_rate = WindowRate(5.0)  # chunks pushed per second
+        self.frame_share = collections.deque(maxlen=200)  # 1 / observations of each of its frames
+
+
+class TextRouter:
+    """Token events to the text output of their robot (one publish per robot), and the
+    node's token rate over all of them."""
+
+    def __init__(self, robots: Sequence[RobotIO]):
+        self._by_name = {io.name: io.text for io in robots}
+        self._first = robots[0].text
+
+    def publish(self, events: Sequence[TokenEvent], stamp_ns: int) -> None:
+        by_robot: dict[str, list[TokenEvent]] = {}
+        for event in events:
+            by_robot.setdefault(event.robot, []).append(event)
+        for robot, batch in by_robot.items():
+            self._by_name.get(robot, self._first).publish(batch, stamp_ns)
+
+    def rate(self, now: float) -> float:
+        """Tokens per second over every robot."""
+        return sum(text.rate.rate(now) for text in self._by_name.values())
+
+    def flush(self, seconds: float = 1.0) -> None:
+        for text in self._by_name.values():
+            text.flush(seconds / len(self._by_name))
