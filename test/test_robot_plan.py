@@ -202,3 +202,16 @@ def test_built_nodes_run_in_their_robots_namespaces_with_the_merged_parameters(r
         for node in nodes:
             node.destroy_node()
         rclpy.try_shutdown(context=context)
+
+
+def test_robot_topic_is_the_inference_nodes_rule():
+    from oxygen_ros.ros.robot_io import robot_topic as node_rule
+    from oxygen_ros.ros.robots import namespaced_topic, robot_topic
+
+    for robot in ("", "left"):
+        for topic in ("/oxygen/actions", "oxygen/actions"):
+            assert robot_topic(robot, topic) == node_rule(robot, topic)
+    # a node in the robot's namespace: a relative name resolves below /left by itself
+    assert namespaced_topic("left", "/oxygen/actions") == "/left/oxygen/actions"
+    assert namespaced_topic("left", "oxygen/actions") == "oxygen/actions"
+    assert namespaced_topic("left", "") == ""

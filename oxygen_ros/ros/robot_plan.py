@@ -12,7 +12,7 @@ overrides, and ``oxygen-agent``'s ``build_nodes`` start the same thing):
 1. the parameters of the node's generic section (``oxygen_camera:``, which
    rcl does not give a node in a namespace, see :mod:`.params_sections`), its
    topic parameters (:data:`ROBOT_TOPICS`, the node's defaults where the file
-   has none) under ``/<robot>`` (:func:`.robots.robot_topic`), and so are the
+   has none) under ``/<robot>`` (:func:`.robots.namespaced_topic`), and so are the
    topics named in ``qos_overrides.<topic>...``;
 2. over them, the robot's own section (``left/oxygen_camera:``,
    ``/left/oxygen_camera:`` or nested ``left: {oxygen_camera: ...}``) as
@@ -35,7 +35,7 @@ from typing import Any
 
 from .agent import CAMERA_TOPIC, DEMO_PARAMETERS, NODES, argument_overrides
 from .params_sections import node_parameters, read_sections
-from .robots import robot_topic, robot_value
+from .robots import namespaced_topic, namespaced_value
 
 CAMERA, SYNTHETIC = "oxygen_camera", "oxygen_synthetic_camera"
 
@@ -64,10 +64,10 @@ def _prefixed(robot: str, node: str, values: dict[str, Any]) -> dict[str, Any]:
     out = {}
     for name, value in values.items():
         if name in ROBOT_TOPICS[node]:
-            value = robot_value(robot, value)
+            value = namespaced_value(robot, value)
         elif name.startswith(QOS_OVERRIDES):
             topic, dot, rest = name[len(QOS_OVERRIDES):].partition(".")
-            name = f"{QOS_OVERRIDES}{robot_topic(robot, topic)}{dot}{rest}"
+            name = f"{QOS_OVERRIDES}{namespaced_topic(robot, topic)}{dot}{rest}"
         out[name] = value
     return out
 
@@ -107,7 +107,7 @@ def robots_plan(args: dict[str, str], robots: tuple[str, ...], demo: bool, param
                 parameters.update({**DEMO_PARAMETERS.get(CAMERA, {}), "state_topic": synthetic["joint_state_topic"]})
             remaps = []
             if spec.remap_camera and args["camera_topic"]:
-                remaps = [(robot_topic(robot, CAMERA_TOPIC), robot_topic(robot, args["camera_topic"]))]
+                remaps = [(namespaced_topic(robot, CAMERA_TOPIC), namespaced_topic(robot, args["camera_topic"]))]
             plan.append({"spec": spec, "namespace": robot, "robot": robot, "parameters": parameters,
                          "remappings": remaps})
     return plan

@@ -2,10 +2,10 @@
 
 With ``robots:=left,right`` (the launch file, ``oxygen-agent``) every robot's
 topics are the configured ones under ``/<robot>``: an absolute topic parameter
-``/oxygen/observation`` becomes ``/left/oxygen/observation``
-(:func:`robot_topic`); a relative one is left as it is, since it resolves in
-the node's namespace (``left``) anyway, and an empty one (no topic) stays
-empty. The inference node applies the same rule to its own topics. Robot
+``/oxygen/observation`` becomes ``/left/oxygen/observation``, for the nodes in
+the root namespace (:func:`robot_topic`, the inference node's own rule) and
+for those in the robot's namespace (:func:`namespaced_topic`, where a
+relative name is left as it is: it resolves below ``/left`` anyway). Robot
 names are ROS name tokens (:func:`parse_robots`). No rclpy here: the launch
 file imports this for the plan alone.
 """
@@ -49,20 +49,32 @@ def parse_robots(text: str, argument: str = "robots") -> tuple[str, ...]:
 
 
 def robot_topic(robot: str | None, topic: str) -> str:
-    """``topic`` for ``robot``: ``/<robot>`` + an absolute topic; a relative, private
-    (``~/...``) or empty one unchanged; any topic unchanged without a robot."""
+    """``topic`` of ``robot`` as a node in the root namespace names it (the inference node,
+    the agent's monitor and arrival probe, the bag player): ``/<robot>`` + an absolute
+    topic, ``<robot>/`` + a relative one (the rule of ``robot_io.robot_topic``); any topic
+    unchanged without a robot."""
+    if not robot:
+        return topic
+    return f"/{robot}{topic}" if topic.startswith("/") else f"{robot}/{topic}"
+
+
+def namespaced_topic(robot: str | None, topic: str) -> str:
+    """``topic`` of ``robot`` as a node in the robot's namespace names it (its camera node,
+    its synthetic camera): ``/<robot>`` + an absolute topic; a relative, private (``~/...``)
+    or empty one unchanged, since it resolves in the namespace anyway (or is no topic)."""
     if not robot or not topic.startswith("/"):
         return topic
     return f"/{robot}{topic}"
 
 
-def robot_value(robot: str | None, value):
-    """:func:`robot_topic` applied to a topic parameter's value (a name or a list of names)."""
+def namespaced_value(robot: str | None, value):
+    """:func:`namespaced_topic` applied to a topic parameter's value (a name or a list of names)."""
     if isinstance(value, str):
-        return robot_topic(robot, value)
+        return namespaced_topic(robot, value)
     if isinstance(value, (list, tuple)):
-        return [robot_topic(robot, v) if isinstance(v, str) else v for v in value]
+        return [namespaced_topic(robot, v) if isinstance(v, str) else v for v in value]
     return value
 
 
-__all__ = ["NAME_RULE", "bad_robot_names", "parse_robots", "robot_names_check", "robot_topic", "robot_value"]
+__all__ = ["NAME_RULE", "bad_robot_names", "namespaced_topic", "namespaced_value", "parse_robots", "robot_names_check",
+           "robot_topic"]

@@ -14,7 +14,7 @@ that runs the control loop, at the moments the control path is busy.
 When the inference node serves several robots it takes every robot's text
 topic (``/<robot>/oxygen/text``; the printed texts name the robot) and each
 robot's status (``oxygen_inference: robot <name>``), shown briefly on the
-status line (``left f=50 age 12 ur 0``) and passed to the report.
+status line (``[left f=50 age 12 ur 0 20 tok/s]``).
 """
 
 from __future__ import annotations
@@ -85,8 +85,7 @@ class Monitor:
         """The report's figures; ``probed``: what the arrival probe recorded, or None."""
         with self.lock:
             text_received = self.text_received
-            robot_diag = {r: dict(d) for r, d in self.robot_diag.items()}
-        return self.measurement.report(probed, text_received, robot_diag)
+        return self.measurement.report(probed, text_received)
 
     # -- callbacks
     def _on_text(self, msg, robot: str | None = None) -> None:
@@ -137,7 +136,9 @@ class Monitor:
         self._last_status = now
         with self.lock:
             d = dict(self.diag)
-            robots = {r: dict(self.robot_diag.get(r, {})) for r in self.robots}
+            # one robot of its own name has no status of its own: the node's is its
+            robots = {r: dict(self.robot_diag.get(r) or (self.diag if len(self.robots) == 1 else {}))
+                      for r in self.robots}
             partial = self.partial
         if not d:
             line = "waiting for the inference node's diagnostics ..."

@@ -56,7 +56,16 @@ import time
 from typing import Any
 
 from ..core.stats import percentile
-from .agent_robots_report import in_window, jitter_ms, pooled, robot_names, robot_ticks, robots_section, total_ticks
+from .agent_robots_report import (
+    in_window,
+    jitter_ms,
+    pooled,
+    robot_diagnostics,
+    robot_names,
+    robot_ticks,
+    robots_section,
+    total_ticks,
+)
 
 PARTS = ("queue_wait", "tick_wait", "conversion", "paused")
 
@@ -115,13 +124,13 @@ class Measurement:
         with self.lock:
             self.end = {"t": time.monotonic(), "ticks": total_ticks(node, self.robots), "counters": dict(node.counters),
                         "lateness": node.tick_lateness_ms.values(), "robot_ticks": robot_ticks(node, self.robots),
+                        "robot_diag": robot_diagnostics(node, self.robots),
                         "lateness_total": node.tick_lateness_ms.total, "actions": len(self.actions)}
 
-    def report(self, probed: dict[str, Any] | None = None, text_received: int = 0,
-               robot_diagnostics: dict[str, dict[str, str]] | None = None) -> dict[str, Any]:
+    def report(self, probed: dict[str, Any] | None = None, text_received: int = 0) -> dict[str, Any]:
         """The figures described in the module doc. ``probed``: what :mod:`.arrival_probe`
         recorded in its own process, by robot ("" for one robot); ``text_received``:
-        TextTokens the agent received; ``robot_diagnostics``: each robot's last status values."""
+        TextTokens the agent received."""
         if self.end is None:
             self.freeze()
         with self.lock:
@@ -145,7 +154,7 @@ class Measurement:
                "actions_received": received, "text_tokens_received": text_received,
                "load_average": list(os.getloadavg()) if hasattr(os, "getloadavg") else None}
         if self.robots:
-            out["robots"] = robots_section(self.robots, self.period_s, probed, start, end, robot_diagnostics or {})
+            out["robots"] = robots_section(self.robots, self.period_s, probed, start, end)
         return out
 
     def _records(self) -> dict:

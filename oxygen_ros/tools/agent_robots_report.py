@@ -10,8 +10,9 @@ With ``robots:=left,right`` the report gets ``robots: {name: {...}}``, per robot
   own process on that robot's ``/<robot>/...`` actions and observation topics
   (``None`` when the probe could not start);
 * ``action_frequency_hz``, ``chunk_age_ms``, ``tokens_per_s``, ``frame_share``
-  - the last values of the node's ``oxygen_inference: robot <name>`` status on
-  ``/diagnostics`` that the agent's monitor received (``None`` before one came).
+  - the robot's figures (``InferenceNode.diagnostics(robot)``, what its
+  ``oxygen_inference: robot <name>`` status on ``/diagnostics`` carries) at the
+  end of the window (``frame_share`` only with more than one robot).
 
 The top-level figures then cover every robot: counts are totals,
 ``tick_rate_hz`` is per robot (total ticks / robots / window), the jitter and
@@ -32,6 +33,15 @@ COUNTS = ("ticks", "published", "underruns", "waiting")
 def robot_names(node) -> tuple[str, ...]:
     """The robots the inference node serves (empty: one robot on its configured topics)."""
     return tuple(r for r in (getattr(node, "robot_names", None) or ()) if r)
+
+
+def robot_diagnostics(node, robots: tuple[str, ...]) -> dict[str, dict[str, Any]]:
+    """Each robot's figures now (those of :data:`DIAGNOSTIC_KEYS` it has)."""
+    out = {}
+    for robot in robots:
+        d = node.diagnostics(robot)
+        out[robot] = {key: d[key] for key in DIAGNOSTIC_KEYS if key in d}
+    return out
 
 
 def robot_ticks(node, robots: tuple[str, ...]) -> dict[str, dict[str, int]]:
@@ -63,11 +73,10 @@ def jitter_ms(period_s: float, arrivals: list[float]) -> list[float]:
     return [abs((b - a) - period_s) * 1e3 for a, b in zip(arrivals, arrivals[1:])]
 
 
-def robots_section(robots: tuple[str, ...], period_s: float, probed: dict | None, start, end,
-                   diagnostics: dict[str, dict[str, str]]) -> dict[str, dict[str, Any]]:
+def robots_section(robots: tuple[str, ...], period_s: float, probed: dict | None, start,
+                   end) -> dict[str, dict[str, Any]]:
     """The report's ``robots`` section (see the module doc); ``start``/``end``: the
-    measurement window's ends, with ``robot_ticks``; ``diagnostics``: the last status
-    values received per robot."""
+    measurement window's ends, with ``robot_ticks`` (and ``robot_diag`` at the end)."""
     window = end["t"] - start["t"] if start else 0.0
     out = {}
     for robot in robots:
@@ -80,7 +89,7 @@ def robots_section(robots: tuple[str, ...], period_s: float, probed: dict | None
         stream = probed.get(robot) if probed is not None and start is not None else None
         arrivals, latencies = in_window(stream, start["t"], end["t"]) if stream is not None else ([], [])
         jitter, lat = jitter_ms(period_s, arrivals), [x for _, _, x in latencies]
-        d = diagnostics.get(robot, {})
+        d = end.get("robot_diag", {}).get(robot, {})
         out[robot] = {
             "tick_rate_hz": round(count("ticks") / window, 3) if window > 0 else None,
             "underruns": count("underruns"), "actions_published": count("published"),
