@@ -215,3 +215,12 @@ def test_robot_topic_is_the_inference_nodes_rule():
     assert namespaced_topic("left", "/oxygen/actions") == "/left/oxygen/actions"
     assert namespaced_topic("left", "oxygen/actions") == "oxygen/actions"
     assert namespaced_topic("left", "") == ""
+
+
+def test_oxygen_soak_refuses_robots(capsys):
+    from oxygen_ros.tools.soak import main
+
+    with pytest.raises(SystemExit) as exc:
+        main(["robots:=left,right", "--duration", "5"])
+    assert exc.value.code == 2
+    assert "robots:= is not supported" in capsys.readouterr().err
