@@ -104,3 +104,53 @@ def test_lockstep_robots_are_checked(stepped_ros, tmp_path):
     with pytest.raises(ParameterError, match="'action_topic'.*absolute"):
         BagPlayer(context=stepped_ros.context, parameter_overrides=params(
             bag_path=str(bag), lockstep_robots=["left"], action_topic="oxygen/actions"))
+
+
+def test_a_two_robot_bag_replays_in_lockstep_through_camera_nodes_and_one_inference_node(ros_env, tmp_path):
+    """The whole pipeline, real nodes: bag player (lockstep_robots) -> a camera node per robot in
+    its namespace -> one inference node serving both -> each robot's ActionChunks release that
+    robot's next image; every image of both robots is grouped, nothing times out."""
+    from std_msgs.msg import String
+
+    from oxygen_ros.msg import ActionChunk
+    from oxygen_ros.ros.bag_player import BagPlayer
+    from oxygen_ros.ros.bags import write_bag
+    from oxygen_ros.ros.camera_node import CameraNode
+    from oxygen_ros.ros.conversions import rgb_to_image_msg
+    from oxygen_ros.ros.inference_node import InferenceNode
+    from ros_harness import Ros, reliable, unique_prefix
+
+    p, frames, t0 = unique_prefix(), 5, 1_700_000_000 * 10**9
+    messages, rng = [], np.random.default_rng(3)
+    for index, robot in enumerate(ROBOTS):
+        messages.append((f"/{robot}{p}/instruction", String(data=f"{robot}: pick up the cube"), t0 + index))
+        for i in range(frames):
+            stamp = t0 + (i + 1) * 100_000_000 + index * 1_000_000
+            image = rng.integers(0, 256, (24, 32, 3), dtype=np.uint8)
+            messages.append((f"/{robot}{p}/camera/image_raw", rgb_to_image_msg(image, "rgb8", stamp * 1e-9, "cam"),
+                             stamp))
+    bag = write_bag(tmp_path / "bag", "mcap", sorted(messages, key=lambda m: m[2]),
+                    latched_topics=[f"/{r}{p}/instruction" for r in ROBOTS])
+    with Ros() as ros:
+        seen = {r: set() for r in ROBOTS}
+        listener = ros.node("oxygen_test_two_robot_actions")
+        for robot in ROBOTS:
+            listener.create_subscription(ActionChunk, f"/{robot}{p}/actions",
+                                         lambda m, r=robot: seen[r].add(int(m.observation_seq)), reliable(100))
+        inference = ros.add(InferenceNode(context=ros.context, parameter_overrides=params(
+            preset="tiny", model_path="", robots=list(ROBOTS), chunk_origin="frame_end", max_observation_age=0.0,
+            observation_topic=f"{p}/observation", actions_topic=f"{p}/actions", text_topic=f"{p}/text",
+            question_topic=f"{p}/question", trajectory_topic=f"{p}/trajectory", ask_action=f"{p}/ask")))
+        cameras = {r: ros.add(CameraNode(context=ros.context, namespace=r, parameter_overrides=params(
+            image_topics=[f"/{r}{p}/camera/image_raw"], instruction_topic=f"/{r}{p}/instruction",
+            observation_topic=f"/{r}{p}/observation", image_size=32, max_age=10.0))) for r in ROBOTS}
+        player = ros.add(BagPlayer(context=ros.context, parameter_overrides=params(
+            bag_path=str(bag), lockstep=True, lockstep_robots=list(ROBOTS), action_topic=f"{p}/actions",
+            rate=4.0, start_delay_s=1.0)))
+        assert inference.robot_names == ROBOTS
+        assert ros.wait_until(player.done.done, 60.0), "the bag player did not finish"
+        assert player.lockstep_timeouts == 0, "lockstep broke: a robot's ActionChunk did not come"
+        for robot in ROBOTS:
+            assert ros.wait_until(lambda r=robot: frames - 1 in seen[r], 20.0), (robot, seen[robot])
+            assert cameras[robot].published == frames, robot
+            assert player.lockstep_gates[robot].action_seq >= frames - 2
