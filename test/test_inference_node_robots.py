@@ -9,7 +9,7 @@ import functools
 
 import pytest
 import ros_harness
-from message_builders import observation_msg
+from robot_harness import RobotClient, robots_node
 from ros_harness import check_chunks, check_text, params, reliable, unique_prefix
 
 until = functools.partial(ros_harness.until, timeout=30.0)
@@ -17,50 +17,19 @@ until = functools.partial(ros_harness.until, timeout=30.0)
 ROBOTS = ("left", "right")
 
 
-class RobotClient:
-    """Publishes one robot's observations and questions, records its chunks and text."""
-
-    def __init__(self, node, prefix: str, robot: str):
-        from oxygen_ros.msg import ActionChunk, Observation, Question, TextToken
-
-        base = f"/{robot}{prefix}"
-        self.robot, self.node, self.seq = robot, node, 0
-        self.chunks, self.text = [], []
-        node.create_subscription(ActionChunk, f"{base}/actions", self.chunks.append, reliable(500))
-        node.create_subscription(TextToken, f"{base}/text", self.text.append, reliable(5000))
-        self.obs = node.create_publisher(Observation, f"{base}/observation", reliable(10))
-        self.q = node.create_publisher(Question, f"{base}/question", reliable(100))
-        self.Question = Question
-
-    def discovered(self) -> bool:
-        return self.obs.get_subscription_count() >= 1 and self.q.get_subscription_count() >= 1
-
-    def observe(self, **kw) -> None:
-        self.obs.publish(observation_msg(self.seq, self.node.get_clock().now().nanoseconds, **kw))
-        self.seq += 1
-
-    def ask(self, client_id: str, text: str = "what do you see?") -> None:
-        self.q.publish(self.Question(client_id=client_id, text=text))
-
-
 @pytest.fixture
 def served(ros):
     """(node, {robot: RobotClient}, diagnostics) with a node serving ``left`` and ``right``."""
     from diagnostic_msgs.msg import DiagnosticArray
 
-    from oxygen_ros.ros.inference_node import InferenceNode
-
     prefix = unique_prefix()
-    topics = {name: f"{prefix}/{name.replace('_topic', '').replace('_action', '')}" for name in
-              ("observation_topic", "question_topic", "actions_topic", "text_topic", "trajectory_topic",
-               "ask_action")}
-    node = ros.add(InferenceNode(context=ros.context, parameter_overrides=params(
-        robots=list(ROBOTS), preset="tiny", model_path="", chunk_origin="frame_end", **topics)))
+    node = robots_node(ros, prefix, ROBOTS)
     client = ros.node("oxygen_test_robots")
     robots = {r: RobotClient(client, prefix, r) for r in ROBOTS}
     statuses = []
     client.create_subscription(DiagnosticArray, "/diagnostics", lambda m: statuses.extend(m.status), reliable(50))
-    assert until(lambda: all(c.discovered() for c in robots.values())), "inference node not discovered"
+    for c in robots.values():
+        c.wait_discovered()
     return node, robots, statuses
 
 
