@@ -1,0 +1,98 @@
+"""One inference node serving several robots (``robots`` parameter), on real DDS.
+
+Each robot has its own topics under ``/<robot>``: its chunks, text, answers and
+diagnostics are its own, frames serve every robot's newest observation together,
+and a robot whose camera stops underruns on its own clock only.
+"""
+
+import functools
+
+import pytest
+import ros_harness
+from robot_harness import RobotClient, robots_node
+from ros_harness import check_chunks, check_text, params, reliable, unique_prefix
+
+until = functools.partial(ros_harness.until, timeout=30.0)
+
+ROBOTS = ("left", "right")
+
+
+@pytest.fixture
+def served(ros):
+    """(node, {robot: RobotClient}, diagnostics) with a node serving ``left`` and ``right``."""
+    from diagnostic_msgs.msg import DiagnosticArray
+
+    prefix = unique_prefix()
+    node = robots_node(ros, prefix, ROBOTS)
+    client = ros.node("oxygen_test_robots")
+    robots = {r: RobotClient(client, prefix, r) for r in ROBOTS}
+    statuses = []
+    client.create_subscription(DiagnosticArray, "/diagnostics", lambda m: statuses.extend(m.status), reliable(50))
+    for c in robots.values():
+        c.wait_discovered()
+    return node, robots, statuses
+
+
+def _observe_all(robots, n: int, period: float = 0.05, who=ROBOTS):
+    import time
+
+    for _ in range(n):
+        for r in who:
+            robots[r].observe()
+        time.sleep(period)
+
+
+def test_each_robot_gets_its_own_chunks_and_text_from_shared_frames(served):
+    node, robots, statuses = served
+    assert node.robot_names == ROBOTS
+    _observe_all(robots, 20)
+    assert until(lambda: all(len(c.chunks) >= 10 and any(m.done for m in c.text) for c in robots.values()))
+    for c in robots.values():
+        check_chunks(c.chunks, horizon=node.horizon)
+        check_text(c.text)
+    # one frame served both robots: an engine frame id in both robots' chunks
+    frames = [{m.frame_id for m in c.chunks} for c in robots.values()]
+    assert frames[0] & frames[1], "no frame prefilled and denoised both robots' observations"
+    # a language request reads one robot's observation: its tokens go to that robot alone
+    requests = [{m.request_id for m in c.text} for c in robots.values()]
+    assert not requests[0] & requests[1]
+    assert until(lambda: {f"oxygen_inference: robot {r}" for r in ROBOTS} <= {s.name for s in statuses})
+    for r in ROBOTS:
+        d = node.diagnostics(r)
+        assert d["robot"] == r and d["frames"] > 0 and 0 < d["frame_share"] <= 1.0
+        assert node.tick_counts(r)["published"] > 0
+
+
+def test_a_question_is_answered_on_its_robots_topic_from_its_observation(served):
+    node, robots, _ = served
+    robots["left"].observe()
+    assert until(lambda: robots["left"].chunks)
+    robots["right"].ask("early")  # right has no observation yet: refused, on right's topic
+    assert until(lambda: any(m.client_id == "early" and m.done for m in robots["right"].text))
+    assert [m.finish_reason for m in robots["right"].text if m.client_id == "early"] == ["rejected"]
+    robots["left"].ask("q-left")
+    assert until(lambda: any(m.client_id == "q-left" and m.done for m in robots["left"].text))
+    assert {m.finish_reason for m in robots["left"].text if m.client_id == "q-left" and m.done} <= {"eos", "length"}
+    assert not any(m.client_id == "q-left" for m in robots["right"].text)
+    assert not any(m.client_id == "early" for m in robots["left"].text)
+
+
+def test_a_robot_whose_camera_stops_underruns_on_its_own_clock_only(served):
+    node, robots, _ = served
+    _observe_all(robots, 10)
+    assert until(lambda: all(node.tick_counts(r)["published"] > 0 for r in ROBOTS))
+    before = {r: node.tick_counts(r)["underruns"] for r in ROBOTS}
+    _observe_all(robots, 40, who=("left",))  # 2 s: right's camera has stopped
+    after = {r: node.tick_counts(r)["underruns"] for r in ROBOTS}
+    assert after["right"] - before["right"] >= 20, (before, after)
+    assert after["left"] - before["left"] <= 5, (before, after)
+
+
+def test_bad_robot_names_are_refused_naming_them(ros):
+    from oxygen_ros.ros.inference_node import InferenceNode
+    from oxygen_ros.ros.parameters import ParameterError
+
+    for robots, what in ((["left", "left"], "named twice"), (["2nd"], "'2nd'"), (["a/b"], "'a/b'")):
+        with pytest.raises(ParameterError, match="robots") as info:
+            InferenceNode(context=ros.context, parameter_overrides=params(robots=robots, model_path=""))
+        assert what in str(info.value)
