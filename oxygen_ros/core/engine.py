@@ -80,7 +80,7 @@ class Engine:
         position, :meth:`noise`): a robot's actions then do not depend on who else
         shares its frames."""
         c = self.config
-        self._check_step(observations, denoise_steps, robots, noise_seeds)
+        check_step(c, self.model.config.max_cameras, observations, denoise_steps, robots, noise_seeds)
         self._denoise_steps = denoise_steps or self.default_denoise_steps
         t0 = time.perf_counter()
         self.frame_id += 1
@@ -104,20 +104,6 @@ class Engine:
             self._recover(new)
             raise FrameError(f"frame {res.frame_id} failed: {e!r}", res) from e
         return self._finish_frame(t0, copies0)
-
-    def _check_step(self, observations: Sequence[Observation], denoise_steps: int | None,
-                    robots: Sequence[str] | None, noise_seeds: Sequence[int] | None) -> None:
-        c = self.config
-        if denoise_steps is not None and denoise_steps < 1:
-            raise ValueError(f"denoise_steps must be >= 1, got {denoise_steps}")
-        if len(observations) > c.max_observations_per_frame:
-            raise ValueError(f"{len(observations)} observations in one frame, at most "
-                             f"{c.max_observations_per_frame} (max_observations_per_frame)")
-        for what, values in (("robots", robots), ("noise_seeds", noise_seeds)):
-            if values is not None and len(values) != len(observations):
-                raise ValueError(f"{len(values)} {what} for {len(observations)} observations")
-        for obs in observations:
-            obs.check_cameras(self.model.config.max_cameras, c.camera_names)
 
     def _question_request(self, q: Question, names: list[str]) -> tuple[Request, int | None]:
         """A question's request, on its robot's newest observation (and the index of that
@@ -347,6 +333,21 @@ class Engine:
         self._result.tokens.append(event)
         if event.done:
             self._result.finished.append(self.requests.remove(event.request_id))
+
+
+def check_step(c: EngineConfig, max_cameras: int, observations: Sequence[Observation], denoise_steps: int | None,
+               robots: Sequence[str] | None, noise_seeds: Sequence[int] | None) -> None:
+    """ValueError naming what is wrong with the arguments of one :meth:`Engine.step`."""
+    if denoise_steps is not None and denoise_steps < 1:
+        raise ValueError(f"denoise_steps must be >= 1, got {denoise_steps}")
+    if len(observations) > c.max_observations_per_frame:
+        raise ValueError(f"{len(observations)} observations in one frame, at most "
+                         f"{c.max_observations_per_frame} (max_observations_per_frame)")
+    for what, values in (("robots", robots), ("noise_seeds", noise_seeds)):
+        if values is not None and len(values) != len(observations):
+            raise ValueError(f"{len(values)} {what} for {len(observations)} observations")
+    for obs in observations:
+        obs.check_cameras(max_cameras, c.camera_names)
 
 
 def usable_vocabulary(tokenizer_size: int, model_size: int) -> int:
