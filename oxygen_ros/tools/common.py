@@ -61,7 +61,5 @@ def load_model(args: argparse.Namespace) -> LoadedCheckpoint:
         return checkpoints.load_model(args.model_path, preset=args.preset, device=args.device, dtype=args.dtype,
                                       tokenizer_path=args.tokenizer_path, norm_stats_path=args.norm_stats,
                                       sizes=sizes)
-    except SizesError as exc:
-        raise SystemExit(f"cannot load the model with these sizes (--size, config.json): {exc}") from None
     except checkpoints.CheckpointError as exc:
         raise SystemExit(f"cannot load the model: {exc}") from None

@@ -142,7 +142,7 @@ def apply_sizes(config: ModelConfig, sizes: Mapping[str, Any], where: str) -> Mo
         parts = {part: dataclasses.replace(getattr(config, part), **sizes.get(part, {})) for part in PART_FIELDS}
         return config.replace(**parts, **{k: v for k, v in sizes.items() if k in TOP_FIELDS})
     except ValueError as exc:
-        raise SizesError(f"{where} do not fit {config.name}'s other sizes: {exc}") from exc
+        raise SizesError(f"{where} ({format_sizes(sizes)}) do not fit {config.name}'s other sizes: {exc}") from exc
 
 
 def _flat(sizes: Mapping[str, Any]):
