@@ -180,3 +180,15 @@ def test_start_up_log_says_which_sizes_the_parameter_set():
     summary = startup_summary(load_model(preset="tiny", sizes={"action_horizon": 4}), p)
     assert "with sizes action_horizon=4 (parameter model_sizes)" in summary
     assert "H=4 actions (parameter model_sizes)" in summary and "denoise steps (the checkpoint's)" in summary
+
+
+def test_launch_argument_gives_the_parameter_its_items():
+    from oxygen_ros.ros.agent import node_plan
+
+    def sizes(text):
+        (inference,) = [i for i in node_plan({"model_sizes": text}) if i["spec"].name == "oxygen_inference"]
+        return inference["parameters"]["model_sizes"]
+
+    assert sizes("vision.heads=2, max_token_len=48") == ["vision.heads=2", "max_token_len=48"]
+    assert sizes("[vision.heads=2]") == ["vision.heads=2"]  # a YAML list, as ros2 launch types it
+    assert "model_sizes" not in node_plan({})[-1]["parameters"]  # empty: the parameters file's
