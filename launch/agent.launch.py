@@ -1,6 +1,6 @@
 """Launch the oxygen_ros agent: camera node + inference node (+ synthetic camera with demo:=true).
 
-    ros2 launch oxygen_ros agent.launch.py [params_file:=...] [model_path:=...] [preset:=...]
+    ros2 launch oxygen_ros agent.launch.py [params_file:=...] [model_path:=...] [model_sizes:=k=v,...] [preset:=...]
         [device:=cpu|cuda] [dtype:=float32|bfloat16] [setting:=...] [control_rate_hz:=...]
         [steps_per_frame:=...] [camera_topic:=/my/camera/image_raw] [demo:=true] [robots:=left,right]
 

@@ -46,6 +46,7 @@ class Argument:
     description: str
     node: str | None = None  # node whose parameter it overrides (when not empty)
     parameter: str | None = None
+    items: bool = False  # a string-list parameter: a comma list (or a YAML list) gives its items
 
 
 #: The nodes of the launch file and the agent, in start order.
@@ -63,6 +64,9 @@ ARGUMENTS: tuple[Argument, ...] = (
     Argument("params_file", "", "Parameters YAML of every node (default: the installed config/agent.yaml)."),
     Argument("model_path", "", "Checkpoint directory (empty: the YAML's, by default the embedded model).",
              "oxygen_inference", "model_path"),
+    Argument("model_sizes", "", "Model sizes as a comma list of KEY=VALUE items (e.g. "
+             "vision.heads=2,max_token_len=48), for a checkpoint that does not state them.",
+             "oxygen_inference", "model_sizes", items=True),
     Argument("preset", "", "Random-weights preset when there is no model (tiny | pi05).",
              "oxygen_inference", "preset"),
     Argument("device", "", "Torch device (cpu | cuda | cuda:N).", "oxygen_inference", "device"),
@@ -136,9 +140,16 @@ def parse_value(text: str) -> Any:
     return text if value is None or isinstance(value, (dict, list)) and not value else value
 
 
+def argument_value(argument: Argument, text: str) -> Any:
+    """The parameter value of a launch argument: typed as YAML, or (a string-list one) its comma items."""
+    if argument.items and not text.lstrip().startswith("["):
+        return [item.strip() for item in text.split(",") if item.strip()]
+    return parse_value(text)
+
+
 def argument_overrides(node: str, args: dict[str, str]) -> dict[str, Any]:
     """The parameters of ``node`` that the (non-empty) launch arguments ``args`` set."""
-    return {a.parameter: parse_value(args[a.name]) for a in ARGUMENTS if a.node == node and args[a.name] != ""}
+    return {a.parameter: argument_value(a, args[a.name]) for a in ARGUMENTS if a.node == node and args[a.name] != ""}
 
 
 def node_plan(values: dict[str, str], params_file: str | None = None) -> list[dict[str, Any]]:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
+from ..core.checkpoints.given_sizes import FLAT_KEYS, SizesError, parse_sizes
 from ..core.chunk_clock import ORIGINS
 from ..core.model.compile_setup import COMPILE_CHOICES
 from ..core.model.config import PRESETS
@@ -33,6 +34,14 @@ IMPLICIT_PARAMETERS = ("use_sim_time", "start_type_description_service")
 def _device(value: str, values: Mapping | None = None) -> str | None:
     ok = value in ("cpu", "cuda") or (value.startswith("cuda:") and value[5:].isdigit())
     return None if ok else f"must be cpu, cuda or cuda:N, got {value!r}"
+
+
+def _model_sizes(value: list[str], values: Mapping | None = None) -> str | None:
+    try:
+        parse_sizes(value)
+    except SizesError as exc:
+        return str(exc)
+    return None
 
 
 def _control_rate(value: float, values: Mapping | None = None) -> str | None:
@@ -61,6 +70,10 @@ _TOPIC = "a ROS topic name"
 PARAMETERS: tuple[ParamSpec, ...] = (
     ParamSpec("model_path", "", "Checkpoint directory (native, openpi-PyTorch or LeRobot pi05); "
               "empty: the embedded default model.", "str"),
+    ParamSpec("model_sizes", [], "Model sizes as KEY=VALUE items (e.g. [\"vision.heads=2\", "
+              "\"max_token_len=48\"]): they win over the checkpoint's config.json (its oxygen_sizes) and its "
+              "tensor shapes, or change the preset's; see docs/checkpoints.md. Empty: the checkpoint's own.",
+              "str_list", _model_sizes, constraints="KEY=VALUE items, KEY one of " + ", ".join(FLAT_KEYS)),
     ParamSpec("tokenizer_path", "", "SentencePiece tokenizer.model; empty: the checkpoint's (or the shipped one).",
               "str"),
     ParamSpec("norm_stats_path", "", "Normalisation statistics (norm_stats.json or LeRobot stats); "

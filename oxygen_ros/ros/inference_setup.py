@@ -31,7 +31,10 @@ def load_model(p: dict) -> checkpoints.LoadedCheckpoint:
     try:
         return checkpoints.load_model(p["model_path"] or None, fallback_preset=p["preset"], device=p["device"],
                                       dtype=p["dtype"], seed=p["seed"], tokenizer_path=p["tokenizer_path"] or None,
-                                      norm_stats_path=p["norm_stats_path"] or None)
+                                      norm_stats_path=p["norm_stats_path"] or None,
+                                      sizes=checkpoints.parse_sizes(p["model_sizes"]))
+    except checkpoints.SizesError as exc:  # sizes that do not fit: the given ones if any, else the checkpoint's
+        raise ParameterError("model_sizes" if p["model_sizes"] else "model_path", str(exc)) from exc
     except checkpoints.CheckpointError as exc:
         raise ParameterError("model_path", str(exc)) from exc
 
@@ -81,15 +84,21 @@ def compile_pieces(engine: Engine, choice: str, log) -> None:
         (log.warning if choice == "on" else log.info)(f"running eager: {engine.compile_reason}")
 
 
+def _whose(size: str, given: dict) -> str:
+    return "parameter model_sizes" if size in given else "the checkpoint's"
+
+
 def startup_summary(loaded: checkpoints.LoadedCheckpoint, p: dict, resolve=str) -> str:
     """The start-up log line: the model, the setting and which S and H are used (and whose), and the
     topics (``resolve``: the node's ``resolve_topic_name``, so that remapped names are the ones shown)."""
     mc = loaded.config
+    given = checkpoints.parse_sizes(p.get("model_sizes", []))
     s, whose = (p["denoise_steps"], "parameter denoise_steps") if p["denoise_steps"] else (
-        mc.denoise_steps, "the checkpoint's")
-    head = (f"{loaded.source} ({loaded.layout}, {p['device']}, {p['dtype']}): setting {p['setting']}, "
-            f"H={mc.action_horizon} actions (the checkpoint's) at {p['control_rate_hz']:g} Hz, S={s} denoise "
-            f"steps ({whose}), k={p['steps_per_frame']}, N={p['max_decode']}; ")
+        mc.denoise_steps, _whose("denoise_steps", given))
+    sizes = f" with sizes {checkpoints.format_sizes(given)} (parameter model_sizes)" if given else ""
+    head = (f"{loaded.source} ({loaded.layout}, {p['device']}, {p['dtype']}){sizes}: setting {p['setting']}, "
+            f"H={mc.action_horizon} actions ({_whose('action_horizon', given)}) at {p['control_rate_hz']:g} Hz, S={s} "
+            f"denoise steps ({whose}), k={p['steps_per_frame']}, N={p['max_decode']}; ")
     robots = p["robots"] or [""]
     topics = "; ".join(f"{resolve(robot_topic(r, p['observation_topic']))} -> {resolve(robot_topic(r, p['actions_topic']))}, "
                        f"{resolve(robot_topic(r, p['text_topic']))}" for r in robots)

@@ -7,7 +7,8 @@ Usage::
 
 The arguments are the launch file's (``oxygen_ros.ros.agent.ARGUMENTS``),
 written ``name:=value`` like ``ros2 launch`` arguments: ``params_file``
-(default: the installed ``config/agent.yaml``), ``model_path``, ``preset``,
+(default: the installed ``config/agent.yaml``), ``model_path``, ``model_sizes``
+(a comma list of ``KEY=VALUE`` sizes), ``preset``,
 ``device``, ``dtype``, ``setting``, ``control_rate_hz``, ``steps_per_frame``
 (empty: keep the YAML's value), ``camera_topic`` (remaps
 ``/camera/image_raw`` of the camera node and the synthetic camera) and

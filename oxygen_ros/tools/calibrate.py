@@ -20,7 +20,8 @@ import yaml
 
 from ..core.benchmark import measure_components
 from ..core.model.compile_setup import COMPILE_CHOICES, resolve_compile
-from .common import add_model_args, load_model
+from ..core.checkpoints.given_sizes import flat_items
+from .common import add_model_args, load_model, model_sizes
 
 
 def parse_args(argv=None) -> argparse.Namespace:
@@ -108,6 +109,7 @@ def main(argv=None) -> int:
         "denoise_steps": args.denoise_steps or 0, "device": args.device, "dtype": args.dtype,
         "compile": args.compile,
         **({"model_path": str(args.model_path)} if args.model_path else {}),
+        **({"model_sizes": flat_items(model_sizes(args))} if args.size else {}),  # the model measured
     }}}
     header = (f"# written by oxygen-calibrate for {loaded.source} on {args.device} ({args.dtype})\n"
               f"# target {args.target_hz} Hz, H={c.action_horizon}, S={s}, N={args.max_decode}\n"

@@ -7,7 +7,8 @@ import argparse
 import torch
 
 from ..core import checkpoints
-from ..core.checkpoints import LoadedCheckpoint
+from ..core.checkpoints import LoadedCheckpoint, SizesError, parse_sizes
+from ..core.checkpoints.given_sizes import parse_item
 from ..core.model.config import PRESETS
 
 
@@ -17,6 +18,10 @@ def add_model_args(parser: argparse.ArgumentParser) -> None:
                                         "default: the embedded default model")
     g.add_argument("--tokenizer-path", help="SentencePiece tokenizer.model (default: from the checkpoint)")
     g.add_argument("--norm-stats", help="norm_stats.json / LeRobot stats (default: from the checkpoint)")
+    g.add_argument("--size", action="append", type=size_item, default=[], metavar="KEY=VALUE",
+                   help="a model size, e.g. vision.heads=2 or max_token_len=48 (repeatable; a comma list works "
+                        "too); wins over the checkpoint's config.json and its tensor shapes, or changes the "
+                        "preset's (see docs/checkpoints.md)")
     g.add_argument("--preset", choices=sorted(PRESETS),
                    help="build a randomly initialised preset instead of loading weights")
     g.add_argument("--device", default="cpu", help="cpu or cuda[:N] (default cpu)")
@@ -24,13 +29,37 @@ def add_model_args(parser: argparse.ArgumentParser) -> None:
     g.add_argument("--threads", type=int, default=1, help="torch intra-op threads (default 1)")
 
 
+def size_item(text: str) -> str:
+    """One ``--size`` value (``KEY=VALUE``, or a comma list of them), checked; argparse names the bad one."""
+    try:
+        for item in filter(None, (part.strip() for part in text.split(","))):
+            parse_item(item)
+    except SizesError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+    return text
+
+
+def model_sizes(args: argparse.Namespace) -> dict:
+    """The nested sizes of the ``--size`` options (a key given twice with two values is refused)."""
+    try:
+        return parse_sizes(getattr(args, "size", None) or [])
+    except SizesError as exc:
+        raise SystemExit(f"--size: {exc}") from None
+
+
 def load_model(args: argparse.Namespace) -> LoadedCheckpoint:
     """The model, tokenizer and normaliser the options ask for (see
-    :func:`oxygen_ros.core.checkpoints.load_model` for the precedence)."""
+    :func:`oxygen_ros.core.checkpoints.load_model` for the precedence); a checkpoint
+    that cannot be loaded ends the command with the loader's message."""
     if args.threads < 1:
         raise SystemExit(f"--threads must be >= 1, got {args.threads}")
     if args.model_path and args.preset:
         raise SystemExit("give either --model-path or --preset, not both")
+    sizes = model_sizes(args)
     torch.set_num_threads(args.threads)
-    return checkpoints.load_model(args.model_path, preset=args.preset, device=args.device, dtype=args.dtype,
-                                  tokenizer_path=args.tokenizer_path, norm_stats_path=args.norm_stats)
+    try:
+        return checkpoints.load_model(args.model_path, preset=args.preset, device=args.device, dtype=args.dtype,
+                                      tokenizer_path=args.tokenizer_path, norm_stats_path=args.norm_stats,
+                                      sizes=sizes)
+    except checkpoints.CheckpointError as exc:
+        raise SystemExit(f"cannot load the model: {exc}") from None

@@ -2,26 +2,31 @@
 
 Public API::
 
-    load_checkpoint(path, *, device="cpu", dtype="float32", tokenizer_path=None, norm_stats_path=None)
+    load_checkpoint(path, *, device="cpu", dtype="float32", tokenizer_path=None, norm_stats_path=None,
+                    sizes=None)
         -> LoadedCheckpoint(model, config, tokenizer, normalizer, layout, source)
     save_native(model, out_dir, *, tokenizer_path=None, norm_stats=None, extra=None)
     load_model(model_path=None, *, preset=None, fallback_preset="tiny", device, dtype, seed,
-               tokenizer_path, norm_stats_path)   the one precedence every entry point uses
+               tokenizer_path, norm_stats_path, sizes)   the one precedence every entry point uses
+    parse_sizes("vision.heads=2,max_token_len=48" or ["vision.heads=2", ...]) -> sizes for load_model
     default_model()
-    CheckpointError
+    CheckpointError, SizesError (a subclass: bad explicit sizes, a size to set)
 
 Files: ``errors.py`` (the error), ``safetensors_files.py`` (lazy tensor
 access, pickle refusal), ``native.py`` (our format), ``layouts.py`` (layout
 detection and key maps), ``sizes.py`` (model sizes from configs and shapes),
+``given_sizes.py`` (explicit sizes: checked, merged, parsed from ``KEY=VALUE``),
 ``stats.py`` (finding the statistics), ``loading.py`` (the loader). See
 ``docs/checkpoints.md``.
 """
 
 from .errors import CheckpointError
+from .given_sizes import SizesError, format_sizes, parse_sizes
 from .loading import (DEFAULT_MODEL_DIR, LoadedCheckpoint, default_model, load_checkpoint, load_model)
 from .native import FORMAT_NAME, FORMAT_VERSION, config_from_dict, config_to_dict, save_native
 
 __all__ = [
-    "CheckpointError", "LoadedCheckpoint", "load_checkpoint", "load_model", "save_native", "default_model",
+    "CheckpointError", "SizesError", "parse_sizes", "format_sizes", "LoadedCheckpoint", "load_checkpoint",
+    "load_model", "save_native", "default_model",
     "DEFAULT_MODEL_DIR", "FORMAT_NAME", "FORMAT_VERSION", "config_to_dict", "config_from_dict",
 ]

@@ -35,6 +35,7 @@ from dataclasses import dataclass, field
 
 from ..model.config import ModelConfig
 from .errors import CheckpointError
+from .given_sizes import apply_sizes
 from .native import is_native_dir, read_native_config
 from .safetensors_files import TensorInfo
 from .sizes import infer_config
@@ -88,7 +89,8 @@ class Layout:
     def key_map(self, tensors: Tensors) -> KeyPlan:
         raise NotImplementedError
 
-    def config(self, directory: pathlib.Path, tensors: Tensors, plan: KeyPlan) -> ModelConfig:
+    def config(self, directory: pathlib.Path, tensors: Tensors, plan: KeyPlan, sizes=None) -> ModelConfig:
+        """The model's config; ``sizes`` (nested, checked) are explicit sizes that win over the checkpoint's."""
         raise NotImplementedError
 
 
@@ -100,8 +102,8 @@ class NativeLayout(Layout):
     def key_map(self, tensors):
         return KeyPlan(mapping={k: k for k in tensors})
 
-    def config(self, directory, tensors, plan):
-        return read_native_config(directory)[0]
+    def config(self, directory, tensors, plan, sizes=None):
+        return apply_sizes(read_native_config(directory)[0], sizes or {}, "the given sizes")
 
 
 class ForeignLayout(Layout):
@@ -137,13 +139,13 @@ class ForeignLayout(Layout):
                 plan.mapping[EMBED] = lm_head
         return plan
 
-    def config(self, directory, tensors, plan):
+    def config(self, directory, tensors, plan, sizes=None):
         source = _read_json(directory / "config.json")
         if self.name == "lerobot" and source and source.get("type") not in (None, "pi05"):
             raise CheckpointError(f"{directory / 'config.json'}: a LeRobot {source.get('type')!r} policy, "
                                   "not pi05")
         return infer_config(plan.shapes(tensors), name=f"{self.name}:{directory.name}", source=source,
-                            kind=self.name)
+                            kind=self.name, sizes=sizes)
 
 
 def detect(directory: pathlib.Path, tensors: Tensors) -> Layout:

@@ -12,7 +12,9 @@ from __future__ import annotations
 import logging
 import os
 import pathlib
+from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 from transformers.models.siglip.modeling_siglip import SiglipVisionEmbeddings
@@ -24,6 +26,7 @@ from ..normalization import Normalizer, load_norm_stats
 from ..tokenizer import Tokenizer, default_tokenizer_path
 from . import layouts
 from .errors import CheckpointError
+from .given_sizes import apply_sizes, check_sizes
 from .native import TOKENIZER_FILE
 from .safetensors_files import (PICKLE_SUFFIXES, SAFETENSORS_DTYPES, index_tensors, open_files, pickle_error,
                                 read_into, weight_files)
@@ -51,8 +54,15 @@ def load_checkpoint(
     dtype: str = "float32",
     tokenizer_path: str | os.PathLike[str] | None = None,
     norm_stats_path: str | os.PathLike[str] | None = None,
+    sizes: Mapping[str, Any] | None = None,
 ) -> LoadedCheckpoint:
     """Load a π0.5 checkpoint directory in any supported layout (detected from its keys).
+
+    ``sizes``: explicit model sizes, nested as a config.json's ``oxygen_sizes``
+    (:mod:`.given_sizes`; :func:`parse_sizes` makes them from ``KEY=VALUE``
+    text); they win, field by field, over the checkpoint's ``oxygen_sizes``,
+    its other config fields and its tensor shapes (for a native checkpoint:
+    over its stored config). Raises :class:`SizesError` naming a bad field.
 
     Raises :class:`CheckpointError` (before any weight is read) naming every
     missing, unexpected or mis-shaped tensor, and when the tokenizer or the
@@ -64,12 +74,13 @@ def load_checkpoint(
         raise ValueError(f"device must be cpu or cuda[:N], got {device!r}")
     if str(device).startswith("cuda") and not torch.cuda.is_available():
         raise ValueError(f"device {device!r} requested but CUDA is not available")
+    sizes = check_sizes(sizes or {})
     directory = _checkpoint_dir(pathlib.Path(path))
     files = weight_files(directory)
     tensors, _ = index_tensors(files)
     layout = layouts.detect(directory, tensors)
     plan = layout.key_map(tensors)
-    config = layout.config(directory, tensors, plan)
+    config = layout.config(directory, tensors, plan, sizes)
     model = build_model(config, device="meta", dtype=dtype)
     check_plan(plan, tensors, model, directory, layout.name)
     tokenizer = _tokenizer(directory, tokenizer_path, config, layout.name)
@@ -91,21 +102,24 @@ def load_model(
     seed: int = 0,
     tokenizer_path: str | os.PathLike[str] | None = None,
     norm_stats_path: str | os.PathLike[str] | None = None,
+    sizes: Mapping[str, Any] | None = None,
 ) -> LoadedCheckpoint:
     """The model every entry point loads, with one precedence: ``model_path`` (a
     checkpoint), else an explicitly asked ``preset`` (random weights), else the
     shipped default checkpoint, else ``fallback_preset`` (random weights, ``seed``).
-    The tokenizer and statistics paths override the checkpoint's own."""
+    The tokenizer and statistics paths override the checkpoint's own; ``sizes``
+    (see :func:`load_checkpoint`) override the checkpoint's or the preset's sizes."""
     if model_path and preset:
         raise ValueError("give either a model path or a preset, not both")
+    sizes = check_sizes(sizes or {})
     if model_path:
         return load_checkpoint(model_path, device=device, dtype=dtype, tokenizer_path=tokenizer_path,
-                               norm_stats_path=norm_stats_path)
+                               norm_stats_path=norm_stats_path, sizes=sizes)
     if not preset and (DEFAULT_MODEL_DIR / "config.json").is_file():
         return load_checkpoint(DEFAULT_MODEL_DIR, device=device, dtype=dtype, tokenizer_path=tokenizer_path,
-                               norm_stats_path=norm_stats_path)
+                               norm_stats_path=norm_stats_path, sizes=sizes)
     name = preset or fallback_preset
-    config = preset_config(name)
+    config = apply_sizes(preset_config(name), sizes, "the given sizes")
     model = build_model(config, seed=seed, device=device, dtype=dtype)
     tokenizer = Tokenizer(tokenizer_path) if tokenizer_path else Tokenizer(default_tokenizer_path())
     normalizer = load_norm_stats(norm_stats_path) if norm_stats_path else None

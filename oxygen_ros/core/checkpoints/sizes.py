@@ -28,7 +28,10 @@ with our field names (:data:`SIZE_BLOCK`; every field optional)::
                      "vocab_size", "max_token_len", "max_cameras", "action_dim", "action_horizon",
                      "denoise_steps"}
 
-It wins over everything else; shapes fill only what it leaves out, and a
+The same object can be given to ``load_model(..., sizes=...)`` (the command
+option ``--size KEY=VALUE``, the node parameter ``model_sizes``; see
+:mod:`.given_sizes`): given sizes win field by field over the config.json's,
+which win over everything else; shapes fill only what they leave out, and a
 size they cannot give (a SigLIP head count) is an error naming its field.
 Besides it, the layout's own config fields override shapes: openpi's converter writes ``config.json``
 with ``paligemma_variant``, ``action_expert_variant``, ``action_dim``,
@@ -50,6 +53,7 @@ from typing import Any
 
 from ..model.config import GemmaConfig, ModelConfig, VisionConfig
 from .errors import CheckpointError
+from .given_sizes import SIZE_BLOCK, TOP_FIELDS, SizesError, check_sizes, how_to_set, merge_sizes
 
 #: openpi ``models/gemma.py`` / LeRobot ``get_gemma_config`` sizes.
 GEMMA_VARIANTS: dict[str, GemmaConfig] = {
@@ -59,11 +63,6 @@ GEMMA_VARIANTS: dict[str, GemmaConfig] = {
 GEMMA_HEAD_DIM = 256
 SIGLIP_HEAD_DIMS = (72, 64)
 DEFAULTS = {"action_horizon": 50, "max_token_len": 200, "denoise_steps": 10, "max_cameras": 3}
-#: config.json's object of explicit sizes (our field names; each one optional).
-SIZE_BLOCK = "oxygen_sizes"
-TOP_FIELDS = ("vocab_size", "max_token_len", "max_cameras", "action_dim", "action_horizon", "denoise_steps")
-PART_FIELDS = {part: tuple(f.name for f in dataclasses.fields(cls))
-               for part, cls in (("vision", VisionConfig), ("vlm", GemmaConfig), ("expert", GemmaConfig))}
 #: our field -> LeRobot's config.json field
 LEROBOT_FIELDS = {"action_dim": "max_action_dim", "action_horizon": "chunk_size",
                   "max_token_len": "tokenizer_max_length", "denoise_steps": "num_inference_steps"}
@@ -79,16 +78,17 @@ def variant(name: str, where: str) -> GemmaConfig:
 
 
 def infer_config(shapes: Shapes, *, name: str, source: Mapping[str, Any] | None = None,
-                 kind: str | None = None) -> ModelConfig:
+                 kind: str | None = None, sizes: Mapping[str, Any] | None = None) -> ModelConfig:
     """The ModelConfig of a checkpoint whose tensors (under our names) have ``shapes``.
 
-    ``source`` is the checkpoint's own config.json (``kind`` "openpi" or
-    "lerobot"): its :data:`SIZE_BLOCK` object names sizes outright, then the
-    layout's own fields, then the tensor shapes fill what is still missing.
+    ``sizes`` (nested, as :data:`SIZE_BLOCK`) names sizes outright; then
+    ``source``, the checkpoint's own config.json (``kind`` "openpi" or
+    "lerobot"): its :data:`SIZE_BLOCK` object, then the layout's own fields;
+    the tensor shapes fill what is still missing.
     """
     src = dict(source or {})
     where = f"{kind} config.json" if kind else "config.json"
-    given = _given_sizes(src, where)
+    given = merge_sizes(check_sizes(src.get(SIZE_BLOCK, {}), SIZE_BLOCK, where), check_sizes(sizes or {}))
     need = _Needs(shapes)
     vision = _vision(need, given.get("vision", {}))
     vlm = _gemma(need, "language_model", given.get("vlm", {}), src.get("paligemma_variant"), where)
@@ -102,24 +102,7 @@ def infer_config(shapes: Shapes, *, name: str, source: Mapping[str, Any] | None 
         return ModelConfig(name=name, vision=vision, vlm=vlm, expert=expert,
                            extra={"layout": kind, "source_config": src}, **values)
     except ValueError as exc:
-        raise CheckpointError(f"inconsistent sizes for {name}: {exc}") from exc
-
-
-def _given_sizes(src: Mapping[str, Any], where: str) -> dict[str, Any]:
-    """The explicit :data:`SIZE_BLOCK` of a config.json, every name checked."""
-    block = src.get(SIZE_BLOCK, {})
-    if not isinstance(block, Mapping):
-        raise CheckpointError(f"{where}: {SIZE_BLOCK!r} must be an object, got {type(block).__name__}")
-    unknown = sorted(set(block) - set(TOP_FIELDS) - set(PART_FIELDS))
-    for part, fields in PART_FIELDS.items():
-        sub = block.get(part, {})
-        if not isinstance(sub, Mapping):
-            raise CheckpointError(f"{where}: {SIZE_BLOCK}.{part} must be an object, got {type(sub).__name__}")
-        unknown += sorted(f"{part}.{k}" for k in set(sub) - set(fields))
-    if unknown:
-        raise CheckpointError(f"{where}: unknown field(s) in {SIZE_BLOCK!r}: {', '.join(unknown)}; known: "
-                              f"{', '.join(TOP_FIELDS)} and {', '.join(f'{p}.*' for p in PART_FIELDS)}")
-    return dict(block)
+        raise SizesError(f"inconsistent sizes for {name}: {exc}") from exc
 
 
 def _layout_values(src: Mapping[str, Any], kind: str | None, where: str, vision: VisionConfig) -> dict[str, int]:
@@ -194,8 +177,8 @@ def _vision(need: _Needs, given: Mapping[str, Any]) -> VisionConfig:
     positions = need.dim("vision.tower.embeddings.position_embedding.weight", 0)
     side = math.isqrt(positions)
     if side * side != positions and "image_size" not in given:
-        raise CheckpointError(f"vision position embedding has {positions} rows, not a square number of patches; "
-                              f"set {SIZE_BLOCK}.vision.image_size in config.json")
+        raise SizesError(f"vision position embedding has {positions} rows, not a square number of patches; "
+                         f"set {how_to_set('vision.image_size')}")
     sizes = {"hidden": patch[0], "patch_size": patch[-1], "depth": need.depth("vision.tower.encoder"),
              "mlp": need.any_layer("vision.tower.encoder", "mlp.fc1.weight", 0)}
     sizes.update(given)
@@ -206,10 +189,9 @@ def _vision(need: _Needs, given: Mapping[str, Any]) -> VisionConfig:
         if sizes["heads"] is None and need.missing:
             sizes["heads"] = 1  # the missing tensors are reported instead
         elif sizes["heads"] is None:
-            raise CheckpointError(
+            raise SizesError(
                 f"cannot infer the SigLIP head count for hidden size {hidden} (not a multiple of "
-                f"{SIGLIP_HEAD_DIMS}, and the q/k/v shapes do not encode it): set {SIZE_BLOCK}.vision.heads "
-                "in the checkpoint's config.json (see docs/checkpoints.md)")
+                f"{SIGLIP_HEAD_DIMS}, and the q/k/v shapes do not encode it): set {how_to_set('vision.heads')}")
     return _part(VisionConfig, sizes, "vision")
 
 
@@ -232,4 +214,4 @@ def _part(cls, sizes: Mapping[str, Any], part: str):
     try:
         return cls(**sizes)
     except ValueError as exc:
-        raise CheckpointError(f"inconsistent {part} sizes {dict(sizes)}: {exc}") from exc
+        raise SizesError(f"inconsistent {part} sizes {dict(sizes)}: {exc}") from exc
