@@ -92,7 +92,7 @@ def test_bad_robot_names_are_refused_naming_them(ros):
     from oxygen_ros.ros.inference_node import InferenceNode
     from oxygen_ros.ros.parameters import ParameterError
 
-    for robots, what in ((["left", "left"], "named twice"), (["2nd"], "'2nd'"), (["a/b"], "'a/b'")):
+    for robots, what in ((["left", "left"], "listed twice"), (["2nd"], "'2nd'"), (["a/b"], "'a/b'")):
         with pytest.raises(ParameterError, match="robots") as info:
             InferenceNode(context=ros.context, parameter_overrides=params(robots=robots, model_path=""))
         assert what in str(info.value)

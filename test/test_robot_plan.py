@@ -208,9 +208,10 @@ def test_robot_topic_is_the_inference_nodes_rule():
     from oxygen_ros.ros.robot_io import robot_topic as node_rule
     from oxygen_ros.ros.robots import namespaced_topic, robot_topic
 
-    for robot in ("", "left"):
-        for topic in ("/oxygen/actions", "oxygen/actions"):
-            assert robot_topic(robot, topic) == node_rule(robot, topic)
+    assert node_rule is robot_topic  # one rule for the node and the plan
+    assert robot_topic("left", "/oxygen/actions") == "/left/oxygen/actions"
+    assert robot_topic("left", "oxygen/actions") == "left/oxygen/actions"
+    assert robot_topic("", "/oxygen/actions") == robot_topic(None, "/oxygen/actions") == "/oxygen/actions"
     # a node in the robot's namespace: a relative name resolves below /left by itself
     assert namespaced_topic("left", "/oxygen/actions") == "/left/oxygen/actions"
     assert namespaced_topic("left", "oxygen/actions") == "oxygen/actions"

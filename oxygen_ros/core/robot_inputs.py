@@ -109,17 +109,3 @@ def stalest_first(robots: Iterable[RobotInputs], limit: int) -> list[RobotInputs
 def noise_seed(seed: int, robot: str, frame: int) -> int:
     """The action noise seed of ``robot``'s ``frame``-th observation frame."""
     return (seed * 1_000_003 + zlib.crc32(robot.encode()) * 1_009 + frame) % (1 << 62)
-
-
-def check_robot_names(names: Iterable[str]) -> str | None:
-    """Why ``names`` cannot be robot names (None when they can): each a ROS name token
-    (a letter, then letters, digits, underscores), none twice."""
-    seen = set()
-    for name in names:
-        if not name or not name[0].isalpha() or not all(c.isalnum() or c == "_" for c in name) \
-                or not name.isascii():
-            return f"robot name {name!r} is not a ROS name token (a letter, then letters, digits or '_')"
-        if name in seen:
-            return f"robot {name!r} is named twice"
-        seen.add(name)
-    return None

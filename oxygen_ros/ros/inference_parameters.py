@@ -13,7 +13,6 @@ from ..core.checkpoints.given_sizes import FLAT_KEYS, SizesError, parse_sizes
 from ..core.chunk_clock import ORIGINS
 from ..core.model.compile_setup import COMPILE_CHOICES
 from ..core.model.config import PRESETS
-from ..core.robot_inputs import check_robot_names
 from ..core.scheduler import SETTINGS
 from .parameters import (
     ParamSpec,
@@ -24,6 +23,7 @@ from .parameters import (
     topic_name,
     unique_names,
 )
+from .robots import robot_names_check
 
 DTYPES = ("float32", "bfloat16")
 HOLD_ACTIONS = ("none", "last")
@@ -55,10 +55,6 @@ def _steps_per_frame(value: int, values: Mapping | None = None) -> str | None:
     if isinstance(max_decode, int) and value > max_decode:
         return f"must not exceed max_decode ({max_decode}), got {value!r}"
     return None
-
-
-def _robots(value: list[str], values: Mapping | None = None) -> str | None:
-    return check_robot_names(value)
 
 
 def _deadline(value: float, values: Mapping | None = None) -> str | None:
@@ -131,7 +127,7 @@ PARAMETERS: tuple[ParamSpec, ...] = (
               "/r<trajectory_topic>, serves /r<ask_action>, and has its own chunk clock, underruns and "
               "failures; the newest observation of every robot is prefilled and denoised in one batched frame "
               "(at most max_observations_per_frame, the longest unserved first). Empty: one robot on the "
-              "topics as they are.", "str_list", _robots,
+              "topics as they are.", "str_list", robot_names_check,
               constraints="unique ROS name tokens (a letter, then letters, digits or _)"),
     ParamSpec("max_observations_per_frame", 4, "Observations one frame prefills and denoises together (with "
               "several robots); robots waiting beyond it are served in the next frame, the longest unserved "

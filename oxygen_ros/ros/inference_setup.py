@@ -13,7 +13,7 @@ from ..core.engine import Engine, EngineConfig
 from ..core.observation import Observation
 from .inference_parameters import PARAMETERS
 from .parameters import ParameterError
-from .robot_io import robot_topic
+from .robots import robot_topic
 
 
 class ModelLoadError(RuntimeError):

@@ -2,7 +2,7 @@
 
 With ``robots`` empty the node serves one robot (named ``""``) on the
 configured topics. With ``robots: [left, right]`` every robot ``r`` gets the
-configured topics under ``/r`` (:func:`robot_topic`): it subscribes
+configured topics under ``/r`` (:func:`.robots.robot_topic`): it subscribes
 ``/r/oxygen/observation`` and ``/r/oxygen/question``, publishes
 ``/r/oxygen/actions``, ``/r/oxygen/text`` and ``/r/oxygen/joint_trajectory``
 and serves the Ask action on ``/r/oxygen/ask``. Each :class:`RobotIO` has its
@@ -27,19 +27,12 @@ from .action_output import ActionOutput
 from .ask_server import AskServer
 from .inference_status import StatusReporter
 from .qos import reliable
+from .robots import robot_topic
 from .text_output import TextOutput
 
 #: The node's topic parameters a robot gets under its own namespace.
 ROBOT_TOPICS = ("observation_topic", "question_topic", "actions_topic", "text_topic", "trajectory_topic",
                 "ask_action")
-
-
-def robot_topic(robot: str, topic: str) -> str:
-    """``topic`` for ``robot``: ``/r/oxygen/actions`` for ``/oxygen/actions`` (a relative name
-    goes below ``r/``); the topic itself for the only robot ``""``."""
-    if not robot:
-        return topic
-    return f"/{robot}{topic}" if topic.startswith("/") else f"{robot}/{topic}"
 
 
 class TeeCounter:
