@@ -96,7 +96,7 @@ def run_setting(model: VLA, tokenizer: Tokenizer, spec: RunSpec, observations: l
     compile_s = _median_ms(engine.warm_up, repeats=1, warmup=0) / 1e3
     workload = Workload.parse(spec.arrivals)
     schedule = workload.schedule(spec.warmup + spec.frames, spec.max_decode, seed=spec.seed)
-    latencies, tokens, batches, copies, request_ms = [], 0, [], [], []
+    latencies, tokens, batches, copies, request_ms, served = [], 0, [], [], [], []
     measured_ids: set[int] = set()
     start = None
     for f, lengths in enumerate(schedule):
@@ -108,6 +108,7 @@ def run_setting(model: VLA, tokenizer: Tokenizer, spec: RunSpec, observations: l
         res = engine.step(obs, questions)
         if measuring:
             latencies.append(res.total_ms)
+            served.append(len(res.actions))
             tokens += sum(1 for e in res.tokens if e.token_id >= 0)
             batches += res.batch_sizes
             copies.append(res.copy_bytes)
@@ -116,16 +117,18 @@ def run_setting(model: VLA, tokenizer: Tokenizer, spec: RunSpec, observations: l
         if on_frame:
             on_frame()
     elapsed = time.perf_counter() - start
-    mean_ms = statistics.fmean(latencies)
+    mean_ms, median_ms = statistics.fmean(latencies), statistics.median(latencies)
     horizon = model.config.action_horizon
     return {
         "setting": spec.setting, "N": spec.max_decode, "k": spec.steps_per_frame, "S": spec.denoise_steps,
         "H": horizon, "arrivals": str(workload), "agents": spec.agents, "frames": spec.frames,
         "warmup": spec.warmup,
-        "frame_latency_ms": {"mean": mean_ms, "median": statistics.median(latencies),
-                             "p99": percentile(latencies, 99)},
+        "frame_latency_ms": {"mean": mean_ms, "median": median_ms, "p99": percentile(latencies, 99)},
         "frame_latency_p99_ms": percentile(latencies, 99),
         "action_frequency_hz": spec.agents * horizon / (mean_ms / 1e3),
+        "action_frequency_per_robot_hz": horizon / (mean_ms / 1e3),
+        "observations_per_frame": statistics.fmean(served),
+        "per_observation_ms": median_ms / spec.agents,
         "language_throughput_tps": tokens / elapsed,
         "avg_batch_size": statistics.fmean(batches) if batches else 0.0,
         "avg_request_latency_ms": statistics.fmean(request_ms) if request_ms else None,
@@ -135,6 +138,23 @@ def run_setting(model: VLA, tokenizer: Tokenizer, spec: RunSpec, observations: l
         "compile": spec.compile, "compiled": engine.compiled is not None, "compile_reason": engine.compile_reason,
         "compile_s": compile_s, "recompiles": engine.recompiles,
     }
+
+
+#: what must match for two runs to differ only in their number of agents
+SAME_BUT_AGENTS = ("setting", "N", "k", "S", "H", "arrivals", "frames", "warmup", "compile")
+
+
+def compare_agents(runs: list[dict]) -> None:
+    """Set each run's ``frame_ratio_vs_1_agent``: its median frame over the median frame of the
+    1-agent run with the same other settings (None when the runs have no such run)."""
+    def key(r: dict) -> tuple:
+        return tuple(r.get(name) for name in SAME_BUT_AGENTS)
+
+    single = {key(r): r for r in runs if r["agents"] == 1}
+    for r in runs:
+        one = single.get(key(r))
+        r["frame_ratio_vs_1_agent"] = (r["frame_latency_ms"]["median"] / one["frame_latency_ms"]["median"]
+                                       if one else None)
 
 
 def _engine(model: VLA, tokenizer: Tokenizer, spec: RunSpec) -> Engine:
