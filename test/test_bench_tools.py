@@ -125,3 +125,20 @@ def test_bench_with_agents_but_no_single_robot_run_has_no_ratio(tmp_path, capsys
     with pytest.raises(SystemExit):
         bench.main(["--agents", "1,0"])
     assert "expected positive integers, got '1,0'" in capsys.readouterr().err
+
+
+def test_interleaved_runs_compute_what_each_run_alone_does():
+    from oxygen_ros.core.benchmark import RunSpec, run_interleaved, run_setting, synthetic_observations
+    from oxygen_ros.core.model.vla import build_model
+    from oxygen_ros.core.model.config import TINY
+    from oxygen_ros.core.tokenizer import Tokenizer
+
+    model, tok = build_model(TINY), Tokenizer.default()
+    obs = synthetic_observations(8, TINY.vision.image_size)
+    specs = [RunSpec("oxygen", 4, 2, 10, frames=4, warmup=1, arrivals="poisson:1", agents=a) for a in (1, 3)]
+    together = run_interleaved(model, tok, specs, obs)
+    alone = [run_setting(model, tok, spec, obs) for spec in specs]
+    untimed = ("agents", "observations_per_frame", "avg_batch_size", "requests_finished", "kv_copy_bytes_per_frame")
+    assert [{f: r[f] for f in untimed} for r in together] == [{f: r[f] for f in untimed} for r in alone]
+    assert [r["observations_per_frame"] for r in together] == [1, 3]
+    assert all(r["requests_finished"] > 0 and r["avg_request_latency_ms"] > 0 for r in together)

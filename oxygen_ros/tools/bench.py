@@ -25,7 +25,7 @@ import sys
 
 from tqdm import tqdm
 
-from ..core.benchmark import (RunSpec, compare_agents, measure_components, run_setting, synthetic_observations,
+from ..core.benchmark import (RunSpec, compare_agents, measure_components, run_interleaved, synthetic_observations,
                                upper_bound, with_prompt_tokens)
 from ..core.engine import SETTINGS
 from ..core.model.compile_setup import COMPILE_CHOICES, resolve_compile
@@ -115,22 +115,11 @@ def main(argv=None) -> int:
         except ValueError as e:
             raise SystemExit(str(e)) from None
     denoise = args.denoise_steps or [c.denoise_steps]
-    # the runs that differ only in their agents follow each other (measured close in time)
     combos = [(s, n, k, S, m, a) for m, S, n, k, s, a in itertools.product(
         args.compile, denoise, args.max_decode, args.steps_per_frame, args.settings, args.agents) if k <= n]
     if not combos:
         raise SystemExit("no run: every --steps-per-frame exceeds every --max-decode")
-    runs = []
-    total = sum(args.frames + args.warmup for _ in combos)
-    # the bar shows on a terminal only (disable=None), and only for long sweeps
-    with tqdm(total=total, unit="frame", disable=True if total < 200 else None, file=sys.stderr) as bar:
-        for setting, n, k, S, mode, agents in combos:
-            spec = RunSpec(setting, n, k, S, args.frames, args.warmup, args.arrivals, agents=agents,
-                           max_active=args.max_active, seed=args.seed, compile=mode)
-            bar.set_description(f"{setting} N={n} k={k} S={S} agents={agents} compile={mode}")
-            r = run_setting(model, tok, spec, obs, on_frame=lambda: bar.update(1))
-            r["preset"] = c.name
-            runs.append(r)
+    runs = run_all(model, tok, args, obs, combos)
     compare_agents(runs)
     components, bounds = components_and_bounds(model, tok, args, runs)
     result = {"runs": runs, "upper_bound": bounds, "components": components.get(False),
@@ -150,6 +139,24 @@ def main(argv=None) -> int:
         for path in write_plots(dict(result, runs=first), args.plot):
             print(f"wrote {path}", file=sys.stderr)
     return 0
+
+
+def run_all(model, tok, args: argparse.Namespace, obs: list, combos: list[tuple]) -> list[dict]:
+    """Every run of the sweep, in the order of ``combos``; those that differ only in their agents
+    run interleaved (so their ratios are measured under the same load)."""
+    runs = []
+    total = sum(args.frames + args.warmup for _ in combos)
+    # the bar shows on a terminal only (disable=None), and only for long sweeps
+    with tqdm(total=total, unit="frame", disable=True if total < 200 else None, file=sys.stderr) as bar:
+        for (setting, n, k, S, mode), group in itertools.groupby(combos, key=lambda combo: combo[:5]):
+            agents = [combo[5] for combo in group]
+            specs = [RunSpec(setting, n, k, S, args.frames, args.warmup, args.arrivals, agents=a,
+                             max_active=args.max_active, seed=args.seed, compile=mode) for a in agents]
+            bar.set_description(f"{setting} N={n} k={k} S={S} agents={','.join(map(str, agents))} compile={mode}")
+            for r in run_interleaved(model, tok, specs, obs, on_frame=lambda: bar.update(1)):
+                r["preset"] = model.config.name
+                runs.append(r)
+    return runs
 
 
 def components_and_bounds(model, tok, args: argparse.Namespace, runs: list[dict]) -> tuple[dict, dict]:
