@@ -90,3 +90,55 @@ def test_bench_refuses_bad_compile_and_prompt_options(capsys):
     assert "expected a comma list of auto, on, off, got 'fast'" in capsys.readouterr().err
     with pytest.raises(SystemExit, match="--prompt-tokens 999 exceeds the model's max_token_len 32"):
         bench.main(["--preset", "tiny", "--prompt-tokens", "999"])
+
+
+def test_bench_sweeps_agents_and_compares_each_frame_with_the_single_robot_one(tmp_path, capsys):
+    out = tmp_path / "bench.json"
+    assert bench.main(["--preset", "tiny", "--settings", "baseline,oxygen", "--compile", "off", "--agents", "1,2,4",
+                       "--max-decode", "4", "--steps-per-frame", "2", "--frames", "3", "--warmup", "1",
+                       "--json", str(out)]) == 0
+    runs = json.loads(out.read_text())["runs"]
+    assert [(r["setting"], r["agents"]) for r in runs] == [(s, a) for s in ("baseline", "oxygen") for a in (1, 2, 4)]
+    for r in runs:
+        assert all(f in r for f in FIELDS)
+        median = r["frame_latency_ms"]["median"]
+        assert r["observations_per_frame"] == r["agents"]
+        assert r["per_observation_ms"] == pytest.approx(median / r["agents"])
+        assert r["action_frequency_hz"] == pytest.approx(r["agents"] * r["action_frequency_per_robot_hz"])
+        assert r["action_frequency_per_robot_hz"] == pytest.approx(r["H"] / (r["frame_latency_ms"]["mean"] / 1e3))
+        single = next(o for o in runs if o["setting"] == r["setting"] and o["agents"] == 1)
+        assert r["frame_ratio_vs_1_agent"] == pytest.approx(median / single["frame_latency_ms"]["median"])
+    header, _, *rows = capsys.readouterr().out.splitlines()
+    assert all(column in header.split() for column in ("obs", "T/obs", "x1", "f/robot"))
+    assert [row.split()[5] for row in rows[:6]] == ["1", "2", "4"] * 2
+    assert all(row.split()[10] == "1.00" for row in rows[:6:3])  # the 1-agent frame against itself
+
+
+def test_bench_with_agents_but_no_single_robot_run_has_no_ratio(tmp_path, capsys):
+    out = tmp_path / "bench.json"
+    assert bench.main(["--preset", "tiny", "--settings", "oxygen", "--compile", "off", "--agents", "2",
+                       "--max-decode", "4", "--steps-per-frame", "2", "--frames", "2", "--warmup", "0",
+                       "--json", str(out)]) == 0
+    (run,) = json.loads(out.read_text())["runs"]
+    assert run["agents"] == 2 and run["observations_per_frame"] == 2 and run["frame_ratio_vs_1_agent"] is None
+    assert capsys.readouterr().out.splitlines()[2].split()[10] == "-"
+    with pytest.raises(SystemExit):
+        bench.main(["--agents", "1,0"])
+    assert "expected positive integers, got '1,0'" in capsys.readouterr().err
+
+
+def test_interleaved_runs_compute_what_each_run_alone_does():
+    from oxygen_ros.core.benchmark import RunSpec, run_interleaved, run_setting, synthetic_observations
+    from oxygen_ros.core.model.vla import build_model
+    from oxygen_ros.core.model.config import TINY
+    from oxygen_ros.core.tokenizer import Tokenizer
+
+    model, tok = build_model(TINY), Tokenizer.default()
+    obs = synthetic_observations(8, TINY.vision.image_size)
+    specs = [RunSpec("oxygen", 4, 2, 10, frames=4, warmup=1, arrivals="poisson:1", agents=a) for a in (1, 3)]
+    together = run_interleaved(model, tok, specs, obs)
+    alone = [run_setting(model, tok, spec, obs) for spec in specs]
+    untimed = ("agents", "observations_per_frame", "avg_batch_size", "requests_finished", "kv_copy_bytes_per_frame")
+    assert [{f: r[f] for f in untimed} for r in together] == [{f: r[f] for f in untimed} for r in alone]
+    assert [r["observations_per_frame"] for r in together] == [1, 3]
+    assert all(r["requests_finished"] > 0 and r["avg_request_latency_ms"] > 0 for r in together)

@@ -1,7 +1,8 @@
 """Measurements behind ``oxygen-bench`` and ``oxygen-calibrate`` (ROS-free).
 
 :func:`run_setting` drives an :class:`Engine` through a workload and reports
-the paper's figures for that run; :func:`measure_components` times the three
+the paper's figures for that run (:func:`run_interleaved`: several runs, a
+frame of each in turn); :func:`measure_components` times the three
 model operations (prefill, one denoise step, one batched decode step against
 batch size); :func:`upper_bound` is the batching upper bound: a frame that
 costs only the shared prefill, S denoise steps and k decode steps at batch 1.
@@ -12,6 +13,7 @@ engine's warm-up (compiling every bucket) runs before them and is reported as
 
 from __future__ import annotations
 
+import bisect
 import statistics
 import time
 from collections.abc import Callable, Sequence
@@ -92,49 +94,113 @@ def run_setting(model: VLA, tokenizer: Tokenizer, spec: RunSpec, observations: l
     Requests still running when the measured frames end are not waited for
     (their tokens produced so far count, as in a live system).
     """
-    engine = _engine(model, tokenizer, spec)
-    compile_s = _median_ms(engine.warm_up, repeats=1, warmup=0) / 1e3
-    workload = Workload.parse(spec.arrivals)
-    schedule = workload.schedule(spec.warmup + spec.frames, spec.max_decode, seed=spec.seed)
-    latencies, tokens, batches, copies, request_ms = [], 0, [], [], []
-    measured_ids: set[int] = set()
-    start = None
-    for f, lengths in enumerate(schedule):
-        measuring = f >= spec.warmup
-        if measuring and start is None:
-            start = time.perf_counter()
-        obs = [observations[(f * spec.agents + a) % len(observations)] for a in range(spec.agents)]
-        questions = [Question("", max_tokens=n) for n in lengths]
-        res = engine.step(obs, questions)
-        if measuring:
-            latencies.append(res.total_ms)
-            tokens += sum(1 for e in res.tokens if e.token_id >= 0)
-            batches += res.batch_sizes
-            copies.append(res.copy_bytes)
-            measured_ids.update(res.started)
-            request_ms += [(r.finished - r.created) * 1e3 for r in res.finished if r.id in measured_ids]
-        if on_frame:
-            on_frame()
-    elapsed = time.perf_counter() - start
-    mean_ms = statistics.fmean(latencies)
-    horizon = model.config.action_horizon
-    return {
-        "setting": spec.setting, "N": spec.max_decode, "k": spec.steps_per_frame, "S": spec.denoise_steps,
-        "H": horizon, "arrivals": str(workload), "agents": spec.agents, "frames": spec.frames,
-        "warmup": spec.warmup,
-        "frame_latency_ms": {"mean": mean_ms, "median": statistics.median(latencies),
-                             "p99": percentile(latencies, 99)},
-        "frame_latency_p99_ms": percentile(latencies, 99),
-        "action_frequency_hz": spec.agents * horizon / (mean_ms / 1e3),
-        "language_throughput_tps": tokens / elapsed,
-        "avg_batch_size": statistics.fmean(batches) if batches else 0.0,
-        "avg_request_latency_ms": statistics.fmean(request_ms) if request_ms else None,
-        "requests_finished": len(request_ms),
-        "kv_bytes_reserved": engine.pool.bytes_reserved,
-        "kv_copy_bytes_per_frame": statistics.fmean(copies),
-        "compile": spec.compile, "compiled": engine.compiled is not None, "compile_reason": engine.compile_reason,
-        "compile_s": compile_s, "recompiles": engine.recompiles,
-    }
+    return run_interleaved(model, tokenizer, [spec], observations, on_frame)[0]
+
+
+def run_interleaved(model: VLA, tokenizer: Tokenizer, specs: Sequence[RunSpec], observations: list[Observation],
+                    on_frame: Callable[[], None] | None = None) -> list[dict]:
+    """Several runs side by side: every engine is built (and compiled) first, then frame ``f`` of
+    each run in turn, so that a change in the machine's load reaches them all alike. Each run's
+    figures count its own frames only (see :class:`Run`)."""
+    runs = [Run(model, tokenizer, spec, observations) for spec in specs]
+    while not all(r.done for r in runs):
+        for r in runs:
+            if not r.done:
+                r.frame()
+                if on_frame:
+                    on_frame()
+    return [r.result() for r in runs]
+
+
+class Run:
+    """One benchmark run, a frame at a time. Its clock stops between its frames: the language
+    throughput is over the time of its measured frames, and a request's latency leaves out the
+    time spent outside this run (other runs' frames) between its arrival and its end."""
+
+    def __init__(self, model: VLA, tokenizer: Tokenizer, spec: RunSpec, observations: list[Observation]):
+        self.model, self.spec, self.observations = model, spec, observations
+        self.engine = _engine(model, tokenizer, spec)
+        self.compile_s = _median_ms(self.engine.warm_up, repeats=1, warmup=0) / 1e3
+        self.workload = Workload.parse(spec.arrivals)
+        self.schedule = self.workload.schedule(spec.warmup + spec.frames, spec.max_decode, seed=spec.seed)
+        self.f = 0
+        self.latencies, self.tokens, self.batches, self.copies, self.served = [], 0, [], [], []
+        self.finished, self.measured_ids = [], set()
+        self.own_s = 0.0  # time of the measured frames
+        self.starts, self.away = [], []  # each frame's start, and the time spent outside this run before it
+        self._last_end: float | None = None
+
+    @property
+    def done(self) -> bool:
+        return self.f >= len(self.schedule)
+
+    def frame(self) -> None:
+        spec, f = self.spec, self.f
+        t0 = time.perf_counter()
+        self.away.append((self.away[-1] if self.away else 0.0) + (t0 - (self._last_end or t0)))
+        self.starts.append(t0)
+        obs = [self.observations[(f * spec.agents + a) % len(self.observations)] for a in range(spec.agents)]
+        res = self.engine.step(obs, [Question("", max_tokens=n) for n in self.schedule[f]])
+        if f >= spec.warmup:
+            self.latencies.append(res.total_ms)
+            self.served.append(len(res.actions))
+            self.tokens += sum(1 for e in res.tokens if e.token_id >= 0)
+            self.batches += res.batch_sizes
+            self.copies.append(res.copy_bytes)
+            self.measured_ids.update(res.started)
+            self.finished += [r for r in res.finished if r.id in self.measured_ids]
+        self._last_end = time.perf_counter()
+        if f >= spec.warmup:
+            self.own_s += self._last_end - t0
+        self.f += 1
+
+    def _own_latency_ms(self, created: float, finished: float) -> float:
+        def away(t: float) -> float:
+            return self.away[max(bisect.bisect_right(self.starts, t) - 1, 0)]
+
+        return (finished - created - (away(finished) - away(created))) * 1e3
+
+    def result(self) -> dict:
+        spec, latencies, engine = self.spec, self.latencies, self.engine
+        request_ms = [self._own_latency_ms(r.created, r.finished) for r in self.finished]
+        mean_ms, median_ms = statistics.fmean(latencies), statistics.median(latencies)
+        horizon = self.model.config.action_horizon
+        return {
+            "setting": spec.setting, "N": spec.max_decode, "k": spec.steps_per_frame, "S": spec.denoise_steps,
+            "H": horizon, "arrivals": str(self.workload), "agents": spec.agents, "frames": spec.frames,
+            "warmup": spec.warmup,
+            "frame_latency_ms": {"mean": mean_ms, "median": median_ms, "p99": percentile(latencies, 99)},
+            "frame_latency_p99_ms": percentile(latencies, 99),
+            "action_frequency_hz": spec.agents * horizon / (mean_ms / 1e3),
+            "action_frequency_per_robot_hz": horizon / (mean_ms / 1e3),
+            "observations_per_frame": statistics.fmean(self.served),
+            "per_observation_ms": median_ms / spec.agents,
+            "language_throughput_tps": self.tokens / self.own_s,
+            "avg_batch_size": statistics.fmean(self.batches) if self.batches else 0.0,
+            "avg_request_latency_ms": statistics.fmean(request_ms) if request_ms else None,
+            "requests_finished": len(request_ms),
+            "kv_bytes_reserved": engine.pool.bytes_reserved,
+            "kv_copy_bytes_per_frame": statistics.fmean(self.copies),
+            "compile": spec.compile, "compiled": engine.compiled is not None,
+            "compile_reason": engine.compile_reason, "compile_s": self.compile_s, "recompiles": engine.recompiles,
+        }
+
+
+#: what must match for two runs to differ only in their number of agents
+SAME_BUT_AGENTS = ("setting", "N", "k", "S", "H", "arrivals", "frames", "warmup", "compile")
+
+
+def compare_agents(runs: list[dict]) -> None:
+    """Set each run's ``frame_ratio_vs_1_agent``: its median frame over the median frame of the
+    1-agent run with the same other settings (None when the runs have no such run)."""
+    def key(r: dict) -> tuple:
+        return tuple(r.get(name) for name in SAME_BUT_AGENTS)
+
+    single = {key(r): r for r in runs if r["agents"] == 1}
+    for r in runs:
+        one = single.get(key(r))
+        r["frame_ratio_vs_1_agent"] = (r["frame_latency_ms"]["median"] / one["frame_latency_ms"]["median"]
+                                       if one else None)
 
 
 def _engine(model: VLA, tokenizer: Tokenizer, spec: RunSpec) -> Engine:

@@ -5,6 +5,10 @@ Example (the sweep in the README)::
     oxygen-bench --settings baseline,parallel,shared_kv,oxygen --max-decode 10,20,30 \\
         --steps-per-frame 1,2,5 --frames 60 --json bench.json --plot figures/
 
+Several robots served by one frame (the 1-agent frame is what the others are compared with)::
+
+    oxygen-bench --settings oxygen --agents 1,2,4 --threads 1
+
 Compiled against eager, side by side in one run (the compile time is reported, not measured)::
 
     oxygen-bench --settings baseline,oxygen --compile on,off --threads 1
@@ -21,8 +25,8 @@ import sys
 
 from tqdm import tqdm
 
-from ..core.benchmark import (RunSpec, measure_components, run_setting, synthetic_observations, upper_bound,
-                               with_prompt_tokens)
+from ..core.benchmark import (RunSpec, compare_agents, measure_components, run_interleaved, synthetic_observations,
+                               upper_bound, with_prompt_tokens)
 from ..core.engine import SETTINGS
 from ..core.model.compile_setup import COMPILE_CHOICES, resolve_compile
 from ..core.workloads import Workload
@@ -65,7 +69,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--frames", type=int, default=60, help="measured frames per run")
     p.add_argument("--warmup", type=int, default=10, help="frames run before measuring")
     p.add_argument("--arrivals", default="uniform:1", help="uniform:R | poisson:L | random-length:A-B")
-    p.add_argument("--agents", type=int, default=1, help="observations per frame (several robots)")
+    p.add_argument("--agents", type=int_list, default=[1],
+                   help="observations per frame, one per robot (comma list to sweep)")
     p.add_argument("--cameras", type=int, default=1, help="cameras per observation")
     p.add_argument("--max-active", type=int, default=16, help="language requests decoding at once")
     p.add_argument("--seed", type=int, default=0)
@@ -82,7 +87,7 @@ def parse_args(argv=None) -> argparse.Namespace:
         Workload.parse(args.arrivals)
     except ValueError as e:
         p.error(str(e))
-    for name in ("frames", "agents", "cameras", "max_active", "action_horizon", "prompt_tokens"):
+    for name in ("frames", "cameras", "max_active", "action_horizon", "prompt_tokens"):
         if getattr(args, name) is None:
             continue
         if getattr(args, name) < 1:
@@ -110,21 +115,12 @@ def main(argv=None) -> int:
         except ValueError as e:
             raise SystemExit(str(e)) from None
     denoise = args.denoise_steps or [c.denoise_steps]
-    combos = [(s, n, k, S, m) for m, S, n, k, s in itertools.product(
-        args.compile, denoise, args.max_decode, args.steps_per_frame, args.settings) if k <= n]
+    combos = [(s, n, k, S, m, a) for m, S, n, k, s, a in itertools.product(
+        args.compile, denoise, args.max_decode, args.steps_per_frame, args.settings, args.agents) if k <= n]
     if not combos:
         raise SystemExit("no run: every --steps-per-frame exceeds every --max-decode")
-    runs = []
-    total = sum(args.frames + args.warmup for _ in combos)
-    # the bar shows on a terminal only (disable=None), and only for long sweeps
-    with tqdm(total=total, unit="frame", disable=True if total < 200 else None, file=sys.stderr) as bar:
-        for setting, n, k, S, mode in combos:
-            spec = RunSpec(setting, n, k, S, args.frames, args.warmup, args.arrivals, agents=args.agents,
-                           max_active=args.max_active, seed=args.seed, compile=mode)
-            bar.set_description(f"{setting} N={n} k={k} S={S} compile={mode}")
-            r = run_setting(model, tok, spec, obs, on_frame=lambda: bar.update(1))
-            r["preset"] = c.name
-            runs.append(r)
+    runs = run_all(model, tok, args, obs, combos)
+    compare_agents(runs)
     components, bounds = components_and_bounds(model, tok, args, runs)
     result = {"runs": runs, "upper_bound": bounds, "components": components.get(False),
               "components_compiled": components.get(True),
@@ -138,10 +134,29 @@ def main(argv=None) -> int:
     if args.plot:
         from .plots import write_plots
 
-        first = [r for r in runs if r["compile"] == args.compile[0]]  # the figures show one mode
+        # the figures show one mode and one number of agents
+        first = [r for r in runs if r["compile"] == args.compile[0] and r["agents"] == args.agents[0]]
         for path in write_plots(dict(result, runs=first), args.plot):
             print(f"wrote {path}", file=sys.stderr)
     return 0
+
+
+def run_all(model, tok, args: argparse.Namespace, obs: list, combos: list[tuple]) -> list[dict]:
+    """Every run of the sweep, in the order of ``combos``; those that differ only in their agents
+    run interleaved (so their ratios are measured under the same load)."""
+    runs = []
+    total = sum(args.frames + args.warmup for _ in combos)
+    # the bar shows on a terminal only (disable=None), and only for long sweeps
+    with tqdm(total=total, unit="frame", disable=True if total < 200 else None, file=sys.stderr) as bar:
+        for (setting, n, k, S, mode), group in itertools.groupby(combos, key=lambda combo: combo[:5]):
+            agents = [combo[5] for combo in group]
+            specs = [RunSpec(setting, n, k, S, args.frames, args.warmup, args.arrivals, agents=a,
+                             max_active=args.max_active, seed=args.seed, compile=mode) for a in agents]
+            bar.set_description(f"{setting} N={n} k={k} S={S} agents={','.join(map(str, agents))} compile={mode}")
+            for r in run_interleaved(model, tok, specs, obs, on_frame=lambda: bar.update(1)):
+                r["preset"] = model.config.name
+                runs.append(r)
+    return runs
 
 
 def components_and_bounds(model, tok, args: argparse.Namespace, runs: list[dict]) -> tuple[dict, dict]:
@@ -155,7 +170,8 @@ def components_and_bounds(model, tok, args: argparse.Namespace, runs: list[dict]
     for S, n, k, compiled in sorted({(r["S"], r["N"], r["k"], r["compiled"]) for r in runs}):
         ox = [r for r in runs if r["setting"] == "oxygen" and (r["S"], r["N"], r["k"], r["compiled"]) == (S, n, k,
                                                                                                         compiled)]
-        per_frame = ox[0]["language_throughput_tps"] * ox[0]["frame_latency_ms"]["mean"] / 1e3 if ox else None
+        one = min(ox, key=lambda r: r["agents"]) if ox else None  # the bound is a frame of one observation
+        per_frame = one["language_throughput_tps"] * one["frame_latency_ms"]["mean"] / 1e3 if one else None
         bounds[bound_key(S, n, k, compiled)] = upper_bound(components[compiled], S=S, k=k, H=c.action_horizon,
                                                            tokens_per_frame=per_frame)
     return components, bounds
@@ -166,22 +182,16 @@ def bound_key(S: int, n: int, k: int, compiled: bool = False) -> str:
 
 
 def print_table(runs: list[dict], bounds: dict) -> None:
-    base = {(r["N"], r["k"], r["S"], r["compiled"]): r for r in runs if r["setting"] == "baseline"}
-    head = f"{'setting':<10} {'comp':>4} {'N':>3} {'k':>3} {'S':>3} {'T mean':>8} {'T med':>8} {'T p99':>8} {'f (Hz)':>8} " \
-           f"{'tau (tok/s)':>11} {'B':>5} {'copy B/fr':>9} {'speedup':>7} {'ideal':>6}"
+    """One row per run. ``obs``: observations per frame; ``T/obs``: median T over them; ``x1``: the
+    median frame over the 1-agent run's (same other settings); ``f/robot``: H / mean T."""
+    base = {_same_but_setting(r): r for r in runs if r["setting"] == "baseline"}
+    head = f"{'setting':<10} {'comp':>4} {'N':>3} {'k':>3} {'S':>3} {'obs':>3} {'T mean':>8} {'T med':>8} " \
+           f"{'T p99':>8} {'T/obs':>7} {'x1':>5} {'f (Hz)':>8} {'f/robot':>8} {'tau (tok/s)':>11} {'B':>5} " \
+           f"{'copy B/fr':>9} {'speedup':>7} {'ideal':>6}"
     print(head)
     print("-" * len(head))
     for r in runs:
-        b = base.get((r["N"], r["k"], r["S"], r["compiled"]))
-        ub = bounds.get(bound_key(r["S"], r["N"], r["k"], r["compiled"]))
-        speed = f"{r['action_frequency_hz'] / b['action_frequency_hz']:.2f}" if b else "-"
-        ideal = f"{b['frame_latency_ms']['mean'] / ub['frame_latency_ms']:.2f}" if b and ub else "-"
-        comp = "on" if r["compiled"] else "off"
-        print(f"{r['setting']:<10} {comp:>4} {r['N']:>3} {r['k']:>3} {r['S']:>3} {r['frame_latency_ms']['mean']:>8.2f} "
-              f"{r['frame_latency_ms']['median']:>8.2f} "
-              f"{r['frame_latency_p99_ms']:>8.2f} {r['action_frequency_hz']:>8.1f} "
-              f"{r['language_throughput_tps']:>11.1f} {r['avg_batch_size']:>5.2f} "
-              f"{r['kv_copy_bytes_per_frame']:>9.0f} {speed:>7} {ideal:>6}")
+        print(_row(r, base.get(_same_but_setting(r)), bounds.get(bound_key(r["S"], r["N"], r["k"], r["compiled"]))))
         if r["compile"] != "off" and not r["compiled"]:
             print(f"  ({r['setting']}: compile={r['compile']} ran eager: {r['compile_reason']})")
         if r["compiled"]:
@@ -189,6 +199,25 @@ def print_table(runs: list[dict], bounds: dict) -> None:
     for key, ub in bounds.items():
         print(f"upper bound {key}: T {ub['frame_latency_ms']:.2f} ms, f {ub['action_frequency_hz']:.1f} Hz, "
               f"tau {ub['language_throughput_tps']:.1f} tok/s")
+
+
+def _same_but_setting(r: dict) -> tuple:
+    return r["N"], r["k"], r["S"], r["compiled"], r["agents"]
+
+
+def _row(r: dict, b: dict | None, ub: dict | None) -> str:
+    """``r``'s row of the table; ``b``: the baseline run it is compared with, ``ub``: its upper bound
+    (one observation per frame: no ideal for several)."""
+    speed = f"{r['action_frequency_hz'] / b['action_frequency_hz']:.2f}" if b else "-"
+    ideal = f"{b['frame_latency_ms']['mean'] / ub['frame_latency_ms']:.2f}" if b and ub and r["agents"] == 1 else "-"
+    ratio = "-" if r.get("frame_ratio_vs_1_agent") is None else f"{r['frame_ratio_vs_1_agent']:.2f}"
+    comp = "on" if r["compiled"] else "off"
+    t = r["frame_latency_ms"]
+    return (f"{r['setting']:<10} {comp:>4} {r['N']:>3} {r['k']:>3} {r['S']:>3} {r['observations_per_frame']:>3.0f} "
+            f"{t['mean']:>8.2f} {t['median']:>8.2f} {r['frame_latency_p99_ms']:>8.2f} "
+            f"{r['per_observation_ms']:>7.2f} {ratio:>5} {r['action_frequency_hz']:>8.1f} "
+            f"{r['action_frequency_per_robot_hz']:>8.1f} {r['language_throughput_tps']:>11.1f} "
+            f"{r['avg_batch_size']:>5.2f} {r['kv_copy_bytes_per_frame']:>9.0f} {speed:>7} {ideal:>6}")
 
 
 if __name__ == "__main__":
