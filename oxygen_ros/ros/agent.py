@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
+from .robot_process import INFERENCE, RobotProcessError, RobotProcesses, camera_sides
 from .spinner import BACKGROUND_NICENESS, CONTROL_PATH, EXECUTORS, Spinner  # noqa: F401 (the agent's layout)
 
 PACKAGE = "oxygen_ros"
@@ -262,21 +263,25 @@ def parse_launch_args(items: list[str]) -> dict[str, str]:
 # --------------------------------------------------------------------------
 
 
-INFERENCE = "oxygen_inference"
-
-
 class Agent:
     """The nodes of a plan in this process: built with the parameters file, then the
-    command's own nodes (:meth:`add`), spun in background threads, destroyed at the end."""
+    command's own nodes (:meth:`add`), spun in background threads, destroyed at the end;
+    ``robot_processes``: every robot's camera side in a process of its own (:mod:`.robot_process`)."""
 
-    def __init__(self, plan: list[dict[str, Any]], params_file: str):
+    def __init__(self, plan: list[dict[str, Any]], params_file: str, robot_processes: bool = False,
+                 background_niceness: int = BACKGROUND_NICENESS):
         self.plan, self.params_file = plan, params_file
-        self.nodes: list = []  # in the order made: the plan's, then the command's own
+        sides = camera_sides(plan) if robot_processes else {}
+        self.local = [item for item in plan if not robot_processes or item["spec"].name == INFERENCE]
+        self.nodes: list = []  # in the order made: the plan's (here), then the command's own
         self.spinner: Spinner | None = None
+        self.children = RobotProcesses(sides, params_file, background_niceness)  # started by build()
 
     def build(self) -> None:
-        """Construct the plan's nodes (those made before a failure are kept for :meth:`close`)."""
-        build_nodes(self.plan, self.params_file, self.nodes)
+        """Start the robots' processes, construct this process's nodes (kept for :meth:`close` on a failure)."""
+        self.children.start()
+        build_nodes(self.local, self.params_file, self.nodes)
+        self.children.wait_ready()
 
     def node(self, name: str, robot: str | None = None):
         """The node called ``name`` (in ``robot``'s namespace, or the root one); KeyError
@@ -308,7 +313,7 @@ class Agent:
         from .process import settle_garbage_collector
 
         settle_garbage_collector()
-        built, own = self.nodes[:len(self.plan)], self.nodes[len(self.plan):]
+        built, own = self.nodes[:len(self.local)], self.nodes[len(self.local):]
         inference = self.inference
         order = [inference, *own, *(n for n in built if n is not inference)]
         self.spinner = Spinner(executor, order, background_niceness=background_niceness)
@@ -318,18 +323,21 @@ class Agent:
         return self.spinner is not None and self.failure() is None
 
     def failure(self) -> str | None:
-        """Why a node of this agent no longer runs (None while all do)."""
+        """Why a node of this agent, or a robot's child process, no longer runs (None while all do)."""
         if self.spinner is not None and not self.spinner.alive():
             return self.spinner.failure or "an executor stopped"
+        if self.spinner is not None and (failure := self.children.failure()) is not None:
+            return failure
         worker = getattr(self.inference, "worker", None)
         if self.spinner is not None and worker is not None and not worker.alive:
             return f"{INFERENCE}: its frame worker stopped"
         return None
 
     def close(self) -> None:
-        """Stop spinning, destroy every node (last made first) and shut rclpy down."""
+        """Stop the robots' processes and spinning, destroy every node (last made first), shut rclpy down."""
         import rclpy
 
+        self.children.stop()
         if self.spinner is not None:
             self.spinner.shutdown()
         for node in reversed(self.nodes):
@@ -351,10 +359,11 @@ class Session(Protocol):
 
 
 def run_agent(prog: str, values: dict[str, str], session: Session, executor: str = "split",
-              background_niceness: int = BACKGROUND_NICENESS) -> int:
-    """Run the plan's nodes for the launch-argument ``values`` in this process with
-    ``session``; the exit status: 2 for a bad argument or parameter (printed after
-    ``prog:``), else ``session.run``'s (0 when interrupted by Ctrl-C or SIGTERM)."""
+              background_niceness: int = BACKGROUND_NICENESS, robot_processes: bool = False) -> int:
+    """Run the plan's nodes for the launch-argument ``values`` in this process (with ``robot_processes``
+    the robots' camera sides in their own) with ``session``; the exit status: 2 for a bad argument or
+    parameter (printed after ``prog:``), 1 when a node or a robot's process stopped, else
+    ``session.run``'s (0 when interrupted by Ctrl-C or SIGTERM)."""
     try:
         plan, params_file = resolve(values)
     except ValueError as exc:
@@ -366,9 +375,9 @@ def run_agent(prog: str, values: dict[str, str], session: Session, executor: str
     from .process import init_control_process
 
     init_control_process([])
-    print(f"{prog}: parameters from {params_file}; nodes: " + ", ".join(node_label(item) for item in plan),
-          flush=True)
-    agent, code = Agent(plan, params_file), 0
+    print(f"{prog}: parameters from {params_file}; nodes: " + ", ".join(node_label(item) for item in plan)
+          + ("; every robot's camera side in a process of its own" if robot_processes else ""), flush=True)
+    agent, code = Agent(plan, params_file, robot_processes, background_niceness), 0
     try:
         agent.build()
         session.start(agent)
@@ -377,9 +386,9 @@ def run_agent(prog: str, values: dict[str, str], session: Session, executor: str
         if (failure := agent.failure()) is not None:  # a node died: the run failed, whatever the session says
             print(f"{prog}: {failure}", file=sys.stderr, flush=True)
             code = code or 1
-    except ParameterError as exc:
-        print(f"{prog}: {exc}", file=sys.stderr)
-        code = 2
+    except (ParameterError, RobotProcessError) as exc:  # a robot's process that did not start: 1
+        print(f"{prog}: {exc}", file=sys.stderr, flush=True)
+        code = 2 if isinstance(exc, ParameterError) else 1
     except (KeyboardInterrupt, ExternalShutdownException):
         pass
     finally:

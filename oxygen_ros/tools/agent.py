@@ -3,7 +3,7 @@
 Usage::
 
     oxygen-agent [name:=value ...] [--duration SECONDS] [--report PATH] [--text all|changed|none]
-                 [--executor split|multi] [--background-niceness N]
+                 [--executor split|multi] [--background-niceness N] [--robot-processes]
 
 The arguments are the launch file's (``oxygen_ros.ros.agent.ARGUMENTS``),
 written ``name:=value`` like ``ros2 launch`` arguments: ``params_file``
@@ -26,7 +26,11 @@ control path (synthetic camera, monitor) at a lower priority
 (``--background-niceness``, see ``oxygen_ros.ros.spinner.Spinner``)
 (``--executor multi``: everything on one ``MultiThreadedExecutor``, for
 comparison: its wait-set rebuilding in Python keeps most of a core busy, which
-on 2 cores delays the frames and the control tick).
+on 2 cores delays the frames and the control tick). ``--robot-processes``:
+every robot's camera side (its camera node and synthetic camera) runs in a
+child process of its own instead, as on real robots, the inference node and
+the monitor here (:mod:`oxygen_ros.ros.robot_process`); a child that ends
+ends the run, naming its robot, and none outlives the agent.
 
 While running it prints a status line and the streamed text
 (:mod:`.agent_monitor`). ``--report PATH`` writes the run's figures as JSON;
@@ -68,6 +72,10 @@ def _parse_args(argv: list[str]) -> tuple[argparse.Namespace, dict[str, str]]:
     parser.add_argument("--background-niceness", type=int, default=BACKGROUND_NICENESS, metavar="N",
                         help=f"split executors: lower the priority of the threads of nodes off the control path "
                              f"(demo source, monitor) by N (default {BACKGROUND_NICENESS}; 0: leave it)")
+    parser.add_argument("--robot-processes", action=argparse.BooleanOptionalAction, default=False,
+                        help="every robot's camera side (camera node, synthetic camera) in a process of its own, "
+                             "as on real robots; the inference node and the monitor stay in this one "
+                             "(default: all nodes in this process)")
     parser.add_argument("--text", choices=("all", "changed", "none"), default="changed",
                         help="which finished texts to print (default: answers and changed periodic texts)")
     ns = parser.parse_intermixed_args(argv)  # launch arguments before or after the options
@@ -144,7 +152,7 @@ class AgentSession:
 def main(argv: list[str] | None = None) -> int:
     ns, values = _parse_args(sys.argv[1:] if argv is None else argv)
     session = AgentSession(ns)
-    code = run_agent("oxygen-agent", values, session, ns.executor, ns.background_niceness)
+    code = run_agent("oxygen-agent", values, session, ns.executor, ns.background_niceness, ns.robot_processes)
     report = session.report
     if report is not None:
         summary = {k: report[k] for k in SUMMARY if report[k] is not None}  # subscriber-side figures need --report
