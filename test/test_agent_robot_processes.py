@@ -1,0 +1,140 @@
+"""`oxygen-agent robots:=a,b demo:=true --robot-processes`: every robot's camera side (camera node,
+synthetic camera) in a child process of its own, the inference node in the agent's; real DDS.
+Both robots get actions, a child's plan items are the in-process ones, a child that dies ends
+the run naming its robot, and no child outlives the agent, even a killed one."""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from ros_harness import REPO, checkout_env, installed_script
+
+CHILD = "oxygen_ros.ros.robot_process"
+
+
+def _children(parent: int | None = None) -> dict[int, str]:
+    """{pid: command line} of the running robot processes of this checkout's interpreter
+    (of the agent ``parent`` only, when given)."""
+    found = {}
+    for entry in Path("/proc").iterdir():
+        try:
+            cmd = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode()
+            ppid = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
+        except (OSError, ValueError, IndexError):
+            continue
+        if f" -m {CHILD} " in cmd and cmd.startswith(sys.executable + " ") and parent in (None, ppid):
+            found[int(entry.name)] = cmd
+    return found
+
+
+def _robot_of(cmd: str) -> str:
+    return Path(cmd.split()[-1]).name.split("_")[2]  # oxygen_robot_<robot>_XXXX.json
+
+
+def _agent(tmp_path, *args, duration="8"):
+    return subprocess.Popen([installed_script("oxygen-agent"), "robots:=a,b", "demo:=true", "--robot-processes",
+                             "--text", "none", "--duration", duration, *args], cwd=tmp_path, env=checkout_env(),
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def _wait_for_children(proc, count=2, timeout=90.0) -> dict[int, str]:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline and proc.poll() is None:
+        children = _children(proc.pid)
+        if len(children) >= count:
+            return children
+        time.sleep(0.2)
+    return _children(proc.pid)
+
+
+def _running(pid: int) -> bool:
+    """The process runs (a zombie, ended but not yet reaped, does not)."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    except (OSError, IndexError):
+        return False
+
+
+def _left(pids, timeout=15.0) -> list[int]:
+    """The pids of ``pids`` still running after at most ``timeout`` s."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline and any(_running(pid) for pid in pids):
+        time.sleep(0.1)
+    return [pid for pid in pids if _running(pid)]
+
+
+def test_plan_items_reach_a_child_unchanged(tmp_path):
+    """What a child builds is the in-process plan item for item (parameters, types, remappings)."""
+    from oxygen_ros.ros.agent import node_plan
+    from oxygen_ros.ros.robot_process import camera_sides, decode_items, encode_items
+
+    params = tmp_path / "agent.yaml"
+    params.write_text((REPO / "config" / "agent.yaml").read_text()
+                      + "\nb/oxygen_camera:\n  ros__parameters:\n    max_age: 1.5\n    image_topics: [/arm_b/rgb]\n")
+    plan = node_plan({"robots": "a,b", "demo": "true", "camera_topic": "/cam/rgb"}, str(params))
+    sides = camera_sides(plan)
+    assert list(sides) == ["a", "b"]
+    assert [item["spec"].name for item in sides["a"]] == ["oxygen_synthetic_camera", "oxygen_camera"]
+    assert all(item["spec"].name != "oxygen_inference" for items in sides.values() for item in items)
+    for items in sides.values():
+        sent = decode_items(json.loads(json.dumps(encode_items(items))))
+        assert sent == items
+        for got, want in zip(sent, items):
+            assert [type(v) for v in got["parameters"].values()] == [type(v) for v in want["parameters"].values()]
+    assert sides["b"][1]["parameters"]["max_age"] == 1.5 and sides["a"][0]["remappings"] == [
+        ("/a/camera/image_raw", "/a/cam/rgb")]
+
+
+def test_two_robots_in_processes_of_their_own_both_get_actions_and_no_child_outlives_the_agent(ros_env, tmp_path):
+    report = tmp_path / "out.json"
+    proc = _agent(tmp_path, "--report", str(report))
+    try:
+        children = _wait_for_children(proc)
+        assert sorted(_robot_of(cmd) for cmd in children.values()) == ["a", "b"], children
+        out, err = proc.communicate(timeout=150)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert proc.returncode == 0, out[-3000:] + err[-3000:]
+    assert "every robot's camera side in a process of its own" in out
+    assert not _left(children, timeout=1.0), "a robot's process outlived the agent"
+    data = json.loads(report.read_text())
+    assert set(data["robots"]) == {"a", "b"}
+    for robot, figures in data["robots"].items():
+        assert figures["actions_published"] > 0 and figures["actions_received"] > 0, (robot, figures)
+        assert figures["obs_to_action_p99_ms"] is not None and figures["obs_to_action_p99_ms"] > 0, (robot, figures)
+    assert not [cmd for cmd in children.values() if Path(cmd.split()[-1]).exists()], "a plan file was left"
+
+
+def test_a_robot_process_that_dies_ends_the_run_naming_the_robot(ros_env, tmp_path):
+    proc = _agent(tmp_path, duration="120")
+    try:
+        children = _wait_for_children(proc)
+        b = next(pid for pid, cmd in children.items() if _robot_of(cmd) == "b")
+        time.sleep(3.0)  # running: the nodes spin
+        os.kill(b, signal.SIGKILL)
+        out, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert proc.returncode == 1, out[-2000:] + err[-3000:]
+    assert f"oxygen-agent: robot b's camera side (b/oxygen_synthetic_camera, b/oxygen_camera; pid {b}) " \
+           "was killed by signal 9" in err, err[-3000:]
+    assert not _left(children, timeout=5.0), "robot a's process outlived the agent"
+
+
+def test_the_robot_processes_end_when_the_agent_is_killed(ros_env, tmp_path):
+    proc = _agent(tmp_path, duration="120")
+    try:
+        children = _wait_for_children(proc)
+        assert len(children) == 2, children
+    finally:
+        proc.kill()  # no chance to stop them: they notice their parent is gone
+        proc.communicate(timeout=30)
+    assert not _left(children), "a robot's process outlived the killed agent"
