@@ -1,5 +1,6 @@
-"""`oxygen-agent robots:=a,b demo:=true --robot-processes`: every robot's camera side (camera node,
-synthetic camera) in a child process of its own, the inference node in the agent's; real DDS.
+"""`oxygen-agent robots:=a,b demo:=true` (``--robot-processes``, the default with robots): every robot's
+camera side (camera node, synthetic camera) in a child process of its own, the inference node in the
+agent's; real DDS.
 Both robots get actions, a child's plan items are the in-process ones, a child that dies ends
 the run naming its robot, and no child outlives the agent, even a killed one."""
 
@@ -36,7 +37,7 @@ def _robot_of(cmd: str) -> str:
 
 
 def _agent(tmp_path, *args, duration="8"):
-    return subprocess.Popen([installed_script("oxygen-agent"), "robots:=a,b", "demo:=true", "--robot-processes",
+    return subprocess.Popen([installed_script("oxygen-agent"), "robots:=a,b", "demo:=true",
                              "--text", "none", "--duration", duration, *args], cwd=tmp_path, env=checkout_env(),
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
@@ -112,7 +113,7 @@ def test_two_robots_in_processes_of_their_own_both_get_actions_and_no_child_outl
 
 
 def test_a_robot_process_that_dies_ends_the_run_naming_the_robot(ros_env, tmp_path):
-    proc = _agent(tmp_path, duration="120")
+    proc = _agent(tmp_path, "--robot-processes", duration="120")
     try:
         children = _wait_for_children(proc)
         b = next(pid for pid, cmd in children.items() if _robot_of(cmd) == "b")

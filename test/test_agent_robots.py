@@ -1,5 +1,7 @@
-"""`oxygen-agent robots:=a,b demo:=true` as a user runs it: a subprocess on real DDS with
-two synthetic robots and one inference node; the report has both robots' figures."""
+"""`oxygen-agent robots:=a,b demo:=true --no-robot-processes` as a user runs it: a subprocess on
+real DDS with two synthetic robots and one inference node, all in the agent's process (the
+default, each robot's camera side in a process of its own: test_agent_robot_processes.py); the
+report has both robots' figures."""
 
 import json
 import subprocess
@@ -13,8 +15,8 @@ ROBOT_KEYS = ("tick_rate_hz", "tick_jitter_p50_ms", "tick_jitter_p99_ms", "obs_t
 
 def test_two_demo_robots_both_get_actions_and_the_report_has_each(ros_env, tmp_path):
     report = tmp_path / "out.json"
-    proc = subprocess.run([installed_script("oxygen-agent"), "robots:=a,b", "demo:=true", "--duration", "8",
-                           "--report", str(report)], cwd=tmp_path, env=checkout_env(), capture_output=True,
+    proc = subprocess.run([installed_script("oxygen-agent"), "robots:=a,b", "demo:=true", "--no-robot-processes",
+                           "--duration", "8", "--report", str(report)], cwd=tmp_path, env=checkout_env(), capture_output=True,
                           text=True, timeout=150)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     for node in ("a/oxygen_synthetic_camera", "b/oxygen_synthetic_camera", "a/oxygen_camera", "b/oxygen_camera",
