@@ -17,21 +17,24 @@ def run_node(make_node: Callable, args: list[str] | None = None, until_done: boo
     """Init rclpy, build the node, spin it (until ``node.done`` when asked), destroy it;
     Ctrl-C and an external shutdown end it quietly. 1 when a parameter is bad (the node
     has logged which), else 0."""
+    # rclpy.init() is a context manager from Kilted on; Jazzy's returns None: init and shut down by hand
+    rclpy.init(args=args)
     try:
-        with rclpy.init(args=args):
-            try:
-                node = make_node()
-            except ParameterError:
-                return 1  # logged by the node
-            try:
-                if until_done:
-                    rclpy.spin_until_future_complete(node, node.done)
-                else:
-                    rclpy.spin(node)
-            finally:
-                node.destroy_node()
+        try:
+            node = make_node()
+        except ParameterError:
+            return 1  # logged by the node
+        try:
+            if until_done:
+                rclpy.spin_until_future_complete(node, node.done)
+            else:
+                rclpy.spin(node)
+        finally:
+            node.destroy_node()
     except (KeyboardInterrupt, ExternalShutdownException):
         pass
+    finally:
+        rclpy.try_shutdown()
     return 0
 
 
