@@ -24,8 +24,8 @@ load, a crash), the launch logs which one and how, stops the others and exits
 with a non-zero status (an exception in an OnProcessExit handler is what makes
 ``ros2 launch`` return 1). Ctrl-C ends it as usual.
 
-The nodes and arguments are defined once, in ``oxygen_ros.ros.agent``
-(``NODES``, ``ARGUMENTS``, ``node_plan``), which ``oxygen-agent`` uses too, so
+The nodes and arguments are defined once, in ``oxygen_ros.ros.plan_tables``
+(``NODES``, ``ARGUMENTS``) and ``oxygen_ros.ros.plan`` (``node_plan``), which ``oxygen-agent`` uses too, so
 both start the same thing.
 """
 
@@ -39,7 +39,8 @@ from launch.event_handlers import OnProcessExit
 from launch.substitutions import LaunchConfiguration
 from launch_ros.actions import Node
 
-from oxygen_ros.ros.agent import ARGUMENTS, PACKAGE, node_exit_message, node_label, resolve
+from oxygen_ros.ros.plan import node_exit_message, node_label, resolve
+from oxygen_ros.ros.plan_tables import ARGUMENTS, PACKAGE
 
 
 def _default_params_file():

@@ -70,7 +70,7 @@ def _left(pids, timeout=15.0) -> list[int]:
 
 def test_plan_items_reach_a_child_unchanged(tmp_path):
     """What a child builds is the in-process plan item for item (parameters, types, remappings)."""
-    from oxygen_ros.ros.agent import node_plan
+    from oxygen_ros.ros.plan import node_plan
     from oxygen_ros.ros.robot_process import camera_sides, decode_items, encode_items
 
     params = tmp_path / "agent.yaml"

@@ -3,7 +3,7 @@
 launch_ros is not installable from the ROS 2 wheels, so the launch file is
 loaded only where it is importable; everything else is checked structurally:
 the launch file's nodes and arguments (shared with ``oxygen-agent`` through
-``oxygen_ros.ros.agent``), the installed executables, and the parameters
+``oxygen_ros.ros.plan``), the installed executables, and the parameters
 declared by the real nodes (started here) against the YAML and the overrides.
 """
 
@@ -24,7 +24,7 @@ IMPLICIT = {"use_sim_time", "start_type_description_service"}  # declared by rcl
 @pytest.fixture(scope="module")
 def declared(module_ros_env):
     """{node name: {parameter: default value}} of every node the launch file can start."""
-    from oxygen_ros.ros.agent import NODES
+    from oxygen_ros.ros.plan_tables import NODES
 
     out = {}
     with Ros() as ros:
@@ -71,7 +71,7 @@ def test_launch_file_structure():
 
 
 def test_a_node_exit_ends_the_launch_unless_it_is_shutting_down():
-    from oxygen_ros.ros.agent import node_exit_message
+    from oxygen_ros.ros.plan import node_exit_message
 
     assert node_exit_message("oxygen_inference", 2, shutting_down=False) == (
         "oxygen_inference exited with code 2; ending the launch (the node's own log above says why)")
@@ -84,7 +84,8 @@ def test_a_node_exit_ends_the_launch_unless_it_is_shutting_down():
 def test_a_missing_or_unreadable_params_file_is_an_error(tmp_path, capsys, content):
     """The launch file and oxygen-agent share resolve(): nothing starts from a params
     file that is missing or not YAML, and the error names the file."""
-    from oxygen_ros.ros.agent import resolve, run_agent
+    from oxygen_ros.ros.agent import run_agent
+    from oxygen_ros.ros.plan import resolve
 
     path = tmp_path / "agent.yaml"
     if isinstance(content, str):
@@ -102,7 +103,7 @@ def test_launch_file_loads_where_launch_ros_is_available():
     from launch.actions import DeclareLaunchArgument, OpaqueFunction
 
     from launch import LaunchContext
-    from oxygen_ros.ros.agent import ARGUMENTS
+    from oxygen_ros.ros.plan_tables import ARGUMENTS
 
     spec = importlib.util.spec_from_file_location("agent_launch", LAUNCH_FILE)
     module = importlib.util.module_from_spec(spec)
@@ -123,7 +124,8 @@ def test_launch_file_loads_where_launch_ros_is_available():
 
 
 def test_node_plan_demo_is_off_by_default_and_overrides_are_typed():
-    from oxygen_ros.ros.agent import CAMERA_TOPIC, node_plan
+    from oxygen_ros.ros.plan import node_plan
+    from oxygen_ros.ros.plan_tables import CAMERA_TOPIC
 
     assert [i["spec"].name for i in node_plan({})] == ["oxygen_camera", "oxygen_inference"]
     plan = {i["spec"].name: i for i in node_plan({"demo": "true", "control_rate_hz": "25", "device": "cpu",
@@ -141,7 +143,7 @@ def test_node_plan_demo_is_off_by_default_and_overrides_are_typed():
 
 
 def test_launch_arguments_parse_and_a_bad_one_is_named():
-    from oxygen_ros.ros.agent import parse_launch_args
+    from oxygen_ros.ros.plan import parse_launch_args
 
     assert parse_launch_args(["demo:=true", " camera_topic :=/a:=b", "model_path:="]) == {
         "demo": "true", "camera_topic": "/a:=b", "model_path": ""}
@@ -173,7 +175,7 @@ def test_run_agent_refuses_a_bad_argument_before_starting_anything(capsys):
 
 
 def test_every_executable_is_installed():
-    from oxygen_ros.ros.agent import NODES
+    from oxygen_ros.ros.plan_tables import NODES
 
     prefix = installed_prefix()
     rows = {name: (where, f"{module}:{function}") for name, where, module, function in executables()}
@@ -196,7 +198,7 @@ def test_launch_and_config_are_installed():
 
 
 def test_every_overridden_parameter_is_declared(declared):
-    from oxygen_ros.ros.agent import ARGUMENTS, DEMO_PARAMETERS
+    from oxygen_ros.ros.plan_tables import ARGUMENTS, DEMO_PARAMETERS
 
     for a in ARGUMENTS:
         if a.node is not None:
@@ -236,7 +238,7 @@ def test_yaml_comments_every_parameter():
 
 def test_yaml_loads_into_the_nodes(ros):
     """Every node starts from the YAML (types accepted, values valid)."""
-    from oxygen_ros.ros.agent import NODES
+    from oxygen_ros.ros.plan_tables import NODES
 
     for spec in NODES:
         cls = getattr(importlib.import_module(spec.module), spec.cls)

@@ -183,7 +183,7 @@ def test_start_up_log_says_which_sizes_the_parameter_set():
 
 
 def test_launch_argument_gives_the_parameter_its_items():
-    from oxygen_ros.ros.agent import node_plan
+    from oxygen_ros.ros.plan import node_plan
 
     def sizes(text):
         (inference,) = [i for i in node_plan({"model_sizes": text}) if i["spec"].name == "oxygen_inference"]

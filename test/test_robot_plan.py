@@ -13,7 +13,7 @@ YAML_FILE = REPO / "config" / "agent.yaml"
 
 
 def _plan(values, params_file=YAML_FILE):
-    from oxygen_ros.ros.agent import node_label, node_plan
+    from oxygen_ros.ros.plan import node_label, node_plan
 
     return {node_label(item): item for item in node_plan(values, str(params_file))}
 
@@ -110,7 +110,8 @@ def test_camera_topic_applies_per_robot_after_the_prefix():
 @pytest.mark.parametrize("robots, bad", [("left,2nd", "'2nd'"), ("left,,right", "''"), ("le-ft", "'le-ft'"),
                                          ("left,right,left", "'left' is listed twice"), ("a b", "'a b'")])
 def test_a_bad_robot_name_is_refused_naming_it(robots, bad, capsys):
-    from oxygen_ros.ros.agent import node_plan, run_agent
+    from oxygen_ros.ros.agent import run_agent
+    from oxygen_ros.ros.plan import node_plan
 
     with pytest.raises(ValueError, match=f"argument 'robots': robot name {bad}"):
         node_plan({"robots": robots})
@@ -119,7 +120,7 @@ def test_a_bad_robot_name_is_refused_naming_it(robots, bad, capsys):
 
 
 def test_robot_topics_name_every_topic_parameter_of_the_robot_side_nodes():
-    from oxygen_ros.ros.agent import NODES
+    from oxygen_ros.ros.plan_tables import NODES
     from oxygen_ros.ros.parameters import optional_topic_name, topic_list, topic_name
     from oxygen_ros.ros.robot_plan import PARAMETER_TABLES, ROBOT_TOPICS
 
@@ -181,7 +182,7 @@ def test_built_nodes_run_in_their_robots_namespaces_with_the_merged_parameters(r
     import rclpy
     from rclpy.context import Context
 
-    from oxygen_ros.ros.agent import build_nodes, node_plan
+    from oxygen_ros.ros.plan import build_nodes, node_plan
 
     path = _write(tmp_path, SECTIONS)
     plan = [i for i in node_plan({"robots": "left,right", "demo": "true"}, str(path)) if i["robot"]]

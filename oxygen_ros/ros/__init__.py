@@ -17,8 +17,9 @@ everything that decides something lives in :mod:`oxygen_ros.core`.
   (:mod:`.frame_worker`), text and diagnostics out.
 * :mod:`.synthetic_camera` - a synthetic closed-loop camera; :mod:`.bag_player` - a rosbag2 player.
 * :mod:`.bags` - write and read rosbag2 directories (MCAP or SQLite3).
-* :mod:`.agent` - the agent's node plan (shared with ``launch/agent.launch.py``),
-  spinning, and the one start-up of ``oxygen-agent`` and ``oxygen-soak``.
+* :mod:`.plan_tables`, :mod:`.plan`, :mod:`.robot_plan` - the agent's node plan (shared
+  with ``launch/agent.launch.py``); :mod:`.agent` - the one start-up of ``oxygen-agent``
+  and ``oxygen-soak``, spinning (and :mod:`.robot_process`: robots' camera sides).
 * :mod:`.process` - the process set-up of every entry point that runs the
   control loop.
 

@@ -1,4 +1,4 @@
-"""The node plan for several robots (``robots:=left,right``), part of :func:`.agent.node_plan`.
+"""The node plan for several robots (``robots:=left,right``), part of :func:`.plan.node_plan`.
 
 Per robot, in the robot's namespace (``left``; node names unchanged): the
 camera node, and with ``demo:=true`` the synthetic camera; then ONE inference
@@ -33,7 +33,7 @@ from __future__ import annotations
 import importlib
 from typing import Any
 
-from .agent import CAMERA_TOPIC, DEMO_PARAMETERS, NODES, argument_overrides
+from .plan_tables import CAMERA_TOPIC, DEMO_PARAMETERS, NODES, argument_overrides
 from .params_sections import node_parameters, read_sections
 from .robots import namespaced_topic, namespaced_value
 
@@ -89,7 +89,7 @@ def robot_parameters(sections: list, node: str, robot: str, index: int, demo: bo
 
 
 def robots_plan(args: dict[str, str], robots: tuple[str, ...], demo: bool, params_file: str) -> list[dict]:
-    """The plan items (see :func:`.agent.node_plan`) for ``robots``: the robot-side nodes of
+    """The plan items (see :func:`.plan.node_plan`) for ``robots``: the robot-side nodes of
     every robot in its namespace, then the inference node serving them all."""
     sections = read_sections(params_file)
     plan = []

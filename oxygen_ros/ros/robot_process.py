@@ -5,7 +5,7 @@ Observations and ActionChunks reach the inference node. Here, per robot, the
 agent starts ``python -m oxygen_ros.ros.robot_process PLAN.json``: that
 robot's plan items (its camera node and, with ``demo:=true``, its synthetic
 camera; see :mod:`.robot_plan`), built by the same
-:func:`.agent.build_nodes` with the same parameters file, parameter
+:func:`.plan.build_nodes` with the same parameters file, parameter
 overrides and remappings as in the agent's process (the items go over as
 JSON), spun by a :class:`.spinner.Spinner` (the synthetic camera's thread at
 the lower priority). The inference node and the agent's own nodes stay in
@@ -33,6 +33,9 @@ import tempfile
 import time
 from pathlib import Path
 from typing import Any
+
+from .plan import build_nodes, node_label
+from .plan_tables import NODES
 
 READY = "robot process ready"
 START_TIMEOUT_S = 120.0  # rclpy and the nodes' modules, on a busy 2-core machine
@@ -62,8 +65,6 @@ def encode_items(items: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 def decode_items(data: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """The plan items :func:`encode_items` wrote."""
-    from .agent import NODES
-
     specs = {spec.name: spec for spec in NODES}
     return [{**item, "spec": specs[item["spec"]], "remappings": [tuple(r) for r in item["remappings"]]}
             for item in data]
@@ -77,8 +78,6 @@ class RobotProcess:
     """One robot's camera side in a child process (see the module doc)."""
 
     def __init__(self, robot: str | None, items: list[dict[str, Any]], params_file: str, background_niceness: int):
-        from .agent import node_label
-
         self.robot, self.label = robot, side_label(robot)
         self.nodes = ", ".join(node_label(item) for item in items)
         fd, name = tempfile.mkstemp(prefix=f"oxygen_robot_{robot or 'camera'}_", suffix=".json")
@@ -178,7 +177,6 @@ def main(argv: list[str] | None = None) -> int:
     label = side_label(config["robot"])
     from rclpy.executors import ExternalShutdownException
 
-    from .agent import build_nodes
     from .parameters import ParameterError
     from .process import init_control_process, settle_garbage_collector
     from .spinner import Spinner

@@ -5,7 +5,7 @@ Usage::
     oxygen-agent [name:=value ...] [--duration SECONDS] [--report PATH] [--text all|changed|none]
                  [--executor split|multi] [--background-niceness N] [--[no-]robot-processes]
 
-The arguments are the launch file's (``oxygen_ros.ros.agent.ARGUMENTS``),
+The arguments are the launch file's (``oxygen_ros.ros.plan_tables.ARGUMENTS``),
 written ``name:=value`` like ``ros2 launch`` arguments: ``params_file``
 (default: the installed ``config/agent.yaml``), ``model_path``, ``model_sizes``
 (a comma list of ``KEY=VALUE`` sizes), ``preset``,
@@ -50,7 +50,9 @@ import time
 from pathlib import Path
 from typing import Any
 
-from ..ros.agent import ARGUMENTS, BACKGROUND_NICENESS, EXECUTORS, Agent, parse_launch_args, run_agent
+from ..ros.agent import BACKGROUND_NICENESS, EXECUTORS, Agent, run_agent
+from ..ros.plan import parse_launch_args
+from ..ros.plan_tables import ARGUMENTS
 from ..ros.robots import robot_topic
 from .agent_robots_report import robot_names, summary_table
 

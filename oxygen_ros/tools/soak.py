@@ -55,7 +55,8 @@ from pathlib import Path
 from typing import Any
 
 from ..core.chunk_clock import recovery_ticks
-from ..ros.agent import Agent, parse_launch_args, run_agent
+from ..ros.agent import Agent, run_agent
+from ..ros.plan import parse_launch_args
 
 MEMORY_CHECK_MIN_S = 120.0
 MAX_GROWTH_PCT = 5.0

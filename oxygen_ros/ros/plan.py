@@ -1,0 +1,129 @@
+"""The agent's node plan, shared by ``launch/agent.launch.py``, ``oxygen-agent`` and ``oxygen-soak``.
+
+:func:`node_plan`: what to start for the launch arguments (the nodes of
+:data:`.plan_tables.NODES`, what :data:`.plan_tables.ARGUMENTS` override;
+``robots:=left,right`` makes it the plan of several robots, :mod:`.robot_plan`);
+:func:`resolve` checks the parameters file too; :func:`build_nodes` constructs a
+plan's nodes in this process; :func:`node_exit_message` says why a launch ends
+when a node exits. A test keeps ``config/agent.yaml`` in step with the plan.
+rclpy is imported where it is used: the launch file imports this module for the
+plan alone.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from .plan_tables import (
+    ARGUMENTS,
+    CAMERA_TOPIC,
+    DEMO_PARAMETERS,
+    NODES,
+    argument_overrides,
+    default_params_file,
+    parse_bool,
+)
+from .robot_plan import robots_plan
+from .robots import parse_robots
+
+
+def node_plan(values: dict[str, str], params_file: str | None = None) -> list[dict[str, Any]]:
+    """What to start for the given argument values (missing ones: defaults):
+    ``[{spec, namespace, robot, parameters: {name: value}, remappings: [(from, to)]}]``
+    (``namespace`` "" and ``robot`` None but with ``robots``: see :mod:`.robot_plan`,
+    which reads ``params_file``, by default the installed one)."""
+    args = {a.name: a.default for a in ARGUMENTS}
+    unknown = sorted(set(values) - set(args))
+    if unknown:
+        raise ValueError(f"unknown argument(s) {unknown}; known: {sorted(args)}")
+    args.update(values)
+    demo = parse_bool("demo", args["demo"])
+    robots = parse_robots(args["robots"])
+    if robots:
+        return robots_plan(args, robots, demo, params_file or default_params_file())
+    plan = []
+    for spec in NODES:
+        if spec.demo_only and not demo:
+            continue
+        overrides = dict(DEMO_PARAMETERS.get(spec.name, {})) if demo else {}
+        overrides.update(argument_overrides(spec.name, args))
+        remaps = [(CAMERA_TOPIC, args["camera_topic"])] if spec.remap_camera and args["camera_topic"] else []
+        plan.append({"spec": spec, "namespace": "", "robot": None, "parameters": overrides, "remappings": remaps})
+    return plan
+
+
+def node_label(item: dict[str, Any]) -> str:
+    """How logs name a plan item's node: ``oxygen_camera``, or ``left/oxygen_camera`` in a robot's namespace."""
+    return f"{item['namespace']}/{item['spec'].name}" if item["namespace"] else item["spec"].name
+
+
+def resolve(values: dict[str, str]) -> tuple[list[dict[str, Any]], str]:
+    """The node plan and the parameters file for the given argument values; ValueError
+    naming what is wrong (an unknown argument, a bad value or robot name, a parameters
+    file that is missing, unreadable or not YAML)."""
+    params_file = values.get("params_file") or default_params_file()
+    plan = node_plan(values, params_file)
+    check_params_file(params_file)
+    return plan, params_file
+
+
+def check_params_file(path: str) -> None:
+    """ValueError naming ``path`` unless it is a readable YAML file (the nodes would
+    otherwise start on their built-in defaults, or not at all, far from the cause)."""
+    import yaml
+
+    if not Path(path).is_file():
+        raise ValueError(f"parameters file {path} not found")
+    try:
+        yaml.safe_load(Path(path).read_text())
+    except (OSError, UnicodeDecodeError, yaml.YAMLError) as exc:
+        raise ValueError(f"parameters file {path} cannot be read: {exc}") from exc
+
+
+def node_exit_message(name: str, returncode: int | None, shutting_down: bool) -> str | None:
+    """Why the launch must end when the node ``name`` exited with ``returncode``; None when
+    the launch is shutting down anyway (Ctrl-C, another node's exit). Every node of the
+    plan is required: a camera node without an inference node (or the reverse) would
+    leave the robot without actions and the launch looking healthy."""
+    if shutting_down:
+        return None
+    if returncode is not None and returncode < 0:
+        how = f"was killed by signal {-returncode}"
+    else:
+        how = f"exited with code {returncode}"
+    return f"{name} {how}; ending the launch (the node's own log above says why)"
+
+
+def build_nodes(plan: list[dict[str, Any]], params_file: str, nodes: list, context=None) -> list:
+    """Construct the nodes of ``plan`` (see :func:`node_plan`) with ``params_file``, each
+    in its namespace (in the rclpy ``context``, default: the global one), appending each
+    to ``nodes`` as it is made (so a caller can destroy those already made if a later
+    one fails); returns ``nodes``."""
+    import importlib
+
+    from rclpy.parameter import Parameter
+
+    for item in plan:
+        spec = item["spec"]
+        cls = getattr(importlib.import_module(spec.module), spec.cls)
+        cli = ["--ros-args", "--params-file", params_file]
+        for src, dst in item["remappings"]:
+            cli += ["-r", f"{src}:={dst}"]
+        overrides = [Parameter(k, value=v) for k, v in item["parameters"].items()]
+        extra = {"namespace": item["namespace"]} if item.get("namespace") else {}
+        if context is not None:
+            extra["context"] = context
+        nodes.append(cls(cli_args=cli, parameter_overrides=overrides, **extra))
+    return nodes
+
+
+def parse_launch_args(items: list[str]) -> dict[str, str]:
+    """``name:=value`` command-line items as ``{name: value}``; ValueError naming a bad item."""
+    values = {}
+    for item in items:
+        if ":=" not in item:
+            raise ValueError(f"expected name:=value, got {item!r}")
+        name, value = item.split(":=", 1)
+        values[name.strip()] = value
+    return values
