@@ -177,9 +177,10 @@ def test_question_fit_and_text_cleaning(engine):
 def test_failures_stop_the_output_after_the_limit_and_resume(engine):
     loop = make_loop(engine, max_consecutive_failures=3)
     assert [loop.frame_failed("boom") for _ in range(4)] == [False, False, True, False]
-    assert loop.failures.stopped and loop.failures.in_a_row == 4 and loop.failures.last == "boom"
+    failures = loop.robot().failures
+    assert failures.stopped and failures.in_a_row == 4 and failures.last == "boom"
     loop.frame_succeeded()
-    assert not loop.failures.stopped and loop.failures.in_a_row == 0
+    assert not failures.stopped and failures.in_a_row == 0
     loop.configure(max_consecutive_failures=1)
     assert loop.frame_failed("again") is True
 

@@ -54,7 +54,6 @@ class Engine:
         #: "decode": one denoise or decode step each): where the caller may hold the frame back
         #: for a moment (the ROS node lets its control tick run there); None: never
         self.pause_point: Callable[[str], None] | None = None
-        self.last_observation: Observation | None = None  # the newest of any robot
         self.last_observations: dict[str, Observation] = {}  # the newest of each robot
         self._noise_seeds: list[int] | None = None  # this frame's, one per observation
         self._result: FrameResult | None = None
@@ -89,7 +88,7 @@ class Engine:
         names = list(robots) if robots is not None else [""] * len(observations)
         self._noise_seeds = None if noise_seeds is None else list(noise_seeds)
         for name, obs in zip(names, observations):
-            self.last_observations[name] = self.last_observation = obs
+            self.last_observations[name] = obs
         due = self.cadence.next(bool(observations)) if start_language is None else start_language
         new: list[tuple[Request, int | None]] = []  # (request, index of its observation in this frame)
         if due:
@@ -122,7 +121,6 @@ class Engine:
 
     def forget_observations(self) -> None:
         """No question is answered from the observations seen so far (after a warm-up)."""
-        self.last_observation = None
         self.last_observations.clear()
 
     def _finish_frame(self, t0: float, copies0: int) -> FrameResult:

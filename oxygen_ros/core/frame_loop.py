@@ -45,8 +45,6 @@ from .budget import DecodeBudget
 from .cadence import LanguageCadence
 from .chunk_clock import NS_PER_S, period_ns
 from .engine import Engine, FrameResult, Question
-from .failures import FailureCount
-from .frame_records import FrameRecords
 from .input_fit import FittedInstruction, InstructionFitter, fit_question
 from .observation import Observation, ObservationError
 from .robot_inputs import Arrival, RobotInputs, WaitingQuestion, stalest_first
@@ -112,7 +110,8 @@ class FrameLoop:
         self.language_frame_ms = Rolling(50)
         if not robots or len(set(robots)) != len(robots):
             raise ValueError(f"robots must be distinct names, at least one, got {list(robots)}")
-        self.robots = {name: RobotInputs(name, settings.max_consecutive_failures) for name in robots}
+        self.robots = {name: RobotInputs(name, settings.max_consecutive_failures, total=self.counters)
+                       for name in robots}
         self._last_frame_end_ns = 0
 
     # ------------------------------------------------------------------ robots
@@ -127,20 +126,6 @@ class FrameLoop:
     def first(self) -> RobotInputs:
         """The first robot (the only one, unless ``robots`` names several)."""
         return next(iter(self.robots.values()))
-
-    @property
-    def failures(self) -> FailureCount:
-        """The first robot's failures in a row."""
-        return self.first.failures
-
-    @property
-    def records(self) -> FrameRecords:
-        """The first robot's frame records."""
-        return self.first.records
-
-    def _count(self, robot: RobotInputs, key: str, n: int = 1) -> None:
-        self.counters[key] += n
-        robot.counters[key] += n
 
     # ------------------------------------------------------------------ settings
     @property
@@ -165,13 +150,13 @@ class FrameLoop:
     # ------------------------------------------------------------------ inputs
     def observation_arrived(self, arrival: Arrival) -> None:
         robot = self.robot(arrival.robot)
-        self._count(robot, "observations_received")
+        robot.count["observations_received"] += 1
         if robot.arrived(arrival):
-            self._count(robot, "observations_superseded")
+            robot.count["observations_superseded"] += 1
 
     def question_arrived(self, client_id: str, text: str, max_tokens: int | None = None, robot: str = "") -> None:
         r = self.robot(robot)
-        self._count(r, "questions_received")
+        r.count["questions_received"] += 1
         r.questions.append(WaitingQuestion(client_id, text, max_tokens, robot))
 
     def cancel(self, client_id: str, robot: str = "") -> bool:
@@ -184,7 +169,7 @@ class FrameLoop:
             r.questions.remove(q)
         if not waiting:
             r.cancels.append(client_id)
-        self._count(r, "questions_cancelled")
+        r.count["questions_cancelled"] += 1
         return bool(waiting)
 
     def has_work(self) -> bool:
@@ -243,7 +228,7 @@ class FrameLoop:
         # its age now, when a frame would start from it (it may have waited for a long frame)
         age_s = (max(arrival.received_ros_ns, now_ros_ns) - stamp) / NS_PER_S
         if max_age > 0 and stamp > 0 and age_s > max_age:
-            self._count(robot, "observations_stale")
+            robot.count["observations_stale"] += 1
             whose = f"robot {robot.name}: " if robot.name else ""
             self._warn(f"stale{robot.name}", f"{whose}observation {arrival.seq} is {age_s:.3f} s old "
                        f"(max_observation_age {max_age:g} s): not used")
@@ -290,17 +275,17 @@ class FrameLoop:
             robot = self.robot(q.robot)
             fitted = fit_question(self.engine.tokenizer, q.text, limit)
             if not fitted.text:
-                self._count(robot, "questions_rejected_empty")
+                robot.count["questions_rejected_empty"] += 1
                 self._warn("empty", f"question from {q.client_id!r} refused: no text")
                 refused.append(q)
             elif q.robot not in seen:
-                self._count(robot, "questions_rejected_no_observation")
+                robot.count["questions_rejected_no_observation"] += 1
                 self._warn("no_observation", "question(s) refused: no observation has arrived yet"
                            + (f" from robot {q.robot}" if q.robot else ""))
                 refused.append(q)
             else:
                 if fitted.truncated:
-                    self._count(robot, "questions_truncated")
+                    robot.count["questions_truncated"] += 1
                     self._warn("question_cut", f"question from {q.client_id!r} ({len(q.text)} characters, "
                                f"{fitted.tokens}+ tokens) cut to {limit} tokens")
                 accepted.append(Question(text=fitted.text, client_id=q.client_id, max_tokens=q.max_tokens,

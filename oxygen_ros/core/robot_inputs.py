@@ -36,6 +36,21 @@ class Arrival:
     noise_seed: int | None = None  # set when a job takes it (:func:`noise_seed`)
 
 
+class TeeCounter:
+    """A counter whose increments (``c[key] += n``) also go to a second, shared one: a
+    robot's counts, with the node's totals kept beside them."""
+
+    def __init__(self, own: collections.Counter, total: collections.Counter):
+        self.own, self.total = own, total
+
+    def __getitem__(self, key: str) -> int:
+        return self.own[key]
+
+    def __setitem__(self, key: str, value: int) -> None:
+        self.total[key] += value - self.own[key]
+        self.own[key] = value
+
+
 class WaitingQuestion(NamedTuple):
     client_id: str
     text: str
@@ -59,9 +74,12 @@ class RobotInputs:
     counters: collections.Counter = field(default_factory=collections.Counter)
     records: FrameRecords = field(default_factory=FrameRecords)
     obs_interval_ms: Rolling = field(default_factory=lambda: Rolling(50))
+    total: collections.Counter = field(default_factory=collections.Counter)  # every robot's counts together
 
     def __post_init__(self) -> None:
         self.failures = FailureCount(self.failure_limit)
+        #: what counts for this robot: ``count[key] += n`` adds to :attr:`counters` and to :attr:`total`
+        self.count = TeeCounter(self.counters, self.total)
 
     def arrived(self, arrival: Arrival) -> bool:
         """Keep ``arrival`` as the newest observation; True when it replaced one still waiting."""

@@ -121,6 +121,7 @@ class FrameWorker:
         finished, now_ros = time.monotonic_ns(), self._now_ros()
         with self._cond:
             self.loop.frame_ran(plan, result, bool(observations))
+        pushed = 0
         for arrival, actions in zip(arrivals, result.actions):
             if not np.all(np.isfinite(actions)):
                 self._robots[arrival.robot].counters["actions_non_finite"] += 1
@@ -130,6 +131,9 @@ class FrameWorker:
             record = FrameRecord(result.frame_id, arrival.seq, arrival.received_ns, dequeued, started, finished,
                                  result.total_ms, result.paused_ms)
             self._push_chunk(arrival, actions, result, record, now_ros, len(arrivals))
+            pushed += 1
+        if pushed:  # the engine time of a frame that gave a chunk (once, however many robots it served)
+            self.frame_ms.add(result.total_ms)
         if result.batch_sizes:
             self.last_batch = sum(result.batch_sizes) / len(result.batch_sizes)
         self._text.publish(result.tokens, now_ros)
@@ -198,7 +202,6 @@ class FrameWorker:
             io.chunk_rate.add(time.monotonic(), 1)
             io.frame_share.append(1.0 / observations)
             self.loop.frame_succeeded(arrival.robot)
-        self.frame_ms.add(result.total_ms)
         io.counters["frames"] += 1
 
     def _frame_failed(self, reason: str, robot: str) -> None:

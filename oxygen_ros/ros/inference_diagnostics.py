@@ -60,7 +60,7 @@ class InferenceDiagnostics:
         with self._cond:
             ios = list(self.robot_io.values()) if robot is None else [self.robot_io[robot]]
             age_ns, ticks = _clock_figures([io.output.clock for io in ios], now_ros)
-            loop = self.loop.figures(now_ros, None if robot is None else robot)
+            loop = self.loop.figures(now_ros, robot)
             if robot is None and several:
                 loop.update(self._worst(now_ros))
         if robot is None:

@@ -175,7 +175,7 @@ class InferenceNode(InferenceDiagnostics, Node):
         self.tick_lateness_ms = Rolling(60_000)  # 20 min at 50 Hz (the agent's report reads them all)
         self._grid = TickGrid(self.counters)
         inputs, asks = MutuallyExclusiveCallbackGroup(), MutuallyExclusiveCallbackGroup()
-        self.robot_io = {name: RobotIO(self, robot, p, self.counters, on_observation=self._on_observation,
+        self.robot_io = {name: RobotIO(self, robot, p, on_observation=self._on_observation,
                                        on_question=self._on_question, on_ask=self._on_ask,
                                        on_cancel=self._cancel_ask, inputs_group=inputs, ask_group=asks)
                          for name, robot in self.loop.robots.items()}

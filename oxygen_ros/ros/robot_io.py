@@ -35,31 +35,16 @@ ROBOT_TOPICS = ("observation_topic", "question_topic", "actions_topic", "text_to
                 "ask_action")
 
 
-class TeeCounter:
-    """A counter whose increments (``c[key] += n``) also go to a second, shared one: a
-    robot's counts, with the node's totals kept beside them."""
-
-    def __init__(self, own: collections.Counter, total: collections.Counter):
-        self.own, self.total = own, total
-
-    def __getitem__(self, key: str) -> int:
-        return self.own[key]
-
-    def __setitem__(self, key: str, value: int) -> None:
-        self.total[key] += value - self.own[key]
-        self.own[key] = value
-
-
 class RobotIO:
     """One robot's publishers, subscriptions and Ask server on ``node`` (see the module doc).
     The callbacks get the robot's name first: ``on_observation(robot, msg)``,
     ``on_question(robot, msg)``, ``on_ask(robot, client, text, max_tokens)``, ``on_cancel(robot, client)``."""
 
-    def __init__(self, node, inputs: RobotInputs, params: dict, total: collections.Counter, *,
+    def __init__(self, node, inputs: RobotInputs, params: dict, *,
                  on_observation: Callable, on_question: Callable, on_ask: Callable, on_cancel: Callable,
                  inputs_group, ask_group):
         self.name, self.inputs = inputs.name, inputs
-        self.counters = TeeCounter(inputs.counters, total)
+        self.counters = inputs.count  # its counts, the node's totals beside them
         topic = {key: robot_topic(self.name, params[key]) for key in ROBOT_TOPICS}
         self.output = ActionOutput(node, params, self.counters, inputs.records, actions_topic=topic["actions_topic"],
                                    trajectory_topic=topic["trajectory_topic"])
