@@ -5,6 +5,8 @@ masks and slot handling without the compile time); one end-to-end test
 compiles a small engine and runs frames across batch sizes in every setting.
 """
 
+import dataclasses
+
 import numpy as np
 import pytest
 import torch
@@ -60,6 +62,62 @@ def test_bucketed_prefill_writes_the_same_prefixes_and_logits(lively_tiny, tok):
     for slot in (0, 1, 2, 4):
         n = int(a.lengths[[0, 1, 2, 0][[0, 1, 2, 4].index(slot)]])
         torch.testing.assert_close(static.k[:, slot, :, :n], eager.k[:, slot, :, :n], atol=1e-5, rtol=0)
+
+
+def _mixed_cameras(tok, present):
+    """Observations whose camera slots are present as ``present`` says (one row per observation)."""
+    batch = make_prefix_batch(synthetic_observations(len(present), TINY.vision.image_size, cameras=3, seed=4),
+                              tok, TINY)
+    return dataclasses.replace(batch, image_mask=torch.tensor(present, dtype=torch.bool))
+
+
+@pytest.mark.parametrize("present", [[[1, 0, 1], [0, 1, 0]], [[0, 0, 1]], [[0, 0, 0], [1, 1, 0]]])
+def test_bucketed_prefill_runs_over_the_robots_cameras_only_and_keeps_the_prefix(lively_tiny, tok, present):
+    """A robot with 2 cameras on a model with 3 slots: the graphs take 2 slots, each row's present
+    cameras first (row [1, 0, 1] becomes slots 0 and 2), and the prefix is the eager one."""
+    eager, static, _ = _twin(lively_tiny)
+    pieces = CompiledVLA(lively_tiny, static, steps=3, max_observations=2, max_cameras=2, compile=False)
+    batch = _mixed_cameras(tok, present)
+    encoded = []
+    hook = lively_tiny.vision.register_forward_hook(lambda mod, args, out: encoded.append(args[0].shape[0]))
+    try:
+        dests = [[i] for i in range(batch.size)]
+        a = lively_tiny.prefill(batch, eager, dests)
+        encoded.clear()
+        b = pieces.prefill(batch, static, dests)
+    finally:
+        hook.remove()
+    assert encoded == [bucket_for(batch.size, pieces.observation_buckets, "batch") * 2]  # not 3 slots a row
+    assert torch.equal(a.lengths, b.lengths)
+    torch.testing.assert_close(b.logits, a.logits, atol=1e-5, rtol=0)
+    for slot, n in enumerate(a.lengths.tolist()):
+        torch.testing.assert_close(static.k[:, slot, :, :n], eager.k[:, slot, :, :n], atol=1e-5, rtol=0)
+        torch.testing.assert_close(static.v[:, slot, :, :n], eager.v[:, slot, :, :n], atol=1e-5, rtol=0)
+
+
+def test_prefill_graphs_take_only_the_robots_cameras(lively_tiny, tok):
+    _, static, _ = _twin(lively_tiny)
+    one = CompiledVLA(lively_tiny, static, steps=3, max_observations=2, max_cameras=1, compile=False)
+    assert one.camera_buckets == (1,)
+    assert CompiledVLA(lively_tiny, static, steps=3, max_observations=2, compile=False).camera_buckets == (3,)
+    with pytest.raises(ValueError, match="cameras present of 2 exceeds the largest compiled bucket 1"):
+        one.prefill(_mixed_cameras(tok, [[1, 1, 0]]), static, [[0]])
+    with pytest.raises(ValueError, match="max_cameras must be 1..3"):
+        CompiledVLA(lively_tiny, static, steps=3, max_observations=2, max_cameras=4, compile=False)
+
+
+def test_the_engine_takes_at_most_max_cameras(lively_tiny, tok):
+    assert Engine(lively_tiny, tok, EngineConfig(camera_names=("base", "wrist"))).max_cameras == 2
+    assert Engine(lively_tiny, tok, EngineConfig()).max_cameras == TINY.max_cameras
+    engine = Engine(lively_tiny, tok, EngineConfig(max_cameras=1, max_decode=4, steps_per_frame=2))
+    two = synthetic_observations(1, TINY.vision.image_size, cameras=2)
+    with pytest.raises(ValueError, match="2 cameras given, at most 1 are taken"):
+        engine.step(two)
+    assert engine.step(synthetic_observations(1, TINY.vision.image_size)).actions[0].shape[0] == TINY.action_horizon
+    with pytest.raises(ValueError, match="max_cameras 4 exceeds the model's 3 camera slots"):
+        Engine(lively_tiny, tok, EngineConfig(max_cameras=4))
+    with pytest.raises(ValueError, match="2 camera_names but max_cameras is 1"):
+        EngineConfig(max_cameras=1, camera_names=("a", "b"))
 
 
 def test_bucketed_denoise_and_decode_match_eager_as_the_batch_changes(lively_tiny, tok):
@@ -148,7 +206,7 @@ def test_compiled_engine_frames_match_eager_across_batch_sizes(lively_tiny, tok,
     monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path_factory.getbasetemp() / "compile-cache"))
     lengths = [3, 4, 0, 2, 4, 1, 0, 3]  # requests start and finish inside a bucket and across buckets
     common = dict(setting=setting, max_decode=4, steps_per_frame=1, denoise_steps=2, max_active=3,
-                  max_observations_per_frame=1, language_every_n_frames=0)
+                  max_observations_per_frame=1, language_every_n_frames=0, camera_names=("base",))
     eager = _run(Engine(lively_tiny, tok, EngineConfig(compile="off", **common)), len(lengths), lengths)
     engine = Engine(lively_tiny, tok, EngineConfig(compile="on", **common))
     progress = []

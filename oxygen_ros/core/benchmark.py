@@ -85,6 +85,7 @@ class RunSpec:
     queue_limit: int = 64
     seed: int = 0
     compile: str = "off"  # EngineConfig.compile
+    cameras: int | None = None  # EngineConfig.max_cameras: the observations' camera count
 
 
 def run_setting(model: VLA, tokenizer: Tokenizer, spec: RunSpec, observations: list[Observation],
@@ -207,7 +208,8 @@ def _engine(model: VLA, tokenizer: Tokenizer, spec: RunSpec) -> Engine:
     config = EngineConfig(setting=spec.setting, max_decode=spec.max_decode, steps_per_frame=spec.steps_per_frame,
                           denoise_steps=spec.denoise_steps, max_active=spec.max_active,
                           queue_limit=spec.queue_limit, max_observations_per_frame=spec.agents,
-                          language_every_n_frames=0, seed=spec.seed, compile=spec.compile)
+                          language_every_n_frames=0, seed=spec.seed, compile=spec.compile,
+                          max_cameras=spec.cameras)
     return Engine(model, tokenizer, config)
 
 
@@ -236,7 +238,7 @@ def measure_components(model: VLA, tokenizer: Tokenizer, *, batch_sizes: Sequenc
     cache = model.new_cache(slots=max(batch_sizes) + 1, max_len=c.prefix_len + decode_context + 2)
     run = model
     if compile:
-        run = CompiledVLA(model, cache, steps=denoise_steps, max_observations=1)
+        run = CompiledVLA(model, cache, steps=denoise_steps, max_observations=1, max_cameras=cams)
         run.warm_up()
     res = run.prefill(batch, cache, [[0]])
     length = int(res.lengths[0])

@@ -44,6 +44,11 @@ class Engine:
         mc = model.config
         self.vocab_limit = usable_vocabulary(tokenizer.vocab_size, mc.vocab_size)
         self.prefix_max = mc.image_tokens + mc.max_token_len
+        #: cameras an observation may carry (the configuration's, else the model's camera slots)
+        self.max_cameras = config.max_cameras or (len(config.camera_names) if config.camera_names else None) \
+            or mc.max_cameras
+        if self.max_cameras > mc.max_cameras:
+            raise ValueError(f"max_cameras {self.max_cameras} exceeds the model's {mc.max_cameras} camera slots")
         slot_len = self.prefix_max + config.max_question_tokens + config.max_decode
         cache = model.new_cache(slots=config.max_active + config.max_observations_per_frame, max_len=slot_len)
         self.pool = KVPool(cache, on_move=self._slot_moved)
@@ -79,7 +84,7 @@ class Engine:
         position, :meth:`noise`): a robot's actions then do not depend on who else
         shares its frames."""
         c = self.config
-        check_step(c, self.model.config.max_cameras, observations, denoise_steps, robots, noise_seeds)
+        check_step(c, self.max_cameras, observations, denoise_steps, robots, noise_seeds)
         self._denoise_steps = denoise_steps or self.default_denoise_steps
         t0 = time.perf_counter()
         self.frame_id += 1
@@ -174,7 +179,8 @@ class Engine:
         if decision.enabled:
             try:
                 self.compiled = CompiledVLA(self.model, self.pool.cache, steps=self._denoise_steps,
-                                            max_observations=config.max_observations_per_frame)
+                                            max_observations=config.max_observations_per_frame,
+                                            max_cameras=self.max_cameras)
             except Exception as e:  # a torch that cannot compile here: run eager
                 self.compile_reason = f"compilation failed: {e!r}"
 

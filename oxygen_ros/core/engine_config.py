@@ -21,6 +21,9 @@ class EngineConfig:
     language_every_n_frames: int = 1  # 0: only on demand (questions)
     seed: int = 0  # action noise seed
     camera_names: tuple[str, ...] | None = None
+    #: cameras an observation carries at most (None: len(camera_names), else the model's camera slots);
+    #: the compiled prefill runs over this many camera slots
+    max_cameras: int | None = None
     compile: str = "auto"  # "on" | "off" | "auto" (CUDA: on, CPU: off): see core/model/compile_setup.py
 
     def __post_init__(self) -> None:
@@ -30,6 +33,10 @@ class EngineConfig:
             raise ValueError(f"setting must be one of {', '.join(SETTINGS)}, got {self.setting!r}")
         if self.denoise_steps is not None and self.denoise_steps < 1:
             raise ValueError(f"denoise_steps must be >= 1 (or None: the model's), got {self.denoise_steps}")
+        if self.max_cameras is not None and self.max_cameras < 1:
+            raise ValueError(f"max_cameras must be >= 1 (or None: the model's camera slots), got {self.max_cameras}")
+        if self.max_cameras is not None and self.camera_names and len(self.camera_names) > self.max_cameras:
+            raise ValueError(f"{len(self.camera_names)} camera_names but max_cameras is {self.max_cameras}")
         for name in ("max_decode", "max_active", "max_observations_per_frame"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")

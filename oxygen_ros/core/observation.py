@@ -74,7 +74,8 @@ class Observation:
     def check_cameras(self, max_cameras: int, camera_names: Sequence[str] | None = None) -> None:
         """Raise if there are more cameras than the model takes, or unknown names."""
         if len(self.images) > max_cameras:
-            raise ObservationError("images", f"{len(self.images)} cameras given, the model takes at most {max_cameras}")
+            raise ObservationError("images", f"{len(self.images)} cameras given, at most {max_cameras} are taken "
+                                             "(the model's camera slots, or max_cameras where it is set lower)")
         if camera_names is not None:
             unknown = [n for n in self.images if n not in camera_names]
             if unknown:

@@ -132,6 +132,10 @@ PARAMETERS: tuple[ParamSpec, ...] = (
     ParamSpec("max_observations_per_frame", 4, "Observations one frame prefills and denoises together (with "
               "several robots); robots waiting beyond it are served in the next frame, the longest unserved "
               "first.", "int", at_least_one, constraints=">= 1"),
+    ParamSpec("max_cameras", 0, "Cameras an observation carries at most (more are refused, naming this "
+              "parameter); 0: the model's camera slots. With compile on, the prefill's graphs take this many "
+              "camera slots: set it to the robot's camera count when the model has more slots.", "int",
+              non_negative, constraints=">= 0"),
     ParamSpec("observation_topic", "/oxygen/observation", "Observation input topic.", "str", topic_name,
               constraints=_TOPIC),
     ParamSpec("question_topic", "/oxygen/question", "Question input topic.", "str", topic_name, constraints=_TOPIC),

@@ -52,6 +52,7 @@ def engine_config(p: dict) -> EngineConfig:
                             denoise_steps=p["denoise_steps"] or None, max_active=p["max_active"],
                             queue_limit=p["queue_limit"],
                             max_observations_per_frame=min(p["max_observations_per_frame"], max(1, len(p["robots"]))),
+                            max_cameras=p["max_cameras"] or None,
                             language_every_n_frames=p["language_every_n_frames"], seed=p["seed"],
                             compile=p["compile"])
     except ValueError as exc:  # a cross-check not covered by the parameter checks

@@ -151,7 +151,8 @@ def run_all(model, tok, args: argparse.Namespace, obs: list, combos: list[tuple]
         for (setting, n, k, S, mode), group in itertools.groupby(combos, key=lambda combo: combo[:5]):
             agents = [combo[5] for combo in group]
             specs = [RunSpec(setting, n, k, S, args.frames, args.warmup, args.arrivals, agents=a,
-                             max_active=args.max_active, seed=args.seed, compile=mode) for a in agents]
+                             max_active=args.max_active, seed=args.seed, compile=mode, cameras=args.cameras)
+                     for a in agents]
             bar.set_description(f"{setting} N={n} k={k} S={S} agents={','.join(map(str, agents))} compile={mode}")
             for r in run_interleaved(model, tok, specs, obs, on_frame=lambda: bar.update(1)):
                 r["preset"] = model.config.name

@@ -38,13 +38,21 @@ Progress = Callable[[int, int, str], None]
 class CompiledVLA:
     """``model``'s pieces on ``cache`` (the pool's storage), for ``steps`` denoise steps, decode
     batches up to the cache's slot count and prefill/denoise batches up to ``max_observations``.
+    A prefill's graphs take ``max_cameras`` camera slots (default: the model's), each row's
+    present cameras first: a robot with fewer cameras than the model has slots never runs
+    the vision tower or the VLM over the slots it cannot fill.
     ``compile=False`` runs the same bucketed pieces eager (a test hook: the bucketing without
     the compile time)."""
 
-    def __init__(self, model: VLA, cache: KVCache, *, steps: int, max_observations: int, compile: bool = True):
+    def __init__(self, model: VLA, cache: KVCache, *, steps: int, max_observations: int,
+                 max_cameras: int | None = None, compile: bool = True):
         self.model, self.cache, self.steps = model, cache, steps
+        slots = model.config.max_cameras
+        if max_cameras is not None and not 1 <= max_cameras <= slots:
+            raise ValueError(f"max_cameras must be 1..{slots} (the model's camera slots), got {max_cameras}")
         self.decode_buckets = batch_buckets(cache.slots)
         self.observation_buckets = batch_buckets(max_observations)
+        self.camera_buckets = (max_cameras or slots,)  # one: a camera that drops out is masked in it
         self.prompt_buckets = prompt_buckets(model.config.max_token_len)
         self.cache_dir = use_compile_cache()
         self.graphs = 0
@@ -70,7 +78,8 @@ class CompiledVLA:
     # ------------------------------------------------------------------ warm-up and counts
     @property
     def bucket_count(self) -> int:
-        return len(self.decode_buckets) + len(self.observation_buckets) * (1 + len(self.prompt_buckets))
+        prefills = len(self.camera_buckets) * len(self.prompt_buckets)
+        return len(self.decode_buckets) + len(self.observation_buckets) * (1 + prefills)
 
     @property
     def warmed(self) -> bool:
@@ -86,8 +95,8 @@ class CompiledVLA:
         jobs = [(f"decode batch {b}", lambda b=b: self._run_decode(*self._decode_inputs(b))) for b in
                 self.decode_buckets]
         jobs += [(f"denoise observations {b}", lambda b=b: self._warm_denoise(b)) for b in self.observation_buckets]
-        jobs += [(f"prefill observations {b} prompt {n}", lambda b=b, n=n: self._warm_prefill(b, n))
-                 for b in self.observation_buckets for n in self.prompt_buckets]
+        jobs += [(f"prefill observations {b} cameras {k} prompt {n}", lambda b=b, k=k, n=n: self._warm_prefill(b, k, n))
+                 for b in self.observation_buckets for k in self.camera_buckets for n in self.prompt_buckets]
         for done, (what, job) in enumerate(jobs, 1):
             job()
             if progress is not None:
@@ -99,12 +108,11 @@ class CompiledVLA:
         noise = torch.zeros(b, c.action_horizon, c.action_dim)
         self._run_denoise(torch.full((b,), self.cache.trash_slot), torch.zeros(b, dtype=torch.long), noise)
 
-    def _warm_prefill(self, b: int, n: int) -> None:
-        c = self.model.config
-        size = c.vision.image_size
+    def _warm_prefill(self, b: int, k: int, n: int) -> None:
+        size = self.model.config.vision.image_size
         mask = torch.zeros(b, n, dtype=torch.bool)
         mask[:, 0] = True
-        batch = PrefixBatch(torch.zeros(b, c.max_cameras, 3, size, size), torch.ones(b, c.max_cameras, dtype=torch.bool),
+        batch = PrefixBatch(torch.zeros(b, k, 3, size, size), torch.ones(b, k, dtype=torch.bool),
                             torch.zeros(b, n, dtype=torch.long), mask)
         self._run_prefill(batch, torch.full((b,), self.cache.trash_slot))
 
@@ -165,7 +173,12 @@ class CompiledVLA:
         b = bucket_for(rows, self.observation_buckets, "a prefill batch")
         n = bucket_for(int(batch.token_mask[lo:hi].sum(dim=1).max()), self.prompt_buckets, "a prompt")
         pick = torch.cat([torch.arange(lo, hi), torch.full((b - rows,), lo)])
-        part = PrefixBatch(batch.pixels[pick], batch.image_mask[pick], batch.tokens[pick, :n],
+        present = batch.image_mask[pick]
+        k = bucket_for(max(1, int(present.sum(dim=1).max())), self.camera_buckets, "cameras present")
+        # each row's present cameras first, in their order: the compacted prefix is unchanged
+        cams = torch.argsort((~present).to(torch.int8), dim=1, stable=True)[:, :k]
+        row = torch.arange(b)[:, None]
+        part = PrefixBatch(batch.pixels[pick][row, cams], present[row, cams], batch.tokens[pick, :n],
                            batch.token_mask[pick, :n])
         dest = torch.full((b,), self.cache.trash_slot)
         dest[:rows] = torch.tensor([d[0] for d in slots[lo:hi]])

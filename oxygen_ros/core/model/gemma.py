@@ -177,6 +177,20 @@ def attention_bias(allowed: Tensor, groups: int, dtype: torch.dtype) -> Tensor:
     return bias[:, None].expand(b, groups, t, s).reshape(b, 1, groups * t, s)
 
 
+def attend_prefix(q: Tensor, k: Tensor, v: Tensor, key_valid: Tensor | None) -> Tensor:
+    """Bidirectional attention of q [B, H, T, D] over k, v [B, KV, S, D] in one fused
+    kernel (scaled_dot_product_attention; its softmax accumulates in float32 for bf16).
+
+    ``key_valid`` [B, S] bool marks the keys every query may see; None: all of them
+    (the fused kernel then skips the mask entirely). Queries are grouped per
+    key/value head, as in :func:`attend`."""
+    b, h, t, d = q.shape
+    kv = k.shape[1]
+    mask = None if key_valid is None else key_valid[:, None, None, :]
+    out = F.scaled_dot_product_attention(q.reshape(b, kv, (h // kv) * t, d), k, v, attn_mask=mask)
+    return out.reshape(b, h, t, d)
+
+
 def attend(q: Tensor, parts: list[tuple[Tensor, Tensor, Tensor]]) -> Tensor:
     """Multi-query attention of ``q`` over one or more key/value parts.
 

@@ -26,7 +26,7 @@ from torch import Tensor, nn
 
 from .cache import KVCache, SlotView
 from .config import ModelConfig
-from .gemma import GemmaStack, attend, attention_bias, rope, rotary
+from .gemma import GemmaStack, attend, attend_prefix, attention_bias, rope, rotary
 from .precision import TORCH_DTYPES, set_precision
 from .vision import VisionEncoder
 
@@ -175,7 +175,9 @@ class VLA(nn.Module):
             raise ValueError(f"prefix of {x.shape[1]} tokens does not fit slots of {cache.max_len}")
         row_idx = torch.tensor(rows, device=x.device)
         slot_idx = torch.tensor(dest, device=x.device)
-        return PrefillResult(lengths=lengths, logits=self.write_prefix(cache, x, lengths, slot_idx, row_idx))
+        unmasked = int(lengths.min()) == x.shape[1]  # every row all valid: attention needs no mask
+        logits = self.write_prefix(cache, x, lengths, slot_idx, row_idx, unmasked=unmasked)
+        return PrefillResult(lengths=lengths, logits=logits)
 
     def prefix_states(self, batch: PrefixBatch, *, trim: bool = False) -> tuple[Tensor, Tensor]:
         """The embedded prefix compacted (valid tokens first, in order): x [B, P, W], lengths [B].
@@ -192,22 +194,23 @@ class VLA(nn.Module):
         return torch.gather(x, 1, order[..., None].expand(-1, -1, x.shape[-1])), lengths
 
     def write_prefix(self, cache: KVCache, x: Tensor, lengths: Tensor, slot_idx: Tensor,
-                     row_idx: Tensor | None = None) -> Tensor:
+                     row_idx: Tensor | None = None, *, unmasked: bool = False) -> Tensor:
         """Run the VLM over compacted prefixes x [B, P, W], storing row ``row_idx[j]``'s keys and
         values in slot ``slot_idx[j]`` (``row_idx`` None: row j into slot j). Returns the logits
-        [B, vocab] (float32) at each row's last valid token."""
+        [B, vocab] (float32) at each row's last valid token. ``unmasked``: the caller knows
+        every row holds ``P`` valid tokens, so attention runs without a mask."""
         b, p, _ = x.shape
         pos = torch.arange(p, device=x.device)
         w_slot = slot_idx[:, None].expand(-1, p).reshape(-1)  # token j of destination d: slot d, position j
         w_pos = pos.repeat(slot_idx.shape[0])
         table = self._rotary(pos.expand(b, p))
-        bias = self._bias((pos[None, :] < lengths[:, None])[:, None, :].expand(b, p, p))
+        key_valid = None if unmasked else pos[None, :] < lengths[:, None]
         for i, layer in enumerate(self.language_model.layers):
             q, k, v, gate = layer.pre_attention(x, None)
             q, k = rope(q, table), rope(k, table)
             rows_k, rows_v = (k, v) if row_idx is None else (k[row_idx], v[row_idx])
             cache.write(i, w_slot, w_pos, rows_k.transpose(1, 2).flatten(0, 1), rows_v.transpose(1, 2).flatten(0, 1))
-            x = layer.post_attention(x, attend(q, [(k, v, bias)]), gate, None)
+            x = layer.post_attention(x, attend_prefix(q, k, v, key_valid), gate, None)
         h, _ = self.language_model.norm(x)
         last = h[torch.arange(b, device=h.device), lengths - 1]
         return self.language_model.logits(last).float()
