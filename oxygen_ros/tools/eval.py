@@ -221,7 +221,18 @@ def evaluate(model, tokenizer, normalizer, *, scenes: int = 200, seed: int = 0, 
     return out
 
 
-def main(argv: Sequence[str] | None = None) -> int:
+#: What ``with_texts`` adds to the figures.
+TEXT_KEYS = ("texts", "tokens", "question_tokens")
+
+
+def compared(report: dict, other: dict) -> dict:
+    """``other``'s figures (another setting's, with texts) without its texts, and whether it generated
+    the same tokens as ``report``, descriptions and answers."""
+    same = other["tokens"] == report["tokens"] and other.get("question_tokens") == report.get("question_tokens")
+    return {**{k: v for k, v in other.items() if k not in TEXT_KEYS}, "same_tokens": same}
+
+
+def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="oxygen-eval", description=__doc__.split("\n\n")[0])
     parser.add_argument("--scenes", type=int, default=200, help="held-out scenes (default 200)")
     parser.add_argument("--setting", default="oxygen", help="engine setting: baseline, parallel, shared_kv, oxygen")
@@ -239,7 +250,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--compile", default="auto", choices=COMPILE_CHOICES,
                         help="compile the model's pieces (auto: on CUDA, eager on CPU)")
     add_model_args(parser)
-    args = parser.parse_args(argv)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
     ckpt = load_model(args)
     if ckpt.normalizer is None:
         print(f"note: {ckpt.source} has no normalisation statistics; actions are used as the model outputs them",
@@ -250,15 +265,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     report = evaluate(ckpt.model, ckpt.tokenizer, ckpt.normalizer, setting=args.setting, with_texts=True, **kwargs)
     settings = [s for s in (args.compare or []) if s != args.setting]
     if settings:
-        report["compare"] = {}
-        for s in settings:
-            other = evaluate(ckpt.model, ckpt.tokenizer, ckpt.normalizer, setting=s, with_texts=True, **kwargs)
-            same = other["tokens"] == report["tokens"] and other["question_tokens"] == report["question_tokens"]
-            report["compare"][s] = {k: v for k, v in other.items() if k not in ("texts", "tokens", "question_tokens")}
-            report["compare"][s]["same_tokens"] = same
-    texts = report.pop("texts")
-    report.pop("tokens")
-    report.pop("question_tokens")
+        report["compare"] = {s: compared(report, evaluate(ckpt.model, ckpt.tokenizer, ckpt.normalizer, setting=s,
+                                                          with_texts=True, **kwargs)) for s in settings}
+    texts = report["texts"]
+    for key in TEXT_KEYS:
+        report.pop(key)
     print(json.dumps(report, indent=2))
     for e_text, scene in list(zip(texts, held_out_scenes(min(5, args.scenes), args.seed))):
         print(f"  {sim.describe(scene)!r:45} -> {e_text!r}", file=sys.stderr)

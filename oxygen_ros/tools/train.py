@@ -125,7 +125,7 @@ def _card_training(args, cfg: TrainConfig, history: list[dict], train_s: float) 
         f"- wall time {train_s / 60:.1f} min on {platform.machine()} ({args.threads} torch thread(s), "
         f"{args.workers} data worker(s)), torch {torch.__version__}",
         f"- final losses (mean of the last {min(len(history), 1) and args.log_every} steps): text "
-        f"{last.get('text')}, action {last.get('action')}, teacher-forced description accuracy "
+        f"{last.get('text')}, action {last.get('action')}, teacher-forced text accuracy (descriptions and answers) "
         f"{last.get('seq_acc')}",
         "",
     ]
@@ -196,20 +196,17 @@ def _evaluate(model, tokenizer, cfg: TrainConfig, scenes: int) -> dict:
     """The evaluation on ``scenes`` held-out scenes under ``oxygen``, with ``shared_kv`` and ``baseline``
     compared against it (same tokens or not)."""
     from ..core.normalization import Normalizer
-    from .eval import evaluate
+    from .eval import TEXT_KEYS, compared, evaluate
 
     stats = norm_stats(cfg.max_step)["norm_stats"]
     normalizer = Normalizer(stats["state"], stats["actions"], "quantile")
     evaluation = evaluate(model, tokenizer, normalizer, scenes=scenes, with_texts=True)
-    evaluation["compare"] = {}
-    for setting in ("shared_kv", "baseline"):
-        other = evaluate(model, tokenizer, normalizer, scenes=scenes, setting=setting, with_texts=True)
-        same = other.pop("tokens") == evaluation["tokens"] and \
-            other.pop("question_tokens") == evaluation["question_tokens"]
-        evaluation["compare"][setting] = {"same_tokens": same, **{k: v for k, v in other.items() if k != "texts"}}
-    evaluation.pop("tokens")
-    evaluation.pop("question_tokens")
-    evaluation.pop("texts")
+    evaluation["compare"] = {
+        setting: compared(evaluation, evaluate(model, tokenizer, normalizer, scenes=scenes, setting=setting,
+                                               with_texts=True))
+        for setting in ("shared_kv", "baseline")}
+    for key in TEXT_KEYS:
+        evaluation.pop(key)
     return evaluation
 
 
