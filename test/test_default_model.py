@@ -14,14 +14,27 @@ from oxygen_ros.core.sim import questions
 from oxygen_ros.core.tokenizer import Tokenizer
 from oxygen_ros.tools.eval import CAMERA_NAMES, evaluate
 
-SCENES = 20
-#: What the shipped model scores, and what the tests ask of it (the margins: a model as good as the
-#: shipped one, numerically a little different, passes; one that lost a skill fails).
+SCENES = 50
+#: What the shipped model scores (card.md: ``oxygen-eval --scenes 200``; and on the first 50 of those
+#: held-out scenes, which these tests run), and what the tests ask of it. Each rate's threshold is
+#: the lowest count out of 50 that a model with the 200-scene rate reaches with probability
+#: above 99.9 % (binomial), so that a model as good as the shipped one, numerically a little
+#: different, does not fail by chance, while one that lost a skill does; the cosine's is about
+#: three standard errors of a 50-scene mean (per-scene cosines spread over [-1, 1]) below it.
 #:
-#: ============================  ============  ==============  =========
-#: figure                        200 scenes    these 20 scenes  threshold
-#: ============================  ============  ==============  =========
-FIGURES = "filled in below"
+#: ==============================  ==========  ==========  =========
+#: figure                          200 scenes  50 scenes   threshold
+#: ==============================  ==========  ==========  =========
+#: text_accuracy                   1.000       1.000       0.94
+#: first_action_cosine             0.919       0.857       0.75
+#: closed_loop_success             0.845       0.800       0.68
+#: question_accuracy target        1.000       1.000       0.94
+#: question_accuracy where         0.865       0.780       0.70
+#: question_accuracy count         0.950       0.980       0.84
+#: question_accuracy at_target     1.000       1.000       0.94
+#: ==============================  ==========  ==========  =========
+THRESHOLDS = {"text_accuracy": 0.94, "first_action_cosine": 0.75, "closed_loop_success": 0.68}
+QUESTION_THRESHOLDS = {"target": 0.94, "where": 0.70, "count": 0.84, "at_target": 0.94}
 
 
 @pytest.fixture(scope="module")
@@ -54,7 +67,7 @@ def test_default_model_answers_every_kind_of_question(results):
     r = results["oxygen"]
     assert r["questions"] == {kind: SCENES for kind in questions.KINDS}
     for kind in questions.KINDS:
-        assert r["question_accuracy"][kind] >= THRESHOLDS["question_accuracy"], (kind, r["question_accuracy"])
+        assert r["question_accuracy"][kind] >= QUESTION_THRESHOLDS[kind], (kind, r["question_accuracy"])
 
 
 def test_settings_generate_the_same_tokens(results):
