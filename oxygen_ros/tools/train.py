@@ -159,6 +159,8 @@ def _card_evaluation(evaluation: dict) -> list[str]:
         for kind, r in kinds.items():
             lines.append(f"| {kind} | {r['scenes']} | {r['text_accuracy']:.3f} | {r['first_action_cosine']:.3f} | "
                          f"{r['closed_loop_success']:.3f} |")
+        lines += ["", "Limitation: with a distractor of the same colour only the shape tells the target apart; "
+                  "those scenes fail most often."]
     lines.append("")
     return lines
 
