@@ -85,3 +85,22 @@ def test_training_answers_are_right_for_their_scenes():
             assert e.description.endswith(e.answer)
         if e.question.startswith("what is the target?"):
             assert e.instruction == f"move to the {e.answer}"
+
+
+def test_eval_scores_each_kind_by_its_exact_answers():
+    from types import SimpleNamespace
+
+    from oxygen_ros.tools.eval import held_out_scenes
+    from oxygen_ros.tools.eval_questions import question_cases, summarise_questions
+
+    cases = question_cases(held_out_scenes(10), seed=0)
+    assert [a.kind for _, a in cases] == list(questions.KINDS) * 10
+    at = [(s, a) for s, a in cases if a.kind == "at_target"]
+    assert {a.answer for _, a in at} == {"yes", "no"}  # the gripper is put on the target in some
+    assert all(a.answer == questions.answer(s, a.kind) for s, a in at)
+    # right, except every "where" answer and one "count" answer
+    said = [SimpleNamespace(text="wrong" if a.kind == "where" or (a.kind == "count" and i == 2) else a.answer)
+            for i, (_, a) in enumerate(cases)]
+    r = summarise_questions(cases, said)
+    assert r["question_accuracy"] == {"target": 1.0, "where": 0.0, "count": 0.9, "at_target": 1.0}
+    assert r["questions"] == {kind: 10 for kind in questions.KINDS}
