@@ -7,6 +7,8 @@
 #                (PYTEST_ARGS='test/test_x.py -k y' runs a part of it;
 #                OXYGEN_TEST_DOMAIN_ID pins the ROS domain id)
 #   make run     run the agent demo (oxygen-agent demo:=true)
+#   make ask Q='where is the target?'
+#                ask the running agent a question (oxygen-ask), from another terminal
 #   make bench   run the benchmark with its defaults
 #   make clean   remove build outputs (keeps the venvs); make distclean also
 #                the venv of ROS_DISTRO
@@ -70,7 +72,7 @@ TEST_ENV = $(AMENT_ENV) \
 RUN_ENV = $(AMENT_ENV) \
   ROS_AUTOMATIC_DISCOVERY_RANGE=$${ROS_AUTOMATIC_DISCOVERY_RANGE:-LOCALHOST}
 
-.PHONY: venv test run bench clean distclean
+.PHONY: venv test run ask bench clean distclean
 
 venv: $(INSTALL_STAMP)
 
@@ -95,6 +97,9 @@ test: venv
 
 run: venv
 	$(RUN_ENV) $(VENV)/bin/oxygen-agent demo:=true
+
+ask: venv
+	$(RUN_ENV) $(VENV)/bin/oxygen-ask "$(Q)"
 
 bench: venv
 	$(RUN_ENV) $(VENV)/bin/oxygen-bench

@@ -90,7 +90,7 @@ def test_executables_list():
     assert {"camera_node", "inference_node", "synthetic_camera", "bag_player"} <= names
     assert {
         "oxygen-agent", "oxygen-bench", "oxygen-calibrate",
-        "oxygen-train", "oxygen-eval", "oxygen-soak",
+        "oxygen-train", "oxygen-eval", "oxygen-soak", "oxygen-ask",
     } <= names
     assert len(names) == len(rows)
 

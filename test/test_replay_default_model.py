@@ -6,17 +6,27 @@ gripper position) and the latched instruction, replays it in lockstep through
 camera node -> inference node running the embedded default model, and checks
 what a user would look for: the streamed text names the red circle, and the
 actions point the gripper at it. The image reaches both outputs only through
-the prefill's shared KV cache, so this is the whole pipeline on real DDS.
+the prefill's shared KV cache, so this is the whole pipeline on real DDS. Then
+it asks the running node a question of every kind on ``/oxygen/question``, and
+one through the Ask action with ``oxygen-ask`` as a user types it, and checks
+the answers.
 """
+
+import subprocess
 
 import numpy as np
 import pytest
-from ros_harness import Ros, check_text, params, reliable, unique_prefix
+from ros_harness import Ros, check_text, installed_script, params, reliable, unique_prefix, until
 
 from oxygen_ros.core.sim import scene as sim
 
 FRAMES = 4
-CAMERA_PIXELS = 64  # the camera node resizes to the model's 32
+CAMERA_PIXELS = 96  # the camera node resizes to the model's 48
+#: Questions of every kind (oxygen_ros.core.sim.questions) and their answers for :func:`_scene`.
+QUESTIONS = {"what is the target?": "red circle", "where is the target?": "right of gripper",
+             "how many red objects are there?": "one", "how many blue objects do you see?": "one",
+             "is the gripper at the target?": "no"}
+ASKED = ("where is the red circle?", "right of gripper")  # through the Ask action, with oxygen-ask
 
 
 def _scene():
@@ -46,8 +56,9 @@ def _write_bag(path, prefix, scene):
 
 @pytest.fixture(scope="module")
 def replay(module_ros_env, tmp_path_factory):
-    """(chunks, text tokens) of the default agent on the red-circle bag."""
-    from oxygen_ros.msg import ActionChunk, TextToken
+    """(scene, chunks, text tokens, answers) of the default agent on the red-circle bag; answers:
+    {question: answer} of QUESTIONS on the question topic and of ASKED through oxygen-ask."""
+    from oxygen_ros.msg import ActionChunk, Question, TextToken
 
     from oxygen_ros.ros.camera_node import CameraNode
     from oxygen_ros.ros.inference_node import InferenceNode
@@ -66,11 +77,11 @@ def replay(module_ros_env, tmp_path_factory):
         ros.add(InferenceNode(context=ros.context, namespace=prefix, parameter_overrides=params(
             model_path="",  # the embedded default model
             chunk_origin="frame_end", max_observation_age=0.0, question_topic=f"{prefix}/question",
-            trajectory_topic=f"{prefix}/trajectory", **topics)))
+            ask_action=f"{prefix}/ask", trajectory_topic=f"{prefix}/trajectory", **topics)))
         camera = ros.add(CameraNode(context=ros.context, namespace=prefix, parameter_overrides=params(
             image_topics=[f"{prefix}/camera/image_raw"], instruction_topic=f"{prefix}/instruction",
             state_topic=f"{prefix}/joint_states", observation_topic=topics["observation_topic"],
-            image_size=32, max_age=10.0)))
+            image_size=48, max_age=10.0)))
         player = ros.add(BagPlayer(context=ros.context, namespace=prefix, parameter_overrides=params(
             bag_path=str(bag), lockstep=True, rate=4.0, action_topic=topics["actions_topic"],
             start_delay_s=1.0)))
@@ -82,11 +93,32 @@ def replay(module_ros_env, tmp_path_factory):
             ends = [m for m in text if m.done]
             return len(ends) >= FRAMES and all(m.finish_reason in ("eos", "length") for m in ends)
         assert ros.wait_until(answered, 30.0), f"not every frame's description finished: {text[-3:]}"
-    return scene, list(chunks), list(text)
+        descriptions = list(text)
+        answers = _ask(client, f"{prefix}/question", text, Question)
+        asked = subprocess.run([installed_script("oxygen-ask"), "--action", f"{prefix}/ask", ASKED[0]],
+                               capture_output=True, text=True, timeout=60)
+        assert asked.returncode == 0, asked.stderr
+        answers[ASKED[0]] = asked.stdout.strip()
+    return scene, list(chunks), descriptions, answers
+
+
+def _ask(client, topic, text, Question) -> dict[str, str]:
+    """Each question of QUESTIONS on ``topic`` (the node answers from the bag's last frame)."""
+    publisher = client.create_publisher(Question, topic, reliable(100))
+    assert until(lambda: publisher.get_subscription_count() >= 1), "the inference node does not take questions"
+    for i, question in enumerate(QUESTIONS):
+        publisher.publish(Question(client_id=f"q{i}", text=question))
+
+    def ends():
+        return {m.client_id for m in text if m.done and m.client_id.startswith("q")}
+    assert until(lambda: len(ends()) == len(QUESTIONS), 30.0), f"questions unanswered: {ends()}"
+    requests = check_text([m for m in text if m.client_id.startswith("q")])
+    by_client = {ms[0].client_id: "".join(m.piece for m in ms) for ms in requests.values()}
+    return {question: by_client[f"q{i}"].strip() for i, question in enumerate(QUESTIONS)}
 
 
 def test_text_of_a_red_circle_bag_names_the_red_circle(replay):
-    _, _, text = replay
+    _, _, text, _ = replay
     requests = check_text(text)
     assert len(requests) >= FRAMES
     for tokens in requests.values():
@@ -96,7 +128,7 @@ def test_text_of_a_red_circle_bag_names_the_red_circle(replay):
 
 
 def test_actions_of_a_red_circle_bag_head_for_the_red_circle(replay):
-    scene, chunks, _ = replay
+    scene, chunks, _, _ = replay
     ideal = np.subtract(scene.target.position, scene.gripper)
     firsts = {}
     for m in chunks:  # the first message of each frame: its action due then (offset 0 unless a tick was late)
@@ -105,3 +137,9 @@ def test_actions_of_a_red_circle_bag_head_for_the_red_circle(replay):
     for frame, a in firsts.items():
         cosine = float(a @ ideal / (np.linalg.norm(a) * np.linalg.norm(ideal)))
         assert cosine >= 0.9, f"frame {frame}: first action {a} points away from the red circle ({cosine:.2f})"
+
+
+def test_questions_to_the_running_node_get_the_right_answers(replay):
+    *_, answers = replay
+    want = {**QUESTIONS, ASKED[0]: ASKED[1]}
+    assert answers == want

@@ -16,7 +16,7 @@ from ros_harness import Ros, check_text, params, reliable, unique_prefix
 from oxygen_ros.core.sim import scene as sim
 
 FRAMES = 3
-CAMERA_PIXELS = 64  # the camera nodes resize to the model's 32
+CAMERA_PIXELS = 96  # the camera nodes resize to the model's 48
 ROBOTS = ("left", "right")
 
 
@@ -83,7 +83,7 @@ def _replay(tmp_path, scenes):
             ros.add(CameraNode(context=ros.context, namespace=r, parameter_overrides=params(
                 image_topics=[f"{base}/camera/image_raw"], instruction_topic=f"{base}/instruction",
                 state_topic=f"{base}/joint_states", observation_topic=f"{base}/observation",
-                image_size=32, max_age=10.0)))
+                image_size=48, max_age=10.0)))
         player = ros.add(BagPlayer(context=ros.context, parameter_overrides=params(
             bag_path=str(bag), lockstep=True, lockstep_robots=list(ROBOTS), rate=4.0,
             action_topic=topics["actions_topic"], start_delay_s=1.0)))

@@ -55,7 +55,7 @@ def test_demo_gives_every_robot_its_own_scene_and_closes_each_loop():
         assert synthetic["image_topic"] == f"/{r}/camera/image_raw" == camera["image_topics"][0]
         assert synthetic["action_topic"] == f"/{r}/oxygen/actions"
         assert camera["state_topic"] == synthetic["joint_state_topic"] == f"/{r}/joint_states"
-        assert camera["image_size"] == 32
+        assert camera["image_size"] == 48
 
 
 SECTIONS = """
@@ -196,7 +196,7 @@ def test_built_nodes_run_in_their_robots_namespaces_with_the_merged_parameters(r
                          "/right/oxygen_synthetic_camera"]
         cameras = {n.get_namespace(): n for n in nodes if n.get_name() == "oxygen_camera"}
         assert cameras["/left"].get_parameter("image_topics").value == ["/arm_left/camera/image_raw"]
-        assert cameras["/right"].get_parameter("image_size").value == 32  # demo over the generic 100
+        assert cameras["/right"].get_parameter("image_size").value == 48  # demo over the generic 100
         wrist = [s for s in cameras["/right"].subscriptions if s.topic_name == "/right/camera/wrist"]
         assert len(wrist) == 1 and wrist[0].qos_profile.depth == 2
     finally:

@@ -286,7 +286,8 @@ def test_examples_are_deterministic_and_well_formed() -> None:
         np.testing.assert_array_equal(a.actions, b.actions)
         assert (a.instruction, a.description) == (b.instruction, b.description)
     assert any(not np.array_equal(a.image, b.image) for a, b in zip(first, other))
-    for image, state, instr, actions, description in first:
+    for image, state, instr, actions, description, question, answer in first:
+        assert (question, answer) == ("", "")  # sim.examples describes; training adds the questions
         assert image.shape == (32, 32, 3) and image.dtype == np.uint8
         assert state.shape == (2,) and state.dtype == np.float32
         assert actions.shape == (8, 2) and actions.dtype == np.float32

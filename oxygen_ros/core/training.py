@@ -30,6 +30,7 @@ from .model.vla import VLA, PrefixBatch, build_model
 from .observation import resize_with_pad
 from .model.vision import images_to_pixels
 from . import sim
+from .sim import questions
 from .tokenizer import Tokenizer, tokenize_prompt
 from .training_loss import TrainBatch, losses
 
@@ -39,7 +40,7 @@ EVAL_SEED_BASE = 1_000_000
 
 @dataclass(frozen=True)
 class TrainConfig:
-    steps: int = 12000  # optimiser steps (one batch each)
+    steps: int = 14000  # optimiser steps (one batch each)
     batch_size: int = 64  # examples per batch
     lr: float = 2e-3  # AdamW peak learning rate, reached after the warm-up
     min_lr_fraction: float = 0.05  # the cosine decay ends at this fraction of lr
@@ -53,8 +54,10 @@ class TrainConfig:
     at_target_prob: float = 0.1  # fraction of examples with the gripper already on the target
     object_weights: tuple[float, float, float] = (0.2, 0.4, 0.4)  # P(1, 2, 3 objects): grounding needs 2-3
     same_colour_prob: float = 0.5  # share of multi-object scenes with a distractor of the target's colour ...
-    hard_from: float = 0.4  # ... from this fraction of the steps on (first learn the task, then shapes)
+    hard_from: float = 0.25  # ... from this fraction of the steps on (first learn the task, then shapes)
     hires_prob: float = 0.1  # fraction rendered at another size and resized (as another camera is)
+    question_prob: float = 0.5  # fraction of examples that ask a question (sim.questions) instead of describing
+    question_at_target_prob: float = 0.5  # of the at_target questions, the share asked with the gripper on it
     max_step: float = sim.MAX_STEP
 
     def __post_init__(self) -> None:
@@ -95,29 +98,38 @@ def batch_examples(cfg: TrainConfig, index: int, image_size: int, horizon: int) 
     ``hard_from`` of the steps on, a share of scenes where a distractor has the
     target's colour so that only its shape tells them apart (learned last: the
     task is picked up faster without them); a share of the images is rendered
-    at another size and resized the way serving resizes camera images. Each
+    at another size and resized the way serving resizes camera images; a share
+    of the examples (``question_prob``) asks a question of a random kind
+    (:mod:`oxygen_ros.core.sim.questions`) instead of describing the scene. Each
     batch has its own generator, so batches can be made in any order or
     process and the data stay the same.
     """
     rng = np.random.default_rng([cfg.seed, index])
     same_colour_prob = cfg.same_colour_prob if index >= cfg.hard_from * cfg.steps else 0.0
-    out = []
-    for _ in range(cfg.batch_size):
-        n_objects = 1 + int(rng.choice(3, p=np.asarray(cfg.object_weights) / sum(cfg.object_weights)))
-        scene = sim.sample_scene(rng, n_objects, min_gripper_distance=0.0)
-        if n_objects > 1 and rng.random() < same_colour_prob:
-            # Hard negatives: only the shape tells the target from a distractor.
-            while not _same_colour_distractor(scene):
-                scene = sim.sample_scene(rng, n_objects, min_gripper_distance=0.0)
-        if rng.random() < cfg.at_target_prob:
-            scene = sim.gripper_near_target(scene, rng)
-        ex = sim.make_example(scene, image_size, horizon, cfg.max_step)
-        if rng.random() < cfg.hires_prob:
-            sizes = [n for n in (image_size // 2, 2 * image_size, 3 * image_size, 224) if n >= 32 and n != image_size]
-            size = int(rng.choice(sizes))
-            ex = ex._replace(image=resize_with_pad(sim.render(scene, size), image_size))
-        out.append(ex)
-    return out
+    return [_example(cfg, rng, same_colour_prob, image_size, horizon) for _ in range(cfg.batch_size)]
+
+
+def _example(cfg: TrainConfig, rng: np.random.Generator, same_colour_prob: float, image_size: int,
+             horizon: int) -> sim.Example:
+    n_objects = 1 + int(rng.choice(3, p=np.asarray(cfg.object_weights) / sum(cfg.object_weights)))
+    scene = sim.sample_scene(rng, n_objects, min_gripper_distance=0.0)
+    if n_objects > 1 and rng.random() < same_colour_prob:
+        # Hard negatives: only the shape tells the target from a distractor.
+        while not _same_colour_distractor(scene):
+            scene = sim.sample_scene(rng, n_objects, min_gripper_distance=0.0)
+    kind = questions.KINDS[int(rng.integers(len(questions.KINDS)))] if rng.random() < cfg.question_prob else None
+    near = cfg.question_at_target_prob if kind == "at_target" else cfg.at_target_prob
+    if rng.random() < near:
+        scene = sim.gripper_near_target(scene, rng)
+    ex = sim.make_example(scene, image_size, horizon, cfg.max_step)
+    if kind is not None:
+        asked = questions.ask(scene, kind, rng)
+        ex = ex._replace(question=asked.question, answer=asked.answer)
+    if rng.random() < cfg.hires_prob:
+        sizes = [n for n in (image_size // 2, 2 * image_size, 3 * image_size, 224) if n >= 32 and n != image_size]
+        size = int(rng.choice(sizes))
+        ex = ex._replace(image=resize_with_pad(sim.render(scene, size), image_size))
+    return ex
 
 
 def _same_colour_distractor(scene: sim.Scene) -> bool:
@@ -134,19 +146,33 @@ def make_train_batch(examples: list[sim.Example], tokenizer: Tokenizer, config: 
     images = np.stack([resize_with_pad(ex.image, config.vision.image_size) for ex in examples])[:, None]
     prefix = PrefixBatch(images_to_pixels(torch.from_numpy(images)), torch.ones(b, 1, dtype=torch.bool),
                          tokens, token_mask)
-    desc = [tokenizer.encode(ex.description) for ex in examples]
-    d = max(len(x) for x in desc)
-    text_in = torch.zeros(b, d, dtype=torch.long)
-    text_mask = torch.zeros(b, d, dtype=torch.bool)
-    targets = torch.full((b, d + 1), -100, dtype=torch.long)
-    for i, ids in enumerate(desc):
-        text_in[i, : len(ids)] = torch.tensor(ids)
-        text_mask[i, : len(ids)] = True
-        targets[i, : len(ids) + 1] = torch.tensor(ids + [tokenizer.eos_id])
+    text_in, text_mask, targets = text_batch(examples, tokenizer)
     actions = torch.zeros(b, config.action_horizon, config.action_dim)
     acts = torch.from_numpy(np.stack([ex.actions for ex in examples])) / max_step
     actions[:, :, : acts.shape[-1]] = acts
     return TrainBatch(prefix, text_in, text_mask, targets, actions)
+
+
+def text_batch(examples: list[sim.Example], tokenizer: Tokenizer) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """The text part of a batch: tokens fed after the prompt ``[B, D]``, their mask, and the targets
+    ``[B, D + 1]`` (-100: no loss).
+
+    A description is fed as its tokens and predicted whole, then EOS. A question is fed first, as
+    serving appends it after the prompt (``tokenizer.encode(question)``, no BOS), and only its
+    answer and EOS are predicted, the answer's first token from the question's last one.
+    """
+    asked = [tokenizer.encode(ex.question) if ex.question else [] for ex in examples]
+    said = [tokenizer.encode(ex.text) for ex in examples]
+    b, d = len(examples), max(len(q) + len(t) for q, t in zip(asked, said))
+    text_in = torch.zeros(b, d, dtype=torch.long)
+    text_mask = torch.zeros(b, d, dtype=torch.bool)
+    targets = torch.full((b, d + 1), -100, dtype=torch.long)
+    for i, (q, t) in enumerate(zip(asked, said)):
+        ids = q + t
+        text_in[i, : len(ids)] = torch.tensor(ids)
+        text_mask[i, : len(ids)] = True
+        targets[i, len(q) : len(ids) + 1] = torch.tensor(t + [tokenizer.eos_id])
+    return text_in, text_mask, targets
 
 
 class BatchSource:
@@ -306,5 +332,6 @@ def config_dict(cfg: TrainConfig) -> dict:
     return asdict(cfg)
 
 
-__all__ = ["TrainConfig", "norm_stats", "batch_examples", "BatchSource", "make_train_batch", "train", "lr_at",
+__all__ = ["TrainConfig", "norm_stats", "batch_examples", "BatchSource", "make_train_batch", "text_batch", "train",
+           "lr_at",
            "EVAL_SEED_BASE"]

@@ -78,10 +78,12 @@ ARGUMENTS: tuple[Argument, ...] = (
 
 #: With demo:=true, the camera node also takes the synthetic camera's gripper
 #: position as the robot state (closing the loop the way the model was trained).
+#: The synthetic camera's image side: the embedded default model's resolution.
+DEMO_IMAGE_SIZE = 48
 DEMO_PARAMETERS: dict[str, dict[str, Any]] = {
-    # the synthetic camera renders 32 px images for the embedded tiny model: pass
+    # the synthetic camera renders images at the embedded model's resolution: pass
     # them on at that size instead of upscaling them to the YAML's 224
-    "oxygen_camera": {"state_topic": "/joint_states", "image_size": 32},
+    "oxygen_camera": {"state_topic": "/joint_states", "image_size": DEMO_IMAGE_SIZE},
 }
 
 

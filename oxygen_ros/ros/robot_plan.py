@@ -19,7 +19,7 @@ overrides, and ``oxygen-agent``'s ``build_nodes`` start the same thing):
    written: its topics are not prefixed;
 3. with ``demo:=true``: the synthetic scene's seed + the robot's index
    (unless its own section sets ``seed``), and the camera node's
-   ``image_size`` 32 and ``state_topic`` = that robot's synthetic
+   ``image_size`` 48 (the embedded model's resolution) and ``state_topic`` = that robot's synthetic
    ``joint_state_topic``.
 
 ``camera_topic:=/cam/rgb`` remaps ``/<robot>/camera/image_raw`` to

@@ -23,6 +23,7 @@ from oxygen_ros.core.throttle import Throttle
 from oxygen_ros.msg import ActionChunk
 from oxygen_ros.ros.conversions import action_chunk_array, rgb_to_image_msg
 from oxygen_ros.ros.node_main import run_node
+from oxygen_ros.ros.plan_tables import DEMO_IMAGE_SIZE
 from oxygen_ros.ros.parameters import (ParamSpec, changed_values, declare_parameters_or_fail, non_negative,
                                        parameter_callback, positive, topic_name)
 from oxygen_ros.ros.qos import ACTIONS_QOS, DATA_QOS, LATCHED_QOS
@@ -36,7 +37,7 @@ def _sim_image_size(value: int, values=None) -> str | None:
 
 SYNTHETIC_CAMERA_PARAMETERS: tuple[ParamSpec, ...] = (
     ParamSpec("rate_hz", 10.0, "frames per second", "float", positive, dynamic=True),
-    ParamSpec("image_size", 32, "side in pixels of the square rendered image", "int", _sim_image_size, dynamic=True),
+    ParamSpec("image_size", DEMO_IMAGE_SIZE, "side in pixels of the square rendered image", "int", _sim_image_size, dynamic=True),
     ParamSpec("seed", 0, "random seed of the scene and of the target moves", "int"),
     ParamSpec("retarget_every_s", 8.0, "seconds between target moves (also moved when reached); 0: only when reached",
               "float", non_negative, dynamic=True),

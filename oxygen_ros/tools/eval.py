@@ -10,7 +10,14 @@ training (``EVAL_SEED_BASE + seed``):
   chunk (robot units, 2-D) and the direction from the gripper to the target;
 * ``closed_loop_success``: the policy, run in the :class:`Simulator` (the
   first ``--execute`` actions of each chunk, then a new observation), brings
-  the gripper within reach of the target in at most ``--max-steps`` actions.
+  the gripper within reach of the target in at most ``--max-steps`` actions;
+  ``closed_loop_success_same_colour``: the same over the scenes where a
+  distractor has the target's colour (``by_distractor`` splits every figure
+  by what tells the target apart);
+* ``question_accuracy``: per kind of question (``target``, ``where``,
+  ``count``, ``at_target``), the share of held-out questions answered exactly
+  right, one of each kind per scene, asked as ``/oxygen/question`` asks them
+  (:mod:`.eval_questions`; ``--no-questions`` skips them).
 
 Everything runs through :class:`Engine` in the given ``--setting`` with one
 camera (``base``; the other camera slots are masked). Scenes are served with
@@ -41,6 +48,7 @@ from ..core.observation import Observation, resize_with_pad
 from ..core.sim import scene as sim
 from ..core.training import EVAL_SEED_BASE
 from .common import add_model_args, load_model
+from .eval_questions import ask_all, question_cases, summarise_questions
 
 CAMERA = "base"
 CAMERA_NAMES = ("base", "left_wrist", "right_wrist")
@@ -163,6 +171,7 @@ def summarise(episodes: Sequence[Episode]) -> dict:
                    "first_action_cosine": float(np.mean([cos[i] for i in ix])),
                    "closed_loop_success": float(np.mean([episodes[i].success for i in ix]))}
                for k, ix in sorted(groups.items())}
+    same_colour = by_kind.get("same_colour", {}).get("closed_loop_success")
     return {
         "scenes": len(episodes),
         "text_accuracy": float(np.mean(named)),
@@ -170,6 +179,7 @@ def summarise(episodes: Sequence[Episode]) -> dict:
         "first_action_cosine": float(np.mean(cos)),
         "first_action_cosine_min": float(np.min(cos)),
         "closed_loop_success": len(successes) / len(episodes),
+        "closed_loop_success_same_colour": same_colour,
         "mean_steps_to_success": float(np.mean([e.steps for e in successes])) if successes else None,
         "finish_reasons": reasons,
         "by_distractor": by_kind,
@@ -179,8 +189,9 @@ def summarise(episodes: Sequence[Episode]) -> dict:
 def evaluate(model, tokenizer, normalizer, *, scenes: int = 200, seed: int = 0, setting: str = "oxygen",
              concurrency: int = 8, execute: int = 5, max_steps: int = 50, max_decode: int = 12,
              steps_per_frame: int = 5, denoise_steps: int | None = None, camera_size: int | None = None,
-             with_texts: bool = False, compile: str = "off") -> dict:
-    """Run the evaluation and return its figures (and, with ``with_texts``, every generated text)."""
+             with_texts: bool = False, compile: str = "off", questions: bool = True) -> dict:
+    """Run the evaluation and return its figures (and, with ``with_texts``, every generated text and
+    token: ``texts`` and ``tokens`` of the descriptions, ``question_tokens`` of the answers)."""
     steps = denoise_steps or model.config.denoise_steps
     config = EngineConfig(setting=setting, max_decode=max_decode, steps_per_frame=min(steps_per_frame, max_decode),
                           denoise_steps=steps, max_active=concurrency, queue_limit=4 * concurrency,
@@ -191,18 +202,37 @@ def evaluate(model, tokenizer, normalizer, *, scenes: int = 200, seed: int = 0, 
         print(f"compile=on runs eager: {engine.compile_reason}", file=sys.stderr)
     engine.warm_up()
     start = time.perf_counter()
-    episodes = run_episodes(engine, held_out_scenes(scenes, seed), image_size=model.config.vision.image_size,
+    size = model.config.vision.image_size
+    episodes = run_episodes(engine, held_out_scenes(scenes, seed), image_size=size,
                             concurrency=concurrency, execute=execute, max_steps=max_steps, camera_size=camera_size)
     out = {"setting": setting, "seed": seed, "execute": execute, "max_steps": max_steps, "camera_size": camera_size,
-           "denoise_steps": steps, **summarise(episodes), "wall_s": round(time.perf_counter() - start, 2),
-           "compiled": engine.compiled is not None, "recompiles": engine.recompiles}
+           "denoise_steps": steps, **summarise(episodes)}
+    answers = []
+    if questions:
+        cases = question_cases(held_out_scenes(scenes, seed), seed)
+        answers = ask_all(engine, cases, image_size=size, concurrency=concurrency, camera_size=camera_size)
+        out.update(summarise_questions(cases, answers))
+    out.update({"wall_s": round(time.perf_counter() - start, 2), "compiled": engine.compiled is not None,
+                "recompiles": engine.recompiles})
     if with_texts:
         out["texts"] = [e.request.text for e in episodes]
         out["tokens"] = [list(e.request.tokens) for e in episodes]
+        out["question_tokens"] = [list(r.tokens) for r in answers]
     return out
 
 
-def main(argv: Sequence[str] | None = None) -> int:
+#: What ``with_texts`` adds to the figures.
+TEXT_KEYS = ("texts", "tokens", "question_tokens")
+
+
+def compared(report: dict, other: dict) -> dict:
+    """``other``'s figures (another setting's, with texts) without its texts, and whether it generated
+    the same tokens as ``report``, descriptions and answers."""
+    same = other["tokens"] == report["tokens"] and other.get("question_tokens") == report.get("question_tokens")
+    return {**{k: v for k, v in other.items() if k not in TEXT_KEYS}, "same_tokens": same}
+
+
+def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="oxygen-eval", description=__doc__.split("\n\n")[0])
     parser.add_argument("--scenes", type=int, default=200, help="held-out scenes (default 200)")
     parser.add_argument("--setting", default="oxygen", help="engine setting: baseline, parallel, shared_kv, oxygen")
@@ -216,27 +246,30 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--camera-size", type=int, default=None,
                         help="resize the rendered image to this size first, as the camera node does (its "
                              "image_size, 224 in config/agent.yaml); default: the model's size, no resize")
+    parser.add_argument("--no-questions", action="store_true", help="skip question_accuracy")
     parser.add_argument("--compile", default="auto", choices=COMPILE_CHOICES,
                         help="compile the model's pieces (auto: on CUDA, eager on CPU)")
     add_model_args(parser)
-    args = parser.parse_args(argv)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
     ckpt = load_model(args)
     if ckpt.normalizer is None:
         print(f"note: {ckpt.source} has no normalisation statistics; actions are used as the model outputs them",
               file=sys.stderr)
     kwargs = dict(scenes=args.scenes, seed=args.seed, concurrency=args.concurrency, execute=args.execute,
-                  max_steps=args.max_steps, camera_size=args.camera_size, compile=args.compile)
+                  max_steps=args.max_steps, camera_size=args.camera_size, compile=args.compile,
+                  questions=not args.no_questions)
     report = evaluate(ckpt.model, ckpt.tokenizer, ckpt.normalizer, setting=args.setting, with_texts=True, **kwargs)
     settings = [s for s in (args.compare or []) if s != args.setting]
     if settings:
-        report["compare"] = {}
-        for s in settings:
-            other = evaluate(ckpt.model, ckpt.tokenizer, ckpt.normalizer, setting=s, with_texts=True, **kwargs)
-            same = other["tokens"] == report["tokens"]
-            report["compare"][s] = {k: v for k, v in other.items() if k not in ("texts", "tokens")}
-            report["compare"][s]["same_tokens"] = same
-    texts = report.pop("texts")
-    report.pop("tokens")
+        report["compare"] = {s: compared(report, evaluate(ckpt.model, ckpt.tokenizer, ckpt.normalizer, setting=s,
+                                                          with_texts=True, **kwargs)) for s in settings}
+    texts = report["texts"]
+    for key in TEXT_KEYS:
+        report.pop(key)
     print(json.dumps(report, indent=2))
     for e_text, scene in list(zip(texts, held_out_scenes(min(5, args.scenes), args.seed))):
         print(f"  {sim.describe(scene)!r:45} -> {e_text!r}", file=sys.stderr)

@@ -27,11 +27,15 @@ from collections.abc import Sequence
 
 import torch
 
+from ..core.checkpoints.given_sizes import apply_sizes, parse_sizes
 from ..core.model.config import preset
 from ..core.tokenizer import Tokenizer, default_tokenizer_path
 from ..core.training import TrainConfig, config_dict, norm_stats, train
 
 DEFAULT_OUT = pathlib.Path(__file__).resolve().parent.parent / "data" / "default_model"
+#: The default model's sizes over the ``tiny`` preset: a 48 px image in 8 px patches (6x6), so that
+#: shapes show (the preset's 32 px / 4x4 patches barely tell a circle from a square).
+DEFAULT_SIZES = ("vision.image_size=48",)
 
 
 def weights_digest(model: torch.nn.Module) -> str:
@@ -63,7 +67,8 @@ def _card_intro(args, cfg: TrainConfig) -> list[str]:
         "",
         "```",
         f"python -m oxygen_ros.tools.train --steps {cfg.steps} --batch-size {cfg.batch_size} --lr {cfg.lr} "
-        f"--seed {cfg.seed} --threads {args.threads} --workers {args.workers}",
+        f"--seed {cfg.seed} {' '.join('--size ' + s for s in _sizes(args))} --threads {args.threads} "
+        f"--workers {args.workers}",
         "```",
         "",
         "(these are the defaults; `oxygen-train --out oxygen_ros/data/default_model` is the same). The loss log and",
@@ -96,7 +101,12 @@ def _card_data(cfg: TrainConfig) -> list[str]:
         "multi-object scenes have a distractor of the target's colour (only the shape tells them apart); "
         f"{cfg.hires_prob:.0%} of the images rendered at another size and resized as serving does. "
         "One camera (`base`); prompt = π0.5 format with the binned gripper state. "
-        "Targets: `describe(scene)` + EOS (cross-entropy, greedy decoding reads it from the prompt) and the "
+        f"{cfg.question_prob:.0%} of the examples ask a question (`oxygen_ros.core.sim.questions`: kinds target, "
+        "where, count, at_target, four phrasings each; at_target with the gripper on the target "
+        f"{cfg.question_at_target_prob:.0%} of the time) fed after the prompt as serving appends it; the others "
+        "describe the scene. "
+        "Targets: the answer + EOS or `describe(scene)` + EOS (cross-entropy; greedy decoding reads the first "
+        "token from the question's last one or from the prompt) and the "
         "expert's 10-step chunk, divided by `max_step` (flow matching, t ~ Beta(1.5, 1)). Batches are a pure "
         f"function of (seed, batch index); seeds >= 1000000 are held out for evaluation. "
         f"{cfg.steps * cfg.batch_size} examples seen.",
@@ -115,7 +125,7 @@ def _card_training(args, cfg: TrainConfig, history: list[dict], train_s: float) 
         f"- wall time {train_s / 60:.1f} min on {platform.machine()} ({args.threads} torch thread(s), "
         f"{args.workers} data worker(s)), torch {torch.__version__}",
         f"- final losses (mean of the last {min(len(history), 1) and args.log_every} steps): text "
-        f"{last.get('text')}, action {last.get('action')}, teacher-forced description accuracy "
+        f"{last.get('text')}, action {last.get('action')}, teacher-forced text accuracy (descriptions and answers) "
         f"{last.get('seq_acc')}",
         "",
     ]
@@ -133,9 +143,11 @@ def _card_evaluation(evaluation: dict) -> list[str]:
         "| --- | --- |",
     ]
     for key in ("text_accuracy", "description_exact", "first_action_cosine", "closed_loop_success",
-                "mean_steps_to_success"):
+                "closed_loop_success_same_colour", "mean_steps_to_success", "question_accuracy_all"):
         value = evaluation.get(key)
         lines.append(f"| {key} | {value:.3f} |" if isinstance(value, float) else f"| {key} | {value} |")
+    for kind, value in evaluation.get("question_accuracy", {}).items():
+        lines.append(f"| question_accuracy `{kind}` ({evaluation['questions'][kind]} questions) | {value:.3f} |")
     for setting, other in evaluation.get("compare", {}).items():
         lines.append(f"| same tokens under `{setting}` | {other['same_tokens']} (success "
                      f"{other['closed_loop_success']:.3f}, cosine {other['first_action_cosine']:.3f}) |")
@@ -147,10 +159,14 @@ def _card_evaluation(evaluation: dict) -> list[str]:
         for kind, r in kinds.items():
             lines.append(f"| {kind} | {r['scenes']} | {r['text_accuracy']:.3f} | {r['first_action_cosine']:.3f} | "
                          f"{r['closed_loop_success']:.3f} |")
-        lines += ["", "Limitation: with a distractor of the same colour only the shape tells the target apart, "
-                  "and the model has learned shapes only partly; those scenes fail most often."]
+        lines += ["", "Limitation: with a distractor of the same colour only the shape tells the target apart; "
+                  "those scenes fail most often."]
     lines.append("")
     return lines
+
+
+def _sizes(args) -> list[str]:
+    return list(DEFAULT_SIZES) if args.size is None else list(args.size)
 
 
 def _params(model_config):
@@ -167,6 +183,8 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--lr", type=float, default=defaults.lr)
     parser.add_argument("--seed", type=int, default=defaults.seed)
     parser.add_argument("--preset", default="tiny")
+    parser.add_argument("--size", action="append", default=None, metavar="KEY=VALUE",
+                        help=f"a model size over the preset (repeatable; default {' '.join(DEFAULT_SIZES)})")
     parser.add_argument("--out", default=str(DEFAULT_OUT), help=f"output directory (default {DEFAULT_OUT})")
     parser.add_argument("--threads", type=int, default=1,
                         help="torch threads for the optimiser (default 1; results depend on it)")
@@ -180,18 +198,17 @@ def _evaluate(model, tokenizer, cfg: TrainConfig, scenes: int) -> dict:
     """The evaluation on ``scenes`` held-out scenes under ``oxygen``, with ``shared_kv`` and ``baseline``
     compared against it (same tokens or not)."""
     from ..core.normalization import Normalizer
-    from .eval import evaluate
+    from .eval import TEXT_KEYS, compared, evaluate
 
     stats = norm_stats(cfg.max_step)["norm_stats"]
     normalizer = Normalizer(stats["state"], stats["actions"], "quantile")
     evaluation = evaluate(model, tokenizer, normalizer, scenes=scenes, with_texts=True)
-    evaluation["compare"] = {}
-    for setting in ("shared_kv", "baseline"):
-        other = evaluate(model, tokenizer, normalizer, scenes=scenes, setting=setting, with_texts=True)
-        evaluation["compare"][setting] = {"same_tokens": other.pop("tokens") == evaluation["tokens"],
-                                          **{k: v for k, v in other.items() if k != "texts"}}
-    evaluation.pop("tokens")
-    evaluation.pop("texts")
+    evaluation["compare"] = {
+        setting: compared(evaluation, evaluate(model, tokenizer, normalizer, scenes=scenes, setting=setting,
+                                               with_texts=True))
+        for setting in ("shared_kv", "baseline")}
+    for key in TEXT_KEYS:
+        evaluation.pop(key)
     return evaluation
 
 
@@ -200,7 +217,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     torch.set_num_threads(args.threads)
 
     cfg = TrainConfig(steps=args.steps, batch_size=args.batch_size, lr=args.lr, seed=args.seed)
-    model_config = preset(args.preset)
+    model_config = apply_sizes(preset(args.preset), parse_sizes(_sizes(args)), "--size")
     tokenizer = Tokenizer.default()
 
     def log(entry: dict) -> None:

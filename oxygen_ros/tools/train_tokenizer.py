@@ -4,7 +4,8 @@ The corpus (``oxygen_ros/data/corpus.txt``) is text this project writes itself,
 produced by :func:`build_corpus`, one sentence per line:
 
 * every instruction and every description of the synthetic task
-  (:mod:`oxygen_ros.core.sim.scene`);
+  (:mod:`oxygen_ros.core.sim.scene`), and every question it asks and every
+  answer (:mod:`oxygen_ros.core.sim.questions`);
 * the pi0.5 prompt scaffolding (``Task: ..., State: ...;`` and ``Action: ``)
   with every state bin 0..255, see :func:`oxygen_ros.core.tokenizer.format_prompt`;
 * a few hundred short robot-style instructions, questions and answers written
@@ -29,6 +30,7 @@ import pathlib
 import sys
 from collections.abc import Iterator, Sequence
 
+from oxygen_ros.core.sim.questions import all_answers, all_questions
 from oxygen_ros.core.sim.scene import COLOURS, SHAPES, all_descriptions, all_instructions
 
 DATA_DIR = pathlib.Path(__file__).resolve().parent.parent / "data"
@@ -209,6 +211,8 @@ def build_corpus() -> list[str]:
     lines: list[str] = []
     lines += all_instructions()
     lines += all_descriptions()
+    lines += all_questions()
+    lines += all_answers()
     lines += HANDWRITTEN
     lines += _template_sentences()
     lines += _prompt_sentences()

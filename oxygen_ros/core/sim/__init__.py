@@ -1,5 +1,5 @@
 """Synthetic 2-D manipulation task: scenes, rendering, simulator (:mod:`.scene`), expert and dataset
-(:mod:`.demonstrations`).
+(:mod:`.demonstrations`), questions about a scene and their answers (:mod:`.questions`).
 
 See :mod:`oxygen_ros.core.sim.scene` for the task definition and coordinate
 convention (normalised ``[-1, 1]^2``, ``x`` right, ``y`` down).

@@ -65,6 +65,13 @@ class Example(NamedTuple):
     instruction: str  # "move to the red circle"
     actions: np.ndarray  # float32[horizon, ACTION_DIMS], see expert_actions
     description: str  # "red circle upper left of gripper"
+    question: str = ""  # "where is the target?" (see questions.py); empty: the periodic description
+    answer: str = ""  # its answer, "upper left of gripper"
+
+    @property
+    def text(self) -> str:
+        """The text the model is trained to decode: the answer to the question, else the description."""
+        return self.answer if self.question else self.description
 
 
 def make_example(scene: Scene, size: int, horizon: int, max_step: float = MAX_STEP) -> Example:
