@@ -21,7 +21,7 @@ import torch
 
 from . import scheduler
 from .cadence import LanguageCadence
-from .engine_config import EngineConfig
+from .engine_config import EngineConfig, served_cameras
 from .frame_result import FrameError, FrameResult, Question
 from .kv_pool import SCRATCH, KVPool
 from .model.compile_setup import resolve_compile
@@ -44,11 +44,7 @@ class Engine:
         mc = model.config
         self.vocab_limit = usable_vocabulary(tokenizer.vocab_size, mc.vocab_size)
         self.prefix_max = mc.image_tokens + mc.max_token_len
-        #: cameras an observation may carry (the configuration's, else the model's camera slots)
-        self.max_cameras = config.max_cameras or (len(config.camera_names) if config.camera_names else None) \
-            or mc.max_cameras
-        if self.max_cameras > mc.max_cameras:
-            raise ValueError(f"max_cameras {self.max_cameras} exceeds the model's {mc.max_cameras} camera slots")
+        self.max_cameras = served_cameras(config, mc.max_cameras)  #: cameras an observation may carry
         slot_len = self.prefix_max + config.max_question_tokens + config.max_decode
         cache = model.new_cache(slots=config.max_active + config.max_observations_per_frame, max_len=slot_len)
         self.pool = KVPool(cache, on_move=self._slot_moved)

@@ -46,3 +46,12 @@ class EngineConfig:
         if self.steps_per_frame > self.max_decode:
             raise ValueError(f"steps_per_frame (k={self.steps_per_frame}) must not exceed max_decode "
                              f"(N={self.max_decode})")
+
+
+def served_cameras(config: EngineConfig, model_slots: int) -> int:
+    """Cameras an observation may carry: ``max_cameras``, else the count of ``camera_names``,
+    else the model's camera slots; more than the model's slots is refused."""
+    cameras = config.max_cameras or (len(config.camera_names) if config.camera_names else None) or model_slots
+    if cameras > model_slots:
+        raise ValueError(f"max_cameras {cameras} exceeds the model's {model_slots} camera slots")
+    return cameras
