@@ -85,10 +85,8 @@ def compare_prefill(model: VLA, batch: PrefixBatch, attention: list[str], repeat
     (``ours_padded``: every camera slot and the padded prompt, as before absent cameras
     were skipped). Returns the timings and, per other variant, the largest logit
     difference to ours relative to ours' largest logit."""
-    cache = KVCache.allocate(layers=model.config.vlm.depth, kv_heads=model.config.vlm.kv_heads,
-                             head_dim=model.config.vlm.head_dim, slots=batch.size,
-                             max_len=batch.pixels.shape[1] * model.config.vision.tokens_per_image
-                             + batch.tokens.shape[1], dtype=model.dtype, device=model.device)
+    cache = model.new_cache(batch.size, batch.pixels.shape[1] * model.config.vision.tokens_per_image
+                            + batch.tokens.shape[1])
     slots = [[i] for i in range(batch.size)]
     runs: dict[str, Callable[[], Tensor]] = {"ours": lambda: model.prefill(batch, cache, slots).logits}
     if padded:

@@ -44,13 +44,12 @@ import numpy as np
 
 from ..core.engine import Engine, EngineConfig
 from ..core.model.compile_setup import COMPILE_CHOICES
-from ..core.observation import Observation, resize_with_pad
+from ..core.observation import Observation
 from ..core.sim import scene as sim
 from ..core.training import EVAL_SEED_BASE
 from .common import add_model_args, load_model
-from .eval_questions import ask_all, question_cases, summarise_questions
+from .eval_questions import ask_all, question_cases, scene_observation, summarise_questions
 
-CAMERA = "base"
 CAMERA_NAMES = ("base", "left_wrist", "right_wrist")
 
 
@@ -76,13 +75,8 @@ def held_out_scenes(count: int, seed: int = 0) -> list[sim.Scene]:
 
 
 def observe(episode: Episode, image_size: int, camera_size: int | None = None) -> Observation:
-    """The scene rendered at ``image_size``; with ``camera_size``, resized to it first as the camera
-    node does (``image_size`` there), so the model sees what it sees in the agent."""
-    s = episode.simulator
-    image = s.observe(image_size)
-    if camera_size:
-        image = resize_with_pad(image, camera_size)
-    return Observation(images={CAMERA: image}, instruction=s.instruction, state=s.state)
+    """The episode's current scene as :func:`scene_observation` sees it."""
+    return scene_observation(episode.simulator.scene, image_size, camera_size)
 
 
 def names_target(text: str, scene: sim.Scene) -> bool:

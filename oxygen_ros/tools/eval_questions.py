@@ -48,7 +48,7 @@ def ask_all(engine: Engine, cases: Sequence[tuple[sim.Scene, questions.Asked]], 
     for start in range(0, len(cases), concurrency):
         part = cases[start:start + concurrency]
         names = [f"q{start + i}" for i in range(len(part))]
-        observations = [_observation(scene, image_size, camera_size) for scene, _ in part]
+        observations = [scene_observation(scene, image_size, camera_size) for scene, _ in part]
         asked = [Question(a.question, client_id=n, robot=n) for n, (_, a) in zip(names, part)]
         result = engine.step(observations, asked, robots=names, start_language=False)
         for r in result.finished + engine.drain():
@@ -57,7 +57,9 @@ def ask_all(engine: Engine, cases: Sequence[tuple[sim.Scene, questions.Asked]], 
     return [done[f"q{i}"] for i in range(len(cases))]
 
 
-def _observation(scene: sim.Scene, image_size: int, camera_size: int | None) -> Observation:
+def scene_observation(scene: sim.Scene, image_size: int, camera_size: int | None = None) -> Observation:
+    """``scene`` rendered at ``image_size`` as the one camera's image; with ``camera_size``, resized to
+    it first as the camera node does (``image_size`` there), so the model sees what it sees in the agent."""
     image = sim.render(scene, image_size)
     if camera_size:
         image = resize_with_pad(image, camera_size)
@@ -75,4 +77,4 @@ def summarise_questions(cases: Sequence[tuple[sim.Scene, questions.Asked]], requ
             "questions": {kind: len(oks) for kind, oks in right.items()}}
 
 
-__all__ = ["ask_all", "question_cases", "summarise_questions"]
+__all__ = ["CAMERA", "ask_all", "question_cases", "scene_observation", "summarise_questions"]
