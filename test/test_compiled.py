@@ -212,7 +212,8 @@ def test_compiled_engine_frames_match_eager_across_batch_sizes(lively_tiny, tok,
     progress = []
     engine.warm_up(lambda done, total, what: progress.append((done, total, what)))
     assert engine.compiled is not None, engine.compile_reason
-    assert progress[-1][:2] == (5, 5) and "decode batch 4" in [w for _, _, w in progress]
+    assert progress[-1][:2] == (5, 5) and any(w.startswith("decode batch 4 (") for _, _, w in progress)
+    assert all(w.endswith(("(compiled)", "(from the cache)")) for _, _, w in progress)
     compiled = _run(engine, len(lengths), lengths)
     assert compiled[1] == eager[1]  # identical greedy tokens
     for a, b in zip(compiled[0], eager[0]):
@@ -220,3 +221,50 @@ def test_compiled_engine_frames_match_eager_across_batch_sizes(lively_tiny, tok,
     if setting == "oxygen":
         assert len(set(compiled[2])) >= 2  # the decode batch changed during the run
     assert engine.recompiles == 0
+
+
+def test_a_second_engine_loads_every_package_from_the_cache_and_gives_the_same_frames(lively_tiny, tok,
+                                                                                      monkeypatch, tmp_path_factory):
+    """What makes a second start fast: nothing is compiled again, and the loaded packages run on the
+    new engine's own pool and the model's own weights. (The cache is the one the test above fills,
+    with the same sizes, so that CI compiles them once.)"""
+    cache_dir = tmp_path_factory.getbasetemp() / "compile-cache"
+    monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(cache_dir))
+    common = dict(setting="oxygen", max_decode=4, steps_per_frame=1, denoise_steps=2, max_active=3,
+                  max_observations_per_frame=1, language_every_n_frames=0, camera_names=("base",),
+                  compile="on")
+    first = Engine(lively_tiny, tok, EngineConfig(**common))
+    first.warm_up()
+    assert first.compiled is not None, first.compile_reason
+    assert first.compiled.graphs == 5  # decode 1, 2 and 4, denoise 1, prefill 1
+    packages = sorted(p.name for p in (cache_dir / "aoti").glob("*.pt2"))
+    assert len(packages) >= 5
+
+    second = Engine(lively_tiny, tok, EngineConfig(**common))
+    progress = []
+    second.warm_up(lambda done, total, what: progress.append(what))
+    assert second.compiled.built == 0 and second.compiled.graphs == 5, progress
+    assert all(w.endswith("(from the cache)") for w in progress), progress
+    assert sorted(p.name for p in (cache_dir / "aoti").glob("*.pt2")) == packages
+
+    lengths = [3, 0, 2, 3]
+    a, b = _run(first, 4, lengths), _run(second, 4, lengths)
+    assert a[1] == b[1]
+    for x, y in zip(a[0], b[0]):
+        np.testing.assert_allclose(x, y, atol=1e-6, rtol=0)
+    eager = _run(Engine(lively_tiny, tok, EngineConfig(**dict(common, compile="off"))), 4, lengths)
+    for x, y in zip(b[0], eager[0]):
+        np.testing.assert_allclose(x, y, atol=1e-5, rtol=0)
+
+    # another model's sizes never reuse these packages
+    other = dataclasses.replace(lively_tiny.config, max_token_len=lively_tiny.config.max_token_len + 8)
+    from oxygen_ros.core.model.packaged import package_key
+
+    cache = first.pool.cache
+    inputs = (torch.zeros(1, dtype=torch.long), torch.zeros(1, dtype=torch.long), torch.ones(1, dtype=torch.bool))
+    key = package_key(lively_tiny, "decode", 2, cache, inputs)
+    lively_tiny.config, saved = other, lively_tiny.config
+    try:
+        assert package_key(lively_tiny, "decode", 2, cache, inputs) != key
+    finally:
+        lively_tiny.config = saved

@@ -1,15 +1,17 @@
-"""The model's prefill, denoise and decode step compiled once per shape bucket.
+"""The model's prefill, denoise and decode step compiled ahead of time, once per shape bucket.
 
 :class:`CompiledVLA` has the signatures of :class:`~.vla.VLA`'s ``prefill``,
 ``denoise`` and ``decode_step`` (the engine calls either), and runs them as
-the fixed-shape pieces of ``static.py`` compiled with
-``torch.compile(fullgraph=True, dynamic=False)``: one graph per bucket, every
-bucket compiled by :meth:`CompiledVLA.warm_up`. On CPU inductor emits C++
-with its C++ wrapper (no Python between kernels); on CUDA each bucket's graph
-is captured as a CUDA graph after its first run (one launch per piece).
+the fixed-shape pieces of ``static.py``, each bucket an AOTInductor package
+(``packaged.py``): exported and compiled to a shared library once, kept in the
+compile cache, and loaded in milliseconds by every later start. A call runs
+the library directly (no guards, no Python between kernels). On CUDA each
+bucket is also captured as a CUDA graph after its first run (one launch per
+piece).
 
-Every graph the compiler builds is counted (:attr:`CompiledVLA.graphs`);
-:attr:`CompiledVLA.recompiles` counts those built after warm-up, which a
+Every package loaded is counted (:attr:`CompiledVLA.graphs`, of which
+:attr:`CompiledVLA.built` were compiled rather than found in the cache);
+:attr:`CompiledVLA.recompiles` counts those loaded after warm-up, which a
 steady state never does. Differences from eager, by design:
 
 * the whole denoise loop is one graph, so ``before_step`` (the engine's pause
@@ -27,11 +29,10 @@ from torch import Tensor
 from .cache import KVCache, SlotView
 from .compile_setup import use_compile_cache
 from .cuda_graphs import CudaGraphs
+from .packaged import PackagedPiece
 from .static import StaticPieces, batch_buckets, bucket_for, prompt_buckets
 from .vla import VLA, PrefillResult, PrefixBatch
 
-#: inductor options on CPU: the C++ wrapper calls the kernels without the interpreter
-CPU_OPTIONS = {"cpp_wrapper": True}
 Progress = Callable[[int, int, str], None]
 
 
@@ -55,25 +56,27 @@ class CompiledVLA:
         self.camera_buckets = (max_cameras or slots,)  # one: a camera that drops out is masked in it
         self.prompt_buckets = prompt_buckets(model.config.max_token_len)
         self.cache_dir = use_compile_cache()
-        self.graphs = 0
+        self.graphs = 0  # packages loaded, ...
+        self.built = 0  # ... of which compiled here (not found in the cache)
         self._graphs_at_warm: int | None = None
-        static = StaticPieces(model, cache, steps)
-        pieces = {name: getattr(static, name) for name in ("decode", "denoise", "prefill")}
-        self._fns = {name: self._compile(fn) for name, fn in pieces.items()} if compile else pieces
-        if compile:
-            # the compiler's limit on graphs per function counts every instance's buckets
-            torch._dynamo.config.recompile_limit += self.bucket_count
+        self._static = StaticPieces(model, cache, steps)
+        self._compile = compile
+        self._pieces: dict[tuple, Callable[..., object]] = {}
 
-    def _compile(self, fn):
-        compiled = torch.compile(fn, backend=self._backend, fullgraph=True, dynamic=False)
-        return CudaGraphs(compiled) if self.model.device.type == "cuda" else compiled
-
-    def _backend(self, gm, example_inputs):
-        from torch._inductor.compile_fx import compile_fx
-
-        self.graphs += 1
-        options = CPU_OPTIONS if self.model.device.type == "cpu" else {}
-        return compile_fx(gm, example_inputs, config_patches=options)
+    def _piece(self, name: str, inputs: tuple[Tensor, ...]) -> Callable[..., object]:
+        """The graph of piece ``name`` at the shapes of ``inputs``: loaded (or built) on first use."""
+        if not self._compile:
+            return getattr(self._static, name)
+        key = (name, *(tuple(t.shape) for t in inputs))
+        piece = self._pieces.get(key)
+        if piece is None:
+            with torch.inference_mode(False):  # export traces ordinary tensors
+                example = tuple(t.clone() for t in inputs)
+                packaged = PackagedPiece(self.model, self.cache, name, self.steps, example, self.cache_dir)
+            self.graphs += 1
+            self.built += packaged.built
+            piece = self._pieces[key] = CudaGraphs(packaged) if self.model.device.type == "cuda" else packaged
+        return piece
 
     # ------------------------------------------------------------------ warm-up and counts
     @property
@@ -91,16 +94,20 @@ class CompiledVLA:
         return self.graphs - (self._graphs_at_warm or 0)
 
     def warm_up(self, progress: Progress | None = None) -> None:
-        """Compile every bucket; ``progress(done, total, what)`` after each. Writes only the trash slot."""
+        """Load every bucket's package, compiling those the cache lacks; ``progress(done, total, what)``
+        after each (``what`` names the bucket and says "compiled" or "from the cache"). Writes only
+        the trash slot."""
         jobs = [(f"decode batch {b}", lambda b=b: self._run_decode(*self._decode_inputs(b))) for b in
                 self.decode_buckets]
         jobs += [(f"denoise observations {b}", lambda b=b: self._warm_denoise(b)) for b in self.observation_buckets]
         jobs += [(f"prefill observations {b} cameras {k} prompt {n}", lambda b=b, k=k, n=n: self._warm_prefill(b, k, n))
                  for b in self.observation_buckets for k in self.camera_buckets for n in self.prompt_buckets]
         for done, (what, job) in enumerate(jobs, 1):
+            built = self.built
             job()
             if progress is not None:
-                progress(done, len(jobs), what)
+                how = "" if not self._compile else " (compiled)" if self.built > built else " (from the cache)"
+                progress(done, len(jobs), what + how)
         self._graphs_at_warm = self.graphs
 
     def _warm_denoise(self, b: int) -> None:
@@ -190,21 +197,18 @@ class CompiledVLA:
             raise ValueError("a CompiledVLA runs on the cache it was built for")
 
     # ------------------------------------------------------------------ running a graph
-    def _device(self, *tensors: Tensor) -> list[Tensor]:
-        """Inputs as every graph was compiled for them: on the device, contiguous, and inference
-        tensors (a graph is specialised to its inputs' strides and dispatch keys as well as shapes)."""
-        out = [t.to(self.model.device).contiguous() for t in tensors]
-        return [t if t.is_inference() else t.clone() for t in out]
+    def _run(self, name: str, *tensors: Tensor):
+        """Piece ``name`` on ``tensors`` as every graph was built for them: on the device, contiguous."""
+        inputs = tuple(t.to(self.model.device).contiguous() for t in tensors)
+        piece = self._piece(name, inputs)
+        with torch.inference_mode():
+            return piece(*inputs)
 
-    @torch.inference_mode()
     def _run_decode(self, tokens: Tensor, lengths: Tensor, live: Tensor) -> Tensor:
-        return self._fns["decode"](*self._device(tokens, lengths, live))
+        return self._run("decode", tokens, lengths, live)
 
-    @torch.inference_mode()
     def _run_denoise(self, slots: Tensor, lengths: Tensor, noise: Tensor) -> Tensor:
-        return self._fns["denoise"](*self._device(slots, lengths, noise.to(self.model.dtype)))
+        return self._run("denoise", slots, lengths, noise.to(self.model.dtype))
 
-    @torch.inference_mode()
     def _run_prefill(self, batch: PrefixBatch, dest: Tensor) -> tuple[Tensor, Tensor]:
-        return self._fns["prefill"](*self._device(batch.pixels, batch.image_mask, batch.tokens, batch.token_mask,
-                                                  dest))
+        return self._run("prefill", batch.pixels, batch.image_mask, batch.tokens, batch.token_mask, dest)

@@ -1,0 +1,116 @@
+"""One piece at one bucket as an AOTInductor package: built once, kept on disk, loaded in milliseconds.
+
+A :class:`PackagedPiece` is a :class:`~.static.StaticPieces` function at fixed
+input shapes, exported (``torch.export``) and compiled ahead of time into a
+shared library (``torch._inductor.aoti_compile_and_package``). Calling it
+runs the library directly: no guard evaluation, no Python between kernels.
+
+* **The pool stays the one owner of K/V memory.** The pool's ``k`` and ``v``
+  are the first two inputs of every package and are written in place.
+* **The weights stay the model's.** They are not packaged
+  (``package_constants_in_so=False``): after loading, the package is pointed
+  at the model's own parameter tensors (``user_managed``), so a package holds
+  code only and serves any checkpoint of the same sizes.
+* **The cache.** A package is stored as ``<cache>/aoti/<piece>-<key>.pt2``,
+  the key a digest of everything the code depends on (:func:`package_key`):
+  the model's configuration, the shapes and dtypes, the device, the CPU's
+  vector instruction set, torch's version and the source of this folder. A
+  second start of the same model loads every package without compiling.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import pathlib
+import tempfile
+
+import torch
+from torch import Tensor
+
+from .cache import KVCache
+from .static import StaticPieces
+from .vla import VLA
+
+#: inductor settings for every package: code only, the weights come from the model at load time
+PACKAGE_OPTIONS = {"aot_inductor.package_constants_in_so": False}
+_SOURCE = pathlib.Path(__file__).resolve().parent
+
+
+class _Piece(torch.nn.Module):
+    """``StaticPieces.<name>`` with the pool's storage as explicit inputs (so that export sees its writes)."""
+
+    def __init__(self, model: VLA, name: str, steps: int):
+        super().__init__()
+        self.model, self.name, self.steps = model, name, steps
+
+    def forward(self, k: Tensor, v: Tensor, *inputs: Tensor):
+        return getattr(StaticPieces(self.model, KVCache(k, v), self.steps), self.name)(*inputs)
+
+
+def source_digest() -> str:
+    """SHA-256 over this folder's Python source (the code every graph is traced from)."""
+    h = hashlib.sha256()
+    for path in sorted(_SOURCE.glob("*.py")):
+        h.update(path.name.encode())
+        h.update(path.read_bytes())
+    return h.hexdigest()
+
+
+def package_key(model: VLA, name: str, steps: int, cache: KVCache, inputs: tuple[Tensor, ...]) -> str:
+    """What a package's code depends on, as a short digest."""
+    device = model.device
+    if device.type == "cuda":
+        target = f"cuda sm{''.join(map(str, torch.cuda.get_device_capability(device)))}"
+    else:
+        from torch._inductor.cpu_vec_isa import pick_vec_isa
+
+        target = f"{device.type} {pick_vec_isa()}"
+    parts = [torch.__version__, target, source_digest(), repr(model.config), str(model.dtype), name, str(steps),
+             str(PACKAGE_OPTIONS), *(f"{tuple(t.shape)} {t.dtype}" for t in (cache.k, cache.v, *inputs))]
+    return hashlib.sha256("\n".join(parts).encode()).hexdigest()[:24]
+
+
+class PackagedPiece:
+    """``StaticPieces.<name>`` of ``model`` on ``cache`` at the shapes of ``inputs``, loaded from
+    ``cache_dir`` (built there first if missing; :attr:`built` says which)."""
+
+    def __init__(self, model: VLA, cache: KVCache, name: str, steps: int, inputs: tuple[Tensor, ...],
+                 cache_dir: pathlib.Path):
+        self.cache, self.name = cache, name
+        self.shapes = tuple(tuple(t.shape) for t in inputs)
+        module = _Piece(model, name, steps)
+        folder = pathlib.Path(cache_dir) / "aoti"
+        self.path = folder / f"{name}-{package_key(model, name, steps, cache, inputs)}.pt2"
+        self.built = not self.path.exists()
+        if self.built:
+            _build(module, (cache.k, cache.v, *inputs), self.path)
+        self._runner = torch._inductor.aoti_load_package(str(self.path))
+        state = dict(module.named_parameters())
+        state.update(module.named_buffers())
+        missing = [n for n in self._runner.get_constant_fqns() if n not in state]
+        if missing:
+            raise RuntimeError(f"{self.path.name} needs constants the model does not have: {missing[:5]}")
+        self._runner.load_constants({n: state[n] for n in self._runner.get_constant_fqns()},
+                                    check_full_update=True, user_managed=True)
+
+    def __call__(self, *inputs: Tensor):
+        return self._runner(self.cache.k, self.cache.v, *inputs)
+
+
+def _build(module: torch.nn.Module, args: tuple[Tensor, ...], path: pathlib.Path) -> None:
+    """Export and compile ``module`` at ``args`` into ``path`` (written under a temporary name, then
+    renamed: a second process building the same package never reads half of one)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with torch.no_grad():
+        program = torch.export.export(module, args, strict=False)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=path.stem, suffix=".tmp.pt2")
+    os.close(fd)
+    try:
+        torch._inductor.aoti_compile_and_package(program, package_path=tmp, inductor_configs=dict(PACKAGE_OPTIONS))  # it adds to the dict
+        os.replace(tmp, path)
+    finally:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+
+
