@@ -180,7 +180,7 @@ class Run:
             "avg_batch_size": statistics.fmean(self.batches) if self.batches else 0.0,
             "avg_request_latency_ms": statistics.fmean(request_ms) if request_ms else None,
             "requests_finished": len(request_ms),
-            "kv_bytes_reserved": engine.pool.bytes_reserved,
+            "kv_bytes_reserved": engine.pool.bytes_reserved, "slot_len": engine.pool.cache.max_len,
             "kv_copy_bytes_per_frame": statistics.fmean(self.copies),
             "compile": spec.compile, "compiled": engine.compiled is not None,
             "compile_reason": engine.compile_reason, "compile_s": self.compile_s, "recompiles": engine.recompiles,
@@ -226,16 +226,19 @@ def _median_ms(fn: Callable[[], object], repeats: int, warmup: int = 3) -> float
 
 def measure_components(model: VLA, tokenizer: Tokenizer, *, batch_sizes: Sequence[int] = (1, 2, 4, 8),
                        cameras: int | None = None, repeats: int = 30, decode_context: int = 16,
-                       denoise_steps: int = 1, compile: bool = False) -> dict:
+                       denoise_steps: int = 1, compile: bool = False, slot_len: int | None = None) -> dict:
     """Median latency of: prefill of one observation, one denoise step (batch 1; the median of
     ``denoise_steps`` steps in one call, divided by them), and one decode step at each batch
     size (prefixes of real length plus ``decode_context`` decoded tokens). ``compile``: the
-    compiled pieces (:class:`CompiledVLA`, warmed up first) instead of the eager model."""
+    compiled pieces (:class:`CompiledVLA`, warmed up first) instead of the eager model.
+    ``slot_len``: the cache's slot length (default: just enough); pass an engine's
+    (``Engine.pool.cache.max_len``) to time the pieces as its compiled graphs run them, over
+    the whole slot, masked."""
     c = model.config
     cams = cameras or c.max_cameras
     obs = synthetic_observations(1, c.vision.image_size, cams)[0]
     batch = make_prefix_batch([obs], tokenizer, c)
-    cache = model.new_cache(slots=max(batch_sizes) + 1, max_len=c.prefix_len + decode_context + 2)
+    cache = model.new_cache(slots=max(batch_sizes) + 1, max_len=slot_len or c.prefix_len + decode_context + 2)
     run = model
     if compile:
         run = CompiledVLA(model, cache, steps=denoise_steps, max_observations=1, max_cameras=cams)
@@ -255,7 +258,7 @@ def measure_components(model: VLA, tokenizer: Tokenizer, *, batch_sizes: Sequenc
         tokens = torch.full((b,), 5, dtype=torch.long)
         decode[b] = _median_ms(lambda: run.decode_step(cache, v, tokens), repeats)
     return {"prefill_ms": prefill_ms, "denoise_step_ms": denoise_ms, "decode_step_ms": decode,
-            "prefix_tokens": length, "cameras": cams, "compiled": compile,
+            "prefix_tokens": length, "slot_len": cache.max_len, "cameras": cams, "compiled": compile,
             "recompiles": run.recompiles if compile else 0}
 
 

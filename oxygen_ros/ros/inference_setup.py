@@ -77,9 +77,9 @@ def compile_pieces(engine: Engine, choice: str, log) -> None:
     eager: a warning when ``compile`` was ``on``, a line of information otherwise."""
     if engine.compiled is not None:
         t0 = time.perf_counter()
-        log.info(f"compiling {engine.compiled.bucket_count} shape buckets (compiler cache: "
-                 f"{engine.compiled.cache_dir}) ...")
-        engine.warm_up(lambda done, total, what: log.info(f"compiled {done}/{total}: {what} "
+        log.info(f"loading {engine.compiled.bucket_count} compiled shape buckets, compiling those not in the "
+                 f"cache ({engine.compiled.cache_dir}) ...")
+        engine.warm_up(lambda done, total, what: log.info(f"bucket {done}/{total}: {what} "
                                                           f"({time.perf_counter() - t0:.1f} s)"))
     if engine.compiled is None:
         (log.warning if choice == "on" else log.info)(f"running eager: {engine.compile_reason}")

@@ -161,11 +161,14 @@ def run_all(model, tok, args: argparse.Namespace, obs: list, combos: list[tuple]
 
 
 def components_and_bounds(model, tok, args: argparse.Namespace, runs: list[dict]) -> tuple[dict, dict]:
-    """The pieces measured alone (eager, and compiled if any run was) and each run's upper bound."""
+    """The pieces measured alone (eager, and compiled if any run was; on the runs' slot length, as
+    their engines run them) and each run's upper bound."""
     c = model.config
     on_device = {m: resolve_compile(m, args.device).enabled for m in args.compile}
+    slot_len = max(r["slot_len"] for r in runs)
     components = {compiled: measure_components(model, tok, cameras=args.cameras, compile=compiled,
-                                               denoise_steps=(args.denoise_steps or [c.denoise_steps])[0])
+                                               denoise_steps=(args.denoise_steps or [c.denoise_steps])[0],
+                                               slot_len=slot_len)
                   for compiled in sorted(set(on_device.values()))}
     bounds = {}
     for S, n, k, compiled in sorted({(r["S"], r["N"], r["k"], r["compiled"]) for r in runs}):

@@ -191,6 +191,18 @@ def attend_prefix(q: Tensor, k: Tensor, v: Tensor, key_valid: Tensor | None) -> 
     return out.reshape(b, h, t, d)
 
 
+def attend_cached(q: Tensor, k: Tensor, v: Tensor, allowed: Tensor) -> Tensor:
+    """Attention of q [B, H, T, D] over a slot's keys/values k, v [B, KV, S, D], read in place,
+    where ``allowed`` [B, T, S] bool says which keys each query sees; one fused kernel
+    (scaled_dot_product_attention), queries grouped per key/value head as in :func:`attend`."""
+    b, h, t, d = q.shape
+    kv, s = k.shape[1], k.shape[2]
+    groups = h // kv
+    mask = allowed[:, None].expand(b, groups, t, s).reshape(b, 1, groups * t, s)
+    out = F.scaled_dot_product_attention(q.reshape(b, kv, groups * t, d), k, v, attn_mask=mask)
+    return out.reshape(b, h, t, d)
+
+
 def attend(q: Tensor, parts: list[tuple[Tensor, Tensor, Tensor]]) -> Tensor:
     """Multi-query attention of ``q`` over one or more key/value parts.
 

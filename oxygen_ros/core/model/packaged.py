@@ -27,6 +27,7 @@ import tempfile
 
 import torch
 from torch import Tensor
+from torch.utils import _pytree as pytree
 
 from .cache import KVCache
 from .static import StaticPieces
@@ -93,9 +94,12 @@ class PackagedPiece:
             raise RuntimeError(f"{self.path.name} needs constants the model does not have: {missing[:5]}")
         self._runner.load_constants({n: state[n] for n in self._runner.get_constant_fqns()},
                                     check_full_update=True, user_managed=True)
+        # the loader's own call parses its input and output layouts on every call; read them once
+        self._loader = self._runner.loader
+        self._outputs = pytree.treespec_loads(self._loader.get_call_spec()[1])
 
     def __call__(self, *inputs: Tensor):
-        return self._runner(self.cache.k, self.cache.v, *inputs)
+        return pytree.tree_unflatten(self._loader.boxed_run([self.cache.k, self.cache.v, *inputs]), self._outputs)
 
 
 def _build(module: torch.nn.Module, args: tuple[Tensor, ...], path: pathlib.Path) -> None:

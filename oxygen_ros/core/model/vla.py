@@ -26,7 +26,7 @@ from torch import Tensor, nn
 
 from .cache import KVCache, SlotView
 from .config import ModelConfig
-from .gemma import GemmaStack, attend, attend_prefix, attention_bias, rope, rotary
+from .gemma import GemmaStack, attend, attend_cached, attend_prefix, attention_bias, rope, rotary
 from .precision import TORCH_DTYPES, set_precision
 from .vision import VisionEncoder
 
@@ -301,7 +301,7 @@ class VLA(nn.Module):
         slot_rows = torch.arange(start, start + b, device=dev)[:, None].expand(b, t)
         w_slot = torch.where(writes, slot_rows, cache.trash_slot).reshape(-1)
         w_pos = torch.where(writes, positions, steps[None, :].expand(b, t)).reshape(-1)
-        bias = self._bias(torch.arange(read, device=dev)[None, None, :] <= positions[:, :, None])  # [B, T, read]
+        allowed = torch.arange(read, device=dev)[None, None, :] <= positions[:, :, None]  # [B, T, read]
         table = self._rotary(positions)
         x = self.language_model.embed(tokens).to(self.dtype)
         for i, layer in enumerate(self.language_model.layers):
@@ -310,7 +310,7 @@ class VLA(nn.Module):
             cache.write(i, w_slot, w_pos, k.transpose(1, 2).flatten(0, 1), v.transpose(1, 2).flatten(0, 1))
             kv_k = cache.k[i, start : start + b, :, :read]
             kv_v = cache.v[i, start : start + b, :, :read]
-            x = layer.post_attention(x, attend(q, [(kv_k, kv_v, bias)]), gate, None)
+            x = layer.post_attention(x, attend_cached(q, kv_k, kv_v, allowed), gate, None)
         last = (token_mask.sum(dim=1) - 1).clamp(min=0)
         h, _ = self.language_model.norm(x[torch.arange(b, device=dev), last][:, None, :])
         return self.language_model.logits(h[:, 0]).float()
