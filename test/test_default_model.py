@@ -122,7 +122,7 @@ def test_training_forward_is_what_serving_computes():
     (teacher forced) and the velocity denoise integrates."""
     tok = Tokenizer.default()
     model = build_model(TINY, seed=1, dtype="float64")
-    examples = training.batch_examples(training.TrainConfig(batch_size=3, seed=3), 0, 32, TINY.action_horizon)
+    examples = training.batch_examples(training.TrainConfig(batch_size=3, seed=3, question_prob=0.5), 0, 32, TINY.action_horizon)
     assert any(e.question for e in examples) and not all(e.question for e in examples)
     tb = training.make_train_batch(examples, tok, TINY, training.sim.MAX_STEP)
     x_p, valid_p = model.embed_prefix(tb.prefix)

@@ -40,7 +40,7 @@ EVAL_SEED_BASE = 1_000_000
 
 @dataclass(frozen=True)
 class TrainConfig:
-    steps: int = 14000  # optimiser steps (one batch each)
+    steps: int = 16000  # optimiser steps (one batch each)
     batch_size: int = 64  # examples per batch
     lr: float = 2e-3  # AdamW peak learning rate, reached after the warm-up
     min_lr_fraction: float = 0.05  # the cosine decay ends at this fraction of lr
@@ -49,14 +49,14 @@ class TrainConfig:
     grad_clip: float = 1.0  # gradient norm clipped to this
     seed: int = 0  # data, initialisation, noise and flow times; below EVAL_SEED_BASE
     text_weight: float = 1.0  # weight of the description's cross-entropy
-    action_weight: float = 1.0  # weight of the flow-matching loss
+    action_weight: float = 1.5  # weight of the flow-matching loss
     pad_action_weight: float = 0.1  # weight of the padded action dims' velocity loss
     at_target_prob: float = 0.1  # fraction of examples with the gripper already on the target
     object_weights: tuple[float, float, float] = (0.2, 0.4, 0.4)  # P(1, 2, 3 objects): grounding needs 2-3
     same_colour_prob: float = 0.5  # share of multi-object scenes with a distractor of the target's colour ...
-    hard_from: float = 0.25  # ... from this fraction of the steps on (first learn the task, then shapes)
+    hard_from: float = 0.3  # ... from this fraction of the steps on (first learn the task, then shapes)
     hires_prob: float = 0.1  # fraction rendered at another size and resized (as another camera is)
-    question_prob: float = 0.5  # fraction of examples that ask a question (sim.questions) instead of describing
+    question_prob: float = 0.35  # fraction of examples that ask a question (sim.questions) instead of describing
     question_at_target_prob: float = 0.5  # of the at_target questions, the share asked with the gripper on it
     max_step: float = sim.MAX_STEP
 

@@ -122,6 +122,8 @@ def _card_training(args, cfg: TrainConfig, history: list[dict], train_s: float) 
         f"- seed {cfg.seed}, {cfg.steps} steps, batch {cfg.batch_size}, AdamW lr {cfg.lr} (warm-up "
         f"{cfg.warmup_steps}, cosine to {cfg.min_lr_fraction:.0%}), weight decay {cfg.weight_decay}, "
         f"clip {cfg.grad_clip}",
+        f"- loss weights: text {cfg.text_weight}, action {cfg.action_weight} (padded action dims "
+        f"{cfg.pad_action_weight})",
         f"- wall time {train_s / 60:.1f} min on {platform.machine()} ({args.threads} torch thread(s), "
         f"{args.workers} data worker(s)), torch {torch.__version__}",
         f"- final losses (mean of the last {min(len(history), 1) and args.log_every} steps): text "
