@@ -26,15 +26,15 @@ SCENES = 50
 #: figure                          200 scenes  50 scenes   threshold
 #: ==============================  ==========  ==========  =========
 #: text_accuracy                   1.000       1.000       0.94
-#: first_action_cosine             0.919       0.857       0.75
-#: closed_loop_success             0.845       0.800       0.68
+#: first_action_cosine             0.935       0.927       0.82
+#: closed_loop_success             0.930       0.860       0.80
 #: question_accuracy target        1.000       1.000       0.94
-#: question_accuracy where         0.865       0.780       0.70
-#: question_accuracy count         0.950       0.980       0.84
+#: question_accuracy where         0.905       0.900       0.76
+#: question_accuracy count         1.000       1.000       0.94
 #: question_accuracy at_target     1.000       1.000       0.94
 #: ==============================  ==========  ==========  =========
-THRESHOLDS = {"text_accuracy": 0.94, "first_action_cosine": 0.75, "closed_loop_success": 0.68}
-QUESTION_THRESHOLDS = {"target": 0.94, "where": 0.70, "count": 0.84, "at_target": 0.94}
+THRESHOLDS = {"text_accuracy": 0.94, "first_action_cosine": 0.82, "closed_loop_success": 0.80}
+QUESTION_THRESHOLDS = {"target": 0.94, "where": 0.76, "count": 0.94, "at_target": 0.94}
 
 
 @pytest.fixture(scope="module")
