@@ -184,22 +184,24 @@ def attend_prefix(q: Tensor, k: Tensor, v: Tensor, key_valid: Tensor | None) -> 
     ``key_valid`` [B, S] bool marks the keys every query may see; None: all of them
     (the fused kernel then skips the mask entirely). Queries are grouped per
     key/value head, as in :func:`attend`."""
-    b, h, t, d = q.shape
-    kv = k.shape[1]
-    mask = None if key_valid is None else key_valid[:, None, None, :]
-    out = F.scaled_dot_product_attention(q.reshape(b, kv, (h // kv) * t, d), k, v, attn_mask=mask)
-    return out.reshape(b, h, t, d)
+    return _grouped_sdpa(q, k, v, None if key_valid is None else key_valid[:, None, None, :])
 
 
 def attend_cached(q: Tensor, k: Tensor, v: Tensor, allowed: Tensor) -> Tensor:
     """Attention of q [B, H, T, D] over a slot's keys/values k, v [B, KV, S, D], read in place,
     where ``allowed`` [B, T, S] bool says which keys each query sees; one fused kernel
     (scaled_dot_product_attention), queries grouped per key/value head as in :func:`attend`."""
+    b, h, t, _ = q.shape
+    groups, s = h // k.shape[1], k.shape[2]
+    return _grouped_sdpa(q, k, v, allowed[:, None].expand(b, groups, t, s).reshape(b, 1, groups * t, s))
+
+
+def _grouped_sdpa(q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None) -> Tensor:
+    """scaled_dot_product_attention with q [B, H, T, D] grouped per key/value head as rows
+    [B, KV, (H / KV) * T, D] (``mask`` in that row layout, or None)."""
     b, h, t, d = q.shape
-    kv, s = k.shape[1], k.shape[2]
-    groups = h // kv
-    mask = allowed[:, None].expand(b, groups, t, s).reshape(b, 1, groups * t, s)
-    out = F.scaled_dot_product_attention(q.reshape(b, kv, groups * t, d), k, v, attn_mask=mask)
+    kv = k.shape[1]
+    out = F.scaled_dot_product_attention(q.reshape(b, kv, (h // kv) * t, d), k, v, attn_mask=mask)
     return out.reshape(b, h, t, d)
 
 

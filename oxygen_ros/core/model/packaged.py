@@ -20,6 +20,7 @@ runs the library directly: no guard evaluation, no Python between kernels.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import os
 import pathlib
@@ -49,8 +50,10 @@ class _Piece(torch.nn.Module):
         return getattr(StaticPieces(self.model, KVCache(k, v), self.steps), self.name)(*inputs)
 
 
+@functools.cache
 def source_digest() -> str:
-    """SHA-256 over this folder's Python source (the code every graph is traced from)."""
+    """SHA-256 over this folder's Python source (the code every graph is traced from); read once
+    per process."""
     h = hashlib.sha256()
     for path in sorted(_SOURCE.glob("*.py")):
         h.update(path.name.encode())
@@ -78,8 +81,7 @@ class PackagedPiece:
 
     def __init__(self, model: VLA, cache: KVCache, name: str, steps: int, inputs: tuple[Tensor, ...],
                  cache_dir: pathlib.Path):
-        self.cache, self.name = cache, name
-        self.shapes = tuple(tuple(t.shape) for t in inputs)
+        self.cache = cache
         module = _Piece(model, name, steps)
         folder = pathlib.Path(cache_dir) / "aoti"
         self.path = folder / f"{name}-{package_key(model, name, steps, cache, inputs)}.pt2"
@@ -89,11 +91,11 @@ class PackagedPiece:
         self._runner = torch._inductor.aoti_load_package(str(self.path))
         state = dict(module.named_parameters())
         state.update(module.named_buffers())
-        missing = [n for n in self._runner.get_constant_fqns() if n not in state]
+        names = self._runner.get_constant_fqns()
+        missing = [n for n in names if n not in state]
         if missing:
             raise RuntimeError(f"{self.path.name} needs constants the model does not have: {missing[:5]}")
-        self._runner.load_constants({n: state[n] for n in self._runner.get_constant_fqns()},
-                                    check_full_update=True, user_managed=True)
+        self._runner.load_constants({n: state[n] for n in names}, check_full_update=True, user_managed=True)
         # the loader's own call parses its input and output layouts on every call; read them once
         self._loader = self._runner.loader
         self._outputs = pytree.treespec_loads(self._loader.get_call_spec()[1])
@@ -111,10 +113,9 @@ def _build(module: torch.nn.Module, args: tuple[Tensor, ...], path: pathlib.Path
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=path.stem, suffix=".tmp.pt2")
     os.close(fd)
     try:
-        torch._inductor.aoti_compile_and_package(program, package_path=tmp, inductor_configs=dict(PACKAGE_OPTIONS))  # it adds to the dict
+        # a copy: the compiler adds its own entries to the dict it is given
+        torch._inductor.aoti_compile_and_package(program, package_path=tmp, inductor_configs=dict(PACKAGE_OPTIONS))
         os.replace(tmp, path)
     finally:
         if os.path.exists(tmp):
             os.unlink(tmp)
-
-
