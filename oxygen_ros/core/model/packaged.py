@@ -3,7 +3,8 @@
 A :class:`PackagedPiece` is a :class:`~.static.StaticPieces` function at fixed
 input shapes, exported (``torch.export``) and compiled ahead of time into a
 shared library (``torch._inductor.aoti_compile_and_package``). Calling it
-runs the library directly: no guard evaluation, no Python between kernels.
+runs the library directly: no guard evaluation, no Python between kernels,
+and on the CPU the interpreter lock released (``aoti_library.py``).
 
 * **The pool stays the one owner of K/V memory.** The pool's ``k`` and ``v``
   are the first two inputs of every package and are written in place.
@@ -30,6 +31,7 @@ import torch
 from torch import Tensor
 from torch.utils import _pytree as pytree
 
+from .aoti_library import AOTILibrary
 from .cache import KVCache
 from .static import StaticPieces
 from .vla import VLA
@@ -88,20 +90,28 @@ class PackagedPiece:
         self.built = not self.path.exists()
         if self.built:
             _build(module, (cache.k, cache.v, *inputs), self.path)
-        self._runner = torch._inductor.aoti_load_package(str(self.path))
         state = dict(module.named_parameters())
         state.update(module.named_buffers())
-        names = self._runner.get_constant_fqns()
-        missing = [n for n in names if n not in state]
-        if missing:
-            raise RuntimeError(f"{self.path.name} needs constants the model does not have: {missing[:5]}")
-        self._runner.load_constants({n: state[n] for n in names}, check_full_update=True, user_managed=True)
-        # the loader's own call parses its input and output layouts on every call; read them once
-        self._loader = self._runner.loader
-        self._outputs = pytree.treespec_loads(self._loader.get_call_spec()[1])
+        if model.device.type == "cpu":  # through the library's C interface: the interpreter lock is released
+            self._call = AOTILibrary(self.path, state)
+        else:  # torch's loader (it runs on the current CUDA stream, which a CUDA graph's capture needs)
+            self._call = _loaded(self.path, state)
 
     def __call__(self, *inputs: Tensor):
-        return pytree.tree_unflatten(self._loader.boxed_run([self.cache.k, self.cache.v, *inputs]), self._outputs)
+        return self._call(self.cache.k, self.cache.v, *inputs)
+
+
+def _loaded(path: pathlib.Path, state: dict[str, Tensor]):
+    """``path`` through torch's package loader, its constants ``state``'s tensors: a callable on the
+    flat inputs (the loader's own call parses its layouts on every call; they are read once here)."""
+    runner = torch._inductor.aoti_load_package(str(path))
+    names = runner.get_constant_fqns()
+    missing = [n for n in names if n not in state]
+    if missing:
+        raise RuntimeError(f"{path.name} needs constants the model does not have: {missing[:5]}")
+    runner.load_constants({n: state[n] for n in names}, check_full_update=True, user_managed=True)
+    loader, outputs = runner.loader, pytree.treespec_loads(runner.loader.get_call_spec()[1])
+    return lambda *inputs: pytree.tree_unflatten(loader.boxed_run(list(inputs)), outputs)
 
 
 def _build(module: torch.nn.Module, args: tuple[Tensor, ...], path: pathlib.Path) -> None:

@@ -1,0 +1,141 @@
+"""A compiled package's shared library, called through its C interface with the interpreter lock released.
+
+torch's own package loader (``aoti_load_package``) holds Python's interpreter
+lock for the whole run of a package: while the denoise loop's 1.3 ms ran,
+no other thread of the process could run Python, and the control tick waited
+for it. The library inside an AOTInductor package (``*.so``) exports a plain C
+interface (``torch/csrc/inductor/aoti_runtime/interface.h``); called through
+:mod:`ctypes` it runs with the lock released, like an eager operator's kernel
+(measured: a Python loop in another thread kept 95% of its speed while the
+prefill package ran back to back, against 46% through the loader; the call
+itself is as fast).
+
+:class:`AOTILibrary` loads the library (extracted once next to its package),
+creates one model container, points its constants at the caller's tensors
+(user-managed: the weights stay the model's, nothing is copied) and runs it on
+a flat list of input tensors. Tensors cross the boundary as ``at::Tensor``
+handles made by torch's ``torch._C._aoti`` helpers.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import pathlib
+import tempfile
+import weakref
+import zipfile
+from collections.abc import Mapping, Sequence
+
+import torch
+from torch import Tensor
+from torch.utils import _pytree as pytree
+
+_capsule_pointer = ctypes.pythonapi.PyCapsule_GetPointer
+_capsule_pointer.restype, _capsule_pointer.argtypes = ctypes.c_void_p, [ctypes.py_object, ctypes.c_char_p]
+_new_capsule = ctypes.pythonapi.PyCapsule_New
+_new_capsule.restype, _new_capsule.argtypes = ctypes.py_object, [ctypes.c_void_p, ctypes.c_char_p, ctypes.c_void_p]
+
+
+class _ConstantEntry(ctypes.Structure):  # AOTInductorConstantMapEntry
+    _fields_ = [("name", ctypes.c_char_p), ("handle", ctypes.c_void_p)]
+
+
+def _handles(tensors: Sequence[Tensor]) -> list[int]:
+    """New ``at::Tensor`` handles of ``tensors`` (owned by whoever receives them)."""
+    return [_capsule_pointer(c, None) for c in torch._C._aoti.unsafe_alloc_void_ptrs_from_tensors(list(tensors))]
+
+
+def _tensors(handles: Sequence[int]) -> list[Tensor]:
+    """The tensors of ``handles``, taking them over (the handles are freed)."""
+    return torch._C._aoti.alloc_tensors_by_stealing_from_void_ptrs([_new_capsule(h, None, None) for h in handles])
+
+
+def extract_library(package: pathlib.Path) -> pathlib.Path:
+    """The package's shared library, extracted beside it as ``<package stem>.so`` on first use
+    (written under a temporary name, then renamed)."""
+    target = package.with_suffix(".so")
+    if target.exists():
+        return target
+    with zipfile.ZipFile(package) as archive:
+        names = [n for n in archive.namelist() if n.endswith(".so")]
+        if len(names) != 1:
+            raise RuntimeError(f"{package.name}: expected one shared library in the package, found {names}")
+        fd, tmp = tempfile.mkstemp(dir=package.parent, prefix=package.stem, suffix=".tmp.so")
+        with os.fdopen(fd, "wb") as out:
+            out.write(archive.read(names[0]))
+    os.replace(tmp, target)
+    return target
+
+
+class AOTILibrary:
+    """The model container of ``package``'s library on ``device``, its constants ``constants``
+    (by their original names: a module's ``named_parameters``/``named_buffers``). Call it with
+    the flat input tensors; it returns the outputs in their original structure."""
+
+    def __init__(self, package: pathlib.Path, constants: Mapping[str, Tensor], device: str = "cpu"):
+        self.path = extract_library(pathlib.Path(package))
+        self._lib = lib = ctypes.CDLL(str(self.path))
+        handle = ctypes.c_void_p()
+        self._check(lib.AOTInductorModelContainerCreateWithDevice(ctypes.byref(handle), ctypes.c_size_t(1),
+                                                                  device.encode(), None), "create its container")
+        self._handle = handle
+        self._finalizer = weakref.finalize(self, lib.AOTInductorModelContainerDelete, handle)
+        self._load_constants(constants)
+        self._inputs, self._outputs = self._count("Inputs"), self._count("Outputs")
+        spec_in, spec_out = ctypes.c_char_p(), ctypes.c_char_p()
+        self._check(lib.AOTInductorModelContainerGetCallSpec(handle, ctypes.byref(spec_in), ctypes.byref(spec_out)),
+                    "read its call spec")
+        self._out_spec = pytree.treespec_loads(spec_out.value.decode())
+        self._run = lib.AOTInductorModelContainerRun  # a ctypes.CDLL call: the interpreter lock is released
+
+    def _check(self, code: int, what: str) -> None:
+        if code != 0:
+            message = ctypes.c_char_p()
+            self._lib.AOTInductorGetLastError(ctypes.byref(message))
+            detail = message.value.decode(errors="replace") if message.value else f"error code {code}"
+            raise RuntimeError(f"{self.path.name}: could not {what}: {detail}")
+
+    def _count(self, what: str) -> int:
+        n = ctypes.c_size_t()
+        self._check(getattr(self._lib, f"AOTInductorModelContainerGetNum{what}")(self._handle, ctypes.byref(n)),
+                    f"count its {what.lower()}")
+        return n.value
+
+    def constant_names(self) -> list[str]:
+        """The original names of the constants the library needs."""
+        names = []
+        for i in range(self._count("Constants")):
+            fqn = ctypes.c_char_p()
+            self._check(self._lib.AOTInductorModelContainerGetConstantOriginalFQN(self._handle, ctypes.c_size_t(i),
+                                                                                 ctypes.byref(fqn)), "name a constant")
+            names.append(fqn.value.decode())
+        return names
+
+    def _load_constants(self, constants: Mapping[str, Tensor]) -> None:
+        fqns = self.constant_names()
+        missing = [n for n in fqns if n not in constants]
+        if missing:
+            raise RuntimeError(f"{self.path.name} needs constants the model does not have: {missing[:5]}")
+        internal = []
+        for i in range(len(fqns)):
+            name = ctypes.c_char_p()
+            self._check(self._lib.AOTInductorModelContainerGetConstantName(self._handle, ctypes.c_size_t(i),
+                                                                          ctypes.byref(name)), "name a constant")
+            internal.append(name.value)
+        handles = _handles([constants[n] for n in fqns])
+        entries = (_ConstantEntry * len(fqns))(*(_ConstantEntry(n, h) for n, h in zip(internal, handles)))
+        try:  # user-managed: the container keeps handles of its own to the same tensors
+            self._check(self._lib.AOTInductorModelContainerUpdateUserManagedConstantBufferPairs(
+                self._handle, entries, ctypes.c_size_t(len(fqns)), False, True), "take the model's weights")
+        finally:
+            _tensors(handles)  # ours are freed
+
+    def __call__(self, *inputs: Tensor):
+        if len(inputs) != self._inputs:
+            raise ValueError(f"{self.path.name} takes {self._inputs} tensors, got {len(inputs)}")
+        ins = (ctypes.c_void_p * self._inputs)(*_handles(inputs))  # taken over by the run
+        outs = (ctypes.c_void_p * self._outputs)()
+        self._check(self._run(self._handle, ins, ctypes.c_size_t(self._inputs), outs, ctypes.c_size_t(self._outputs),
+                              None, None), "run")
+        return pytree.tree_unflatten(_tensors(list(outs)), self._out_spec)
