@@ -268,3 +268,41 @@ def test_a_second_engine_loads_every_package_from_the_cache_and_gives_the_same_f
         assert package_key(lively_tiny, "decode", 2, cache, inputs) != key
     finally:
         lively_tiny.config = saved
+
+
+def test_a_package_gives_the_same_through_its_library_as_through_torchs_loader(lively_tiny, tok, monkeypatch,
+                                                                               tmp_path_factory):
+    """On the CPU a package runs through its library's C interface (the interpreter lock released);
+    it gives what torch's own loader gives, and a bad call or a model without the package's weights
+    is refused naming the package. (The packages of the tests above: nothing is compiled here.)"""
+    from oxygen_ros.core.model.aoti_library import AOTILibrary
+    from oxygen_ros.core.model.packaged import PackagedPiece, _loaded, _Piece
+
+    monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path_factory.getbasetemp() / "compile-cache"))
+    engine = Engine(lively_tiny, tok, EngineConfig(setting="oxygen", max_decode=4, steps_per_frame=1,
+                                                   denoise_steps=2, max_active=3, max_observations_per_frame=1,
+                                                   language_every_n_frames=0, camera_names=("base",), compile="on"))
+    engine.warm_up()
+    piece = next(p for key, p in engine.compiled._pieces.items() if key[0] == "decode" and key[1] == (2,))
+    assert isinstance(piece, PackagedPiece) and isinstance(piece._call, AOTILibrary)
+    state = dict(_Piece(lively_tiny, "decode", 2).named_parameters())
+    cache = engine.pool.cache
+    cache.k.normal_(generator=torch.Generator().manual_seed(0))
+    cache.v.normal_(generator=torch.Generator().manual_seed(1))
+    inputs = (torch.tensor([5, 9]), torch.tensor([3, 7]), torch.tensor([True, False]))
+    k0, v0 = cache.k.clone(), cache.v.clone()
+    with torch.inference_mode():
+        ours = piece._call(cache.k, cache.v, *inputs)
+        ours_k, ours_v = cache.k.clone(), cache.v.clone()
+        cache.k.copy_(k0)
+        cache.v.copy_(v0)
+        theirs = _loaded(piece.path, state)(cache.k, cache.v, *inputs)
+    torch.testing.assert_close(ours, theirs, atol=0, rtol=0)
+    assert torch.equal(ours_k, cache.k) and torch.equal(ours_v, cache.v)  # the same writes into the pool
+    assert not torch.equal(k0, cache.k)  # ... and there were some
+
+    with pytest.raises(ValueError, match=rf"{piece.path.stem}.*takes 5 tensors, got 4"):
+        piece._call(cache.k, cache.v, *inputs[:2])
+    some = piece._call.constant_names()[0]  # one the decode step needs (it never reads the vision tower's)
+    with pytest.raises(RuntimeError, match=rf"{piece.path.stem}.*needs constants the model does not have.*{some}"):
+        AOTILibrary(piece.path, {n: t for n, t in state.items() if n != some})
