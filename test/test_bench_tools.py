@@ -3,6 +3,7 @@
 import json
 
 import pytest
+import torch
 import yaml
 
 from oxygen_ros.tools import bench, calibrate
@@ -142,3 +143,31 @@ def test_interleaved_runs_compute_what_each_run_alone_does():
     assert [{f: r[f] for f in untimed} for r in together] == [{f: r[f] for f in untimed} for r in alone]
     assert [r["observations_per_frame"] for r in together] == [1, 3]
     assert all(r["requests_finished"] > 0 and r["avg_request_latency_ms"] > 0 for r in together)
+
+
+def test_matmul_reference_counts_every_product_of_a_piece():
+    """The products recorded are the ones made (linear layers under inference mode, batched
+    products), with their FLOPs; timed as plain products they take some time."""
+    from oxygen_ros.core.matmul_reference import flops, record_matmuls, time_matmuls
+
+    lin = torch.nn.Linear(4, 5)
+    x, a, b = torch.randn(2, 3, 4), torch.randn(6, 3, 7), torch.randn(6, 7, 2)
+    products = record_matmuls(lambda: (lin(x), lin(x[0]), torch.bmm(a, b), torch.matmul(a[0], b[0])))
+    assert products == {("mm", 1, 6, 4, 5, torch.float32): 1, ("mm", 1, 3, 4, 5, torch.float32): 1,
+                        ("bmm", 6, 3, 7, 2, torch.float32): 1, ("mm", 1, 3, 7, 2, torch.float32): 1}
+    assert flops(products) == 2 * (6 * 4 * 5 + 3 * 4 * 5 + 6 * 3 * 7 * 2 + 3 * 7 * 2)
+    assert time_matmuls(products, repeats=2) > 0
+
+
+def test_bench_pieces_only_times_the_pieces_against_their_matrix_products(tmp_path, capsys):
+    out = tmp_path / "pieces.json"
+    assert bench.main(["--preset", "tiny", "--pieces-only", "--compile", "off", "--repeats", "2", "--cameras", "2",
+                       "--json", str(out)]) == 0
+    result = json.loads(out.read_text())
+    eager = result["pieces"]["eager"]
+    assert set(eager["decode_step_ms"]) == {"1", "8"} and eager["cameras"] == 2 and not eager["compiled"]
+    assert eager["prefill_ms"] > 0 and eager["denoise_step_ms"] > 0
+    assert result["prefill_matmuls"]["gflop"] > 0 and 0 < eager["prefill_vs_matmuls"]
+    assert "runs" not in result  # no frames were run
+    printed = capsys.readouterr().out
+    assert "decode step, batch 8" in printed and "of the plain products'" in printed

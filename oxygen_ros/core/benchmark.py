@@ -226,14 +226,16 @@ def _median_ms(fn: Callable[[], object], repeats: int, warmup: int = 3) -> float
 
 def measure_components(model: VLA, tokenizer: Tokenizer, *, batch_sizes: Sequence[int] = (1, 2, 4, 8),
                        cameras: int | None = None, repeats: int = 30, decode_context: int = 16,
-                       denoise_steps: int = 1, compile: bool = False, slot_len: int | None = None) -> dict:
+                       denoise_steps: int = 1, compile: bool = False, slot_len: int | None = None,
+                       warm_all: bool = True) -> dict:
     """Median latency of: prefill of one observation, one denoise step (batch 1; the median of
     ``denoise_steps`` steps in one call, divided by them), and one decode step at each batch
     size (prefixes of real length plus ``decode_context`` decoded tokens). ``compile``: the
     compiled pieces (:class:`CompiledVLA`, warmed up first) instead of the eager model.
     ``slot_len``: the cache's slot length (default: just enough); pass an engine's
     (``Engine.pool.cache.max_len``) to time the pieces as its compiled graphs run them, over
-    the whole slot, masked."""
+    the whole slot, masked. ``warm_all=False``: build only the buckets timed (a large model's
+    compile takes minutes a bucket), not every bucket first."""
     c = model.config
     cams = cameras or c.max_cameras
     obs = synthetic_observations(1, c.vision.image_size, cams)[0]
@@ -242,7 +244,8 @@ def measure_components(model: VLA, tokenizer: Tokenizer, *, batch_sizes: Sequenc
     run = model
     if compile:
         run = CompiledVLA(model, cache, steps=denoise_steps, max_observations=1, max_cameras=cams)
-        run.warm_up()
+        if warm_all:
+            run.warm_up()
     res = run.prefill(batch, cache, [[0]])
     length = int(res.lengths[0])
     prefill_ms = _median_ms(lambda: run.prefill(batch, cache, [[0]]), repeats)
@@ -259,7 +262,7 @@ def measure_components(model: VLA, tokenizer: Tokenizer, *, batch_sizes: Sequenc
         decode[b] = _median_ms(lambda: run.decode_step(cache, v, tokens), repeats)
     return {"prefill_ms": prefill_ms, "denoise_step_ms": denoise_ms, "decode_step_ms": decode,
             "prefix_tokens": length, "slot_len": cache.max_len, "cameras": cams, "compiled": compile,
-            "recompiles": run.recompiles if compile else 0}
+            "recompiles": run.recompiles if compile and warm_all else 0}
 
 
 def upper_bound(components: dict, *, S: int, k: int, H: int, tokens_per_frame: float | None = None) -> dict:

@@ -12,6 +12,10 @@ Several robots served by one frame (the 1-agent frame is what the others are com
 Compiled against eager, side by side in one run (the compile time is reported, not measured)::
 
     oxygen-bench --settings baseline,oxygen --compile on,off --threads 1
+
+The pieces alone (no frames), eager and compiled, the prefill against its own matrix products::
+
+    oxygen-bench --pieces-only --preset pi05 --dtype bfloat16 --cameras 3 --threads 2 --compile on,off
 """
 
 from __future__ import annotations
@@ -81,13 +85,17 @@ def parse_args(argv=None) -> argparse.Namespace:
                                                      "prompt tokens (default: as the scenes say it)")
     p.add_argument("--json", type=pathlib.Path, help="write the results here")
     p.add_argument("--plot", type=pathlib.Path, help="write PNG figures into this directory")
+    p.add_argument("--pieces-only", action="store_true",
+                   help="no frames: time the pieces alone under each --compile mode, and the prefill against "
+                        "its own matrix products as plain ones (oxygen_ros/tools/bench_pieces.py)")
+    p.add_argument("--repeats", type=int, default=5, help="timed calls of each piece with --pieces-only")
     add_model_args(p)
     args = p.parse_args(argv)
     try:
         Workload.parse(args.arrivals)
     except ValueError as e:
         p.error(str(e))
-    for name in ("frames", "cameras", "max_active", "action_horizon", "prompt_tokens"):
+    for name in ("frames", "cameras", "max_active", "action_horizon", "prompt_tokens", "repeats"):
         if getattr(args, name) is None:
             continue
         if getattr(args, name) < 1:
@@ -108,6 +116,8 @@ def main(argv=None) -> int:
         raise SystemExit(f"--prompt-tokens {args.prompt_tokens} exceeds the model's max_token_len {c.max_token_len}")
     print(f"model: {loaded.source} ({c.name}), device {args.device}, dtype {args.dtype}, threads {args.threads}",
           file=sys.stderr)
+    if args.pieces_only:
+        return pieces_only(model, tok, args, loaded.source)
     obs = synthetic_observations(32, c.vision.image_size, args.cameras, seed=args.seed)
     if args.prompt_tokens:
         try:
@@ -138,6 +148,20 @@ def main(argv=None) -> int:
         first = [r for r in runs if r["compile"] == args.compile[0] and r["agents"] == args.agents[0]]
         for path in write_plots(dict(result, runs=first), args.plot):
             print(f"wrote {path}", file=sys.stderr)
+    return 0
+
+
+def pieces_only(model, tok, args: argparse.Namespace, source: str) -> int:
+    from .bench_pieces import print_pieces, run_pieces
+
+    result = run_pieces(model, tok, args)
+    result["model"] = {"source": source, "preset": model.config.name, "device": args.device, "dtype": args.dtype,
+                       "threads": args.threads, "cameras": args.cameras}
+    print_pieces(result)
+    if args.json:
+        args.json.parent.mkdir(parents=True, exist_ok=True)
+        args.json.write_text(json.dumps(result, indent=2, default=str))
+        print(f"wrote {args.json}", file=sys.stderr)
     return 0
 
 

@@ -1,0 +1,94 @@
+"""A piece's matrix products timed as plain ``torch.mm`` calls: the practical peak it is compared with.
+
+:func:`record_matmuls` runs a function once (eager) and records the shape and
+dtype of every matrix product it makes (linear layers, ``mm``, ``addmm``,
+``bmm``, ``matmul``; the fused attention kernel's products are not counted,
+so the reference leaves attention out). :func:`time_matmuls` then times each distinct
+shape as a plain ``torch.mm`` / ``torch.bmm`` on fresh operands, as many times
+as the piece makes it, which is what the piece's arithmetic costs on this
+machine with nothing else around it. The benchmark reports a piece's achieved
+FLOP/s against these products' (``oxygen-bench --pieces-only``): 1.0 means
+the piece runs its products at the speed of plain ones and spends nothing
+elsewhere.
+"""
+
+from __future__ import annotations
+
+import collections
+import statistics
+import time
+from collections.abc import Callable
+
+import torch
+from torch.utils._python_dispatch import TorchDispatchMode
+
+#: (op, batch, m, k, n, dtype) of one matrix product; batch is 1 for mm/addmm
+Product = tuple[str, int, int, int, int, torch.dtype]
+
+_aten = torch.ops.aten
+
+
+class _Recorder(TorchDispatchMode):
+    def __init__(self):
+        super().__init__()
+        self.products: collections.Counter[Product] = collections.Counter()
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        packet = func.overloadpacket
+        if packet is _aten.linear:  # what a linear layer is under inference mode: x [..., K] @ W [N, K].T
+            x, w = args[0], args[1]
+            self._add("mm", 1, x.numel() // x.shape[-1], x.shape[-1], w.shape[0], x.dtype)
+        elif packet in (_aten.mm, _aten.addmm):
+            a, b = (args[0], args[1]) if packet is _aten.mm else (args[1], args[2])
+            self._add("mm", 1, a.shape[0], a.shape[1], b.shape[1], a.dtype)
+        elif packet in (_aten.bmm, _aten.matmul) and args[0].dim() >= 2 and args[1].dim() >= 2:
+            a, b = args[0], args[1]
+            batch = torch.broadcast_shapes(a.shape[:-2], b.shape[:-2]).numel()
+            self._add("bmm" if batch > 1 else "mm", batch, a.shape[-2], a.shape[-1], b.shape[-1], a.dtype)
+        return func(*args, **(kwargs or {}))
+
+    def _add(self, op: str, batch: int, m: int, k: int, n: int, dtype: torch.dtype) -> None:
+        self.products[(op, int(batch), int(m), int(k), int(n), dtype)] += 1
+
+
+def record_matmuls(fn: Callable[[], object]) -> collections.Counter[Product]:
+    """The matrix products ``fn()`` makes (run once, eager), counted by shape and dtype."""
+    recorder = _Recorder()
+    with torch.inference_mode(), recorder:
+        fn()
+    return recorder.products
+
+
+def flops(products: collections.Counter[Product]) -> int:
+    """Multiply-adds x 2 of ``products``."""
+    return sum(2 * batch * m * k * n * count for (_, batch, m, k, n, _), count in products.items())
+
+
+def _sync(device: str | torch.device) -> None:
+    if torch.device(device).type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def time_matmuls(products: collections.Counter[Product], repeats: int = 5, device: str | torch.device = "cpu") -> float:
+    """Milliseconds that ``products`` take as plain products: for each shape, the median of
+    ``repeats`` timed calls times how often the piece makes it."""
+    total = 0.0
+    with torch.inference_mode():
+        for (op, batch, m, k, n, dtype), count in products.items():
+            if op == "mm":
+                a, b = torch.randn(m, k, dtype=dtype, device=device), torch.randn(k, n, dtype=dtype, device=device)
+                call = lambda a=a, b=b: torch.mm(a, b)  # noqa: E731
+            else:
+                a = torch.randn(batch, m, k, dtype=dtype, device=device)
+                b = torch.randn(batch, k, n, dtype=dtype, device=device)
+                call = lambda a=a, b=b: torch.bmm(a, b)  # noqa: E731
+            call()  # first call: allocation, kernel choice
+            times = []
+            for _ in range(repeats):
+                _sync(device)
+                start = time.perf_counter()
+                call()
+                _sync(device)
+                times.append(time.perf_counter() - start)
+            total += statistics.median(times) * 1e3 * count
+    return total

@@ -1,0 +1,86 @@
+"""``oxygen-bench --pieces-only``: the model's pieces alone, eager and compiled, against plain matrix products.
+
+For each compile mode of ``--compile`` (``on,off`` for both), the median time
+of: the prefill of one observation (``--cameras`` cameras), one denoise step
+(the median of S steps in one call, divided by S) and one decode step at
+batch 1 and 8, on the slot length an engine with the default request sizes
+uses (:func:`~oxygen_ros.core.benchmark.measure_components`). Compiled, only
+these buckets are built (a π0.5-sized bucket takes a minute or more). Then
+the prefill's own matrix products, timed as plain ``torch.mm`` / ``bmm``
+calls in the same run (:mod:`~oxygen_ros.core.matmul_reference`): the
+prefill's achieved FLOP/s over theirs says how close it runs to this
+machine's practical peak. No frames are run, so a large model on a CPU takes
+minutes, not hours::
+
+    oxygen-bench --pieces-only --preset pi05 --dtype bfloat16 --cameras 3 --threads 2 --compile on,off
+"""
+
+from __future__ import annotations
+
+import argparse
+
+from ..core.benchmark import measure_components, synthetic_observations
+from ..core.engine_config import EngineConfig
+from ..core.matmul_reference import flops, record_matmuls, time_matmuls
+from ..core.model.compile_setup import resolve_compile
+from ..core.observation import make_prefix_batch
+
+BATCHES = (1, 8)
+
+
+def engine_slot_len(model, max_decode: int) -> int:
+    """The slot length of an engine with the default request sizes and ``max_decode`` tokens."""
+    return model.config.prefix_len + EngineConfig().max_question_tokens + max_decode
+
+
+def prefill_products(model, tokenizer, cameras: int):
+    """The matrix products of one eager prefill of one observation, by shape."""
+    c = model.config
+    batch = make_prefix_batch(synthetic_observations(1, c.vision.image_size, cameras)[:1], tokenizer, c)
+    cache = model.new_cache(slots=1, max_len=c.prefix_len)
+    return record_matmuls(lambda: model.prefill(batch, cache, [[0]]))
+
+
+def run_pieces(model, tokenizer, args: argparse.Namespace) -> dict:
+    """The pieces under every compile mode asked for, and the prefill's matrix products."""
+    c = model.config
+    steps = (args.denoise_steps or [c.denoise_steps])[0]
+    slot_len = engine_slot_len(model, max(args.max_decode))
+    modes = {}
+    for mode in args.compile:
+        compiled = resolve_compile(mode, args.device).enabled
+        if compiled in modes.values():
+            continue
+        modes[mode] = compiled
+    pieces = {("compiled" if compiled else "eager"): measure_components(
+        model, tokenizer, batch_sizes=BATCHES, cameras=args.cameras, repeats=args.repeats, denoise_steps=steps,
+        compile=compiled, slot_len=slot_len, warm_all=False) for compiled in modes.values()}
+    products = prefill_products(model, tokenizer, args.cameras)
+    reference_ms = time_matmuls(products, repeats=args.repeats, device=args.device)
+    work = flops(products)
+    for p in pieces.values():
+        p["prefill_gflops_per_s"] = work / (p["prefill_ms"] / 1e3) / 1e9
+        p["prefill_vs_matmuls"] = reference_ms / p["prefill_ms"]
+    return {"pieces": pieces, "slot_len": slot_len, "denoise_steps": steps,
+            "prefill_matmuls": {"gflop": work / 1e9, "ms": reference_ms,
+                                "gflops_per_s": work / (reference_ms / 1e3) / 1e9, "shapes": len(products)}}
+
+
+def print_pieces(result: dict) -> None:
+    pieces, ref = result["pieces"], result["prefill_matmuls"]
+    modes = list(pieces)
+    print(f"pieces on a slot length of {result['slot_len']}, {result['denoise_steps']} denoise steps "
+          f"(medians, ms)")
+    both = set(modes) == {"eager", "compiled"}
+    print(f"{'piece':<22}" + "".join(f"{m:>12}" for m in modes) + ("   eager/compiled" if both else ""))
+    rows = [("prefill", lambda p: p["prefill_ms"]), ("denoise step", lambda p: p["denoise_step_ms"])]
+    rows += [(f"decode step, batch {b}", lambda p, b=b: p["decode_step_ms"][b]) for b in BATCHES]
+    for name, get in rows:
+        values = [get(pieces[m]) for m in modes]
+        ratio = f"   {get(pieces['eager']) / get(pieces['compiled']):.2f}x" if both else ""
+        print(f"{name:<22}" + "".join(f"{v:>12.3f}" for v in values) + ratio)
+    print(f"prefill: {ref['gflop']:.3g} GFLOP in {ref['shapes']} matrix-product shapes; as plain products "
+          f"{ref['ms']:.1f} ms ({ref['gflops_per_s']:.0f} GFLOP/s)")
+    for m in modes:
+        p = pieces[m]
+        print(f"  {m}: {p['prefill_gflops_per_s']:.0f} GFLOP/s, {p['prefill_vs_matmuls']:.0%} of the plain products'")
