@@ -195,3 +195,18 @@ def test_a_node_that_stops_fails_the_run_and_is_named(ros_env, tmp_path):
     assert proc.returncode == 1, proc.stdout[-2000:] + proc.stderr[-3000:]
     assert "oxygen-test: oxygen_test_failing stopped: RuntimeError('a callback of the failing node broke')" \
         in proc.stderr, proc.stderr[-3000:]
+
+
+def test_the_probe_times_a_message_when_the_middleware_received_it():
+    """The probe's one executor serves every robot's chunks in turn; an arrival is the middleware's
+    receive time (on the system clock, turned into monotonic time), not its callback's."""
+    import time
+
+    from oxygen_ros.tools.arrival_probe import received
+
+    before = time.monotonic()
+    t = received({"received_timestamp": time.time_ns() - 20_000_000})  # received 20 ms ago
+    assert before - 0.025 < t < time.monotonic() - 0.015
+    for info in ({"received_timestamp": 0}, {}, None, {"received_timestamp": time.time_ns() + 10**12}):
+        before = time.monotonic()  # none given (or a stamp from the future): the callback's time
+        assert before <= received(info) <= time.monotonic()

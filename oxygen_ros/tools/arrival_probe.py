@@ -6,8 +6,9 @@ the agent's own Python process, whose subscriber threads share one interpreter
 lock with the inference worker and would add the worker's scheduling to the
 figure; likewise the observation-to-first-action latency (an Observation's
 arrival here -> the arrival of the first ActionChunk computed from it). It
-writes the arrival times (``time.monotonic()``, the system-wide
-``CLOCK_MONOTONIC``, comparable with the agent's) as JSON when it gets SIGINT
+writes the arrival times (when the middleware received each message,
+:func:`received`, as ``time.monotonic()``, the system-wide ``CLOCK_MONOTONIC``,
+comparable with the agent's) as JSON when it gets SIGINT
 or SIGTERM, or when its parent process goes away, one stream per pair of
 topics (one per robot when the inference node serves several):
 ``{"streams": [{"actions_topic": ..., "arrivals": [t, ...], "observations": {seq: t},
@@ -71,6 +72,19 @@ class Probe:
             self.out.unlink(missing_ok=True)
 
 
+def received(info) -> float:
+    """When the middleware received the message (its ``MessageInfo.received_timestamp``, on the
+    system clock), as a ``time.monotonic()`` time; the callback's own time where the middleware
+    gives none. The probe's one executor serves every stream's callbacks in turn: with several
+    robots, the chunks of one tick arrive together, and timing each at its callback would add
+    the wait for the others' (in an order that changes from tick to tick) to its jitter."""
+    now_mono, now_real = time.monotonic(), time.time_ns()
+    stamp = int(info.get("received_timestamp") or 0) if info else 0
+    if stamp <= 0 or stamp > now_real:
+        return now_mono
+    return now_mono - (now_real - stamp) / 1e9
+
+
 class _Stream:
     """The arrivals on one pair of topics."""
 
@@ -87,13 +101,13 @@ class _Stream:
         node.create_subscription(ActionChunk, actions_topic, self.on_actions, reliable)
         node.create_subscription(Observation, observation_topic, self.on_observation, reliable)
 
-    def on_actions(self, msg) -> None:
-        t = time.monotonic()
+    def on_actions(self, msg, info) -> None:
+        t = received(info)
         self.arrivals.append(t)
         self.first_actions.setdefault(int(msg.frame_id), [int(msg.observation_seq), t])
 
-    def on_observation(self, msg) -> None:
-        self.observations.setdefault(int(msg.seq), time.monotonic())
+    def on_observation(self, msg, info) -> None:
+        self.observations.setdefault(int(msg.seq), received(info))
 
     def recorded(self) -> dict[str, Any]:
         return {"actions_topic": self.actions_topic, "arrivals": self.arrivals, "observations": self.observations,
