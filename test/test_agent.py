@@ -200,8 +200,6 @@ def test_a_node_that_stops_fails_the_run_and_is_named(ros_env, tmp_path):
 def test_the_probe_times_a_message_when_the_middleware_received_it():
     """The probe's one executor serves every robot's chunks in turn; an arrival is the middleware's
     receive time (on the system clock, turned into monotonic time), not its callback's."""
-    import time
-
     from oxygen_ros.tools.arrival_probe import received
 
     before = time.monotonic()
