@@ -92,7 +92,9 @@ class AOTILibrary:
     def _check(self, code: int, what: str) -> None:
         if code != 0:
             message = ctypes.c_char_p()
-            self._lib.AOTInductorGetLastError(ctypes.byref(message))
+            last_error = getattr(self._lib, "AOTInductorGetLastError", None)  # absent from older libraries
+            if last_error is not None:
+                last_error(ctypes.byref(message))
             detail = message.value.decode(errors="replace") if message.value else f"error code {code}"
             raise RuntimeError(f"{self.path.name}: could not {what}: {detail}")
 
