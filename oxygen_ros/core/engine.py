@@ -21,7 +21,7 @@ import torch
 
 from . import scheduler
 from .cadence import LanguageCadence
-from .engine_config import EngineConfig, served_cameras
+from .engine_config import EngineConfig, served_cameras, slot_len
 from .frame_result import FrameError, FrameResult, Question
 from .kv_pool import SCRATCH, KVPool
 from .model.compile_setup import resolve_compile
@@ -45,8 +45,8 @@ class Engine:
         self.vocab_limit = usable_vocabulary(tokenizer.vocab_size, mc.vocab_size)
         self.prefix_max = mc.image_tokens + mc.max_token_len
         self.max_cameras = served_cameras(config, mc.max_cameras)  #: cameras an observation may carry
-        slot_len = self.prefix_max + config.max_question_tokens + config.max_decode
-        cache = model.new_cache(slots=config.max_active + config.max_observations_per_frame, max_len=slot_len)
+        cache = model.new_cache(slots=config.max_active + config.max_observations_per_frame,
+                                max_len=slot_len(config, self.prefix_max))
         self.pool = KVPool(cache, on_move=self._slot_moved)
         self.requests = RequestManager(self.pool, tokenizer, max_active=config.max_active,
                                        queue_limit=config.queue_limit)

@@ -48,6 +48,11 @@ class EngineConfig:
                              f"(N={self.max_decode})")
 
 
+def slot_len(config: EngineConfig, prefix_len: int) -> int:
+    """Positions one pool slot holds: the longest prefix, a question's tokens and a full answer."""
+    return prefix_len + config.max_question_tokens + config.max_decode
+
+
 def served_cameras(config: EngineConfig, model_slots: int) -> int:
     """Cameras an observation may carry: ``max_cameras``, else the count of ``camera_names``,
     else the model's camera slots; more than the model's slots is refused."""

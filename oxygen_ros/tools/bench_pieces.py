@@ -20,7 +20,7 @@ from __future__ import annotations
 import argparse
 
 from ..core.benchmark import measure_components, synthetic_observations
-from ..core.engine_config import EngineConfig
+from ..core.engine_config import EngineConfig, slot_len
 from ..core.matmul_reference import flops, record_matmuls, time_matmuls
 from ..core.model.compile_setup import resolve_compile
 from ..core.observation import make_prefix_batch
@@ -28,15 +28,10 @@ from ..core.observation import make_prefix_batch
 BATCHES = (1, 8)
 
 
-def engine_slot_len(model, max_decode: int) -> int:
-    """The slot length of an engine with the default request sizes and ``max_decode`` tokens."""
-    return model.config.prefix_len + EngineConfig().max_question_tokens + max_decode
-
-
 def prefill_products(model, tokenizer, cameras: int):
     """The matrix products of one eager prefill of one observation, by shape."""
     c = model.config
-    batch = make_prefix_batch(synthetic_observations(1, c.vision.image_size, cameras)[:1], tokenizer, c)
+    batch = make_prefix_batch(synthetic_observations(1, c.vision.image_size, cameras), tokenizer, c)
     cache = model.new_cache(slots=1, max_len=c.prefix_len)
     return record_matmuls(lambda: model.prefill(batch, cache, [[0]]))
 
@@ -45,23 +40,19 @@ def run_pieces(model, tokenizer, args: argparse.Namespace) -> dict:
     """The pieces under every compile mode asked for, and the prefill's matrix products."""
     c = model.config
     steps = (args.denoise_steps or [c.denoise_steps])[0]
-    slot_len = engine_slot_len(model, max(args.max_decode))
-    modes = {}
-    for mode in args.compile:
-        compiled = resolve_compile(mode, args.device).enabled
-        if compiled in modes.values():
-            continue
-        modes[mode] = compiled
+    # the slot length of an engine with the default request sizes
+    slots = slot_len(EngineConfig(max_decode=max(args.max_decode)), c.prefix_len)
+    modes = dict.fromkeys(resolve_compile(mode, args.device).enabled for mode in args.compile)  # in order, once
     pieces = {("compiled" if compiled else "eager"): measure_components(
         model, tokenizer, batch_sizes=BATCHES, cameras=args.cameras, repeats=args.repeats, denoise_steps=steps,
-        compile=compiled, slot_len=slot_len, warm_all=False) for compiled in modes.values()}
+        compile=compiled, slot_len=slots, warm_all=False) for compiled in modes}
     products = prefill_products(model, tokenizer, args.cameras)
     reference_ms = time_matmuls(products, repeats=args.repeats, device=args.device)
     work = flops(products)
     for p in pieces.values():
         p["prefill_gflops_per_s"] = work / (p["prefill_ms"] / 1e3) / 1e9
         p["prefill_vs_matmuls"] = reference_ms / p["prefill_ms"]
-    return {"pieces": pieces, "slot_len": slot_len, "denoise_steps": steps,
+    return {"pieces": pieces, "slot_len": slots, "denoise_steps": steps,
             "prefill_matmuls": {"gflop": work / 1e9, "ms": reference_ms,
                                 "gflops_per_s": work / (reference_ms / 1e3) / 1e9, "shapes": len(products)}}
 

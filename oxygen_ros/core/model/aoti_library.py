@@ -51,6 +51,13 @@ def _tensors(handles: Sequence[int]) -> list[Tensor]:
     return torch._C._aoti.alloc_tensors_by_stealing_from_void_ptrs([_new_capsule(h, None, None) for h in handles])
 
 
+def check_constants(package: pathlib.Path, names: Sequence[str], constants: Mapping[str, Tensor]) -> None:
+    """Refuse, naming the package, a model that lacks constants ``names`` of the package."""
+    missing = [n for n in names if n not in constants]
+    if missing:
+        raise RuntimeError(f"{package.name} needs constants the model does not have: {missing[:5]}")
+
+
 def extract_library(package: pathlib.Path) -> pathlib.Path:
     """The package's shared library, extracted beside it as ``<package stem>.so`` on first use
     (written under a temporary name, then renamed)."""
@@ -104,27 +111,20 @@ class AOTILibrary:
                     f"count its {what.lower()}")
         return n.value
 
+    def _constant_name(self, getter: str, i: int) -> bytes:
+        name = ctypes.c_char_p()
+        self._check(getattr(self._lib, f"AOTInductorModelContainerGetConstant{getter}")(
+            self._handle, ctypes.c_size_t(i), ctypes.byref(name)), "name a constant")
+        return name.value
+
     def constant_names(self) -> list[str]:
         """The original names of the constants the library needs."""
-        names = []
-        for i in range(self._count("Constants")):
-            fqn = ctypes.c_char_p()
-            self._check(self._lib.AOTInductorModelContainerGetConstantOriginalFQN(self._handle, ctypes.c_size_t(i),
-                                                                                 ctypes.byref(fqn)), "name a constant")
-            names.append(fqn.value.decode())
-        return names
+        return [self._constant_name("OriginalFQN", i).decode() for i in range(self._count("Constants"))]
 
     def _load_constants(self, constants: Mapping[str, Tensor]) -> None:
         fqns = self.constant_names()
-        missing = [n for n in fqns if n not in constants]
-        if missing:
-            raise RuntimeError(f"{self.path.name} needs constants the model does not have: {missing[:5]}")
-        internal = []
-        for i in range(len(fqns)):
-            name = ctypes.c_char_p()
-            self._check(self._lib.AOTInductorModelContainerGetConstantName(self._handle, ctypes.c_size_t(i),
-                                                                          ctypes.byref(name)), "name a constant")
-            internal.append(name.value)
+        check_constants(self.path, fqns, constants)
+        internal = [self._constant_name("Name", i) for i in range(len(fqns))]
         handles = _handles([constants[n] for n in fqns])
         entries = (_ConstantEntry * len(fqns))(*(_ConstantEntry(n, h) for n, h in zip(internal, handles)))
         try:  # user-managed: the container keeps handles of its own to the same tensors

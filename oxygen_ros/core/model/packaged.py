@@ -31,7 +31,7 @@ import torch
 from torch import Tensor
 from torch.utils import _pytree as pytree
 
-from .aoti_library import AOTILibrary
+from .aoti_library import AOTILibrary, check_constants
 from .cache import KVCache
 from .static import StaticPieces
 from .vla import VLA
@@ -106,9 +106,7 @@ def _loaded(path: pathlib.Path, state: dict[str, Tensor]):
     flat inputs (the loader's own call parses its layouts on every call; they are read once here)."""
     runner = torch._inductor.aoti_load_package(str(path))
     names = runner.get_constant_fqns()
-    missing = [n for n in names if n not in state]
-    if missing:
-        raise RuntimeError(f"{path.name} needs constants the model does not have: {missing[:5]}")
+    check_constants(path, names, state)
     runner.load_constants({n: state[n] for n in names}, check_full_update=True, user_managed=True)
     loader, outputs = runner.loader, pytree.treespec_loads(runner.loader.get_call_spec()[1])
     return lambda *inputs: pytree.tree_unflatten(loader.boxed_run(list(inputs)), outputs)
