@@ -243,3 +243,29 @@ def test_engine_takes_a_10000_character_instruction_and_question(tok):
     question = [r for r in finished if r.client_id == "q"]
     assert len(question) == 1 and question[0].finish_reason.value in ("eos", "length")
     assert len(question[0].question_ids) == engine.config.max_question_tokens
+
+
+def test_a_pool_slot_holds_the_served_cameras_only_and_the_longest_request_fits(tok):
+    """The pool sizes its slots for the cameras the engine serves (``max_cameras``), not for every
+    camera slot of the model: less memory, and nothing read past the longest prefix; the longest
+    prompt, the longest question and a full answer still fit."""
+    from oxygen_ros.core.model.config import TINY
+    from oxygen_ros.core.model.vla import build_model
+
+    model = build_model(TINY, seed=0)
+    assert TINY.max_cameras == 3
+    every = Engine(model, tok, EngineConfig(max_decode=12, steps_per_frame=4))
+    one = Engine(model, tok, EngineConfig(max_decode=12, steps_per_frame=4, max_cameras=1))
+    per_image = TINY.vision.tokens_per_image
+    assert every.pool.cache.max_len - one.pool.cache.max_len == 2 * per_image
+    assert one.pool.bytes_reserved < every.pool.bytes_reserved
+    image = np.zeros((16, 16, 3), np.uint8)
+    with pytest.warns(UserWarning, match="truncating"):
+        result = one.step([Observation({"base": image}, "stack the cubes " * 50, np.array([0.1, 0.2], np.float32))],
+                          [Question("why " * 100, client_id="q", max_tokens=12)])
+    assert np.all(np.isfinite(result.actions[0]))
+    question = [r for r in result.finished + one.drain() if r.client_id == "q"][0]
+    assert len(question.question_ids) == one.config.max_question_tokens
+    assert len(question.tokens) == 12 or question.finish_reason.value == "eos"
+    with pytest.raises(ValueError, match="max_cameras"):
+        one.step([Observation({"base": image, "wrist": image}, "go", None)])

@@ -43,10 +43,9 @@ class Engine:
         self.cadence = LanguageCadence(config.language_every_n_frames)
         mc = model.config
         self.vocab_limit = usable_vocabulary(tokenizer.vocab_size, mc.vocab_size)
-        self.prefix_max = mc.image_tokens + mc.max_token_len
         self.max_cameras = served_cameras(config, mc.max_cameras)  #: cameras an observation may carry
         cache = model.new_cache(slots=config.max_active + config.max_observations_per_frame,
-                                max_len=slot_len(config, self.prefix_max))
+                                max_len=slot_len(config, mc))
         self.pool = KVPool(cache, on_move=self._slot_moved)
         self.requests = RequestManager(self.pool, tokenizer, max_active=config.max_active,
                                        queue_limit=config.queue_limit)

@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from .model.compile_setup import COMPILE_CHOICES
+from .model.config import ModelConfig
 from .scheduler import SETTINGS
 
 
@@ -48,9 +49,12 @@ class EngineConfig:
                              f"(N={self.max_decode})")
 
 
-def slot_len(config: EngineConfig, prefix_len: int) -> int:
-    """Positions one pool slot holds: the longest prefix, a question's tokens and a full answer."""
-    return prefix_len + config.max_question_tokens + config.max_decode
+def slot_len(config: EngineConfig, model: ModelConfig) -> int:
+    """Positions one pool slot holds: the longest prefix (every camera the engine serves, and the
+    longest prompt), a question's tokens and a full answer. A prefix is stored compacted, so a
+    camera slot of the model that the robot never fills takes no place in the pool."""
+    prefix = served_cameras(config, model.max_cameras) * model.vision.tokens_per_image + model.max_token_len
+    return prefix + config.max_question_tokens + config.max_decode
 
 
 def served_cameras(config: EngineConfig, model_slots: int) -> int:

@@ -41,7 +41,7 @@ def run_pieces(model, tokenizer, args: argparse.Namespace) -> dict:
     c = model.config
     steps = (args.denoise_steps or [c.denoise_steps])[0]
     # the slot length of an engine with the default request sizes
-    slots = slot_len(EngineConfig(max_decode=max(args.max_decode)), c.prefix_len)
+    slots = slot_len(EngineConfig(max_decode=max(args.max_decode), max_cameras=args.cameras), c)
     modes = dict.fromkeys(resolve_compile(mode, args.device).enabled for mode in args.compile)  # in order, once
     pieces = {("compiled" if compiled else "eager"): measure_components(
         model, tokenizer, batch_sizes=BATCHES, cameras=args.cameras, repeats=args.repeats, denoise_steps=steps,
