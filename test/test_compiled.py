@@ -13,7 +13,7 @@ import torch
 
 from oxygen_ros.core.benchmark import synthetic_observations
 from oxygen_ros.core.engine import Engine, EngineConfig, SETTINGS
-from oxygen_ros.core.model.cache import SlotView
+from oxygen_ros.core.model.cache import KVCache, SlotView
 from oxygen_ros.core.model.compile_setup import compile_cache_dir, resolve_compile
 from oxygen_ros.core.model.compiled import CompiledVLA
 from oxygen_ros.core.model.config import TINY
@@ -145,6 +145,54 @@ def test_bucketed_denoise_and_decode_match_eager_as_the_batch_changes(lively_tin
         torch.testing.assert_close(static.k[:, slot, :, :n], eager.k[:, slot, :, :n], atol=1e-5, rtol=0)
 
 
+def _greedy_steps(model, cache, lengths, live, tokens, remaining, allowed, eos, steps):
+    """The reference for a decode round: ``steps`` eager decode steps, a row choosing the most likely
+    allowed token and stopping after its end-of-sequence token or its ``remaining`` tokens."""
+    lengths, tokens, chosen = list(lengths), list(tokens), [[] for _ in live]
+    writing = [on and left > 0 for on, left in zip(live, remaining)]
+    for t in range(steps):
+        view = SlotView.of(0, lengths, writing)
+        logits = model.decode_step(cache, view, torch.tensor(tokens))
+        picked = logits.masked_fill(~allowed, float("-inf")).argmax(dim=-1).tolist()
+        for b, token in enumerate(picked):
+            if writing[b]:
+                chosen[b].append(token)
+                lengths[b] += 1
+                tokens[b] = token
+                writing[b] = token != eos and remaining[b] > t + 1
+    return chosen, lengths
+
+
+def test_a_decode_round_chooses_the_tokens_of_step_by_step_greedy_decoding(lively_tiny, tok):
+    """K steps in one call: each row gets the tokens that eager steps give it, stops at its
+    end-of-sequence token or its length limit (writing nothing into its slot after), and the
+    ids outside ``allowed`` are never chosen."""
+    eager = lively_tiny.new_cache(6, TINY.prefix_len + 12)
+    static = lively_tiny.new_cache(6, TINY.prefix_len + 12)
+    pieces = CompiledVLA(lively_tiny, static, steps=3, max_observations=2, round_steps=4, compile=False)
+    batch = make_prefix_batch(synthetic_observations(4, TINY.vision.image_size, seed=3), tok, TINY)
+    lengths = lively_tiny.prefill(batch, eager, [[0], [1], [2], [3]]).lengths.tolist()
+    pieces.prefill(batch, static, [[0], [1], [2], [3]])
+    allowed = torch.arange(TINY.vocab_size) < 300
+    live, remaining, tokens = [True, True, False, True], [4, 2, 0, 4], [7, 11, 0, 13]
+    free, _ = _greedy_steps(lively_tiny, KVCache(eager.k.clone(), eager.v.clone()), lengths, live, tokens, remaining, allowed, -1, 4)
+    eos = free[0][1]  # row 0's second token ends it: the round must stop that row there
+    want, ends = _greedy_steps(lively_tiny, eager, lengths, live, tokens, remaining, allowed, eos, 4)
+    before = static.k.clone()
+    got = pieces.decode_round(static, SlotView.of(0, lengths, live), torch.tensor(tokens), torch.tensor(remaining),
+                              allowed, eos).tolist()
+    assert len(want[0]) < 4 and len(want[1]) == 2  # row 0 ended at its EOS, row 1 at its limit
+    for b in range(4):
+        assert got[b][: len(want[b])] == want[b]
+        assert all(t < 300 for t in got[b])
+        n = ends[b]  # everything written is eager's, and nothing past a row's end
+        torch.testing.assert_close(static.k[:, b, :, :n], eager.k[:, b, :, :n], atol=1e-5, rtol=0)
+        assert torch.equal(static.k[:, b, :, n:], before[:, b, :, n:])
+    with pytest.raises(ValueError, match="built without decode rounds"):
+        CompiledVLA(lively_tiny, static, steps=3, max_observations=2, compile=False).decode_round(
+            static, SlotView.of(0, lengths), torch.tensor(tokens), torch.tensor(remaining), allowed, eos)
+
+
 def test_bucketed_pieces_refuse_what_they_were_not_built_for(lively_tiny):
     eager, static, pieces = _twin(lively_tiny)
     noise = torch.zeros(1, TINY.action_horizon, TINY.action_dim)
@@ -204,15 +252,17 @@ def _run(engine, frames, lengths):
 def test_compiled_engine_frames_match_eager_across_batch_sizes(lively_tiny, tok, setting, monkeypatch,
                                                                tmp_path_factory):
     monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path_factory.getbasetemp() / "compile-cache"))
-    lengths = [3, 4, 0, 2, 4, 1, 0, 3]  # requests start and finish inside a bucket and across buckets
-    common = dict(setting=setting, max_decode=4, steps_per_frame=1, denoise_steps=2, max_active=3,
+    lengths = [5, 6, 0, 4, 6, 2, 0, 5]  # requests start and finish inside a bucket and across buckets
+    # k = 2: the compiled decode runs in rounds of two steps, a request finishing inside a round
+    common = dict(setting=setting, max_decode=6, steps_per_frame=2, denoise_steps=2, max_active=3,
                   max_observations_per_frame=1, language_every_n_frames=0, camera_names=("base",))
     eager = _run(Engine(lively_tiny, tok, EngineConfig(compile="off", **common)), len(lengths), lengths)
     engine = Engine(lively_tiny, tok, EngineConfig(compile="on", **common))
     progress = []
     engine.warm_up(lambda done, total, what: progress.append((done, total, what)))
     assert engine.compiled is not None, engine.compile_reason
-    assert progress[-1][:2] == (5, 5) and any(w.startswith("decode batch 4 (") for _, _, w in progress)
+    assert progress[-1][:2] == (8, 8) and any(w.startswith("decode batch 4 (") for _, _, w in progress)
+    assert any(w.startswith("decode round 2 batch 4 (") for _, _, w in progress)
     assert all(w.endswith(("(compiled)", "(from the cache)")) for _, _, w in progress)
     compiled = _run(engine, len(lengths), lengths)
     assert compiled[1] == eager[1]  # identical greedy tokens
@@ -230,7 +280,7 @@ def test_a_second_engine_loads_every_package_from_the_cache_and_gives_the_same_f
     with the same sizes, so that CI compiles them once.)"""
     cache_dir = tmp_path_factory.getbasetemp() / "compile-cache"
     monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(cache_dir))
-    common = dict(setting="oxygen", max_decode=4, steps_per_frame=1, denoise_steps=2, max_active=3,
+    common = dict(setting="oxygen", max_decode=6, steps_per_frame=1, denoise_steps=2, max_active=3,
                   max_observations_per_frame=1, language_every_n_frames=0, camera_names=("base",),
                   compile="on")
     first = Engine(lively_tiny, tok, EngineConfig(**common))
@@ -279,7 +329,7 @@ def test_a_package_gives_the_same_through_its_library_as_through_torchs_loader(l
     from oxygen_ros.core.model.packaged import PackagedPiece, _loaded, _Piece
 
     monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path_factory.getbasetemp() / "compile-cache"))
-    engine = Engine(lively_tiny, tok, EngineConfig(setting="oxygen", max_decode=4, steps_per_frame=1,
+    engine = Engine(lively_tiny, tok, EngineConfig(setting="oxygen", max_decode=6, steps_per_frame=1,
                                                    denoise_steps=2, max_active=3, max_observations_per_frame=1,
                                                    language_every_n_frames=0, camera_names=("base",), compile="on"))
     engine.warm_up()

@@ -43,6 +43,7 @@ class Engine:
         self.cadence = LanguageCadence(config.language_every_n_frames)
         mc = model.config
         self.vocab_limit = usable_vocabulary(tokenizer.vocab_size, mc.vocab_size)
+        self._allowed = torch.arange(mc.vocab_size) < self.vocab_limit  # the ids a compiled round may choose
         self.max_cameras = served_cameras(config, mc.max_cameras)  #: cameras an observation may carry
         cache = model.new_cache(slots=config.max_active + config.max_observations_per_frame,
                                 max_len=slot_len(config, mc))
@@ -175,7 +176,7 @@ class Engine:
             try:
                 self.compiled = CompiledVLA(self.model, self.pool.cache, steps=self._denoise_steps,
                                             max_observations=config.max_observations_per_frame,
-                                            max_cameras=self.max_cameras)
+                                            max_cameras=self.max_cameras, round_steps=config.steps_per_frame)
             except Exception as e:  # a torch that cannot compile here: run eager
                 self.compile_reason = f"compilation failed: {e!r}"
 
@@ -273,7 +274,9 @@ class Engine:
     def decode(self, max_steps: int | None) -> None:
         """Advance every running request by one token per step, all in one batched
         forward per step over the view of slots ``0 .. span``; up to ``max_steps``
-        steps (None: until all are done)."""
+        steps (None: until all are done). Compiled with decode rounds, each run of
+        ``steps_per_frame`` steps is one call (the tokens chosen in the graph, the
+        same as step by step); the rest go a step at a time."""
         t0 = time.perf_counter()
         step = 0
         while max_steps is None or step < max_steps:
@@ -285,15 +288,35 @@ class Engine:
             live, tokens = [False] * span, [0] * span
             for r in running:
                 live[r.slot], tokens[r.slot] = True, r.pending_token
-            logits = self.runner.decode_step(self.pool.cache, self.pool.view(range(span), live),
-                                            torch.tensor(tokens))
-            chosen = self._greedy(logits).tolist()
-            for r in running:
-                self.pool.advance(r.slot)
-                self._emit(self.requests.update(r.id, chosen[r.slot], self.tokenizer.eos_id))
-            self._result.batch_sizes.append(len(running))
-            step += 1
+            view = self.pool.view(range(span), live)
+            runner = self.runner
+            steps = runner.round_steps if runner is self.compiled else 0
+            if steps and (max_steps is None or max_steps - step >= steps):
+                remaining = [0] * span
+                for r in running:
+                    remaining[r.slot] = r.max_tokens - len(r.tokens)
+                chosen = runner.decode_round(self.pool.cache, view, torch.tensor(tokens), torch.tensor(remaining),
+                                             self._allowed, self.tokenizer.eos_id).tolist()
+            else:
+                logits = runner.decode_step(self.pool.cache, view, torch.tensor(tokens))
+                chosen = [[t] for t in self._greedy(logits).tolist()]
+            step += self._take(running, chosen)
         self._add_time("decode_ms", t0)
+
+    def _take(self, running: list[Request], chosen: list[list[int]]) -> int:
+        """Each running request's tokens of ``chosen[slot]`` in step order, until it finishes;
+        returns the steps that produced a token."""
+        rows = [(r, r.slot) for r in running]
+        steps = len(chosen[rows[0][1]])
+        for t in range(steps):
+            rows = [(r, s) for r, s in rows if not r.done]
+            if not rows:
+                return t
+            for r, s in rows:
+                self.pool.advance(r.slot)
+                self._emit(self.requests.update(r.id, chosen[s][t], self.tokenizer.eos_id))
+            self._result.batch_sizes.append(len(rows))
+        return steps
 
     def admit(self, new: list[Request], *, unlimited: bool = False) -> list[Request]:
         """Who starts this frame (queued first, then ``new``); the rest wait or are

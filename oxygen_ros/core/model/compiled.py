@@ -16,6 +16,9 @@ steady state never does. Differences from eager, by design:
 
 * the whole denoise loop is one graph, so ``before_step`` (the engine's pause
   point) is called once before the loop, not before each step;
+* with ``round_steps`` K, :meth:`CompiledVLA.decode_round` runs K greedy decode
+  steps as one graph (the tokens chosen in it), so that a frame's ``k = K``
+  decode steps are one call, not K;
 * a question's tokens (``VLA.extend``) run eager: on demand, any length.
 """
 
@@ -42,12 +45,17 @@ class CompiledVLA:
     A prefill's graphs take ``max_cameras`` camera slots (default: the model's), each row's
     present cameras first: a robot with fewer cameras than the model has slots never runs
     the vision tower or the VLM over the slots it cannot fill.
+    ``round_steps`` K (None or 1: none) adds a decode round of K steps per decode batch bucket.
     ``compile=False`` runs the same bucketed pieces eager (a test hook: the bucketing without
     the compile time)."""
 
     def __init__(self, model: VLA, cache: KVCache, *, steps: int, max_observations: int,
-                 max_cameras: int | None = None, compile: bool = True):
+                 max_cameras: int | None = None, round_steps: int | None = None, compile: bool = True):
         self.model, self.cache, self.steps = model, cache, steps
+        if round_steps is not None and round_steps < 1:
+            raise ValueError(f"round_steps must be >= 1 (or None), got {round_steps}")
+        #: decode steps one :meth:`decode_round` runs (0: no rounds; a step at a time)
+        self.round_steps = round_steps if round_steps and round_steps > 1 else 0
         slots = model.config.max_cameras
         if max_cameras is not None and not 1 <= max_cameras <= slots:
             raise ValueError(f"max_cameras must be 1..{slots} (the model's camera slots), got {max_cameras}")
@@ -62,6 +70,7 @@ class CompiledVLA:
         self._static = StaticPieces(model, cache, steps)
         self._compile = compile
         self._pieces: dict[tuple, Callable[..., object]] = {}
+        self._round_index = torch.arange(self.round_steps)  # its length is the round's K (a graph input)
 
     def _piece(self, name: str, inputs: tuple[Tensor, ...]) -> Callable[..., object]:
         """The graph of piece ``name`` at the shapes of ``inputs``: loaded (or built) on first use."""
@@ -82,7 +91,8 @@ class CompiledVLA:
     @property
     def bucket_count(self) -> int:
         prefills = len(self.camera_buckets) * len(self.prompt_buckets)
-        return len(self.decode_buckets) + len(self.observation_buckets) * (1 + prefills)
+        rounds = len(self.decode_buckets) if self.round_steps else 0
+        return len(self.decode_buckets) + rounds + len(self.observation_buckets) * (1 + prefills)
 
     @property
     def warmed(self) -> bool:
@@ -99,6 +109,9 @@ class CompiledVLA:
         the trash slot."""
         jobs = [(f"decode batch {b}", lambda b=b: self._run_decode(*self._decode_inputs(b))) for b in
                 self.decode_buckets]
+        if self.round_steps:
+            jobs += [(f"decode round {self.round_steps} batch {b}", lambda b=b: self._warm_round(b))
+                     for b in self.decode_buckets]
         jobs += [(f"denoise observations {b}", lambda b=b: self._warm_denoise(b)) for b in self.observation_buckets]
         jobs += [(f"prefill observations {b} cameras {k} prompt {n}", lambda b=b, k=k, n=n: self._warm_prefill(b, k, n))
                  for b in self.observation_buckets for k in self.camera_buckets for n in self.prompt_buckets]
@@ -109,6 +122,11 @@ class CompiledVLA:
                 how = "" if not self._compile else " (compiled)" if self.built > built else " (from the cache)"
                 progress(done, len(jobs), what + how)
         self._graphs_at_warm = self.graphs
+
+    def _warm_round(self, b: int) -> None:
+        vocab = self.model.config.vocab_size
+        self._run_round(*self._decode_inputs(b), torch.zeros(b, dtype=torch.long), torch.ones(vocab, dtype=torch.bool),
+                        torch.zeros(1, dtype=torch.long))
 
     def _warm_denoise(self, b: int) -> None:
         c = self.model.config
@@ -130,6 +148,21 @@ class CompiledVLA:
         if view.start != 0:
             raise ValueError(f"a compiled decode step reads slots from 0, got a view from slot {view.start}")
         return self._run_decode(*self._decode_inputs(view.rows, view, tokens))[: view.rows]
+
+    def decode_round(self, cache: KVCache, view: SlotView, tokens: Tensor, remaining: Tensor, allowed: Tensor,
+                     eos_id: int) -> Tensor:
+        """:attr:`round_steps` greedy decode steps in one graph over a view from slot 0 (see
+        :meth:`.static.StaticPieces.decode_round`): ``remaining`` [rows] tokens each row may still
+        produce, ``allowed`` [vocab] bool -> chosen tokens [rows, round_steps]."""
+        self._check(cache)
+        if not self.round_steps:
+            raise ValueError("built without decode rounds (round_steps); decode a step at a time")
+        if view.start != 0:
+            raise ValueError(f"a compiled decode round reads slots from 0, got a view from slot {view.start}")
+        inputs = self._decode_inputs(view.rows, view, tokens)
+        padded = torch.zeros(inputs[0].shape[0], dtype=torch.long)
+        padded[: view.rows] = remaining
+        return self._run_round(*inputs, padded, allowed, torch.tensor([eos_id]))[: view.rows]
 
     def _decode_inputs(self, rows: int, view: SlotView | None = None, tokens: Tensor | None = None):
         b = bucket_for(rows, self.decode_buckets, "a decode batch")
@@ -206,6 +239,10 @@ class CompiledVLA:
 
     def _run_decode(self, tokens: Tensor, lengths: Tensor, live: Tensor) -> Tensor:
         return self._run("decode", tokens, lengths, live)
+
+    def _run_round(self, tokens: Tensor, lengths: Tensor, live: Tensor, remaining: Tensor, allowed: Tensor,
+                   eos: Tensor) -> Tensor:
+        return self._run("decode_round", tokens, lengths, live, remaining, allowed, eos, self._round_index)
 
     def _run_denoise(self, slots: Tensor, lengths: Tensor, noise: Tensor) -> Tensor:
         return self._run("denoise", slots, lengths, noise.to(self.model.dtype))
