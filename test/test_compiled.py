@@ -356,3 +356,32 @@ def test_a_package_gives_the_same_through_its_library_as_through_torchs_loader(l
     some = piece._call.constant_names()[0]  # one the decode step needs (it never reads the vision tower's)
     with pytest.raises(RuntimeError, match=rf"{piece.path.stem}.*needs constants the model does not have.*{some}"):
         AOTILibrary(piece.path, {n: t for n, t in state.items() if n != some})
+
+
+def test_packages_built_in_worker_processes_run_on_this_models_weights(lively_tiny, tok, monkeypatch, tmp_path):
+    """A cold start builds its packages several at a time, each in a worker process on a model of the
+    same sizes with random weights: loaded here, they run on this model's own weights and give what
+    the eager model gives; a warm-up then finds them in the cache."""
+    from oxygen_ros.core.model.package_builds import Build, build_packages, worker_count
+    from oxygen_ros.core.model.packaged import package_path
+
+    monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path))
+    assert worker_count(lively_tiny, 1) == 1 and worker_count(lively_tiny, 50) >= 1
+    eager, static = lively_tiny.new_cache(2, TINY.prefix_len + 8), lively_tiny.new_cache(2, TINY.prefix_len + 8)
+    pieces = CompiledVLA(lively_tiny, static, steps=2, max_observations=1)
+    builds = []
+    for b in (1, 2):
+        inputs = (torch.zeros(b, dtype=torch.long), torch.zeros(b, dtype=torch.long), torch.zeros(b, dtype=torch.bool))
+        builds.append(Build(f"decode batch {b}", "decode", 2, inputs,
+                            package_path(tmp_path, lively_tiny, "decode", 2, static, inputs)))
+    done = []
+    build_packages(lively_tiny, static, builds, lambda b: done.append(b.what), workers=2)
+    assert sorted(done) == ["decode batch 1", "decode batch 2"] and all(b.path.exists() for b in builds)
+
+    batch = make_prefix_batch(synthetic_observations(2, TINY.vision.image_size, seed=4), tok, TINY)
+    lengths = lively_tiny.prefill(batch, eager, [[0], [1]]).lengths.tolist()
+    lively_tiny.prefill(batch, static, [[0], [1]])
+    view, tokens = SlotView.of(0, lengths), torch.tensor([17, 23])
+    torch.testing.assert_close(pieces.decode_step(static, view, tokens), lively_tiny.decode_step(eager, view, tokens),
+                               atol=1e-5, rtol=0)
+    assert pieces.graphs == 1 and pieces.built == 0  # loaded from the cache, not built again

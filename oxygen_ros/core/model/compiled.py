@@ -32,7 +32,8 @@ from torch import Tensor
 from .cache import KVCache, SlotView
 from .compile_setup import use_compile_cache
 from .cuda_graphs import CudaGraphs
-from .packaged import PackagedPiece
+from .package_builds import Build, build_packages
+from .packaged import PackagedPiece, package_path
 from .static import StaticPieces, batch_buckets, bucket_for, prompt_buckets
 from .vla import VLA, PrefillResult, PrefixBatch
 
@@ -104,42 +105,57 @@ class CompiledVLA:
         return self.graphs - (self._graphs_at_warm or 0)
 
     def warm_up(self, progress: Progress | None = None) -> None:
-        """Load every bucket's package, compiling those the cache lacks; ``progress(done, total, what)``
-        after each (``what`` names the bucket and says "compiled" or "from the cache"). Writes only
-        the trash slot."""
-        jobs = [(f"decode batch {b}", lambda b=b: self._run_decode(*self._decode_inputs(b))) for b in
-                self.decode_buckets]
-        if self.round_steps:
-            jobs += [(f"decode round {self.round_steps} batch {b}", lambda b=b: self._warm_round(b))
-                     for b in self.decode_buckets]
-        jobs += [(f"denoise observations {b}", lambda b=b: self._warm_denoise(b)) for b in self.observation_buckets]
-        jobs += [(f"prefill observations {b} cameras {k} prompt {n}", lambda b=b, k=k, n=n: self._warm_prefill(b, k, n))
-                 for b in self.observation_buckets for k in self.camera_buckets for n in self.prompt_buckets]
-        for done, (what, job) in enumerate(jobs, 1):
-            built = self.built
-            job()
+        """Load every bucket's package, compiling those the cache lacks (several at a time, in
+        worker processes: ``package_builds.py``); ``progress(done, total, what)`` after each (``what``
+        names the bucket and says "compiled" or "from the cache"). Writes only the trash slot."""
+        buckets = [(what, name, self._prepared(inputs)) for what, name, inputs in self._buckets()]
+        done, fresh = 0, set()
+
+        def report(what: str, how: str) -> None:
+            nonlocal done
+            done += 1
             if progress is not None:
-                how = "" if not self._compile else " (compiled)" if self.built > built else " (from the cache)"
-                progress(done, len(jobs), what + how)
+                progress(done, len(buckets), what + how)
+
+        if self._compile:
+            with torch.inference_mode(False):  # export traces ordinary tensors
+                builds = [Build(what, name, self.steps, tuple(t.clone() for t in inputs),
+                                package_path(self.cache_dir, self.model, name, self.steps, self.cache, inputs))
+                          for what, name, inputs in buckets]
+                builds = [b for b in builds if not b.path.exists()]
+                fresh = {b.what for b in builds}
+                build_packages(self.model, self.cache, builds, lambda b: report(b.what, " (compiled)"))
+            self.built += len(builds)
+        for what, name, inputs in buckets:
+            self._run(name, *inputs)  # loads the package (built above, or found in the cache)
+            if what not in fresh:
+                report(what, " (from the cache)" if self._compile else "")
         self._graphs_at_warm = self.graphs
 
-    def _warm_round(self, b: int) -> None:
-        vocab = self.model.config.vocab_size
-        self._run_round(*self._decode_inputs(b), torch.zeros(b, dtype=torch.long), torch.ones(vocab, dtype=torch.bool),
-                        torch.zeros(1, dtype=torch.long))
-
-    def _warm_denoise(self, b: int) -> None:
-        c = self.model.config
-        noise = torch.zeros(b, c.action_horizon, c.action_dim)
-        self._run_denoise(torch.full((b,), self.cache.trash_slot), torch.zeros(b, dtype=torch.long), noise)
-
-    def _warm_prefill(self, b: int, k: int, n: int) -> None:
-        size = self.model.config.vision.image_size
-        mask = torch.zeros(b, n, dtype=torch.bool)
-        mask[:, 0] = True
-        batch = PrefixBatch(torch.zeros(b, k, 3, size, size), torch.ones(b, k, dtype=torch.bool),
-                            torch.zeros(b, n, dtype=torch.long), mask)
-        self._run_prefill(batch, torch.full((b,), self.cache.trash_slot))
+    def _buckets(self) -> list[tuple[str, str, tuple[Tensor, ...]]]:
+        """Every bucket as (what, piece, the inputs a warm-up runs it on: they write the trash slot only)."""
+        c, trash = self.model.config, self.cache.trash_slot
+        out = [(f"decode batch {b}", "decode", self._decode_inputs(b)) for b in self.decode_buckets]
+        if self.round_steps:
+            out += [(f"decode round {self.round_steps} batch {b}", "decode_round",
+                     self._round_inputs(*self._decode_inputs(b), torch.zeros(b, dtype=torch.long),
+                                        torch.ones(c.vocab_size, dtype=torch.bool), torch.zeros(1, dtype=torch.long)))
+                    for b in self.decode_buckets]
+        out += [(f"denoise observations {b}", "denoise",
+                 self._denoise_inputs(torch.full((b,), trash), torch.zeros(b, dtype=torch.long),
+                                      torch.zeros(b, c.action_horizon, c.action_dim)))
+                for b in self.observation_buckets]
+        size = c.vision.image_size
+        for b in self.observation_buckets:
+            for k in self.camera_buckets:
+                for n in self.prompt_buckets:
+                    mask = torch.zeros(b, n, dtype=torch.bool)
+                    mask[:, 0] = True
+                    batch = PrefixBatch(torch.zeros(b, k, 3, size, size), torch.ones(b, k, dtype=torch.bool),
+                                        torch.zeros(b, n, dtype=torch.long), mask)
+                    out.append((f"prefill observations {b} cameras {k} prompt {n}", "prefill",
+                                self._prefill_inputs(batch, torch.full((b,), trash))))
+        return out
 
     # ------------------------------------------------------------------ the VLA's signatures
     def decode_step(self, cache: KVCache, view: SlotView, tokens: Tensor) -> Tensor:
@@ -162,7 +178,8 @@ class CompiledVLA:
         inputs = self._decode_inputs(view.rows, view, tokens)
         padded = torch.zeros(inputs[0].shape[0], dtype=torch.long)
         padded[: view.rows] = remaining
-        return self._run_round(*inputs, padded, allowed, torch.tensor([eos_id]))[: view.rows]
+        return self._run("decode_round", *self._round_inputs(*inputs, padded, allowed,
+                                                              torch.tensor([eos_id])))[: view.rows]
 
     def _decode_inputs(self, rows: int, view: SlotView | None = None, tokens: Tensor | None = None):
         b = bucket_for(rows, self.decode_buckets, "a decode batch")
@@ -190,7 +207,7 @@ class CompiledVLA:
         lengths[: view.rows] = view.lengths
         padded = torch.zeros(b, *noise.shape[1:])
         padded[: view.rows] = noise
-        return self._run_denoise(slots, lengths, padded)[: view.rows]
+        return self._run("denoise", *self._denoise_inputs(slots, lengths, padded))[: view.rows]
 
     def prefill(self, batch: PrefixBatch, cache: KVCache, slots: Sequence[Sequence[int]]) -> PrefillResult:
         """:meth:`VLA.prefill`: each observation's prefix is written into its first slot in the
@@ -222,7 +239,7 @@ class CompiledVLA:
                            batch.token_mask[pick, :n])
         dest = torch.full((b,), self.cache.trash_slot)
         dest[:rows] = torch.tensor([d[0] for d in slots[lo:hi]])
-        lengths, logits = self._run_prefill(part, dest)
+        lengths, logits = self._run("prefill", *self._prefill_inputs(part, dest))
         return PrefillResult(lengths=lengths[:rows], logits=logits[:rows])
 
     def _check(self, cache: KVCache) -> None:
@@ -230,9 +247,12 @@ class CompiledVLA:
             raise ValueError("a CompiledVLA runs on the cache it was built for")
 
     # ------------------------------------------------------------------ running a graph
+    def _prepared(self, tensors: tuple[Tensor, ...]) -> tuple[Tensor, ...]:
+        """``tensors`` as every graph was built for them: on the device, contiguous."""
+        return tuple(t.to(self.model.device).contiguous() for t in tensors)
+
     def _run(self, name: str, *tensors: Tensor):
-        """Piece ``name`` on ``tensors`` as every graph was built for them: on the device, contiguous."""
-        inputs = tuple(t.to(self.model.device).contiguous() for t in tensors)
+        inputs = self._prepared(tensors)
         piece = self._piece(name, inputs)
         with torch.inference_mode():
             return piece(*inputs)
@@ -240,12 +260,12 @@ class CompiledVLA:
     def _run_decode(self, tokens: Tensor, lengths: Tensor, live: Tensor) -> Tensor:
         return self._run("decode", tokens, lengths, live)
 
-    def _run_round(self, tokens: Tensor, lengths: Tensor, live: Tensor, remaining: Tensor, allowed: Tensor,
-                   eos: Tensor) -> Tensor:
-        return self._run("decode_round", tokens, lengths, live, remaining, allowed, eos, self._round_index)
+    def _round_inputs(self, tokens: Tensor, lengths: Tensor, live: Tensor, remaining: Tensor, allowed: Tensor,
+                      eos: Tensor) -> tuple[Tensor, ...]:
+        return tokens, lengths, live, remaining, allowed, eos, self._round_index
 
-    def _run_denoise(self, slots: Tensor, lengths: Tensor, noise: Tensor) -> Tensor:
-        return self._run("denoise", slots, lengths, noise.to(self.model.dtype))
+    def _denoise_inputs(self, slots: Tensor, lengths: Tensor, noise: Tensor) -> tuple[Tensor, ...]:
+        return slots, lengths, noise.to(self.model.dtype)
 
-    def _run_prefill(self, batch: PrefixBatch, dest: Tensor) -> tuple[Tensor, Tensor]:
-        return self._run("prefill", batch.pixels, batch.image_mask, batch.tokens, batch.token_mask, dest)
+    def _prefill_inputs(self, batch: PrefixBatch, dest: Tensor) -> tuple[Tensor, ...]:
+        return batch.pixels, batch.image_mask, batch.tokens, batch.token_mask, dest

@@ -85,11 +85,10 @@ class PackagedPiece:
                  cache_dir: pathlib.Path):
         self.cache = cache
         module = _Piece(model, name, steps)
-        folder = pathlib.Path(cache_dir) / "aoti"
-        self.path = folder / f"{name}-{package_key(model, name, steps, cache, inputs)}.pt2"
+        self.path = package_path(cache_dir, model, name, steps, cache, inputs)
         self.built = not self.path.exists()
         if self.built:
-            _build(module, (cache.k, cache.v, *inputs), self.path)
+            build_package(model, cache, name, steps, inputs, self.path)
         state = dict(module.named_parameters())
         state.update(module.named_buffers())
         if model.device.type == "cpu":  # through the library's C interface: the interpreter lock is released
@@ -112,10 +111,18 @@ def _loaded(path: pathlib.Path, state: dict[str, Tensor]):
     return lambda *inputs: pytree.tree_unflatten(loader.boxed_run(list(inputs)), outputs)
 
 
-def _build(module: torch.nn.Module, args: tuple[Tensor, ...], path: pathlib.Path) -> None:
-    """Export and compile ``module`` at ``args`` into ``path`` (written under a temporary name, then
-    renamed: a second process building the same package never reads half of one)."""
+def package_path(cache_dir: pathlib.Path, model: VLA, name: str, steps: int, cache: KVCache,
+                 inputs: tuple[Tensor, ...]) -> pathlib.Path:
+    """Where the package of piece ``name`` at the shapes of ``inputs`` is kept."""
+    return pathlib.Path(cache_dir) / "aoti" / f"{name}-{package_key(model, name, steps, cache, inputs)}.pt2"
+
+
+def build_package(model: VLA, cache: KVCache, name: str, steps: int, inputs: tuple[Tensor, ...],
+                  path: pathlib.Path) -> None:
+    """Export and compile piece ``name`` at ``inputs`` into ``path`` (written under a temporary name,
+    then renamed: a second process building the same package never reads half of one)."""
     path.parent.mkdir(parents=True, exist_ok=True)
+    module, args = _Piece(model, name, steps), (cache.k, cache.v, *inputs)
     with torch.no_grad():
         program = torch.export.export(module, args, strict=False)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=path.stem, suffix=".tmp.pt2")

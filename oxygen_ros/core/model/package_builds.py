@@ -1,0 +1,97 @@
+"""A cold start's packages built several at a time, each in a worker process of its own.
+
+Building one package (export, then AOTInductor's lowering and C++ compile,
+``packaged.build_package``) keeps one core busy for tens of seconds, and a
+warm-up with an empty cache builds one per bucket. A package holds code
+only: its weights are the model's own, pointed at after loading. So a worker
+builds it on a model of the same sizes and dtype with random weights, and a
+cache of the same shape; the warm-up then loads it from the cache as if it
+had built it itself.
+
+Workers: one per core this process may use, at most one per package. On
+CUDA, or for a model whose weights are too large to hold once more per
+worker (:data:`WORKER_WEIGHT_LIMIT`), the packages are built one after the
+other in this process, as before.
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import os
+import pathlib
+from collections.abc import Callable, Sequence
+from concurrent.futures import ProcessPoolExecutor, as_completed
+from dataclasses import dataclass
+
+import torch
+from torch import Tensor
+
+from .cache import KVCache
+from .config import ModelConfig
+from .packaged import build_package
+from .precision import TORCH_DTYPES
+from .vla import VLA, build_model
+
+#: bytes of weights a worker may build for itself (random, of the model's sizes); larger models
+#: build their packages in this process
+WORKER_WEIGHT_LIMIT = 1 << 30
+
+
+@dataclass(frozen=True)
+class Build:
+    """One package to build: piece ``name`` with ``steps`` denoise steps at ``inputs``, into ``path``."""
+
+    what: str  # the bucket, as the warm-up's progress names it
+    name: str
+    steps: int
+    inputs: tuple[Tensor, ...]
+    path: pathlib.Path
+
+
+def worker_count(model: VLA, builds: int) -> int:
+    """Processes to build ``builds`` packages of ``model`` with (1: in this process)."""
+    if model.device.type != "cpu" or builds < 2:
+        return 1
+    weights = sum(p.numel() * p.element_size() for p in model.parameters())
+    if weights > WORKER_WEIGHT_LIMIT:
+        return 1
+    return max(1, min(builds, len(os.sched_getaffinity(0))))
+
+
+def build_packages(model: VLA, cache: KVCache, builds: Sequence[Build], done: Callable[[Build], None],
+                   workers: int | None = None) -> None:
+    """Build every package of ``builds`` (for ``model`` on ``cache``), calling ``done(build)`` as each
+    is written; ``workers`` processes (None: :func:`worker_count`). A build that fails raises here
+    (after the others have stopped)."""
+    workers = worker_count(model, len(builds)) if workers is None else max(1, min(workers, len(builds)))
+    if workers == 1:
+        for b in builds:
+            build_package(model, cache, b.name, b.steps, b.inputs, b.path)
+            done(b)
+        return
+    dtype = next(n for n, t in TORCH_DTYPES.items() if t == model.dtype)
+    spec = (model.config, dtype, tuple(cache.k.shape))
+    # spawn, not fork: the parent has torch's (and maybe DDS's) threads running
+    with ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("spawn"), initializer=_start_worker,
+                             initargs=spec) as pool:
+        futures = {pool.submit(_build_in_worker, b.name, b.steps, b.inputs, str(b.path)): b for b in builds}
+        for future in as_completed(futures):
+            future.result()
+            done(futures[future])
+
+
+_worker: dict[str, object] = {}  # the worker process's model and cache
+
+
+def _start_worker(config: ModelConfig, dtype: str, cache_shape: tuple[int, ...]) -> None:
+    torch.set_num_threads(1)  # one core each: the workers share the machine
+    layers, slots, kv_heads, max_len, head_dim = cache_shape
+    model = build_model(config, dtype=dtype)
+    cache = model.new_cache(slots - 1, max_len)  # new_cache adds the trash slot
+    if tuple(cache.k.shape) != tuple(cache_shape):
+        raise RuntimeError(f"a worker's cache {tuple(cache.k.shape)} differs from the engine's {cache_shape}")
+    _worker["model"], _worker["cache"] = model, cache
+
+
+def _build_in_worker(name: str, steps: int, inputs: tuple[Tensor, ...], path: str) -> None:
+    build_package(_worker["model"], _worker["cache"], name, steps, inputs, pathlib.Path(path))
