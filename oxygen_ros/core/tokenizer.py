@@ -153,7 +153,10 @@ def discretize_state(state: np.ndarray | Iterable[float]) -> np.ndarray:
     if not np.all(np.isfinite(values)):
         raise ValueError(f"state must be finite, got {values}")
     values = np.clip(values, -1.0, 1.0)
-    return np.digitize(values, np.linspace(-1.0, 1.0, STATE_BINS + 1)[:-1]) - 1
+    return np.digitize(values, _STATE_EDGES) - 1
+
+
+_STATE_EDGES = np.linspace(-1.0, 1.0, STATE_BINS + 1)[:-1]  # the bins' lower edges
 
 
 def format_prompt(instruction: str, state: np.ndarray | Iterable[float] | None) -> str:

@@ -229,14 +229,19 @@ class CompiledVLA:
         rows = hi - lo
         b = bucket_for(rows, self.observation_buckets, "a prefill batch")
         n = bucket_for(int(batch.token_mask[lo:hi].sum(dim=1).max()), self.prompt_buckets, "a prompt")
-        pick = torch.cat([torch.arange(lo, hi), torch.full((b - rows,), lo)])
-        present = batch.image_mask[pick]
+        present = batch.image_mask[lo:hi]
         k = bucket_for(max(1, int(present.sum(dim=1).max())), self.camera_buckets, "cameras present")
-        # each row's present cameras first, in their order: the compacted prefix is unchanged
-        cams = torch.argsort((~present).to(torch.int8), dim=1, stable=True)[:, :k]
-        row = torch.arange(b)[:, None]
-        part = PrefixBatch(batch.pixels[pick][row, cams], present[row, cams], batch.tokens[pick, :n],
-                           batch.token_mask[pick, :n])
+        if rows == b and bool(present[:, :k].all()):  # no padding row, every row's cameras already first
+            part = PrefixBatch(batch.pixels[lo:hi, :k], present[:, :k], batch.tokens[lo:hi, :n],
+                               batch.token_mask[lo:hi, :n])
+        else:
+            pick = torch.cat([torch.arange(lo, hi), torch.full((b - rows,), lo)])
+            present = batch.image_mask[pick]
+            # each row's present cameras first, in their order: the compacted prefix is unchanged
+            cams = torch.argsort((~present).to(torch.int8), dim=1, stable=True)[:, :k]
+            row = torch.arange(b)[:, None]
+            part = PrefixBatch(batch.pixels[pick][row, cams], present[row, cams], batch.tokens[pick, :n],
+                               batch.token_mask[pick, :n])
         dest = torch.full((b,), self.cache.trash_slot)
         dest[:rows] = torch.tensor([d[0] for d in slots[lo:hi]])
         lengths, logits = self._run("prefill", *self._prefill_inputs(part, dest))
