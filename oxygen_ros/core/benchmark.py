@@ -227,7 +227,7 @@ def _median_ms(fn: Callable[[], object], repeats: int, warmup: int = 3) -> float
 def measure_components(model: VLA, tokenizer: Tokenizer, *, batch_sizes: Sequence[int] = (1, 2, 4, 8),
                        cameras: int | None = None, repeats: int = 30, decode_context: int = 16,
                        denoise_steps: int = 1, compile: bool = False, slot_len: int | None = None,
-                       warm_all: bool = True) -> dict:
+                       warm_all: bool = True, round_steps: int = 0) -> dict:
     """Median latency of: prefill of one observation, one denoise step (batch 1; the median of
     ``denoise_steps`` steps in one call, divided by them), and one decode step at each batch
     size (prefixes of real length plus ``decode_context`` decoded tokens). ``compile``: the
@@ -235,7 +235,9 @@ def measure_components(model: VLA, tokenizer: Tokenizer, *, batch_sizes: Sequenc
     ``slot_len``: the cache's slot length (default: just enough); pass an engine's
     (``Engine.pool.cache.max_len``) to time the pieces as its compiled graphs run them, over
     the whole slot, masked. ``warm_all=False``: build only the buckets timed (a large model's
-    compile takes minutes a bucket), not every bucket first."""
+    compile takes minutes a bucket), not every bucket first. ``round_steps`` K > 1 with ``compile``:
+    also a decode round of K steps at each batch size (``decode_round_step_ms``: the round's time
+    over K, what one step costs the engine when a frame runs its full k = K)."""
     c = model.config
     cams = cameras or c.max_cameras
     obs = synthetic_observations(1, c.vision.image_size, cams)[0]
@@ -243,7 +245,8 @@ def measure_components(model: VLA, tokenizer: Tokenizer, *, batch_sizes: Sequenc
     cache = model.new_cache(slots=max(batch_sizes) + 1, max_len=slot_len or c.prefix_len + decode_context + 2)
     run = model
     if compile:
-        run = CompiledVLA(model, cache, steps=denoise_steps, max_observations=1, max_cameras=cams)
+        run = CompiledVLA(model, cache, steps=denoise_steps, max_observations=1, max_cameras=cams,
+                          round_steps=round_steps)
         if warm_all:
             run.warm_up()
     res = run.prefill(batch, cache, [[0]])
@@ -252,7 +255,7 @@ def measure_components(model: VLA, tokenizer: Tokenizer, *, batch_sizes: Sequenc
     noise = torch.randn(1, c.action_horizon, c.action_dim)
     view = SlotView.of(0, [length])
     denoise_ms = _median_ms(lambda: run.denoise(cache, view, noise, denoise_steps), repeats) / denoise_steps
-    decode = {}
+    decode, rounds = {}, {}
     for b in batch_sizes:
         for s in range(b):
             cache.k[:, s, :, :length] = cache.k[:, 0, :, :length]
@@ -260,7 +263,12 @@ def measure_components(model: VLA, tokenizer: Tokenizer, *, batch_sizes: Sequenc
         v = SlotView.of(0, [length + decode_context] * b)
         tokens = torch.full((b,), 5, dtype=torch.long)
         decode[b] = _median_ms(lambda: run.decode_step(cache, v, tokens), repeats)
+        if compile and run.round_steps:
+            k, allowed = run.round_steps, torch.ones(c.vocab_size, dtype=torch.bool)
+            left = torch.full((b,), k, dtype=torch.long)
+            rounds[b] = _median_ms(lambda: run.decode_round(cache, v, tokens, left, allowed, -1), repeats) / k
     return {"prefill_ms": prefill_ms, "denoise_step_ms": denoise_ms, "decode_step_ms": decode,
+            "decode_round_step_ms": rounds,
             "prefix_tokens": length, "slot_len": cache.max_len, "cameras": cams, "compiled": compile,
             "recompiles": run.recompiles if compile and warm_all else 0}
 

@@ -137,6 +137,7 @@ def main(argv=None) -> int:
               "model": {"source": loaded.source, "preset": c.name, "device": args.device, "dtype": args.dtype,
                         "threads": args.threads}}
     print_table(runs, bounds)
+    print_components(components)
     if args.json:
         args.json.parent.mkdir(parents=True, exist_ok=True)
         args.json.write_text(json.dumps(result, indent=2, default=str))
@@ -192,7 +193,7 @@ def components_and_bounds(model, tok, args: argparse.Namespace, runs: list[dict]
     slot_len = max(r["slot_len"] for r in runs)
     components = {compiled: measure_components(model, tok, cameras=args.cameras, compile=compiled,
                                                denoise_steps=(args.denoise_steps or [c.denoise_steps])[0],
-                                               slot_len=slot_len)
+                                               slot_len=slot_len, round_steps=max(args.steps_per_frame))
                   for compiled in sorted(set(on_device.values()))}
     bounds = {}
     for S, n, k, compiled in sorted({(r["S"], r["N"], r["k"], r["compiled"]) for r in runs}):
@@ -227,6 +228,18 @@ def print_table(runs: list[dict], bounds: dict) -> None:
     for key, ub in bounds.items():
         print(f"upper bound {key}: T {ub['frame_latency_ms']:.2f} ms, f {ub['action_frequency_hz']:.1f} Hz, "
               f"tau {ub['language_throughput_tps']:.1f} tok/s")
+
+
+def print_components(components: dict) -> None:
+    """The pieces alone, one line per mode: prefill, a denoise step, a decode step at each batch
+    size and, compiled, a step of a decode round at each batch size."""
+    for compiled, c in sorted(components.items()):
+        steps = ", ".join(f"b{b} {t:.3f}" for b, t in c["decode_step_ms"].items())
+        line = (f"pieces {'compiled' if compiled else 'eager'} (ms, slot length {c['slot_len']}): prefill "
+                f"{c['prefill_ms']:.3f}, denoise step {c['denoise_step_ms']:.3f}, decode step {steps}")
+        if c["decode_round_step_ms"]:
+            line += ", decode round step " + ", ".join(f"b{b} {t:.3f}" for b, t in c["decode_round_step_ms"].items())
+        print(line)
 
 
 def _same_but_setting(r: dict) -> tuple:
