@@ -255,7 +255,7 @@ def test_compiled_engine_frames_match_eager_across_batch_sizes(lively_tiny, tok,
     lengths = [5, 6, 0, 4, 6, 2, 0, 5]  # requests start and finish inside a bucket and across buckets
     # k = 2: the compiled decode runs in rounds of two steps, a request finishing inside a round
     common = dict(setting=setting, max_decode=6, steps_per_frame=2, denoise_steps=2, max_active=3,
-                  max_observations_per_frame=1, language_every_n_frames=0, camera_names=("base",))
+                  max_observations_per_frame=1, language_every_n_frames=0, camera_names=("base",), decode_rounds=True)
     eager = _run(Engine(lively_tiny, tok, EngineConfig(compile="off", **common)), len(lengths), lengths)
     engine = Engine(lively_tiny, tok, EngineConfig(compile="on", **common))
     progress = []

@@ -86,6 +86,7 @@ class RunSpec:
     seed: int = 0
     compile: str = "off"  # EngineConfig.compile
     cameras: int | None = None  # EngineConfig.max_cameras: the observations' camera count
+    decode_rounds: bool = False  # EngineConfig.decode_rounds
 
 
 def run_setting(model: VLA, tokenizer: Tokenizer, spec: RunSpec, observations: list[Observation],
@@ -209,7 +210,7 @@ def _engine(model: VLA, tokenizer: Tokenizer, spec: RunSpec) -> Engine:
                           denoise_steps=spec.denoise_steps, max_active=spec.max_active,
                           queue_limit=spec.queue_limit, max_observations_per_frame=spec.agents,
                           language_every_n_frames=0, seed=spec.seed, compile=spec.compile,
-                          max_cameras=spec.cameras)
+                          max_cameras=spec.cameras, decode_rounds=spec.decode_rounds)
     return Engine(model, tokenizer, config)
 
 

@@ -176,7 +176,8 @@ class Engine:
             try:
                 self.compiled = CompiledVLA(self.model, self.pool.cache, steps=self._denoise_steps,
                                             max_observations=config.max_observations_per_frame,
-                                            max_cameras=self.max_cameras, round_steps=config.steps_per_frame)
+                                            max_cameras=self.max_cameras,
+                                            round_steps=config.steps_per_frame if config.decode_rounds else None)
             except Exception as e:  # a torch that cannot compile here: run eager
                 self.compile_reason = f"compilation failed: {e!r}"
 

@@ -164,6 +164,9 @@ PARAMETERS: tuple[ParamSpec, ...] = (
               "CUDA, eager on CPU, where a cold compile takes minutes). Where compiling is impossible the node "
               "says why and runs eager.", "str", one_of(COMPILE_CHOICES), constraints=" | ".join(COMPILE_CHOICES),
               bool_as=("off", "on")),
+    ParamSpec("decode_rounds", False, "With compile: a frame's steps_per_frame decode steps as one graph "
+              "(the tokens chosen in it; the same tokens as step by step): a faster frame, but one more graph "
+              "per decode batch bucket to compile at the first start.", "bool"),
     ParamSpec("warmup_frames", 2, "Frames run on a black image at start-up, before the first tick.", "int",
               non_negative, constraints=">= 0"),
     ParamSpec("control_frame", "", "header.frame_id of ActionChunk and JointTrajectory messages.", "str"),
