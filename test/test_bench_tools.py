@@ -185,5 +185,7 @@ def test_components_time_a_step_of_a_decode_round_at_each_batch_size(monkeypatch
     comp = benchmark.measure_components(lively_tiny, tok, batch_sizes=(1, 2), repeats=2, compile=True,
                                         round_steps=3, warm_all=False)
     assert set(comp["decode_round_step_ms"]) == {1, 2} and all(t > 0 for t in comp["decode_round_step_ms"].values())
+    steps = benchmark.measure_components(lively_tiny, tok, batch_sizes=(1,), repeats=2, compile=True, warm_all=False)
+    assert steps["decode_round_step_ms"] == {}  # without rounds (the default), a step at a time
     eager = benchmark.measure_components(lively_tiny, tok, batch_sizes=(1,), repeats=2, round_steps=3)
     assert eager["decode_round_step_ms"] == {}  # eager decodes a step at a time

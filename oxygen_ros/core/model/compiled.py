@@ -46,15 +46,15 @@ class CompiledVLA:
     A prefill's graphs take ``max_cameras`` camera slots (default: the model's), each row's
     present cameras first: a robot with fewer cameras than the model has slots never runs
     the vision tower or the VLM over the slots it cannot fill.
-    ``round_steps`` K (None or 1: none) adds a decode round of K steps per decode batch bucket.
+    ``round_steps`` K (None, 0 or 1: none) adds a decode round of K steps per decode batch bucket.
     ``compile=False`` runs the same bucketed pieces eager (a test hook: the bucketing without
     the compile time)."""
 
     def __init__(self, model: VLA, cache: KVCache, *, steps: int, max_observations: int,
                  max_cameras: int | None = None, round_steps: int | None = None, compile: bool = True):
         self.model, self.cache, self.steps = model, cache, steps
-        if round_steps is not None and round_steps < 1:
-            raise ValueError(f"round_steps must be >= 1 (or None), got {round_steps}")
+        if round_steps is not None and round_steps < 0:
+            raise ValueError(f"round_steps must be >= 0 (or None), got {round_steps}")
         #: decode steps one :meth:`decode_round` runs (0: no rounds; a step at a time)
         self.round_steps = round_steps if round_steps and round_steps > 1 else 0
         slots = model.config.max_cameras
