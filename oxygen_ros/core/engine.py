@@ -24,9 +24,9 @@ from .cadence import LanguageCadence
 from .engine_config import EngineConfig, served_cameras, slot_len
 from .frame_result import FrameError, FrameResult, Question
 from .kv_pool import SCRATCH, KVPool
-from .model.compile_setup import resolve_compile
 from .model.compiled import CompiledVLA, Progress
 from .model.vla import VLA
+from .model_runner import ModelRunner
 from .observation import Observation, make_prefix_batch
 from .requests import FinishReason, Request, RequestManager, TokenEvent, finish_event
 from .tokenizer import Tokenizer
@@ -42,8 +42,6 @@ class Engine:
         #: when a frame without an explicit ``start_language`` starts language requests
         self.cadence = LanguageCadence(config.language_every_n_frames)
         mc = model.config
-        self.vocab_limit = usable_vocabulary(tokenizer.vocab_size, mc.vocab_size)
-        self._allowed = torch.arange(mc.vocab_size) < self.vocab_limit  # the ids a compiled round may choose
         self.max_cameras = served_cameras(config, mc.max_cameras)  #: cameras an observation may carry
         cache = model.new_cache(slots=config.max_active + config.max_observations_per_frame,
                                 max_len=slot_len(config, mc))
@@ -63,7 +61,10 @@ class Engine:
         #: S when a frame's plan gives none: the configured one, else the model's (the checkpoint's)
         self.default_denoise_steps = config.denoise_steps or model.config.denoise_steps
         self._denoise_steps = self.default_denoise_steps  # S of the running frame
-        self._init_compile(config)
+        #: runs the pieces: compiled graphs or the model eager
+        self.runner = ModelRunner(model, cache, config, max_cameras=self.max_cameras,
+                                  denoise_steps=self.default_denoise_steps,
+                                  vocab_limit=usable_vocabulary(tokenizer.vocab_size, mc.vocab_size))
 
     # ------------------------------------------------------------------ public
     def step(self, observations: Sequence[Observation] = (), questions: Sequence[Question] = (), *,
@@ -165,45 +166,24 @@ class Engine:
     def queued_requests(self) -> int:
         return len(self.requests.queue)
 
-    # ------------------------------------------------------------------ compiled pieces
-    def _init_compile(self, config: EngineConfig) -> None:
-        decision = resolve_compile(config.compile, self.model.device)
-        #: why the model runs eager ("" when compiled): for the caller to log once
-        self.compile_reason = decision.reason
-        self.compiled: CompiledVLA | None = None
-        self._warm_lock = threading.Lock()
-        if decision.enabled:
-            try:
-                self.compiled = CompiledVLA(self.model, self.pool.cache, steps=self._denoise_steps,
-                                            max_observations=config.max_observations_per_frame,
-                                            max_cameras=self.max_cameras,
-                                            round_steps=config.steps_per_frame if config.decode_rounds else None)
-            except Exception as e:  # a torch that cannot compile here: run eager
-                self.compile_reason = f"compilation failed: {e!r}"
+    # ------------------------------------------------------------------ compiled pieces (see ModelRunner)
+    @property
+    def compiled(self) -> CompiledVLA | None:
+        return self.runner.compiled
+
+    @property
+    def compile_reason(self) -> str:
+        """Why the model runs eager ("" when compiled): for the caller to log once."""
+        return self.runner.compile_reason
 
     def warm_up(self, progress: Progress | None = None) -> None:
-        """Compile every bucket (``progress(done, total, what)`` after each); nothing when eager.
-        The first frame does it if the caller has not. If compilation fails the engine runs
-        eager and :attr:`compile_reason` says why."""
-        with self._warm_lock:  # the two threads of ``parallel`` must not both compile
-            if self.compiled is None or self.compiled.warmed:
-                return
-            try:
-                self.compiled.warm_up(progress)
-            except Exception as e:
-                self.compiled, self.compile_reason = None, f"compilation failed: {e!r}"
+        """Compile every bucket (see :meth:`ModelRunner.warm_up`); nothing when eager."""
+        self.runner.warm_up(progress)
 
     @property
     def recompiles(self) -> int:
         """Graphs compiled after warm-up (0 in a steady state, and when eager)."""
-        return 0 if self.compiled is None else self.compiled.recompiles
-
-    @property
-    def runner(self) -> VLA | CompiledVLA:
-        """What runs prefill / denoise / decode steps: the compiled pieces, or the model."""
-        if self.compiled is not None and not self.compiled.warmed:
-            self.warm_up()
-        return self.compiled or self.model
+        return self.runner.recompiles
 
     # ------------------------------------------------------------------ primitives (used by scheduler.py)
     def prefill(self, observations: list[Observation], dests: list[list[int]]) -> torch.Tensor:
@@ -234,12 +214,8 @@ class Engine:
         t0 = time.perf_counter()
         mc = self.model.config
         noise = torch.stack([self.noise(i) for i in observation_ids])
-        runner = self.runner
-        if runner is not self.model and runner.steps != self._denoise_steps:
-            runner = self.model  # compiled for the configured S; a frame planned with another S runs eager
-        chunks = runner.denoise(self.pool.cache, self.pool.view(range(start, start + count)), noise,
-                                    self._denoise_steps,
-                                    before_step=None if self.pause_point is None else self._pause_denoise)
+        chunks = self.runner.denoise(self.pool.cache, self.pool.view(range(start, start + count)), noise,
+                                     self._denoise_steps, None if self.pause_point is None else self._pause_denoise)
         out = [a for a in chunks.float().cpu().numpy()]
         if self.normalizer is not None:
             # a non-finite chunk is passed on as it is (the caller must refuse it);
@@ -270,7 +246,7 @@ class Engine:
             logits = self.model.extend(self.pool.cache, self.pool.view(range(slot, slot + 1)), ids)[0]
             self.pool.advance(slot, len(request.question_ids))
             self._add_time("prefill_ms", t0)
-        self._emit(self.requests.update(request.id, int(self._greedy(logits)), self.tokenizer.eos_id))
+        self._emit(self.requests.update(request.id, int(self.runner.greedy(logits)), self.tokenizer.eos_id))
 
     def decode(self, max_steps: int | None) -> None:
         """Advance every running request by one token per step, all in one batched
@@ -290,17 +266,14 @@ class Engine:
             for r in running:
                 live[r.slot], tokens[r.slot] = True, r.pending_token
             view = self.pool.view(range(span), live)
-            runner = self.runner
-            steps = runner.round_steps if runner is self.compiled else 0
-            if steps and (max_steps is None or max_steps - step >= steps):
+            rounds = self.runner.round_steps
+            if rounds and (max_steps is None or max_steps - step >= rounds):
                 remaining = [0] * span
                 for r in running:
                     remaining[r.slot] = r.max_tokens - len(r.tokens)
-                chosen = runner.decode_round(self.pool.cache, view, torch.tensor(tokens), torch.tensor(remaining),
-                                             self._allowed, self.tokenizer.eos_id).tolist()
+                chosen = self.runner.decode_round(self.pool.cache, view, tokens, remaining, self.tokenizer.eos_id)
             else:
-                logits = runner.decode_step(self.pool.cache, view, torch.tensor(tokens))
-                chosen = [[t] for t in self._greedy(logits).tolist()]
+                chosen = self.runner.decode_step(self.pool.cache, view, tokens)
             step += self._take(running, chosen)
         self._add_time("decode_ms", t0)
 
@@ -341,10 +314,6 @@ class Engine:
         ms = (time.perf_counter() - t0) * 1e3
         with self._timing:
             setattr(self._result, phase, getattr(self._result, phase) + ms)
-
-    def _greedy(self, logits: torch.Tensor) -> torch.Tensor:
-        """The most likely token among those the tokenizer can decode."""
-        return logits[..., : self.vocab_limit].argmax(dim=-1)
 
     def _slot_moved(self, owner, src: int, dst: int) -> None:
         self.requests.moved(owner, dst)

@@ -1,0 +1,95 @@
+"""What runs the model's pieces for the engine: the compiled graphs when there are, else the model eager.
+
+The engine decides which slots a piece reads and writes; the runner only runs
+it. It owns the compile decision (``compile_reason`` says why a model runs
+eager), the warm-up of every shape bucket, the recompile count, and greedy
+token choice over the ids the tokenizer can decode. A frame planned with
+another S than the compiled one denoises eager; decode rounds (K steps in one
+graph) exist only compiled.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Sequence
+
+import torch
+
+from .engine_config import EngineConfig
+from .model.cache import KVCache, SlotView
+from .model.compile_setup import resolve_compile
+from .model.compiled import CompiledVLA, Progress
+from .model.vla import VLA, PrefillResult, PrefixBatch
+
+
+class ModelRunner:
+    def __init__(self, model: VLA, cache: KVCache, config: EngineConfig, *, max_cameras: int,
+                 denoise_steps: int, vocab_limit: int):
+        self.model = model
+        self.vocab_limit = vocab_limit
+        self._allowed = torch.arange(model.config.vocab_size) < vocab_limit  # the ids a round may choose
+        self._warm_lock = threading.Lock()  # the two threads of ``parallel`` must not both compile
+        decision = resolve_compile(config.compile, model.device)
+        #: why the model runs eager ("" when compiled): for the caller to log once
+        self.compile_reason = decision.reason
+        self.compiled: CompiledVLA | None = None
+        if decision.enabled:
+            try:
+                self.compiled = CompiledVLA(model, cache, steps=denoise_steps,
+                                            max_observations=config.max_observations_per_frame,
+                                            max_cameras=max_cameras,
+                                            round_steps=config.steps_per_frame if config.decode_rounds else None)
+            except Exception as e:  # a torch that cannot compile here: run eager
+                self.compile_reason = f"compilation failed: {e!r}"
+
+    def warm_up(self, progress: Progress | None = None) -> None:
+        """Compile every bucket (``progress(done, total, what)`` after each); nothing when eager.
+        The first piece run does it if the caller has not. If compilation fails the model
+        runs eager and :attr:`compile_reason` says why."""
+        with self._warm_lock:
+            if self.compiled is None or self.compiled.warmed:
+                return
+            try:
+                self.compiled.warm_up(progress)
+            except Exception as e:
+                self.compiled, self.compile_reason = None, f"compilation failed: {e!r}"
+
+    @property
+    def recompiles(self) -> int:
+        """Graphs compiled after warm-up (0 in a steady state, and when eager)."""
+        return 0 if self.compiled is None else self.compiled.recompiles
+
+    @property
+    def round_steps(self) -> int:
+        """K of a decode round (0: none; decode a step at a time)."""
+        return self._pieces().round_steps if self.compiled is not None else 0
+
+    def prefill(self, batch: PrefixBatch, cache: KVCache, dests: Sequence[Sequence[int]]) -> PrefillResult:
+        return self._pieces().prefill(batch, cache, dests)
+
+    def denoise(self, cache: KVCache, view: SlotView, noise: torch.Tensor, steps: int,
+                before_step: Callable[[], None] | None) -> torch.Tensor:
+        pieces = self._pieces()
+        if pieces is not self.model and pieces.steps != steps:
+            pieces = self.model  # compiled for the configured S; a frame planned with another S runs eager
+        return pieces.denoise(cache, view, noise, steps, before_step=before_step)
+
+    def decode_step(self, cache: KVCache, view: SlotView, tokens: Sequence[int]) -> list[list[int]]:
+        """One greedy step for the view's rows: ``[[token]]`` per row."""
+        logits = self._pieces().decode_step(cache, view, torch.tensor(tokens))
+        return [[t] for t in self.greedy(logits).tolist()]
+
+    def decode_round(self, cache: KVCache, view: SlotView, tokens: Sequence[int], remaining: Sequence[int],
+                     eos_id: int) -> list[list[int]]:
+        """:attr:`round_steps` greedy steps in one call: each row's tokens (see ``CompiledVLA.decode_round``)."""
+        return self._pieces().decode_round(cache, view, torch.tensor(tokens), torch.tensor(remaining),
+                                           self._allowed, eos_id).tolist()
+
+    def greedy(self, logits: torch.Tensor) -> torch.Tensor:
+        """The most likely token among those the tokenizer can decode."""
+        return logits[..., : self.vocab_limit].argmax(dim=-1)
+
+    def _pieces(self) -> VLA | CompiledVLA:
+        if self.compiled is not None and not self.compiled.warmed:
+            self.warm_up()
+        return self.compiled or self.model
