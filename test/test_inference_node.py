@@ -6,6 +6,8 @@ machine may be loaded by other work, so the assertions ask for a fraction of the
 message rate and for well-formed content.
 """
 
+import os
+import threading
 import time
 
 import numpy as np
@@ -72,9 +74,19 @@ def test_actions_at_control_rate_text_streams_and_questions(ros, random_tiny_dir
             "tokens_per_s", "kv_bytes_reserved", "kv_bytes_in_use", "setting", "k"} <= keys
 
 
+def _worker_niceness() -> set[int]:
+    """The niceness of every inference worker thread alive in this process."""
+    return {os.getpriority(os.PRIO_PROCESS, t.native_id) for t in threading.enumerate()
+            if t.name == "oxygen-inference-worker" and t.is_alive()}
+
+
 def test_on_demand_only_and_question_before_any_observation(ros):
     prefix = unique_prefix()
-    node = inference_node(ros, prefix, language_every_n_frames=0, chunk_origin="frame_end")
+    before = _worker_niceness()
+    node = inference_node(ros, prefix, language_every_n_frames=0, chunk_origin="frame_end", worker_niceness=3)
+    # the frames run below the node's own priority (the tick's thread keeps it)
+    own = os.getpriority(os.PRIO_PROCESS, threading.get_native_id())
+    assert ros.wait_until(lambda: min(own + 3, 19) in _worker_niceness() - before, 10.0), _worker_niceness()
     client = InferenceClient(ros, prefix)
 
     client.ask("early", "anyone there?")  # nothing to answer from yet: rejected, carrying the client id

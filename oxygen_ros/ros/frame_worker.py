@@ -24,6 +24,7 @@ from ..core.frame_loop import Arrival, FrameLoop, FramePlan, Job
 from ..core.frame_records import FrameRecord
 from ..core.stats import Rolling
 from . import conversions
+from .process import lower_thread_priority
 from .robot_io import RobotIO, TextRouter
 from .text_output import end_events
 
@@ -70,6 +71,9 @@ class FrameWorker:
 
     # ------------------------------------------------------------------ the thread
     def _run(self) -> None:
+        why = lower_thread_priority(self._params.get("worker_niceness", 0))
+        if why:
+            self._log.warning(f"worker_niceness: the worker thread keeps the node's priority: {why}")
         while True:
             job = self._wait_for_job()
             if job is None:

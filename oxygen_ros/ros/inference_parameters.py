@@ -119,6 +119,10 @@ PARAMETERS: tuple[ParamSpec, ...] = (
     ParamSpec("seed", 0, "Seed of the action noise (and of the random preset weights).", "int", non_negative,
               constraints=">= 0"),
     ParamSpec("threads", 1, "Torch intra-op threads.", "int", at_least_one, constraints=">= 1"),
+    ParamSpec("worker_niceness", 0, "Linux: how much lower than the node's the CPU priority of the inference "
+              "worker thread (the frames) is, so that the control tick, the subscriptions and the robots' "
+              "controllers take a core from a frame when they wake; 0: the same priority. Raising niceness "
+              "needs no privilege.", "int", in_range(0, 19), constraints="0..19"),
     ParamSpec("joint_names", [], "Joint names; when set, the first len(joint_names) action "
               "dimensions are also published as a JointTrajectory. Empty: no JointTrajectory.", "str_list",
               unique_names, constraints="unique, non-empty, at most the model's action dimension"),

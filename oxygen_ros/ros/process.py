@@ -10,6 +10,7 @@ their process with :func:`init_control_process`, call
 from __future__ import annotations
 
 import gc
+import os
 import signal
 import sys
 import threading
@@ -25,6 +26,23 @@ def report_leftover_threads(name: str, out=sys.stderr) -> list:
     if left:
         print(f"{name}: threads still running at exit: {[t.name for t in left]}", file=out)
     return left
+
+
+def lower_thread_priority(niceness: int) -> str | None:
+    """Raise the calling thread's niceness by ``niceness`` (Linux, where a thread has a
+    niceness of its own: its id is a process id for setpriority; raising it needs no
+    privilege); capped at 19. Returns None, or why it could not (the thread then keeps
+    its priority)."""
+    if niceness <= 0:
+        return None
+    if not sys.platform.startswith("linux"):
+        return f"a thread's own niceness is Linux only (this is {sys.platform})"
+    tid = threading.get_native_id()
+    try:
+        os.setpriority(os.PRIO_PROCESS, tid, min(19, os.getpriority(os.PRIO_PROCESS, tid) + niceness))
+    except OSError as exc:  # a sandbox may forbid it
+        return str(exc)
+    return None
 
 
 def settle_garbage_collector() -> None:

@@ -4,10 +4,11 @@ a lower CPU priority, and tells which executor stopped and why."""
 
 from __future__ import annotations
 
-import os
 import sys
 import threading
 import traceback
+
+from .process import lower_thread_priority
 
 EXECUTORS = ("split", "multi")
 
@@ -62,12 +63,9 @@ class Spinner:
     def _spin(self, executor, names: str, niceness: int = 0) -> None:
         from rclpy.executors import ExternalShutdownException
 
-        if niceness:
-            try:  # this thread only (Linux: a thread's id is a process id for setpriority)
-                os.setpriority(os.PRIO_PROCESS, threading.get_native_id(),
-                               os.getpriority(os.PRIO_PROCESS, threading.get_native_id()) + niceness)
-            except OSError as exc:  # a sandbox may forbid it: run at normal priority
-                print(f"oxygen-agent: could not lower a background thread's priority: {exc}", file=sys.stderr)
+        why = lower_thread_priority(niceness)
+        if why:  # run at normal priority
+            print(f"oxygen-agent: could not lower a background thread's priority: {why}", file=sys.stderr)
         try:
             executor.spin()
         except ExternalShutdownException:
