@@ -173,9 +173,9 @@ def test_bench_pieces_only_times_the_pieces_against_their_matrix_products(tmp_pa
     assert "decode step, batch 8" in printed and "of the plain products'" in printed
 
 
-def test_components_time_a_step_of_a_decode_round_at_each_batch_size(monkeypatch, lively_tiny, tok):
-    """Compiled with ``round_steps``, the pieces include a decode round's time per step at every batch
-    size (the bucketed pieces run eager here: the bookkeeping without the compile time)."""
+def test_components_time_a_step_of_a_frames_decode_call_at_each_batch_size(monkeypatch, lively_tiny, tok):
+    """Compiled with ``round_steps`` K, the pieces include the time per step of a decode call of K steps
+    at every batch size (the bucketed pieces run eager here: the bookkeeping without the compile time)."""
     import functools
 
     from oxygen_ros.core import benchmark
@@ -186,6 +186,6 @@ def test_components_time_a_step_of_a_decode_round_at_each_batch_size(monkeypatch
                                         round_steps=3, warm_all=False)
     assert set(comp["decode_round_step_ms"]) == {1, 2} and all(t > 0 for t in comp["decode_round_step_ms"].values())
     steps = benchmark.measure_components(lively_tiny, tok, batch_sizes=(1,), repeats=2, compile=True, warm_all=False)
-    assert steps["decode_round_step_ms"] == {}  # without rounds (the default), a step at a time
+    assert steps["decode_round_step_ms"] == {} and set(steps["decode_step_ms"]) == {1}  # K = 1: a step a call
     eager = benchmark.measure_components(lively_tiny, tok, batch_sizes=(1,), repeats=2, round_steps=3)
     assert eager["decode_round_step_ms"] == {}  # eager decodes a step at a time

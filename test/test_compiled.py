@@ -163,34 +163,44 @@ def _greedy_steps(model, cache, lengths, live, tokens, remaining, allowed, eos, 
     return chosen, lengths
 
 
-def test_a_decode_round_chooses_the_tokens_of_step_by_step_greedy_decoding(lively_tiny, tok):
-    """K steps in one call: each row gets the tokens that eager steps give it, stops at its
-    end-of-sequence token or its length limit (writing nothing into its slot after), and the
-    ids outside ``allowed`` are never chosen."""
+def test_a_decode_loop_chooses_the_tokens_of_step_by_step_greedy_decoding(lively_tiny, tok):
+    """Up to K steps in one call, as many as asked: each row gets the tokens that eager steps give
+    it, stops at its end-of-sequence token or its length limit (writing nothing into its slot
+    after), and the ids outside ``allowed`` are never chosen."""
     eager = lively_tiny.new_cache(6, TINY.prefix_len + 12)
     static = lively_tiny.new_cache(6, TINY.prefix_len + 12)
-    pieces = CompiledVLA(lively_tiny, static, steps=3, max_observations=2, round_steps=4, compile=False)
+    pieces = CompiledVLA(lively_tiny, static, steps=3, max_observations=2, decode_steps=4, compile=False)
     batch = make_prefix_batch(synthetic_observations(4, TINY.vision.image_size, seed=3), tok, TINY)
     lengths = lively_tiny.prefill(batch, eager, [[0], [1], [2], [3]]).lengths.tolist()
     pieces.prefill(batch, static, [[0], [1], [2], [3]])
     allowed = torch.arange(TINY.vocab_size) < 300
     live, remaining, tokens = [True, True, False, True], [4, 2, 0, 4], [7, 11, 0, 13]
-    free, _ = _greedy_steps(lively_tiny, KVCache(eager.k.clone(), eager.v.clone()), lengths, live, tokens, remaining, allowed, -1, 4)
-    eos = free[0][1]  # row 0's second token ends it: the round must stop that row there
-    want, ends = _greedy_steps(lively_tiny, eager, lengths, live, tokens, remaining, allowed, eos, 4)
+    free, _ = _greedy_steps(lively_tiny, KVCache(eager.k.clone(), eager.v.clone()), lengths, live, tokens, remaining,
+                            allowed, -1, 4)
+    eos = free[0][1]  # row 0's second token ends it: the loop must stop that row there
+    view = SlotView.of(0, lengths, live)
+
+    # asked for 2 of its 4 steps: two columns, and only two positions written per row
     before = static.k.clone()
-    got = pieces.decode_round(static, SlotView.of(0, lengths, live), torch.tensor(tokens), torch.tensor(remaining),
-                              allowed, eos).tolist()
+    two = pieces.decode(static, view, torch.tensor(tokens), torch.tensor(remaining), allowed, -1, 2).tolist()
+    assert [row for row, on in zip(two, live) if on] == [row[:2] for row, on in zip(free, live) if on]
+    assert torch.equal(static.k[:, 3, :, lengths[3] + 2:], before[:, 3, :, lengths[3] + 2:])
+    static.k.copy_(before)
+
+    want, ends = _greedy_steps(lively_tiny, eager, lengths, live, tokens, remaining, allowed, eos, 4)
+    got = pieces.decode(static, view, torch.tensor(tokens), torch.tensor(remaining), allowed, eos, 9).tolist()
     assert len(want[0]) < 4 and len(want[1]) == 2  # row 0 ended at its EOS, row 1 at its limit
+    assert all(len(row) == 4 for row in got)  # at most decode_steps a call
     for b in range(4):
         assert got[b][: len(want[b])] == want[b]
         assert all(t < 300 for t in got[b])
         n = ends[b]  # everything written is eager's, and nothing past a row's end
         torch.testing.assert_close(static.k[:, b, :, :n], eager.k[:, b, :, :n], atol=1e-5, rtol=0)
         assert torch.equal(static.k[:, b, :, n:], before[:, b, :, n:])
-    with pytest.raises(ValueError, match="built without decode rounds"):
-        CompiledVLA(lively_tiny, static, steps=3, max_observations=2, compile=False).decode_round(
-            static, SlotView.of(0, lengths), torch.tensor(tokens), torch.tensor(remaining), allowed, eos)
+    with pytest.raises(ValueError, match="a decode runs at least one step, asked for 0"):
+        pieces.decode(static, view, torch.tensor(tokens), torch.tensor(remaining), allowed, eos, 0)
+    with pytest.raises(ValueError, match="decode_steps must be >= 1, got 0"):
+        CompiledVLA(lively_tiny, static, steps=3, max_observations=2, decode_steps=0, compile=False)
 
 
 def test_bucketed_pieces_refuse_what_they_were_not_built_for(lively_tiny):
@@ -253,16 +263,15 @@ def test_compiled_engine_frames_match_eager_across_batch_sizes(lively_tiny, tok,
                                                                tmp_path_factory):
     monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path_factory.getbasetemp() / "compile-cache"))
     lengths = [5, 6, 0, 4, 6, 2, 0, 5]  # requests start and finish inside a bucket and across buckets
-    # k = 2: the compiled decode runs in rounds of two steps, a request finishing inside a round
+    # k = 2: a compiled decode call runs two steps, a request finishing between them
     common = dict(setting=setting, max_decode=6, steps_per_frame=2, denoise_steps=2, max_active=3,
-                  max_observations_per_frame=1, language_every_n_frames=0, camera_names=("base",), decode_rounds=True)
+                  max_observations_per_frame=1, language_every_n_frames=0, camera_names=("base",))
     eager = _run(Engine(lively_tiny, tok, EngineConfig(compile="off", **common)), len(lengths), lengths)
     engine = Engine(lively_tiny, tok, EngineConfig(compile="on", **common))
     progress = []
     engine.warm_up(lambda done, total, what: progress.append((done, total, what)))
     assert engine.compiled is not None, engine.compile_reason
-    assert progress[-1][:2] == (8, 8) and any(w.startswith("decode batch 4 (") for _, _, w in progress)
-    assert any(w.startswith("decode round 2 batch 4 (") for _, _, w in progress)
+    assert progress[-1][:2] == (5, 5) and any(w.startswith("decode batch 4 (up to 2 steps)") for _, _, w in progress)
     assert all(w.endswith(("(compiled)", "(from the cache)")) for _, _, w in progress)
     compiled = _run(engine, len(lengths), lengths)
     assert compiled[1] == eager[1]  # identical greedy tokens
@@ -280,7 +289,7 @@ def test_a_second_engine_loads_every_package_from_the_cache_and_gives_the_same_f
     with the same sizes, so that CI compiles them once.)"""
     cache_dir = tmp_path_factory.getbasetemp() / "compile-cache"
     monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(cache_dir))
-    common = dict(setting="oxygen", max_decode=6, steps_per_frame=1, denoise_steps=2, max_active=3,
+    common = dict(setting="oxygen", max_decode=6, steps_per_frame=2, denoise_steps=2, max_active=3,
                   max_observations_per_frame=1, language_every_n_frames=0, camera_names=("base",),
                   compile="on")
     first = Engine(lively_tiny, tok, EngineConfig(**common))
@@ -329,17 +338,19 @@ def test_a_package_gives_the_same_through_its_library_as_through_torchs_loader(l
     from oxygen_ros.core.model.packaged import PackagedPiece, _loaded, _Piece
 
     monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path_factory.getbasetemp() / "compile-cache"))
-    engine = Engine(lively_tiny, tok, EngineConfig(setting="oxygen", max_decode=6, steps_per_frame=1,
+    engine = Engine(lively_tiny, tok, EngineConfig(setting="oxygen", max_decode=6, steps_per_frame=2,
                                                    denoise_steps=2, max_active=3, max_observations_per_frame=1,
                                                    language_every_n_frames=0, camera_names=("base",), compile="on"))
     engine.warm_up()
-    piece = next(p for key, p in engine.compiled._pieces.items() if key[0] == "decode" and key[1] == (2,))
+    piece = next(p for key, p in engine.compiled._pieces.items() if key[0] == "decode_loop" and key[1] == (2,))
     assert isinstance(piece, PackagedPiece) and isinstance(piece._call, AOTILibrary)
-    state = dict(_Piece(lively_tiny, "decode", 2).named_parameters())
+    state = dict(_Piece(lively_tiny, "decode_loop", 2).named_parameters())
     cache = engine.pool.cache
     cache.k.normal_(generator=torch.Generator().manual_seed(0))
     cache.v.normal_(generator=torch.Generator().manual_seed(1))
-    inputs = (torch.tensor([5, 9]), torch.tensor([3, 7]), torch.tensor([True, False]))
+    # two rows, the second not live; two steps of the loop's two
+    inputs = (torch.tensor([5, 9]), torch.tensor([3, 7]), torch.tensor([True, False]), torch.tensor([2, 2]),
+              torch.ones(TINY.vocab_size, dtype=torch.bool), torch.tensor([-1]), torch.arange(2), torch.tensor([2]))
     k0, v0 = cache.k.clone(), cache.v.clone()
     with torch.inference_mode():
         ours = piece._call(cache.k, cache.v, *inputs)
@@ -351,9 +362,9 @@ def test_a_package_gives_the_same_through_its_library_as_through_torchs_loader(l
     assert torch.equal(ours_k, cache.k) and torch.equal(ours_v, cache.v)  # the same writes into the pool
     assert not torch.equal(k0, cache.k)  # ... and there were some
 
-    with pytest.raises(ValueError, match=rf"{piece.path.stem}.*takes 5 tensors, got 4"):
+    with pytest.raises(ValueError, match=rf"{piece.path.stem}.*takes 10 tensors, got 4"):
         piece._call(cache.k, cache.v, *inputs[:2])
-    some = piece._call.constant_names()[0]  # one the decode step needs (it never reads the vision tower's)
+    some = piece._call.constant_names()[0]  # one the decode loop needs (it never reads the vision tower's)
     with pytest.raises(RuntimeError, match=rf"{piece.path.stem}.*needs constants the model does not have.*{some}"):
         AOTILibrary(piece.path, {n: t for n, t in state.items() if n != some})
 

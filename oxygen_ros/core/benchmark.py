@@ -86,7 +86,6 @@ class RunSpec:
     seed: int = 0
     compile: str = "off"  # EngineConfig.compile
     cameras: int | None = None  # EngineConfig.max_cameras: the observations' camera count
-    decode_rounds: bool = False  # EngineConfig.decode_rounds
 
 
 def run_setting(model: VLA, tokenizer: Tokenizer, spec: RunSpec, observations: list[Observation],
@@ -210,7 +209,7 @@ def _engine(model: VLA, tokenizer: Tokenizer, spec: RunSpec) -> Engine:
                           denoise_steps=spec.denoise_steps, max_active=spec.max_active,
                           queue_limit=spec.queue_limit, max_observations_per_frame=spec.agents,
                           language_every_n_frames=0, seed=spec.seed, compile=spec.compile,
-                          max_cameras=spec.cameras, decode_rounds=spec.decode_rounds)
+                          max_cameras=spec.cameras)
     return Engine(model, tokenizer, config)
 
 
@@ -232,13 +231,14 @@ def measure_components(model: VLA, tokenizer: Tokenizer, *, batch_sizes: Sequenc
     """Median latency of: prefill of one observation, one denoise step (batch 1; the median of
     ``denoise_steps`` steps in one call, divided by them), and one decode step at each batch
     size (prefixes of real length plus ``decode_context`` decoded tokens). ``compile``: the
-    compiled pieces (:class:`CompiledVLA`, warmed up first) instead of the eager model.
+    compiled pieces (:class:`CompiledVLA`, warmed up first) instead of the eager model; a
+    decode step is then a decode call of one step, as the engine's graphs run it.
     ``slot_len``: the cache's slot length (default: just enough); pass an engine's
     (``Engine.pool.cache.max_len``) to time the pieces as its compiled graphs run them, over
     the whole slot, masked. ``warm_all=False``: build only the buckets timed (a large model's
     compile takes minutes a bucket), not every bucket first. ``round_steps`` K > 1 with ``compile``:
-    also a decode round of K steps at each batch size (``decode_round_step_ms``: the round's time
-    over K, what one step costs the engine when a frame runs its full k = K)."""
+    also a decode call of K steps at each batch size (``decode_round_step_ms``: its time over K,
+    what one step costs the engine when a frame runs its full k = K)."""
     c = model.config
     cams = cameras or c.max_cameras
     obs = synthetic_observations(1, c.vision.image_size, cams)[0]
@@ -247,7 +247,7 @@ def measure_components(model: VLA, tokenizer: Tokenizer, *, batch_sizes: Sequenc
     run = model
     if compile:
         run = CompiledVLA(model, cache, steps=denoise_steps, max_observations=1, max_cameras=cams,
-                          round_steps=round_steps)
+                          decode_steps=max(1, round_steps))
         if warm_all:
             run.warm_up()
     res = run.prefill(batch, cache, [[0]])
@@ -263,11 +263,15 @@ def measure_components(model: VLA, tokenizer: Tokenizer, *, batch_sizes: Sequenc
             cache.v[:, s, :, :length] = cache.v[:, 0, :, :length]
         v = SlotView.of(0, [length + decode_context] * b)
         tokens = torch.full((b,), 5, dtype=torch.long)
-        decode[b] = _median_ms(lambda: run.decode_step(cache, v, tokens), repeats)
-        if compile and run.round_steps:
-            k, allowed = run.round_steps, torch.ones(c.vocab_size, dtype=torch.bool)
-            left = torch.full((b,), k, dtype=torch.long)
-            rounds[b] = _median_ms(lambda: run.decode_round(cache, v, tokens, left, allowed, -1), repeats) / k
+        if not compile:
+            decode[b] = _median_ms(lambda: run.decode_step(cache, v, tokens), repeats)
+            continue
+        allowed = torch.ones(c.vocab_size, dtype=torch.bool)
+        left = torch.full((b,), run.decode_steps, dtype=torch.long)
+        decode[b] = _median_ms(lambda: run.decode(cache, v, tokens, left, allowed, -1, 1), repeats)
+        if run.decode_steps > 1:
+            k = run.decode_steps
+            rounds[b] = _median_ms(lambda: run.decode(cache, v, tokens, left, allowed, -1, k), repeats) / k
     return {"prefill_ms": prefill_ms, "denoise_step_ms": denoise_ms, "decode_step_ms": decode,
             "decode_round_step_ms": rounds,
             "prefix_tokens": length, "slot_len": cache.max_len, "cameras": cams, "compiled": compile,

@@ -251,9 +251,9 @@ class Engine:
     def decode(self, max_steps: int | None) -> None:
         """Advance every running request by one token per step, all in one batched
         forward per step over the view of slots ``0 .. span``; up to ``max_steps``
-        steps (None: until all are done). Compiled with decode rounds, each run of
-        ``steps_per_frame`` steps is one call (the tokens chosen in the graph, the
-        same as step by step); the rest go a step at a time."""
+        steps (None: until all are done). Compiled, a call runs up to ``steps_per_frame``
+        steps in one graph (the tokens chosen in it, the same as step by step); eager,
+        one. The tokens are handed out step by step either way."""
         t0 = time.perf_counter()
         step = 0
         while max_steps is None or step < max_steps:
@@ -262,18 +262,13 @@ class Engine:
                 break
             self._pause("decode")
             span = self.pool.span()
-            live, tokens = [False] * span, [0] * span
+            live, tokens, remaining = [False] * span, [0] * span, [0] * span
             for r in running:
                 live[r.slot], tokens[r.slot] = True, r.pending_token
-            view = self.pool.view(range(span), live)
-            rounds = self.runner.round_steps
-            if rounds and (max_steps is None or max_steps - step >= rounds):
-                remaining = [0] * span
-                for r in running:
-                    remaining[r.slot] = r.max_tokens - len(r.tokens)
-                chosen = self.runner.decode_round(self.pool.cache, view, tokens, remaining, self.tokenizer.eos_id)
-            else:
-                chosen = self.runner.decode_step(self.pool.cache, view, tokens)
+                remaining[r.slot] = r.max_tokens - len(r.tokens)
+            want = self.config.max_decode if max_steps is None else max_steps - step
+            chosen = self.runner.decode(self.pool.cache, self.pool.view(range(span), live), tokens, remaining,
+                                        self.tokenizer.eos_id, want)
             step += self._take(running, chosen)
         self._add_time("decode_ms", t0)
 

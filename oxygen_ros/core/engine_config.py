@@ -26,8 +26,6 @@ class EngineConfig:
     #: the compiled prefill runs over this many camera slots
     max_cameras: int | None = None
     compile: str = "auto"  # "on" | "off" | "auto" (CUDA: on, CPU: off): see core/model/compile_setup.py
-    #: compiled: a frame's k = steps_per_frame decode steps as one graph (a decode round per batch bucket)
-    decode_rounds: bool = False
 
     def __post_init__(self) -> None:
         if self.compile not in COMPILE_CHOICES:

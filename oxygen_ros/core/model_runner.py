@@ -4,8 +4,8 @@ The engine decides which slots a piece reads and writes; the runner only runs
 it. It owns the compile decision (``compile_reason`` says why a model runs
 eager), the warm-up of every shape bucket, the recompile count, and greedy
 token choice over the ids the tokenizer can decode. A frame planned with
-another S than the compiled one denoises eager; decode rounds (K steps in one
-graph) exist only compiled.
+another S than the compiled one denoises eager. Compiled, a decode call runs
+up to a frame's ``steps_per_frame`` steps in one graph; eager, one step.
 """
 
 from __future__ import annotations
@@ -37,8 +37,7 @@ class ModelRunner:
             try:
                 self.compiled = CompiledVLA(model, cache, steps=denoise_steps,
                                             max_observations=config.max_observations_per_frame,
-                                            max_cameras=max_cameras,
-                                            round_steps=config.steps_per_frame if config.decode_rounds else None)
+                                            max_cameras=max_cameras, decode_steps=max(1, config.steps_per_frame))
             except Exception as e:  # a torch that cannot compile here: run eager
                 self.compile_reason = f"compilation failed: {e!r}"
 
@@ -59,11 +58,6 @@ class ModelRunner:
         """Graphs compiled after warm-up (0 in a steady state, and when eager)."""
         return 0 if self.compiled is None else self.compiled.recompiles
 
-    @property
-    def round_steps(self) -> int:
-        """K of a decode round (0: none; decode a step at a time)."""
-        return self._pieces().round_steps if self.compiled is not None else 0
-
     def prefill(self, batch: PrefixBatch, cache: KVCache, dests: Sequence[Sequence[int]]) -> PrefillResult:
         return self._pieces().prefill(batch, cache, dests)
 
@@ -74,16 +68,17 @@ class ModelRunner:
             pieces = self.model  # compiled for the configured S; a frame planned with another S runs eager
         return pieces.denoise(cache, view, noise, steps, before_step=before_step)
 
-    def decode_step(self, cache: KVCache, view: SlotView, tokens: Sequence[int]) -> list[list[int]]:
-        """One greedy step for the view's rows: ``[[token]]`` per row."""
-        logits = self._pieces().decode_step(cache, view, torch.tensor(tokens))
-        return [[t] for t in self.greedy(logits).tolist()]
-
-    def decode_round(self, cache: KVCache, view: SlotView, tokens: Sequence[int], remaining: Sequence[int],
-                     eos_id: int) -> list[list[int]]:
-        """:attr:`round_steps` greedy steps in one call: each row's tokens (see ``CompiledVLA.decode_round``)."""
-        return self._pieces().decode_round(cache, view, torch.tensor(tokens), torch.tensor(remaining),
-                                           self._allowed, eos_id).tolist()
+    def decode(self, cache: KVCache, view: SlotView, tokens: Sequence[int], remaining: Sequence[int],
+               eos_id: int, steps: int) -> list[list[int]]:
+        """Up to ``steps`` greedy decode steps for the view's rows in one call (compiled: as many as
+        its loop takes, see ``CompiledVLA.decode``; eager: one): each row's tokens, one per step run
+        (a row's tokens after its end-of-sequence token or its ``remaining`` are not its own)."""
+        pieces = self._pieces()
+        if pieces is self.model:
+            logits = self.model.decode_step(cache, view, torch.tensor(tokens))
+            return [[t] for t in self.greedy(logits).tolist()]
+        return pieces.decode(cache, view, torch.tensor(tokens), torch.tensor(remaining), self._allowed, eos_id,
+                             steps).tolist()
 
     def greedy(self, logits: torch.Tensor) -> torch.Tensor:
         """The most likely token among those the tokenizer can decode."""

@@ -163,14 +163,11 @@ PARAMETERS: tuple[ParamSpec, ...] = (
               "when the next observation is due before one would end) while requests are decoding and no new "
               "observation arrives. false: text advances only with observation frames (deterministic "
               "replays).", "bool", dynamic=True),
-    ParamSpec("compile", "auto", "Run prefill, the denoise loop and the decode step as compiled graphs, one "
-              "per shape bucket, all compiled at start-up (CUDA graphs on a GPU): on | off | auto (auto: on for "
+    ParamSpec("compile", "auto", "Run prefill, the denoise loop and a frame's decode steps as compiled graphs, "
+              "one per shape bucket, all compiled at start-up (CUDA graphs on a GPU): on | off | auto (auto: on for "
               "CUDA, eager on CPU, where a cold compile takes minutes). Where compiling is impossible the node "
               "says why and runs eager.", "str", one_of(COMPILE_CHOICES), constraints=" | ".join(COMPILE_CHOICES),
               bool_as=("off", "on")),
-    ParamSpec("decode_rounds", False, "With compile: a frame's steps_per_frame decode steps as one graph "
-              "(the tokens chosen in it; the same tokens as step by step): a faster frame, but one more graph "
-              "per decode batch bucket to compile at the first start.", "bool"),
     ParamSpec("warmup_frames", 2, "Frames run on a black image at start-up, before the first tick.", "int",
               non_negative, constraints=">= 0"),
     ParamSpec("control_frame", "", "header.frame_id of ActionChunk and JointTrajectory messages.", "str"),

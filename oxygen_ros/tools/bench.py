@@ -80,8 +80,6 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--compile", type=compile_list, default=["auto"],
                    help="compile the model's pieces: on, off, auto (CUDA: on, CPU: off); on,off runs both")
-    p.add_argument("--decode-rounds", action="store_true",
-                   help="compiled: each frame's k decode steps as one graph (EngineConfig.decode_rounds)")
     p.add_argument("--action-horizon", type=int, help="H: actions per chunk (default: the model's)")
     p.add_argument("--prompt-tokens", type=int, help="pad or cut each instruction to exactly this many "
                                                      "prompt tokens (default: as the scenes say it)")
@@ -178,8 +176,7 @@ def run_all(model, tok, args: argparse.Namespace, obs: list, combos: list[tuple]
         for (setting, n, k, S, mode), group in itertools.groupby(combos, key=lambda combo: combo[:5]):
             agents = [combo[5] for combo in group]
             specs = [RunSpec(setting, n, k, S, args.frames, args.warmup, args.arrivals, agents=a,
-                             max_active=args.max_active, seed=args.seed, compile=mode, cameras=args.cameras,
-                             decode_rounds=args.decode_rounds)
+                             max_active=args.max_active, seed=args.seed, compile=mode, cameras=args.cameras)
                      for a in agents]
             bar.set_description(f"{setting} N={n} k={k} S={S} agents={','.join(map(str, agents))} compile={mode}")
             for r in run_interleaved(model, tok, specs, obs, on_frame=lambda: bar.update(1)):
@@ -197,7 +194,7 @@ def components_and_bounds(model, tok, args: argparse.Namespace, runs: list[dict]
     components = {compiled: measure_components(model, tok, cameras=args.cameras, compile=compiled,
                                                denoise_steps=(args.denoise_steps or [c.denoise_steps])[0],
                                                slot_len=slot_len,
-                                               round_steps=max(args.steps_per_frame) if args.decode_rounds else 0)
+                                               round_steps=max(args.steps_per_frame))
                   for compiled in sorted(set(on_device.values()))}
     bounds = {}
     for S, n, k, compiled in sorted({(r["S"], r["N"], r["k"], r["compiled"]) for r in runs}):
@@ -236,13 +233,13 @@ def print_table(runs: list[dict], bounds: dict) -> None:
 
 def print_components(components: dict) -> None:
     """The pieces alone, one line per mode: prefill, a denoise step, a decode step at each batch
-    size and, compiled, a step of a decode round at each batch size."""
+    size and, compiled, a step of a decode call of k steps at each batch size."""
     for compiled, c in sorted(components.items()):
         steps = ", ".join(f"b{b} {t:.3f}" for b, t in c["decode_step_ms"].items())
         line = (f"pieces {'compiled' if compiled else 'eager'} (ms, slot length {c['slot_len']}): prefill "
                 f"{c['prefill_ms']:.3f}, denoise step {c['denoise_step_ms']:.3f}, decode step {steps}")
         if c["decode_round_step_ms"]:
-            line += ", decode round step " + ", ".join(f"b{b} {t:.3f}" for b, t in c["decode_round_step_ms"].items())
+            line += ", decode step in a k-step call " + ", ".join(f"b{b} {t:.3f}" for b, t in c["decode_round_step_ms"].items())
         print(line)
 
 

@@ -1,7 +1,7 @@
 """The model's prefill, denoise and decode step compiled ahead of time, once per shape bucket.
 
 :class:`CompiledVLA` has the signatures of :class:`~.vla.VLA`'s ``prefill``,
-``denoise`` and ``decode_step`` (the engine calls either), and runs them as
+``denoise`` and ``decode_step``, and runs them as
 the fixed-shape pieces of ``static.py``, each bucket an AOTInductor package
 (``packaged.py``): exported and compiled to a shared library once, kept in the
 compile cache, and loaded in milliseconds by every later start. A call runs
@@ -16,9 +16,11 @@ steady state never does. Differences from eager, by design:
 
 * the whole denoise loop is one graph, so ``before_step`` (the engine's pause
   point) is called once before the loop, not before each step;
-* with ``round_steps`` K, :meth:`CompiledVLA.decode_round` runs K greedy decode
-  steps as one graph (the tokens chosen in it), so that a frame's ``k = K``
-  decode steps are one call, not K;
+* :meth:`CompiledVLA.decode` runs up to ``decode_steps`` K greedy decode steps
+  as one graph, a loop whose length is an input (the tokens chosen in it), so
+  that a frame's k <= K decode steps are one call, not k; its batch buckets
+  are the warm-up's decode graphs (on CUDA, where a captured graph cannot loop
+  a data-dependent number of times: the step, once per call);
 * a question's tokens (``VLA.extend``) run eager: on demand, any length.
 """
 
@@ -46,17 +48,19 @@ class CompiledVLA:
     A prefill's graphs take ``max_cameras`` camera slots (default: the model's), each row's
     present cameras first: a robot with fewer cameras than the model has slots never runs
     the vision tower or the VLM over the slots it cannot fill.
-    ``round_steps`` K (None, 0 or 1: none) adds a decode round of K steps per decode batch bucket.
+    ``decode_steps`` K: the most decode steps one :meth:`decode` call runs.
     ``compile=False`` runs the same bucketed pieces eager (a test hook: the bucketing without
     the compile time)."""
 
     def __init__(self, model: VLA, cache: KVCache, *, steps: int, max_observations: int,
-                 max_cameras: int | None = None, round_steps: int | None = None, compile: bool = True):
+                 max_cameras: int | None = None, decode_steps: int = 1, compile: bool = True):
         self.model, self.cache, self.steps = model, cache, steps
-        if round_steps is not None and round_steps < 0:
-            raise ValueError(f"round_steps must be >= 0 (or None), got {round_steps}")
-        #: decode steps one :meth:`decode_round` runs (0: no rounds; a step at a time)
-        self.round_steps = round_steps if round_steps and round_steps > 1 else 0
+        if decode_steps < 1:
+            raise ValueError(f"decode_steps must be >= 1, got {decode_steps}")
+        #: whether decode steps run as one loop graph (not on CUDA: a CUDA graph replays fixed work)
+        self.loops = model.device.type != "cuda"
+        #: the most decode steps one :meth:`decode` call runs
+        self.decode_steps = decode_steps if self.loops else 1
         slots = model.config.max_cameras
         if max_cameras is not None and not 1 <= max_cameras <= slots:
             raise ValueError(f"max_cameras must be 1..{slots} (the model's camera slots), got {max_cameras}")
@@ -71,7 +75,7 @@ class CompiledVLA:
         self._static = StaticPieces(model, cache, steps)
         self._compile = compile
         self._pieces: dict[tuple, Callable[..., object]] = {}
-        self._round_index = torch.arange(self.round_steps)  # its length is the round's K (a graph input)
+        self._columns = torch.arange(self.decode_steps)  # its length is the loop's K (a graph input)
 
     def _piece(self, name: str, inputs: tuple[Tensor, ...]) -> Callable[..., object]:
         """The graph of piece ``name`` at the shapes of ``inputs``: loaded (or built) on first use."""
@@ -92,8 +96,7 @@ class CompiledVLA:
     @property
     def bucket_count(self) -> int:
         prefills = len(self.camera_buckets) * len(self.prompt_buckets)
-        rounds = len(self.decode_buckets) if self.round_steps else 0
-        return len(self.decode_buckets) + rounds + len(self.observation_buckets) * (1 + prefills)
+        return len(self.decode_buckets) + len(self.observation_buckets) * (1 + prefills)
 
     @property
     def warmed(self) -> bool:
@@ -135,12 +138,13 @@ class CompiledVLA:
     def _buckets(self) -> list[tuple[str, str, tuple[Tensor, ...]]]:
         """Every bucket as (what, piece, the inputs a warm-up runs it on: they write the trash slot only)."""
         c, trash = self.model.config, self.cache.trash_slot
-        out = [(f"decode batch {b}", "decode", self._decode_inputs(b)) for b in self.decode_buckets]
-        if self.round_steps:
-            out += [(f"decode round {self.round_steps} batch {b}", "decode_round",
-                     self._round_inputs(*self._decode_inputs(b), torch.zeros(b, dtype=torch.long),
-                                        torch.ones(c.vocab_size, dtype=torch.bool), torch.zeros(1, dtype=torch.long)))
-                    for b in self.decode_buckets]
+        if self.loops:
+            out = [(f"decode batch {b} (up to {self.decode_steps} steps)", "decode_loop",
+                    self._loop_inputs(*self._decode_inputs(b), torch.zeros(b, dtype=torch.long),
+                                      torch.ones(c.vocab_size, dtype=torch.bool), -1, 1))
+                   for b in self.decode_buckets]
+        else:
+            out = [(f"decode batch {b}", "decode", self._decode_inputs(b)) for b in self.decode_buckets]
         out += [(f"denoise observations {b}", "denoise",
                  self._denoise_inputs(torch.full((b,), trash), torch.zeros(b, dtype=torch.long),
                                       torch.zeros(b, c.action_horizon, c.action_dim)))
@@ -159,27 +163,32 @@ class CompiledVLA:
 
     # ------------------------------------------------------------------ the VLA's signatures
     def decode_step(self, cache: KVCache, view: SlotView, tokens: Tensor) -> Tensor:
-        """:meth:`VLA.decode_step` for a view that starts at slot 0 (as the engine's does)."""
+        """:meth:`VLA.decode_step` for a view that starts at slot 0: the logits of one step (on the
+        CPU not a warm-up bucket, where the engine decodes with :meth:`decode`)."""
         self._check(cache)
         if view.start != 0:
             raise ValueError(f"a compiled decode step reads slots from 0, got a view from slot {view.start}")
         return self._run_decode(*self._decode_inputs(view.rows, view, tokens))[: view.rows]
 
-    def decode_round(self, cache: KVCache, view: SlotView, tokens: Tensor, remaining: Tensor, allowed: Tensor,
-                     eos_id: int) -> Tensor:
-        """:attr:`round_steps` greedy decode steps in one graph over a view from slot 0 (see
-        :meth:`.static.StaticPieces.decode_round`): ``remaining`` [rows] tokens each row may still
-        produce, ``allowed`` [vocab] bool -> chosen tokens [rows, round_steps]."""
+    def decode(self, cache: KVCache, view: SlotView, tokens: Tensor, remaining: Tensor, allowed: Tensor,
+               eos_id: int, steps: int) -> Tensor:
+        """Up to ``steps`` greedy decode steps over a view from slot 0, in one call: ``min(steps,
+        decode_steps)`` (see :meth:`.static.StaticPieces.decode_loop`; on CUDA one step). ``remaining``
+        [rows] tokens each row may still produce, ``allowed`` [vocab] bool -> chosen tokens [rows, n]
+        (n: the steps run; a row's tokens after its end are not its own)."""
         self._check(cache)
-        if not self.round_steps:
-            raise ValueError("built without decode rounds (round_steps); decode a step at a time")
         if view.start != 0:
-            raise ValueError(f"a compiled decode round reads slots from 0, got a view from slot {view.start}")
+            raise ValueError(f"a compiled decode reads slots from 0, got a view from slot {view.start}")
+        if steps < 1:
+            raise ValueError(f"a decode runs at least one step, asked for {steps}")
+        n = min(steps, self.decode_steps)
         inputs = self._decode_inputs(view.rows, view, tokens)
+        if not self.loops:
+            logits = self._run("decode", *inputs)[: view.rows]
+            return logits.masked_fill(~allowed.to(logits.device), float("-inf")).argmax(dim=-1)[:, None].cpu()
         padded = torch.zeros(inputs[0].shape[0], dtype=torch.long)
         padded[: view.rows] = remaining
-        return self._run("decode_round", *self._round_inputs(*inputs, padded, allowed,
-                                                              torch.tensor([eos_id])))[: view.rows]
+        return self._run("decode_loop", *self._loop_inputs(*inputs, padded, allowed, eos_id, n))[: view.rows, :n]
 
     def _decode_inputs(self, rows: int, view: SlotView | None = None, tokens: Tensor | None = None):
         b = bucket_for(rows, self.decode_buckets, "a decode batch")
@@ -265,9 +274,10 @@ class CompiledVLA:
     def _run_decode(self, tokens: Tensor, lengths: Tensor, live: Tensor) -> Tensor:
         return self._run("decode", tokens, lengths, live)
 
-    def _round_inputs(self, tokens: Tensor, lengths: Tensor, live: Tensor, remaining: Tensor, allowed: Tensor,
-                      eos: Tensor) -> tuple[Tensor, ...]:
-        return tokens, lengths, live, remaining, allowed, eos, self._round_index
+    def _loop_inputs(self, tokens: Tensor, lengths: Tensor, live: Tensor, remaining: Tensor, allowed: Tensor,
+                     eos_id: int, steps: int) -> tuple[Tensor, ...]:
+        return (tokens, lengths, live, remaining, allowed, torch.tensor([eos_id]), self._columns,
+                torch.tensor([steps]))
 
     def _denoise_inputs(self, slots: Tensor, lengths: Tensor, noise: Tensor) -> tuple[Tensor, ...]:
         return slots, lengths, noise.to(self.model.dtype)

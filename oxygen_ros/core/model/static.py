@@ -7,10 +7,12 @@ tensor shape depends only on the bucket, never on the data:
 * a decode step reads the slots ``0 .. B-1`` (``B`` a batch bucket) over the
   whole slot length, masking each row's positions past its own token; rows
   that are not live write their key/value into the trash slot;
-* a decode round runs ``K`` such steps in one graph, greedy: each row's next
-  token is chosen in the graph (the most likely ``allowed`` one) and fed to
-  the next step; a row stops writing after its end-of-sequence token or its
-  ``remaining`` tokens (its later choices are not used);
+* a decode loop runs up to ``K`` such steps in one graph, as a loop whose
+  length is an input (``steps``, at most ``K``: one graph serves every count),
+  greedy: each row's next token is chosen in the graph (the most likely
+  ``allowed`` one) and fed to the next step; a row stops writing after its
+  end-of-sequence token or its ``remaining`` tokens (its later choices are not
+  used), and the loop ends early when no row writes any more;
 * a denoise runs all ``S`` flow-matching steps (one graph for the loop) for
   ``B`` rows (an observation-count bucket); each row reads its slot's prefix
   over the whole slot length, masked past its length; padding rows read the
@@ -27,6 +29,7 @@ from __future__ import annotations
 
 import torch
 from torch import Tensor
+from torch._higher_order_ops.while_loop import while_loop
 
 from .cache import KVCache
 from .vla import VLA, PrefixBatch
@@ -73,22 +76,31 @@ class StaticPieces:
         return self.model.extend_rows(self.cache, 0, tokens[:, None], torch.ones_like(writes), positions, writes,
                                       self.cache.max_len)
 
-    def decode_round(self, tokens: Tensor, lengths: Tensor, live: Tensor, remaining: Tensor, allowed: Tensor,
-                     eos: Tensor, step_index: Tensor) -> Tensor:
-        """``K = len(step_index)`` greedy decode steps over slots ``0 .. B-1``: tokens, lengths,
-        remaining [B] long (tokens each row may still produce), live [B] bool, allowed [vocab] bool
-        (the ids a token may take), eos [1] long -> chosen tokens [B, K]. Row ``b``'s choice at
-        step ``t`` counts only while it has not ended (its end-of-sequence token, or ``t`` reaching
-        ``remaining[b]``); an ended row writes nothing more into its slot."""
-        chosen = []
+    def decode_loop(self, tokens: Tensor, lengths: Tensor, live: Tensor, remaining: Tensor, allowed: Tensor,
+                    eos: Tensor, columns: Tensor, steps: Tensor) -> Tensor:
+        """Up to ``steps`` [1] (at most ``K = len(columns)``) greedy decode steps over slots
+        ``0 .. B-1``: tokens, lengths, remaining [B] long (tokens each row may still produce),
+        live [B] bool, allowed [vocab] bool (the ids a token may take), eos [1] long, columns
+        ``arange(K)`` -> chosen tokens [B, K] (column ``t``: step ``t``'s). Row ``b``'s choice at
+        step ``t`` counts only while it has not ended (its end-of-sequence token, or ``t``
+        reaching ``remaining[b]``); an ended row writes nothing more into its slot. The loop is
+        a ``while_loop``: its body is one graph whatever the count, and it writes the pool in place."""
+        chosen = torch.zeros(tokens.shape[0], columns.shape[0], dtype=torch.long, device=tokens.device)
         writing = live & (remaining > 0)
-        for t in range(step_index.shape[0]):
+
+        def more(t: Tensor, tokens: Tensor, writing: Tensor, chosen: Tensor) -> Tensor:
+            return (t < steps[0]) & writing.any()
+
+        def step(t: Tensor, tokens: Tensor, writing: Tensor, chosen: Tensor):
             logits = self.decode(tokens, lengths + t, writing)
             token = logits.masked_fill(~allowed, float("-inf")).argmax(dim=-1)
-            chosen.append(token)
+            chosen = torch.where(columns[None, :] == t, token[:, None], chosen)
             tokens = torch.where(writing, token, tokens)
             writing = writing & (token != eos) & (remaining > t + 1)
-        return torch.stack(chosen, dim=1)
+            return t + 1, tokens, writing, chosen
+
+        start = torch.zeros((), dtype=torch.long, device=tokens.device)
+        return while_loop(more, step, (start, tokens, writing, chosen))[3]
 
     def denoise(self, slots: Tensor, lengths: Tensor, noise: Tensor) -> Tensor:
         """All denoise steps for the prefixes in ``slots`` [B] (``lengths`` [B]); noise [B, H, A] -> actions."""
