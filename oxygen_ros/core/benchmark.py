@@ -263,19 +263,24 @@ def measure_components(model: VLA, tokenizer: Tokenizer, *, batch_sizes: Sequenc
             cache.v[:, s, :, :length] = cache.v[:, 0, :, :length]
         v = SlotView.of(0, [length + decode_context] * b)
         tokens = torch.full((b,), 5, dtype=torch.long)
-        if not compile:
-            decode[b] = _median_ms(lambda: run.decode_step(cache, v, tokens), repeats)
-            continue
-        allowed = torch.ones(c.vocab_size, dtype=torch.bool)
-        left = torch.full((b,), run.decode_steps, dtype=torch.long)
-        decode[b] = _median_ms(lambda: run.decode(cache, v, tokens, left, allowed, -1, 1), repeats)
-        if run.decode_steps > 1:
-            k = run.decode_steps
-            rounds[b] = _median_ms(lambda: run.decode(cache, v, tokens, left, allowed, -1, k), repeats) / k
+        decode[b] = _decode_ms(run, compile, cache, v, tokens, 1, repeats)
+        if compile and run.decode_steps > 1:
+            rounds[b] = _decode_ms(run, compile, cache, v, tokens, run.decode_steps, repeats) / run.decode_steps
     return {"prefill_ms": prefill_ms, "denoise_step_ms": denoise_ms, "decode_step_ms": decode,
             "decode_round_step_ms": rounds,
             "prefix_tokens": length, "slot_len": cache.max_len, "cameras": cams, "compiled": compile,
             "recompiles": run.recompiles if compile and warm_all else 0}
+
+
+def _decode_ms(run: VLA | CompiledVLA, compiled: bool, cache, view: SlotView, tokens: torch.Tensor, steps: int,
+               repeats: int) -> float:
+    """Median time of ``steps`` decode steps at ``tokens``' batch size: eager, a decode step; compiled,
+    a decode call of ``steps`` steps (no row ends early), as the engine's graphs run it."""
+    if not compiled:
+        return _median_ms(lambda: run.decode_step(cache, view, tokens), repeats)
+    allowed = torch.ones(run.model.config.vocab_size, dtype=torch.bool)
+    left = torch.full(tokens.shape, run.decode_steps, dtype=torch.long)
+    return _median_ms(lambda: run.decode(cache, view, tokens, left, allowed, -1, steps), repeats)
 
 
 def upper_bound(components: dict, *, S: int, k: int, H: int, tokens_per_frame: float | None = None) -> dict:

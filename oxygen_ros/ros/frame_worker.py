@@ -71,7 +71,7 @@ class FrameWorker:
 
     # ------------------------------------------------------------------ the thread
     def _run(self) -> None:
-        why = lower_thread_priority(self._params.get("worker_niceness", 0))
+        why = lower_thread_priority(self._params["worker_niceness"])
         if why:
             self._log.warning(f"worker_niceness: the worker thread keeps the node's priority: {why}")
         while True:

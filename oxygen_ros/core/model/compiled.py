@@ -36,7 +36,7 @@ from .compile_setup import use_compile_cache
 from .cuda_graphs import CudaGraphs
 from .package_builds import Build, build_packages
 from .packaged import PackagedPiece, package_path
-from .static import StaticPieces, batch_buckets, bucket_for, prompt_buckets
+from .static import StaticPieces, batch_buckets, bucket_for, greedy_allowed, prompt_buckets
 from .vla import VLA, PrefillResult, PrefixBatch
 
 Progress = Callable[[int, int, str], None]
@@ -184,8 +184,8 @@ class CompiledVLA:
         n = min(steps, self.decode_steps)
         inputs = self._decode_inputs(view.rows, view, tokens)
         if not self.loops:
-            logits = self._run("decode", *inputs)[: view.rows]
-            return logits.masked_fill(~allowed.to(logits.device), float("-inf")).argmax(dim=-1)[:, None].cpu()
+            logits = self._run_decode(*inputs)[: view.rows]
+            return greedy_allowed(logits, allowed.to(logits.device))[:, None].cpu()
         padded = torch.zeros(inputs[0].shape[0], dtype=torch.long)
         padded[: view.rows] = remaining
         return self._run("decode_loop", *self._loop_inputs(*inputs, padded, allowed, eos_id, n))[: view.rows, :n]

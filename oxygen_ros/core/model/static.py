@@ -55,6 +55,11 @@ def prompt_buckets(max_token_len: int, smallest: int = 32) -> tuple[int, ...]:
     return (*out, max_token_len)
 
 
+def greedy_allowed(logits: Tensor, allowed: Tensor) -> Tensor:
+    """Each row's most likely token among the ``allowed`` [vocab] ids."""
+    return logits.masked_fill(~allowed, float("-inf")).argmax(dim=-1)
+
+
 def bucket_for(n: int, buckets: tuple[int, ...], what: str) -> int:
     """The smallest bucket that holds ``n``."""
     for b in buckets:
@@ -93,7 +98,7 @@ class StaticPieces:
 
         def step(t: Tensor, tokens: Tensor, writing: Tensor, chosen: Tensor):
             logits = self.decode(tokens, lengths + t, writing)
-            token = logits.masked_fill(~allowed, float("-inf")).argmax(dim=-1)
+            token = greedy_allowed(logits, allowed)
             chosen = torch.where(columns[None, :] == t, token[:, None], chosen)
             tokens = torch.where(writing, token, tokens)
             writing = writing & (token != eos) & (remaining > t + 1)
