@@ -40,7 +40,8 @@ the JSON fields below (``None`` where nothing was measured):
   ``paused_*``, p50/p99 over the frames in the window), so that
   ``obs_to_action = ros_overhead + queue_wait + engine + tick_wait`` per frame;
 * ``actions_published`` / ``text_tokens_published`` - node-side counts in the
-  window; ``actions_received`` is the measuring subscriber's count in the
+  window (``actions_published``: control ticks that published, the sum of the
+  robots' figures with several); ``actions_received`` is the measuring subscriber's count in the
   window, ``text_tokens_received`` the agent's monitor's (it prints the text);
 * ``robots`` - with an inference node serving several robots, the figures of
   each (:mod:`.agent_robots_report`, which also says what the top-level
@@ -97,11 +98,11 @@ class Measurement:
     def _start_window(self, t: float) -> None:
         if self.start is None:
             node = self.inference
-            ticks = total_ticks(node, self.robots)
+            per_robot = robot_ticks(node, self.robots)
+            ticks = total_ticks(node, self.robots, per_robot)
             self.start = {"t": t, "t_ns": time.monotonic_ns(), "ticks": ticks["ticks"],
-                          "underruns": ticks["underruns"], "counters": dict(node.counters),
-                          "lateness_total": node.tick_lateness_ms.total,
-                          "robot_ticks": robot_ticks(node, self.robots)}
+                          "underruns": ticks["underruns"], "published": ticks["published"], "counters": dict(node.counters),
+                          "lateness_total": node.tick_lateness_ms.total, "robot_ticks": per_robot}
 
     def on_observation(self, msg) -> None:
         with self.lock:
@@ -122,8 +123,10 @@ class Measurement:
         """End the window: keep the node's counts as they are now."""
         node = self.inference
         with self.lock:
-            self.end = {"t": time.monotonic(), "ticks": total_ticks(node, self.robots), "counters": dict(node.counters),
-                        "lateness": node.tick_lateness_ms.values(), "robot_ticks": robot_ticks(node, self.robots),
+            per_robot = robot_ticks(node, self.robots)  # one snapshot: the totals are its sums
+            self.end = {"t": time.monotonic(), "ticks": total_ticks(node, self.robots, per_robot),
+                        "counters": dict(node.counters), "lateness": node.tick_lateness_ms.values(),
+                        "robot_ticks": per_robot,
                         "robot_diag": robot_diagnostics(node, self.robots),
                         "lateness_total": node.tick_lateness_ms.total, "actions": len(self.actions)}
 
@@ -231,7 +234,8 @@ def _counts(node, start, end) -> dict[str, Any]:
         "frame_latency_p99_ms": _round(d["frame_latency_p99_ms"]),
         "action_frequency_hz": _round(d["action_frequency_hz"]),
         "frames": count("frames"),
-        "actions_published": count("actions_published"),
+        # the control ticks that published, as each robot's figure counts them (their sum)
+        "actions_published": end["ticks"]["published"] - (start["published"] if start else 0),
         "text_tokens_published": count("text_tokens_published"),
         "text_tokens_published_total": node.counters.get("text_tokens_published", 0),
         "observations_received": counters.get("observations_received", 0),

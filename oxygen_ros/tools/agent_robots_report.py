@@ -49,11 +49,13 @@ def robot_ticks(node, robots: tuple[str, ...]) -> dict[str, dict[str, int]]:
     return {r: node.tick_counts(r) for r in robots}
 
 
-def total_ticks(node, robots: tuple[str, ...]) -> dict[str, Any]:
-    """The node's tick counts: its own with one robot, summed over ``robots`` otherwise."""
+def total_ticks(node, robots: tuple[str, ...], per_robot: dict[str, dict[str, int]] | None = None) -> dict[str, Any]:
+    """The node's tick counts: its own with one robot, summed over ``robots`` otherwise
+    (over ``per_robot``, a :func:`robot_ticks` snapshot, when given: the total then
+    equals the sum of that snapshot even while ticks go on)."""
     if not robots:
         return node.tick_counts()
-    per = robot_ticks(node, robots).values()
+    per = (robot_ticks(node, robots) if per_robot is None else per_robot).values()
     return {key: sum(int(c.get(key, 0)) for c in per) for key in COUNTS}
 
 
