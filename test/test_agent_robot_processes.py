@@ -2,7 +2,7 @@
 camera side (camera node, synthetic camera) in a child process of its own, the inference node in the
 agent's; real DDS.
 Both robots get actions, a child's plan items are the in-process ones, a child that dies ends
-the run naming its robot, and no child outlives the agent, even a killed one."""
+the run naming its robot, and no child (nor its plan file) outlives the agent, even a killed one."""
 
 import json
 import os
@@ -139,3 +139,5 @@ def test_the_robot_processes_end_when_the_agent_is_killed(ros_env, tmp_path):
         proc.kill()  # no chance to stop them: they notice their parent is gone
         proc.communicate(timeout=30)
     assert not _left(children), "a robot's process outlived the killed agent"
+    plans = [Path(cmd.split()[-1]) for cmd in children.values()]
+    assert not [p for p in plans if p.exists()], "a killed agent left its robots' plan files in the temp dir"

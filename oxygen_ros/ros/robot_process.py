@@ -173,7 +173,9 @@ def main(argv: list[str] | None = None) -> int:
     if len(args) != 1:
         print("usage: python -m oxygen_ros.ros.robot_process PLAN.json", file=sys.stderr)
         return 2
-    config = json.loads(Path(args[0]).read_text())
+    plan = Path(args[0])
+    config = json.loads(plan.read_text())
+    plan.unlink(missing_ok=True)  # read once: nothing is left in the temp dir even if the agent is killed
     label = side_label(config["robot"])
     from rclpy.executors import ExternalShutdownException
 
