@@ -31,6 +31,8 @@ from .observation import resize_with_pad
 from .model.vision import images_to_pixels
 from . import sim
 from .sim import questions
+from .sim.patch_shapes import shape_coverage
+from .patch_shape_loss import PatchShapeHead
 from .tokenizer import Tokenizer, tokenize_prompt
 from .training_loss import TrainBatch, losses
 
@@ -59,6 +61,7 @@ class TrainConfig:
     question_prob: float = 0.35  # fraction of examples that ask a question (sim.questions) instead of describing
     question_at_target_prob: float = 0.5  # of the at_target questions, the share asked with the gripper on it
     max_step: float = sim.MAX_STEP
+    patch_shape_weight: float = 0.0  # weight of the auxiliary patch-shape loss (0: off; patch_shape_loss.py)
 
     def __post_init__(self) -> None:
         if not 0 <= self.seed < EVAL_SEED_BASE:
@@ -104,13 +107,18 @@ def batch_examples(cfg: TrainConfig, index: int, image_size: int, horizon: int) 
     batch has its own generator, so batches can be made in any order or
     process and the data stay the same.
     """
+    return [ex for _, ex in _batch_scenes(cfg, index, image_size, horizon)]
+
+
+def _batch_scenes(cfg: TrainConfig, index: int, image_size: int, horizon: int) -> list[tuple[sim.Scene, sim.Example]]:
+    """The scenes of batch ``index`` and their examples (see :func:`batch_examples`)."""
     rng = np.random.default_rng([cfg.seed, index])
     same_colour_prob = cfg.same_colour_prob if index >= cfg.hard_from * cfg.steps else 0.0
     return [_example(cfg, rng, same_colour_prob, image_size, horizon) for _ in range(cfg.batch_size)]
 
 
 def _example(cfg: TrainConfig, rng: np.random.Generator, same_colour_prob: float, image_size: int,
-             horizon: int) -> sim.Example:
+             horizon: int) -> tuple[sim.Scene, sim.Example]:
     n_objects = 1 + int(rng.choice(3, p=np.asarray(cfg.object_weights) / sum(cfg.object_weights)))
     scene = sim.sample_scene(rng, n_objects, min_gripper_distance=0.0)
     if n_objects > 1 and rng.random() < same_colour_prob:
@@ -129,7 +137,7 @@ def _example(cfg: TrainConfig, rng: np.random.Generator, same_colour_prob: float
         sizes = [n for n in (image_size // 2, 2 * image_size, 3 * image_size, 224) if n >= 32 and n != image_size]
         size = int(rng.choice(sizes))
         ex = ex._replace(image=resize_with_pad(sim.render(scene, size), image_size))
-    return ex
+    return scene, ex
 
 
 def _same_colour_distractor(scene: sim.Scene) -> bool:
@@ -137,7 +145,8 @@ def _same_colour_distractor(scene: sim.Scene) -> bool:
 
 
 def make_train_batch(examples: list[sim.Example], tokenizer: Tokenizer, config: ModelConfig,
-                     max_step: float) -> TrainBatch:
+                     max_step: float, scenes: list[sim.Scene] | None = None) -> TrainBatch:
+    """The tensors of a batch; with the examples' ``scenes``, also their patches' shape coverage."""
     b = len(examples)
     prompts = [tokenize_prompt(tokenizer, ex.instruction, ex.state, config.max_token_len) for ex in examples]
     plen = max(int(m.sum()) for _, m in prompts)
@@ -150,7 +159,12 @@ def make_train_batch(examples: list[sim.Example], tokenizer: Tokenizer, config: 
     actions = torch.zeros(b, config.action_horizon, config.action_dim)
     acts = torch.from_numpy(np.stack([ex.actions for ex in examples])) / max_step
     actions[:, :, : acts.shape[-1]] = acts
-    return TrainBatch(prefix, text_in, text_mask, targets, actions)
+    patch_shapes = None
+    if scenes is not None:
+        vision = config.vision
+        patch_shapes = torch.from_numpy(np.stack([shape_coverage(s, vision.image_size, vision.patch_size)
+                                                  for s in scenes]))
+    return TrainBatch(prefix, text_in, text_mask, targets, actions, patch_shapes)
 
 
 def text_batch(examples: list[sim.Example], tokenizer: Tokenizer) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
@@ -230,8 +244,9 @@ class BatchSource:
 
 
 def _make_batch(cfg: TrainConfig, model_config: ModelConfig, tokenizer: Tokenizer, index: int) -> TrainBatch:
-    examples = batch_examples(cfg, index, model_config.vision.image_size, model_config.action_horizon)
-    return make_train_batch(examples, tokenizer, model_config, cfg.max_step)
+    pairs = _batch_scenes(cfg, index, model_config.vision.image_size, model_config.action_horizon)
+    scenes = [s for s, _ in pairs] if cfg.patch_shape_weight > 0 else None
+    return make_train_batch([ex for _, ex in pairs], tokenizer, model_config, cfg.max_step, scenes)
 
 
 _WORKER: dict = {}
@@ -285,8 +300,11 @@ def train(
     model = build_model(model_config, seed=cfg.seed)
     _init_for_training(model, cfg.seed)
     model.train()
-    decay = [p for n, p in model.named_parameters() if p.ndim >= 2 and "embed" not in n]
-    no_decay = [p for n, p in model.named_parameters() if not (p.ndim >= 2 and "embed" not in n)]
+    # The auxiliary head trains with the model and is dropped at the end (never exported).
+    head = PatchShapeHead(model_config.vlm.width, cfg.seed + 2) if cfg.patch_shape_weight > 0 else None
+    params = list(model.named_parameters()) + ([] if head is None else list(head.named_parameters()))
+    decay = [p for n, p in params if p.ndim >= 2 and "embed" not in n]
+    no_decay = [p for n, p in params if not (p.ndim >= 2 and "embed" not in n)]
     opt = torch.optim.AdamW([{"params": decay, "weight_decay": cfg.weight_decay},
                              {"params": no_decay, "weight_decay": 0.0}], lr=cfg.lr, betas=(0.9, 0.95))
     gen = torch.Generator().manual_seed(cfg.seed)
@@ -298,7 +316,7 @@ def train(
     with BatchSource(cfg, model_config, tokenizer, workers=workers) as data:
         try:
             for step in range(cfg.steps):
-                _step(model, opt, data.get(step), gen, step, cfg, running)
+                _step(model, head, opt, data.get(step), gen, step, cfg, running)
                 if (step + 1) % log_every == 0 or step + 1 == cfg.steps:
                     n = (step % log_every) + 1
                     entry = {"step": step + 1, "lr": round(lr_at(step, cfg), 7),
@@ -314,18 +332,23 @@ def train(
     return model, history
 
 
-def _step(model: VLA, opt: torch.optim.Optimizer, batch: TrainBatch, gen: torch.Generator, step: int,
-          cfg: TrainConfig, running: dict[str, float]) -> None:
+def _step(model: VLA, head: PatchShapeHead | None, opt: torch.optim.Optimizer, batch: TrainBatch,
+          gen: torch.Generator, step: int, cfg: TrainConfig, running: dict[str, float]) -> None:
     for group in opt.param_groups:
         group["lr"] = lr_at(step, cfg)
-    out = losses(model, batch, gen, cfg.pad_action_weight)
+    out = losses(model, batch, gen, cfg.pad_action_weight, head)
     loss = cfg.text_weight * out["text"] + cfg.action_weight * out["action_total"]
+    if head is not None:
+        loss = loss + cfg.patch_shape_weight * out["patch_shape"]
     opt.zero_grad(set_to_none=True)
     loss.backward()
     torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip)
+    if head is not None:
+        torch.nn.utils.clip_grad_norm_(head.parameters(), cfg.grad_clip)
     opt.step()
-    for k in ("text", "action", "action_pad", "seq_acc"):
-        running[k] = running.get(k, 0.0) + float(out[k].detach())
+    for k in ("text", "action", "action_pad", "seq_acc", "patch_shape", "patch_acc"):
+        if k in out:
+            running[k] = running.get(k, 0.0) + float(out[k].detach())
 
 
 def config_dict(cfg: TrainConfig) -> dict:
