@@ -31,8 +31,8 @@ from .observation import resize_with_pad
 from .model.vision import images_to_pixels
 from . import sim
 from .sim import questions
-from .sim.patch_shapes import shape_coverage
-from .patch_shape_loss import PatchShapeHead
+from .sim.patch_shapes import CLASSES, shape_coverage, target_coverage
+from .patch_shape_loss import PatchHead
 from .tokenizer import Tokenizer, tokenize_prompt
 from .training_loss import TrainBatch, losses
 
@@ -62,6 +62,7 @@ class TrainConfig:
     question_at_target_prob: float = 0.5  # of the at_target questions, the share asked with the gripper on it
     max_step: float = sim.MAX_STEP
     patch_shape_weight: float = 0.0  # weight of the auxiliary patch-shape loss (0: off; patch_shape_loss.py)
+    patch_target_weight: float = 0.0  # weight of the auxiliary patch-target loss (0: off; patch_shape_loss.py)
 
     def __post_init__(self) -> None:
         if not 0 <= self.seed < EVAL_SEED_BASE:
@@ -146,7 +147,7 @@ def _same_colour_distractor(scene: sim.Scene) -> bool:
 
 def make_train_batch(examples: list[sim.Example], tokenizer: Tokenizer, config: ModelConfig,
                      max_step: float, scenes: list[sim.Scene] | None = None) -> TrainBatch:
-    """The tensors of a batch; with the examples' ``scenes``, also their patches' shape coverage."""
+    """The tensors of a batch; with the examples' ``scenes``, also their patches' shape and target coverage."""
     b = len(examples)
     prompts = [tokenize_prompt(tokenizer, ex.instruction, ex.state, config.max_token_len) for ex in examples]
     plen = max(int(m.sum()) for _, m in prompts)
@@ -159,12 +160,12 @@ def make_train_batch(examples: list[sim.Example], tokenizer: Tokenizer, config: 
     actions = torch.zeros(b, config.action_horizon, config.action_dim)
     acts = torch.from_numpy(np.stack([ex.actions for ex in examples])) / max_step
     actions[:, :, : acts.shape[-1]] = acts
-    patch_shapes = None
-    if scenes is not None:
-        vision = config.vision
-        patch_shapes = torch.from_numpy(np.stack([shape_coverage(s, vision.image_size, vision.patch_size)
-                                                  for s in scenes]))
-    return TrainBatch(prefix, text_in, text_mask, targets, actions, patch_shapes)
+    if scenes is None:
+        return TrainBatch(prefix, text_in, text_mask, targets, actions)
+    size, patch = config.vision.image_size, config.vision.patch_size
+    shapes = torch.from_numpy(np.stack([shape_coverage(s, size, patch) for s in scenes]))
+    on_target = torch.from_numpy(np.stack([target_coverage(s, size, patch) for s in scenes]))
+    return TrainBatch(prefix, text_in, text_mask, targets, actions, shapes, on_target)
 
 
 def text_batch(examples: list[sim.Example], tokenizer: Tokenizer) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
@@ -245,7 +246,7 @@ class BatchSource:
 
 def _make_batch(cfg: TrainConfig, model_config: ModelConfig, tokenizer: Tokenizer, index: int) -> TrainBatch:
     pairs = _batch_scenes(cfg, index, model_config.vision.image_size, model_config.action_horizon)
-    scenes = [s for s, _ in pairs] if cfg.patch_shape_weight > 0 else None
+    scenes = [s for s, _ in pairs] if cfg.patch_shape_weight > 0 or cfg.patch_target_weight > 0 else None
     return make_train_batch([ex for _, ex in pairs], tokenizer, model_config, cfg.max_step, scenes)
 
 
@@ -300,9 +301,12 @@ def train(
     model = build_model(model_config, seed=cfg.seed)
     _init_for_training(model, cfg.seed)
     model.train()
-    # The auxiliary head trains with the model and is dropped at the end (never exported).
-    head = PatchShapeHead(model_config.vlm.width, cfg.seed + 2) if cfg.patch_shape_weight > 0 else None
-    params = list(model.named_parameters()) + ([] if head is None else list(head.named_parameters()))
+    # The auxiliary heads train with the model and are dropped at the end (never exported).
+    width = model_config.vlm.width
+    heads = {"shape": PatchHead(width, len(CLASSES), cfg.seed + 2) if cfg.patch_shape_weight > 0 else None,
+             "target": PatchHead(width, 2, cfg.seed + 3) if cfg.patch_target_weight > 0 else None}
+    params = list(model.named_parameters())
+    params += [p for head in heads.values() if head is not None for p in head.named_parameters()]
     decay = [p for n, p in params if p.ndim >= 2 and "embed" not in n]
     no_decay = [p for n, p in params if not (p.ndim >= 2 and "embed" not in n)]
     opt = torch.optim.AdamW([{"params": decay, "weight_decay": cfg.weight_decay},
@@ -316,7 +320,7 @@ def train(
     with BatchSource(cfg, model_config, tokenizer, workers=workers) as data:
         try:
             for step in range(cfg.steps):
-                _step(model, head, opt, data.get(step), gen, step, cfg, running)
+                _step(model, heads, opt, data.get(step), gen, step, cfg, running)
                 if (step + 1) % log_every == 0 or step + 1 == cfg.steps:
                     n = (step % log_every) + 1
                     entry = {"step": step + 1, "lr": round(lr_at(step, cfg), 7),
@@ -332,21 +336,25 @@ def train(
     return model, history
 
 
-def _step(model: VLA, head: PatchShapeHead | None, opt: torch.optim.Optimizer, batch: TrainBatch,
+def _step(model: VLA, heads: dict[str, PatchHead | None], opt: torch.optim.Optimizer, batch: TrainBatch,
           gen: torch.Generator, step: int, cfg: TrainConfig, running: dict[str, float]) -> None:
     for group in opt.param_groups:
         group["lr"] = lr_at(step, cfg)
-    out = losses(model, batch, gen, cfg.pad_action_weight, head)
+    out = losses(model, batch, gen, cfg.pad_action_weight, heads["shape"], heads["target"])
     loss = cfg.text_weight * out["text"] + cfg.action_weight * out["action_total"]
-    if head is not None:
+    if heads["shape"] is not None:
         loss = loss + cfg.patch_shape_weight * out["patch_shape"]
+    if heads["target"] is not None:
+        loss = loss + cfg.patch_target_weight * out["patch_target"]
     opt.zero_grad(set_to_none=True)
     loss.backward()
     torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip)
-    if head is not None:
-        torch.nn.utils.clip_grad_norm_(head.parameters(), cfg.grad_clip)
+    for head in heads.values():
+        if head is not None:
+            torch.nn.utils.clip_grad_norm_(head.parameters(), cfg.grad_clip)
     opt.step()
-    for k in ("text", "action", "action_pad", "seq_acc", "patch_shape", "patch_acc"):
+    for k in ("text", "action", "action_pad", "seq_acc", "patch_shape", "patch_shape_acc", "patch_target",
+              "patch_target_acc"):
         if k in out:
             running[k] = running.get(k, 0.0) + float(out[k].detach())
 

@@ -31,7 +31,7 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from .model.vla import VLA, PrefixBatch
-from .patch_shape_loss import PatchShapeHead, patch_shape_loss
+from .patch_shape_loss import PatchHead, patch_loss
 from .sim import ACTION_DIMS
 
 
@@ -42,7 +42,8 @@ class TrainBatch:
     text_mask: Tensor  # [B, D] bool
     targets: Tensor  # [B, D + 1] next-token targets, -100 on padding
     actions: Tensor  # [B, H, action_dim] normalised, zero-padded
-    patch_shapes: Tensor | None = None  # [B, N, C] shape coverage of the image's patches (auxiliary loss only)
+    patch_shapes: Tensor | None = None  # [B, N, 4] shape coverage of the image's patches (auxiliary losses only)
+    patch_target: Tensor | None = None  # [B, N, 2] target coverage of the image's patches (auxiliary losses only)
 
 
 def sample_time(b: int, generator: torch.Generator) -> Tensor:
@@ -71,9 +72,10 @@ def joint_mask(prefix_valid: Tensor, text_valid: Tensor, horizon: int) -> Tensor
 
 
 def losses(model: VLA, batch: TrainBatch, generator: torch.Generator, pad_action_weight: float,
-           patch_head: PatchShapeHead | None = None) -> dict[str, Tensor]:
-    """Text cross-entropy and flow-matching MSE of one batch (differentiable); with ``patch_head``, also
-    the patch-shape loss on the image tokens (:mod:`oxygen_ros.core.patch_shape_loss`)."""
+           shape_head: PatchHead | None = None, target_head: PatchHead | None = None) -> dict[str, Tensor]:
+    """Text cross-entropy and flow-matching MSE of one batch (differentiable); with ``shape_head``, also
+    the patch-shape loss on the vision tower's tokens, with ``target_head`` the patch-target loss on the
+    VLM's last-layer image tokens (:mod:`oxygen_ros.core.patch_shape_loss`)."""
     x_p, valid_p = model.embed_prefix(batch.prefix)
     b, p, _ = x_p.shape
     x_txt = model.language_model.embed(batch.text_in).to(x_p.dtype)
@@ -112,7 +114,9 @@ def losses(model: VLA, batch: TrainBatch, generator: torch.Generator, pad_action
         seq_acc = hits.all(1).float().mean()
     out = {"text": text, "action": real, "action_pad": pad, "seq_acc": seq_acc,
            "action_total": real + pad_action_weight * pad}
-    if patch_head is not None:
-        n = batch.patch_shapes.shape[1]  # one camera: the prefix starts with its n image tokens
-        out["patch_shape"], out["patch_acc"] = patch_shape_loss(patch_head, x_p[:, :n], batch.patch_shapes)
+    n = model.config.vision.tokens_per_image  # one camera: the prefix starts with its n image tokens
+    if shape_head is not None:
+        out["patch_shape"], out["patch_shape_acc"] = patch_loss(shape_head, x_p[:, :n], batch.patch_shapes)
+    if target_head is not None:
+        out["patch_target"], out["patch_target_acc"] = patch_loss(target_head, h_vlm[:, :n], batch.patch_target)
     return out

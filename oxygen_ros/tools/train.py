@@ -68,6 +68,7 @@ def _card_intro(args, cfg: TrainConfig) -> list[str]:
         "```",
         f"python -m oxygen_ros.tools.train --steps {cfg.steps} --batch-size {cfg.batch_size} --lr {cfg.lr} "
         f"--seed {cfg.seed} --patch-shape-weight {cfg.patch_shape_weight} "
+        f"--patch-target-weight {cfg.patch_target_weight} "
         f"{' '.join('--size ' + s for s in _sizes(args))} --threads {args.threads} "
         f"--workers {args.workers}",
         "```",
@@ -124,8 +125,9 @@ def _card_training(args, cfg: TrainConfig, history: list[dict], train_s: float) 
         f"{cfg.warmup_steps}, cosine to {cfg.min_lr_fraction:.0%}), weight decay {cfg.weight_decay}, "
         f"clip {cfg.grad_clip}",
         f"- loss weights: text {cfg.text_weight}, action {cfg.action_weight} (padded action dims "
-        f"{cfg.pad_action_weight}), patch shape {cfg.patch_shape_weight} (a linear head on the image tokens "
-        "predicts which shape covers each patch; training only, not in the checkpoint)",
+        f"{cfg.pad_action_weight}), patch shape {cfg.patch_shape_weight}, patch target "
+        f"{cfg.patch_target_weight} (linear heads on the image tokens predict which shape covers each patch, "
+        "and on the VLM's last-layer image tokens whether the target does; training only, not in the checkpoint)",
         f"- wall time {train_s / 60:.1f} min on {platform.machine()} ({args.threads} torch thread(s), "
         f"{args.workers} data worker(s)), torch {torch.__version__}",
         f"- final losses (mean of the last {min(len(history), 1) and args.log_every} steps): text "
@@ -189,6 +191,9 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--patch-shape-weight", type=float, default=defaults.patch_shape_weight,
                         help="weight of the training-only loss asking each image token which shape covers its "
                         f"patch (default {defaults.patch_shape_weight}; 0: off)")
+    parser.add_argument("--patch-target-weight", type=float, default=defaults.patch_target_weight,
+                        help="weight of the training-only loss asking each of the VLM's last-layer image tokens "
+                        f"whether its patch is on the target (default {defaults.patch_target_weight}; 0: off)")
     parser.add_argument("--preset", default="tiny")
     parser.add_argument("--size", action="append", default=None, metavar="KEY=VALUE",
                         help=f"a model size over the preset (repeatable; default {' '.join(DEFAULT_SIZES)})")
@@ -224,7 +229,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     torch.set_num_threads(args.threads)
 
     cfg = TrainConfig(steps=args.steps, batch_size=args.batch_size, lr=args.lr, seed=args.seed,
-                      patch_shape_weight=args.patch_shape_weight)
+                      patch_shape_weight=args.patch_shape_weight, patch_target_weight=args.patch_target_weight)
     model_config = apply_sizes(preset(args.preset), parse_sizes(_sizes(args)), "--size")
     tokenizer = Tokenizer.default()
 
