@@ -31,8 +31,8 @@ from .observation import resize_with_pad
 from .model.vision import images_to_pixels
 from . import sim
 from .sim import questions
-from .sim.patch_shapes import CLASSES, shape_coverage, target_coverage
-from .patch_shape_loss import PatchHead
+from .sim.patch_coverage import CLASSES, shape_coverage, target_coverage
+from .patch_loss import PatchHead
 from .tokenizer import Tokenizer, tokenize_prompt
 from .training_loss import TrainBatch, losses
 
@@ -61,8 +61,8 @@ class TrainConfig:
     question_prob: float = 0.35  # fraction of examples that ask a question (sim.questions) instead of describing
     question_at_target_prob: float = 0.5  # of the at_target questions, the share asked with the gripper on it
     max_step: float = sim.MAX_STEP
-    patch_shape_weight: float = 0.0  # weight of the auxiliary patch-shape loss (0: off; patch_shape_loss.py)
-    patch_target_weight: float = 0.0  # weight of the auxiliary patch-target loss (0: off; patch_shape_loss.py)
+    patch_shape_weight: float = 0.0  # weight of the auxiliary patch-shape loss (0: off; patch_loss.py)
+    patch_target_weight: float = 0.0  # weight of the auxiliary patch-target loss (0: off; patch_loss.py)
 
     def __post_init__(self) -> None:
         if not 0 <= self.seed < EVAL_SEED_BASE:

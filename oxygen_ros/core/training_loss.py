@@ -31,7 +31,7 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from .model.vla import VLA, PrefixBatch
-from .patch_shape_loss import PatchHead, patch_loss
+from .patch_loss import PatchHead, patch_loss
 from .sim import ACTION_DIMS
 
 
@@ -75,7 +75,7 @@ def losses(model: VLA, batch: TrainBatch, generator: torch.Generator, pad_action
            shape_head: PatchHead | None = None, target_head: PatchHead | None = None) -> dict[str, Tensor]:
     """Text cross-entropy and flow-matching MSE of one batch (differentiable); with ``shape_head``, also
     the patch-shape loss on the vision tower's tokens, with ``target_head`` the patch-target loss on the
-    VLM's last-layer image tokens (:mod:`oxygen_ros.core.patch_shape_loss`)."""
+    VLM's last-layer image tokens (:mod:`oxygen_ros.core.patch_loss`)."""
     x_p, valid_p = model.embed_prefix(batch.prefix)
     b, p, _ = x_p.shape
     x_txt = model.language_model.embed(batch.text_in).to(x_p.dtype)

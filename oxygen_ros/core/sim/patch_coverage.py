@@ -1,4 +1,4 @@
-"""Which shape covers each image patch: a training-only target for the vision tower.
+"""What covers each image patch (which shape; the target or not): training-only targets for the image tokens.
 
 :func:`shape_coverage` gives, for every ``patch_size`` x ``patch_size`` patch of a
 scene rendered at ``image_size``, the fraction of its pixels that each shape

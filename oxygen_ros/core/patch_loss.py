@@ -2,15 +2,15 @@
 
 A linear head over image tokens predicts, per patch, the fractions of it that
 some classes cover, with a soft-target cross-entropy
-(:mod:`oxygen_ros.core.sim.patch_shapes` makes the targets):
+(:mod:`oxygen_ros.core.sim.patch_coverage` makes the targets):
 
 * on the tokens the vision tower hands the VLM, which shape covers the patch
-  (:func:`~oxygen_ros.core.sim.patch_shapes.shape_coverage`). Colour the tokens
+  (:func:`~oxygen_ros.core.sim.patch_coverage.shape_coverage`). Colour the tokens
   carry anyway, while telling a circle from a square a few patches across is
   what the task's same-colour scenes need and what the text and action losses
   teach slowly;
 * on the VLM's last-layer image tokens (which see the instruction), whether the
-  patch is on the target (:func:`~oxygen_ros.core.sim.patch_shapes.target_coverage`).
+  patch is on the target (:func:`~oxygen_ros.core.sim.patch_coverage.target_coverage`).
 
 Heads train alongside the model and are thrown away: no part of the exported
 checkpoint.

@@ -7,9 +7,9 @@ import torch
 from oxygen_ros.core import training, training_loss
 from oxygen_ros.core.model.config import TINY
 from oxygen_ros.core.model.vla import build_model
-from oxygen_ros.core.patch_shape_loss import PatchHead, patch_loss
+from oxygen_ros.core.patch_loss import PatchHead, patch_loss
 from oxygen_ros.core.sim import scene as sim
-from oxygen_ros.core.sim.patch_shapes import CLASSES, shape_coverage, target_coverage
+from oxygen_ros.core.sim.patch_coverage import CLASSES, shape_coverage, target_coverage
 from oxygen_ros.core.tokenizer import Tokenizer
 
 
