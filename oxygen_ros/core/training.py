@@ -42,7 +42,7 @@ EVAL_SEED_BASE = 1_000_000
 
 @dataclass(frozen=True)
 class TrainConfig:
-    steps: int = 16000  # optimiser steps (one batch each)
+    steps: int = 12000  # optimiser steps (one batch each)
     batch_size: int = 64  # examples per batch
     lr: float = 2e-3  # AdamW peak learning rate, reached after the warm-up
     min_lr_fraction: float = 0.05  # the cosine decay ends at this fraction of lr
@@ -60,15 +60,20 @@ class TrainConfig:
     hires_prob: float = 0.1  # fraction rendered at another size and resized (as another camera is)
     question_prob: float = 0.35  # fraction of examples that ask a question (sim.questions) instead of describing
     question_at_target_prob: float = 0.5  # of the at_target questions, the share asked with the gripper on it
+    question_kind_weights: tuple[float, ...] = (1.0, 1.0, 2.0, 1.0)  # P(kind) over sim.questions.KINDS: count is hardest
     max_step: float = sim.MAX_STEP
-    patch_shape_weight: float = 0.0  # weight of the auxiliary patch-shape loss (0: off; patch_loss.py)
-    patch_target_weight: float = 0.0  # weight of the auxiliary patch-target loss (0: off; patch_loss.py)
+    patch_shape_weight: float = 1.0  # weight of the auxiliary patch-shape loss (0: off; patch_loss.py)
+    patch_target_weight: float = 1.0  # weight of the auxiliary patch-target loss (0: off; patch_loss.py)
 
     def __post_init__(self) -> None:
         if not 0 <= self.seed < EVAL_SEED_BASE:
             raise ValueError(f"seed must be in [0, {EVAL_SEED_BASE}) (higher seeds are held out for evaluation)")
         if self.steps < 0 or self.batch_size <= 0 or self.lr <= 0:
             raise ValueError("steps must be >= 0, batch_size and lr > 0")
+        if len(self.question_kind_weights) != len(questions.KINDS) or min(self.question_kind_weights) < 0 \
+                or sum(self.question_kind_weights) <= 0:
+            raise ValueError(f"question_kind_weights needs {len(questions.KINDS)} weights >= 0 (one per kind of "
+                             f"{list(questions.KINDS)}) with a positive sum, got {self.question_kind_weights}")
 
 
 # --------------------------------------------------------------------------
@@ -126,7 +131,8 @@ def _example(cfg: TrainConfig, rng: np.random.Generator, same_colour_prob: float
         # Hard negatives: only the shape tells the target from a distractor.
         while not _same_colour_distractor(scene):
             scene = sim.sample_scene(rng, n_objects, min_gripper_distance=0.0)
-    kind = questions.KINDS[int(rng.integers(len(questions.KINDS)))] if rng.random() < cfg.question_prob else None
+    kind_p = np.asarray(cfg.question_kind_weights) / sum(cfg.question_kind_weights)
+    kind = questions.KINDS[int(rng.choice(len(questions.KINDS), p=kind_p))] if rng.random() < cfg.question_prob else None
     near = cfg.question_at_target_prob if kind == "at_target" else cfg.at_target_prob
     if rng.random() < near:
         scene = sim.gripper_near_target(scene, rng)

@@ -85,14 +85,15 @@ def answer(scene: Scene, kind: str, colour: str = "") -> str:
 def ask(scene: Scene, kind: str, rng: np.random.Generator) -> Asked:
     """A question of ``kind`` about ``scene`` in a random phrasing, with its answer.
 
-    ``count`` asks about the colour of one of the scene's objects 3 times in 4,
-    else about any colour (so that "zero" comes up too).
+    ``count`` asks about the colour of one of the scene's objects half of the
+    time, else about a colour the scene does not have (answer ``"zero"``).
     """
     phrasing = PHRASINGS[kind][int(rng.integers(len(PHRASINGS[kind])))]
     colour = ""
     if kind == "count":
         present = [o.colour for o in scene.objects]
-        pick = present if rng.random() < 0.75 else list(COLOURS)
+        absent = [c for c in COLOURS if c not in present]
+        pick = present if rng.random() < 0.5 or not absent else absent
         colour = pick[int(rng.integers(len(pick)))]
     text = phrasing.format(name=scene.target.name, colour=colour)
     return Asked(kind, text, answer(scene, kind, colour))
