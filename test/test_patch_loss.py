@@ -51,11 +51,11 @@ def test_head_learns_from_the_loss_and_a_perfect_guess_scores_one():
 
 def test_batches_carry_coverage_only_when_the_loss_is_on():
     tok = Tokenizer.default()
-    cfg = training.TrainConfig(batch_size=3, seed=2)
-    plain = training.BatchSource(cfg, TINY, tok).get(0)
+    off = dict(patch_shape_weight=0.0, patch_target_weight=0.0)
+    plain = training.BatchSource(training.TrainConfig(batch_size=3, seed=2, **off), TINY, tok).get(0)
     assert plain.patch_shapes is None and plain.patch_target is None
     for on in (dict(patch_shape_weight=1.0), dict(patch_target_weight=1.0)):
-        batch = training.BatchSource(training.TrainConfig(batch_size=3, seed=2, **on), TINY, tok).get(0)
+        batch = training.BatchSource(training.TrainConfig(batch_size=3, seed=2, **{**off, **on}), TINY, tok).get(0)
         assert batch.patch_shapes.shape == (3, TINY.vision.tokens_per_image, len(CLASSES))
         assert batch.patch_target.shape == (3, TINY.vision.tokens_per_image, 2)
         assert torch.equal(batch.prefix.pixels, plain.prefix.pixels) and torch.equal(batch.targets, plain.targets)
@@ -81,7 +81,8 @@ def test_loss_reaches_the_vision_tower_and_training_stays_deterministic():
     with torch.random.fork_rng(devices=[]):
         a, history = training.train(TINY, cfg, tok)
         b, _ = training.train(TINY, cfg, tok)
-        c, _ = training.train(TINY, training.TrainConfig(steps=3, batch_size=4, seed=5, warmup_steps=1), tok)
+        c, _ = training.train(TINY, training.TrainConfig(steps=3, batch_size=4, seed=5, warmup_steps=1,
+                                                         patch_shape_weight=0.0, patch_target_weight=0.0), tok)
     assert {"patch_shape", "patch_shape_acc", "patch_target", "patch_target_acc"} <= history[-1].keys()
     sa, sb, sc = a.state_dict(), b.state_dict(), c.state_dict()
     assert sa.keys() == sc.keys()  # the head is not part of the model

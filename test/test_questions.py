@@ -74,6 +74,24 @@ def test_a_question_is_fed_after_the_prompt_and_only_its_answer_is_learned():
     assert torch.all(targets[1, len(d) + 1:] == -100)
 
 
+def test_count_asks_about_a_missing_colour_half_of_the_time():
+    """"zero" must be learned as often as a colour that is there (a model trained on
+    few of them answered "one" for colours the scene lacks)."""
+    rng = np.random.default_rng(3)
+    answers = [questions.ask(_scene(), "count", rng).answer for _ in range(2000)]
+    assert 0.45 < answers.count("zero") / len(answers) < 0.55
+
+
+def test_training_draws_question_kinds_in_their_configured_proportions():
+    cfg = training.TrainConfig(batch_size=512, seed=1, question_prob=1.0, question_kind_weights=(1, 0, 3, 0))
+    asked = [e.question for e in training.batch_examples(cfg, 0, 48, TINY.action_horizon)]
+    counting = sum(q.startswith(("how many", "count the")) for q in asked)
+    assert counting + sum(q.startswith(tuple(questions.PHRASINGS["target"])) for q in asked) == len(asked)
+    assert 0.68 < counting / len(asked) < 0.82  # 3 of 4
+    with pytest.raises(ValueError, match="question_kind_weights"):
+        training.TrainConfig(question_kind_weights=(1.0, 1.0))
+
+
 def test_training_answers_are_right_for_their_scenes():
     """The data never teaches a wrong answer: each asked example's answer is the one its
     gripper and target give (e.g. at_target asked with the gripper on the target half the time)."""

@@ -25,6 +25,7 @@ CAMERA_PIXELS = 96  # the camera node resizes to the model's 48
 #: Questions of every kind (oxygen_ros.core.sim.questions) and their answers for :func:`_scene`.
 QUESTIONS = {"what is the target?": "red circle", "where is the target?": "right of gripper",
              "how many red objects are there?": "one", "how many blue objects do you see?": "one",
+             "how many green objects are there?": "zero",
              "is the gripper at the target?": "no"}
 ASKED = ("where is the red circle?", "right of gripper")  # through the Ask action, with oxygen-ask
 

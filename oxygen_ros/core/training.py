@@ -42,7 +42,7 @@ EVAL_SEED_BASE = 1_000_000
 
 @dataclass(frozen=True)
 class TrainConfig:
-    steps: int = 12000  # optimiser steps (one batch each)
+    steps: int = 10500  # optimiser steps (one batch each)
     batch_size: int = 64  # examples per batch
     lr: float = 2e-3  # AdamW peak learning rate, reached after the warm-up
     min_lr_fraction: float = 0.05  # the cosine decay ends at this fraction of lr
