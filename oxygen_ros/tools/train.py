@@ -167,8 +167,10 @@ def _card_evaluation(evaluation: dict) -> list[str]:
         for kind, r in kinds.items():
             lines.append(f"| {kind} | {r['scenes']} | {r['text_accuracy']:.3f} | {r['first_action_cosine']:.3f} | "
                          f"{r['closed_loop_success']:.3f} |")
-        lines += ["", "Limitation: with a distractor of the same colour only the shape tells the target apart; "
-                  "those scenes fail most often."]
+        worst = min(kinds, key=lambda k: kinds[k]["closed_loop_success"])
+        if kinds[worst]["closed_loop_success"] < 1.0:
+            lines += ["", f"Weakest: the `{worst}` scenes (closed-loop success "
+                          f"{kinds[worst]['closed_loop_success']:.3f})."]
     lines.append("")
     return lines
 
