@@ -173,6 +173,22 @@ def test_bench_pieces_only_times_the_pieces_against_their_matrix_products(tmp_pa
     assert "decode step, batch 8" in printed and "of the plain products'" in printed
 
 
+def test_bench_tick_probe_reports_tick_lateness_beside_frames_with_and_without_the_guard(tmp_path, capsys):
+    out = tmp_path / "ticks.json"
+    assert bench.main(["--preset", "tiny", "--tick-probe", "0.5", "--compile", "off", "--settings", "oxygen",
+                       "--json", str(out)]) == 0
+    result = json.loads(out.read_text())
+    assert [(r["compiled"], r["tick_guard"]) for r in result["rows"]] == [(False, True), (False, False)]
+    for r in result["rows"]:
+        assert r["frames"] > 0 and r["ticks"] > 50 and 0 <= r["late_p50_ms"] <= r["late_p99_ms"] <= r["late_max_ms"]
+    assert result["setting"] == "oxygen" and result["model"]["preset"] == "tiny"
+    assert "runs" not in result
+    printed = capsys.readouterr().out
+    assert "ticks every 2.0 ms beside oxygen frames" in printed and "late p99" in printed
+    with pytest.raises(SystemExit):
+        bench.parse_args(["--tick-probe", "0"])
+
+
 def test_components_time_a_step_of_a_frames_decode_call_at_each_batch_size(monkeypatch, lively_tiny, tok):
     """Compiled with ``round_steps`` K, the pieces include the time per step of a decode call of K steps
     at every batch size (the bucketed pieces run eager here: the bookkeeping without the compile time)."""

@@ -16,6 +16,10 @@ Compiled against eager, side by side in one run (the compile time is reported, n
 The pieces alone (no frames), eager and compiled, the prefill against its own matrix products::
 
     oxygen-bench --pieces-only --preset pi05 --dtype bfloat16 --cameras 3 --threads 2 --compile on,off
+
+How late a control tick in the same process runs beside the frames (no ROS), eager and compiled::
+
+    oxygen-bench --tick-probe 20 --settings oxygen --compile on,off --threads 1
 """
 
 from __future__ import annotations
@@ -89,12 +93,20 @@ def parse_args(argv=None) -> argparse.Namespace:
                    help="no frames: time the pieces alone under each --compile mode, and the prefill against "
                         "its own matrix products as plain ones (oxygen_ros/tools/bench_pieces.py)")
     p.add_argument("--repeats", type=int, default=5, help="timed calls of each piece with --pieces-only")
+    p.add_argument("--tick-probe", type=float, metavar="SECONDS",
+                   help="no table of runs: frames of the first --settings back to back for SECONDS per compile "
+                        "mode, with and without the tick guard, beside a thread ticking in the same process; "
+                        "the ticks' lateness (oxygen_ros/tools/bench_ticks.py)")
+    p.add_argument("--tick-period-ms", type=float, default=2.0, help="the probe's tick period with --tick-probe")
     add_model_args(p)
     args = p.parse_args(argv)
     try:
         Workload.parse(args.arrivals)
     except ValueError as e:
         p.error(str(e))
+    for name in ("tick_probe", "tick_period_ms"):
+        if getattr(args, name) is not None and getattr(args, name) <= 0:
+            p.error(f"--{name.replace('_', '-')} must be > 0")
     for name in ("frames", "cameras", "max_active", "action_horizon", "prompt_tokens", "repeats"):
         if getattr(args, name) is None:
             continue
@@ -118,6 +130,8 @@ def main(argv=None) -> int:
           file=sys.stderr)
     if args.pieces_only:
         return pieces_only(model, tok, args, loaded.source)
+    if args.tick_probe:
+        return tick_probe(model, tok, args, loaded.source)
     obs = synthetic_observations(32, c.vision.image_size, args.cameras, seed=args.seed)
     if args.prompt_tokens:
         try:
@@ -156,9 +170,22 @@ def pieces_only(model, tok, args: argparse.Namespace, source: str) -> int:
     from .bench_pieces import print_pieces, run_pieces
 
     result = run_pieces(model, tok, args)
+    print_pieces(result)
+    return _write(result, model, args, source)
+
+
+def tick_probe(model, tok, args: argparse.Namespace, source: str) -> int:
+    from .bench_ticks import print_tick_probe, run_tick_probe
+
+    result = run_tick_probe(model, tok, args)
+    print_tick_probe(result)
+    return _write(result, model, args, source)
+
+
+def _write(result: dict, model, args: argparse.Namespace, source: str) -> int:
+    """``result`` with the model's description, into ``--json`` if given."""
     result["model"] = {"source": source, "preset": model.config.name, "device": args.device, "dtype": args.dtype,
                        "threads": args.threads, "cameras": args.cameras}
-    print_pieces(result)
     if args.json:
         args.json.parent.mkdir(parents=True, exist_ok=True)
         args.json.write_text(json.dumps(result, indent=2, default=str))

@@ -1,0 +1,108 @@
+"""``oxygen-bench --tick-probe SECONDS``: control ticks beside frames in one process, without ROS.
+
+For each ``--compile`` mode, with and without the node's tick guard
+(``yield_to_ticks``), an engine runs frames back to back (5 ms rest after each,
+one request arriving per frame as ``--arrivals`` says) while a thread of the
+same process ticks every ``--tick-period-ms`` (:mod:`~oxygen_ros.core.tick_probe`).
+The rows take turns in one-second slices until each has run ``SECONDS``, so a
+change in the machine's load reaches them all alike. The process hands the
+interpreter lock over every 1 ms, as the inference node's does. Each row gives
+the ticks' lateness (and the frames' median, with the guard including the time a
+frame stepped aside for ticks): this is the part of the agent's tick jitter that comes from
+sharing a process with the frames, without DDS, other nodes or processes::
+
+    oxygen-bench --tick-probe 20 --settings oxygen --compile on,off --threads 1
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+import numpy as np
+
+from ..core.benchmark import synthetic_observations
+from ..core.engine import Engine, EngineConfig, Question
+from ..core.model.compile_setup import resolve_compile
+from ..core.tick_guard import TickGuard
+from ..core.tick_probe import frames_beside_ticks, lateness_summary
+from ..core.workloads import Workload
+
+SLICE_S = 1.0  # each row's turn
+REST_S = 0.005  # after each frame
+SWITCH_INTERVAL_S = 0.001  # as the inference node's process (ros/process.py: init_control_process)
+WARMUP_FRAMES = 20
+
+
+class _Row:
+    """One engine (compile mode, guard on or off) and what its slices recorded."""
+
+    def __init__(self, model, tok, args: argparse.Namespace, mode: str, guarded: bool, observations: list):
+        steps = args.denoise_steps[0] if args.denoise_steps else None
+        self.engine = Engine(model, tok, EngineConfig(
+            setting=args.settings[0], max_decode=args.max_decode[0], steps_per_frame=args.steps_per_frame[0],
+            denoise_steps=steps, max_active=args.max_active, language_every_n_frames=0, seed=args.seed,
+            compile=mode, max_cameras=args.cameras))
+        self.engine.warm_up()
+        self.mode, self.guard = mode, TickGuard() if guarded else None
+        self.engine.pause_point = self.guard.pause_point if self.guard else None
+        self.observations = observations
+        self.arrivals = Workload.parse(args.arrivals).schedule(1000, args.max_decode[0], seed=args.seed)
+        self.f = 0
+        self.late: list[np.ndarray] = []
+        self.frames_ms: list[float] = []
+        for _ in range(WARMUP_FRAMES):
+            self.frame()
+
+    def frame(self) -> None:
+        f, self.f = self.f, self.f + 1
+        asks = [Question("", max_tokens=n) for n in self.arrivals[f % len(self.arrivals)]]
+        self.engine.step([self.observations[f % len(self.observations)]], asks)
+
+    def run(self, seconds: float, period_s: float) -> None:
+        late, frames_ms = frames_beside_ticks(self.frame, seconds, period_s=period_s, rest_s=REST_S,
+                                              guard=self.guard)
+        self.late.append(late)
+        self.frames_ms += frames_ms
+
+    def result(self) -> dict:
+        out = {"compile": self.mode, "compiled": self.engine.compiled is not None, "tick_guard": self.guard is not None,
+               "frames": len(self.frames_ms), "frame_median_ms": float(np.median(self.frames_ms)),
+               "recompiles": self.engine.recompiles}
+        out.update(lateness_summary(np.concatenate(self.late)))
+        return out
+
+
+def run_tick_probe(model, tok, args: argparse.Namespace) -> dict:
+    """Every row (compile mode x guard on/off) in turns of :data:`SLICE_S` for ``args.tick_probe`` seconds each."""
+    enabled = dict.fromkeys(resolve_compile(m, args.device).enabled for m in args.compile)  # in order, once
+    modes = ["on" if e else "off" for e in enabled]
+    c = model.config
+    observations = synthetic_observations(32, c.vision.image_size, args.cameras, seed=args.seed)
+    previous = sys.getswitchinterval()
+    sys.setswitchinterval(SWITCH_INTERVAL_S)
+    try:
+        rows = [_Row(model, tok, args, mode, guarded, observations) for mode in modes for guarded in (True, False)]
+        done = 0.0
+        while done < args.tick_probe:
+            turn = min(SLICE_S, args.tick_probe - done)
+            for row in rows:
+                row.run(turn, args.tick_period_ms / 1e3)
+            done += turn
+    finally:
+        sys.setswitchinterval(previous)
+    return {"setting": args.settings[0], "seconds": args.tick_probe, "tick_period_ms": args.tick_period_ms,
+            "rows": [row.result() for row in rows]}
+
+
+def print_tick_probe(result: dict) -> None:
+    print(f"ticks every {result['tick_period_ms']} ms beside {result['setting']} frames, "
+          f"{result['seconds']} s per row (lateness, ms)")
+    head = f"{'compile':>8} {'guard':>6} {'frames':>7} {'frame med':>10} {'late p50':>9} {'late p99':>9} " \
+           f"{'late max':>9} {'> 2 ms':>7}"
+    print(head)
+    print("-" * len(head))
+    for r in result["rows"]:
+        print(f"{'on' if r['compiled'] else 'off':>8} {'on' if r['tick_guard'] else 'off':>6} {r['frames']:>7} "
+              f"{r['frame_median_ms']:>10.2f} {r['late_p50_ms']:>9.3f} {r['late_p99_ms']:>9.3f} "
+              f"{r['late_max_ms']:>9.2f} {r['share_over']:>7.1%}")
