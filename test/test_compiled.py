@@ -71,7 +71,8 @@ def _mixed_cameras(tok, present):
     return dataclasses.replace(batch, image_mask=torch.tensor(present, dtype=torch.bool))
 
 
-@pytest.mark.parametrize("present", [[[1, 0, 1], [0, 1, 0]], [[0, 0, 1]], [[0, 0, 0], [1, 1, 0]]])
+@pytest.mark.parametrize("present", [[[1, 0, 1], [0, 1, 0]], [[0, 0, 1]], [[0, 0, 0], [1, 1, 0]], [[1, 0, 0]],
+                                     [[1, 1, 0], [1, 0, 0]]])
 def test_bucketed_prefill_runs_over_the_robots_cameras_only_and_keeps_the_prefix(lively_tiny, tok, present):
     """A robot with 2 cameras on a model with 3 slots: the graphs take 2 slots, each row's present
     cameras first (row [1, 0, 1] becomes slots 0 and 2), and the prefix is the eager one."""

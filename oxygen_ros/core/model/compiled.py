@@ -240,7 +240,7 @@ class CompiledVLA:
         n = bucket_for(int(batch.token_mask[lo:hi].sum(dim=1).max()), self.prompt_buckets, "a prompt")
         present = batch.image_mask[lo:hi]
         k = bucket_for(max(1, int(present.sum(dim=1).max())), self.camera_buckets, "cameras present")
-        if rows == b and bool(present[:, :k].all()):  # no padding row, every row's cameras already first
+        if rows == b and bool((present[:, 1:] <= present[:, :-1]).all()):  # no padding row, cameras already first
             part = PrefixBatch(batch.pixels[lo:hi, :k], present[:, :k], batch.tokens[lo:hi, :n],
                                batch.token_mask[lo:hi, :n])
         else:
