@@ -22,9 +22,10 @@ control tick), and Linux queues the woken thread on the waker's core, behind the
 package's run, even when the other core is idle (seen on a 2-core VM with
 ``perf sched timehist``: 2.8 ms of scheduling delay, the package's whole run). The
 yield lets the woken thread run first. Measured with a thread ticking every 2 ms
-beside back-to-back compiled frames (default model, 8 s, three rounds, interleaved):
+beside back-to-back compiled frames (default model, 8 s, two rounds, interleaved):
 ticks late by more than 2 ms fell from 288 / 327 to 74 / 54 of 4000, p99 lateness
-from 4.1 / 4.5 ms to 2.4 / 2.3 ms (eager frames: 1.9 / 1.2 ms).
+from 4.1 / 4.5 ms to 2.4 / 2.3 ms (eager frames: 1.9 / 1.2 ms); ``oxygen-bench
+--tick-probe`` shows the same (README, Compiled frames).
 """
 
 from __future__ import annotations
