@@ -18,12 +18,20 @@ from robot_harness import RobotClient, robots_node
 from ros_harness import checkout_env, until, unique_prefix
 
 STEPS = 8
+#: Robot a's control rate. The lockstep client sends its next observation only once the
+#: chunk of the one before has come back, so the gap between two chunks is a whole round
+#: trip through this test's process (its DDS, the frame, the client's polling): at 20 Hz a
+#: chunk of the default model's 10 rows covers 500 ms. At 50 Hz (200 ms) that round trip
+#: overran now and then on a loaded 2-core machine (both cores busy elsewhere: 6-19
+#: underruns in 3 of 4 runs of the shared replay); a flood that stalled a's frames for
+#: longer than a chunk still shows.
+CONTROL_RATE_HZ = 20.0
 
 
 def _replay_a(ros, robots, flood: bool):
     """Robot a's first chunk message of each of its STEPS observations, its tick counts, the node."""
     prefix = unique_prefix()
-    node = robots_node(ros, prefix, robots, max_observation_age=0.0)
+    node = robots_node(ros, prefix, robots, max_observation_age=0.0, control_rate_hz=CONTROL_RATE_HZ)
     test_node = ros.node("oxygen_test_isolation")
     clients = {r: RobotClient(test_node, prefix, r) for r in robots}
     for c in clients.values():
