@@ -120,7 +120,7 @@ class Run:
 
     def __init__(self, model: VLA, tokenizer: Tokenizer, spec: RunSpec, observations: list[Observation]):
         self.model, self.spec, self.observations = model, spec, observations
-        self.engine = _engine(model, tokenizer, spec)
+        self.engine = engine_for(model, tokenizer, spec)
         self.compile_s = _median_ms(self.engine.warm_up, repeats=1, warmup=0) / 1e3
         self.workload = Workload.parse(spec.arrivals)
         self.schedule = self.workload.schedule(spec.warmup + spec.frames, spec.max_decode, seed=spec.seed)
@@ -204,7 +204,8 @@ def compare_agents(runs: list[dict]) -> None:
                                        if one else None)
 
 
-def _engine(model: VLA, tokenizer: Tokenizer, spec: RunSpec) -> Engine:
+def engine_for(model: VLA, tokenizer: Tokenizer, spec: RunSpec) -> Engine:
+    """The engine a benchmark run of ``spec`` runs its frames on."""
     config = EngineConfig(setting=spec.setting, max_decode=spec.max_decode, steps_per_frame=spec.steps_per_frame,
                           denoise_steps=spec.denoise_steps, max_active=spec.max_active,
                           queue_limit=spec.queue_limit, max_observations_per_frame=spec.agents,

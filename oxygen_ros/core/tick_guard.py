@@ -28,6 +28,9 @@ import threading
 import time
 from collections.abc import Callable
 
+#: how often (s) a thread running Python hands the interpreter lock to one waiting for it, in a
+#: process that runs the control tick beside the frames (``sys.setswitchinterval``; Python's default 5 ms)
+SWITCH_INTERVAL_S = 0.001
 #: first guesses of each piece's length (ms) until one has been measured
 INITIAL_WORK_MS = {"prefill": 3.0, "denoise": 1.0, "decode": 1.0}
 #: weight of the newest measurement in the moving average of a piece's length

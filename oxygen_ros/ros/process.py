@@ -18,6 +18,8 @@ import threading
 import rclpy
 from rclpy.signals import SignalHandlerOptions
 
+from ..core.tick_guard import SWITCH_INTERVAL_S
+
 
 def report_leftover_threads(name: str, out=sys.stderr) -> list:
     """Threads still running at exit besides the main thread (none expected: the
@@ -60,7 +62,7 @@ def init_control_process(args=None) -> None:
     code hands the interpreter lock over every 1 ms (so it never holds it through a
     tick), SIGTERM ends the process like Ctrl-C, and rclpy starts without its own signal
     handlers (shutdown is ours: requests are cancelled first)."""
-    sys.setswitchinterval(0.001)
+    sys.setswitchinterval(SWITCH_INTERVAL_S)
     install_sigterm_as_keyboard_interrupt()
     rclpy.init(args=args, signal_handler_options=SignalHandlerOptions.NO)
 

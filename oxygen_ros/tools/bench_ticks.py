@@ -1,14 +1,15 @@
 """``oxygen-bench --tick-probe SECONDS``: control ticks beside frames in one process, without ROS.
 
 For each ``--compile`` mode, with and without the node's tick guard
-(``yield_to_ticks``), an engine runs frames back to back (5 ms rest after each,
-one request arriving per frame as ``--arrivals`` says) while a thread of the
-same process ticks every ``--tick-period-ms`` (:mod:`~oxygen_ros.core.tick_probe`).
-The rows take turns in one-second slices until each has run ``SECONDS``, so a
-change in the machine's load reaches them all alike. The process hands the
-interpreter lock over every 1 ms, as the inference node's does. Each row gives
-the ticks' lateness (and the frames' median, with the guard including the time a
-frame stepped aside for ticks): this is the part of the agent's tick jitter that comes from
+(``yield_to_ticks``), the engine of an ``oxygen-bench`` run with the same
+options runs frames back to back (5 ms rest after each, requests arriving as
+``--arrivals`` says) while a thread of the same process ticks every
+``--tick-period-ms`` (:mod:`~oxygen_ros.core.tick_probe`). The rows take turns
+in one-second slices until each has run ``SECONDS``, so a change in the
+machine's load reaches them all alike. The process hands the interpreter lock
+over every 1 ms, as the inference node's does. Each row gives the ticks'
+lateness (and the frames' median, with the guard including the time a frame
+stepped aside for ticks): the part of the agent's tick jitter that comes from
 sharing a process with the frames, without DDS, other nodes or processes::
 
     oxygen-bench --tick-probe 20 --settings oxygen --compile on,off --threads 1
@@ -21,16 +22,15 @@ import sys
 
 import numpy as np
 
-from ..core.benchmark import synthetic_observations
-from ..core.engine import Engine, EngineConfig, Question
+from ..core.benchmark import RunSpec, engine_for, synthetic_observations
+from ..core.engine import Question
 from ..core.model.compile_setup import resolve_compile
-from ..core.tick_guard import TickGuard
+from ..core.tick_guard import SWITCH_INTERVAL_S, TickGuard
 from ..core.tick_probe import frames_beside_ticks, lateness_summary
 from ..core.workloads import Workload
 
 SLICE_S = 1.0  # each row's turn
 REST_S = 0.005  # after each frame
-SWITCH_INTERVAL_S = 0.001  # as the inference node's process (ros/process.py: init_control_process)
 WARMUP_FRAMES = 20
 
 
@@ -38,16 +38,16 @@ class _Row:
     """One engine (compile mode, guard on or off) and what its slices recorded."""
 
     def __init__(self, model, tok, args: argparse.Namespace, mode: str, guarded: bool, observations: list):
-        steps = args.denoise_steps[0] if args.denoise_steps else None
-        self.engine = Engine(model, tok, EngineConfig(
-            setting=args.settings[0], max_decode=args.max_decode[0], steps_per_frame=args.steps_per_frame[0],
-            denoise_steps=steps, max_active=args.max_active, language_every_n_frames=0, seed=args.seed,
-            compile=mode, max_cameras=args.cameras))
+        steps = (args.denoise_steps or [model.config.denoise_steps])[0]
+        # the engine of the first run of ``oxygen-bench`` with these options (frames and warm-up unused)
+        spec = RunSpec(args.settings[0], args.max_decode[0], args.steps_per_frame[0], steps, 0, 0, args.arrivals,
+                       max_active=args.max_active, seed=args.seed, compile=mode, cameras=args.cameras)
+        self.engine = engine_for(model, tok, spec)
         self.engine.warm_up()
         self.mode, self.guard = mode, TickGuard() if guarded else None
         self.engine.pause_point = self.guard.pause_point if self.guard else None
         self.observations = observations
-        self.arrivals = Workload.parse(args.arrivals).schedule(1000, args.max_decode[0], seed=args.seed)
+        self.arrivals = Workload.parse(spec.arrivals).schedule(1000, spec.max_decode, seed=spec.seed)
         self.f = 0
         self.late: list[np.ndarray] = []
         self.frames_ms: list[float] = []
