@@ -159,6 +159,24 @@ def test_matmul_reference_counts_every_product_of_a_piece():
     assert time_matmuls(products, repeats=2) > 0
 
 
+def test_matmul_reference_takes_the_faster_layout_of_each_product(monkeypatch):
+    """Each shape is timed with its second operand as [K, N] and as a transposed [N, K] (a
+    linear layer's weight); the faster one, times how often the piece makes it, counts."""
+    from oxygen_ros.core import matmul_reference
+
+    seen = []
+
+    def fake_median_ms(call, repeats, device):
+        out = call()
+        seen.append(out.shape)
+        return 3.0 if len(seen) % 2 else 2.0  # the transposed layout, timed second, is faster
+
+    monkeypatch.setattr(matmul_reference, "_median_ms", fake_median_ms)
+    products = {("mm", 1, 6, 4, 5, torch.float32): 3, ("bmm", 2, 3, 7, 4, torch.float32): 1}
+    assert matmul_reference.time_matmuls(products) == 3 * 2.0 + 1 * 2.0
+    assert seen == [(6, 5), (6, 5), (2, 3, 4), (2, 3, 4)]
+
+
 def test_bench_pieces_only_times_the_pieces_against_their_matrix_products(tmp_path, capsys):
     out = tmp_path / "pieces.json"
     assert bench.main(["--preset", "tiny", "--pieces-only", "--compile", "off", "--repeats", "2", "--cameras", "2",

@@ -6,7 +6,11 @@ dtype of every matrix product it makes (linear layers, ``mm``, ``addmm``,
 so the reference leaves attention out). :func:`time_matmuls` then times each distinct
 shape as a plain ``torch.mm`` / ``torch.bmm`` on fresh operands, as many times
 as the piece makes it, which is what the piece's arithmetic costs on this
-machine with nothing else around it. The benchmark reports a piece's achieved
+machine with nothing else around it. Each shape is timed with its second
+operand in both layouts, ``[K, N]`` and ``[N, K]`` transposed (a linear
+layer's weight), and the faster counts: which layout the BLAS library runs
+faster depends on the CPU (on one 2-core AVX-512 machine the transposed
+layout ran 1.5x faster in bfloat16), and the peak is the faster of the two. The benchmark reports a piece's achieved
 FLOP/s against these products' (``oxygen-bench --pieces-only``): 1.0 means
 the piece runs its products at the speed of plain ones and spends nothing
 elsewhere.
@@ -69,26 +73,32 @@ def _sync(device: str | torch.device) -> None:
         torch.cuda.synchronize(device)
 
 
+def _median_ms(call: Callable[[], object], repeats: int, device: str | torch.device) -> float:
+    call()  # first call: allocation, kernel choice
+    times = []
+    for _ in range(repeats):
+        _sync(device)
+        start = time.perf_counter()
+        call()
+        _sync(device)
+        times.append(time.perf_counter() - start)
+    return statistics.median(times) * 1e3
+
+
+def _product(op: str, a: torch.Tensor, b: torch.Tensor) -> Callable[[], object]:
+    return (lambda: torch.mm(a, b)) if op == "mm" else (lambda: torch.bmm(a, b))
+
+
 def time_matmuls(products: collections.Counter[Product], repeats: int = 5, device: str | torch.device = "cpu") -> float:
     """Milliseconds that ``products`` take as plain products: for each shape, the median of
-    ``repeats`` timed calls times how often the piece makes it."""
+    ``repeats`` timed calls in the faster of the two layouts of its second operand, times how
+    often the piece makes it."""
     total = 0.0
     with torch.inference_mode():
         for (op, batch, m, k, n, dtype), count in products.items():
-            if op == "mm":
-                a, b = torch.randn(m, k, dtype=dtype, device=device), torch.randn(k, n, dtype=dtype, device=device)
-                call = lambda a=a, b=b: torch.mm(a, b)  # noqa: E731
-            else:
-                a = torch.randn(batch, m, k, dtype=dtype, device=device)
-                b = torch.randn(batch, k, n, dtype=dtype, device=device)
-                call = lambda a=a, b=b: torch.bmm(a, b)  # noqa: E731
-            call()  # first call: allocation, kernel choice
-            times = []
-            for _ in range(repeats):
-                _sync(device)
-                start = time.perf_counter()
-                call()
-                _sync(device)
-                times.append(time.perf_counter() - start)
-            total += statistics.median(times) * 1e3 * count
+            lead = () if op == "mm" else (batch,)
+            a = torch.randn(*lead, m, k, dtype=dtype, device=device)
+            rows = torch.randn(*lead, k, n, dtype=dtype, device=device)  # [K, N]
+            cols = torch.randn(*lead, n, k, dtype=dtype, device=device).transpose(-1, -2)  # [N, K] seen as [K, N]
+            total += count * min(_median_ms(_product(op, a, b), repeats, device) for b in (rows, cols))
     return total
