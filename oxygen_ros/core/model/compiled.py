@@ -263,7 +263,8 @@ class CompiledVLA:
     # ------------------------------------------------------------------ running a graph
     def _prepared(self, tensors: tuple[Tensor, ...]) -> tuple[Tensor, ...]:
         """``tensors`` as every graph was built for them: on the device, contiguous."""
-        return tuple(t.to(self.model.device).contiguous() for t in tensors)
+        device = self.model.device  # looked up once: a module attribute lookup per tensor showed in profiles
+        return tuple(t.to(device).contiguous() for t in tensors)
 
     def _run(self, name: str, *tensors: Tensor):
         inputs = self._prepared(tensors)
