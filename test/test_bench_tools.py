@@ -33,6 +33,22 @@ def test_bench_writes_json_and_figures(tmp_path, capsys):
     assert "oxygen" in table and "upper bound" in table
 
 
+def test_upper_bound_decodes_as_the_engine_calls_the_decode():
+    """Eager, k decode steps are k one-step calls; compiled, one k-step call, whose fixed cost is
+    paid once: on the line through the one-step call and the K-step call that were measured."""
+    from oxygen_ros.core.benchmark import decode_call_ms, upper_bound
+
+    eager = {"prefill_ms": 2.0, "denoise_step_ms": 0.5, "decode_step_ms": {1: 0.3}, "decode_round_step_ms": {},
+             "decode_round_steps": 0}
+    compiled = dict(eager, decode_round_step_ms={1: 0.14}, decode_round_steps=5)  # a 5-step call: 0.7 ms
+    assert decode_call_ms(eager, 5) == pytest.approx(1.5)
+    assert decode_call_ms(compiled, 5) == pytest.approx(0.7)
+    assert decode_call_ms(compiled, 3) == pytest.approx(0.3 + 2 * 0.1)
+    assert decode_call_ms(compiled, 1) == pytest.approx(0.3)
+    assert upper_bound(compiled, S=10, k=5, H=10)["frame_latency_ms"] == pytest.approx(2.0 + 5.0 + 0.7)
+    assert upper_bound(eager, S=10, k=5, H=10)["frame_latency_ms"] == pytest.approx(2.0 + 5.0 + 1.5)
+
+
 def test_bench_refuses_bad_options(capsys):
     with pytest.raises(SystemExit):
         bench.main(["--settings", "fastest"])

@@ -268,7 +268,7 @@ def measure_components(model: VLA, tokenizer: Tokenizer, *, batch_sizes: Sequenc
         if compile and run.decode_steps > 1:
             rounds[b] = _decode_ms(run, compile, cache, v, tokens, run.decode_steps, repeats) / run.decode_steps
     return {"prefill_ms": prefill_ms, "denoise_step_ms": denoise_ms, "decode_step_ms": decode,
-            "decode_round_step_ms": rounds,
+            "decode_round_step_ms": rounds, "decode_round_steps": run.decode_steps if rounds else 0,
             "prefix_tokens": length, "slot_len": cache.max_len, "cameras": cams, "compiled": compile,
             "recompiles": run.recompiles if compile and warm_all else 0}
 
@@ -284,12 +284,27 @@ def _decode_ms(run: VLA | CompiledVLA, compiled: bool, cache, view: SlotView, to
     return _median_ms(lambda: run.decode(cache, view, tokens, left, allowed, -1, steps), repeats)
 
 
+def decode_call_ms(components: dict, k: int) -> float:
+    """``k`` decode steps at batch 1 as an engine runs them: eager, ``k`` one-step calls;
+    compiled, one call of ``k`` steps, on the line through the measured one-step call
+    (``decode_step_ms[1]``) and ``K``-step call (``decode_round_step_ms[1]`` x ``K``) when
+    both were measured (a call's fixed cost is paid once, each step adds the same)."""
+    one = components["decode_step_ms"][1]
+    big = components.get("decode_round_steps", 0)
+    rounds = components.get("decode_round_step_ms") or {}
+    if k <= 1 or big <= 1 or 1 not in rounds:
+        return k * one
+    per_step = (rounds[1] * big - one) / (big - 1)
+    return one + (k - 1) * per_step
+
+
 def upper_bound(components: dict, *, S: int, k: int, H: int, tokens_per_frame: float | None = None) -> dict:
     """The frame if batching were free: shared prefill + S denoise steps + k decode
-    steps at batch 1. Its throughput is ``tokens_per_frame`` (default k: batch 1;
-    pass the batched run's measured tokens per frame, i.e. B·k plus first tokens)
-    over that frame time."""
-    t = components["prefill_ms"] + S * components["denoise_step_ms"] + k * components["decode_step_ms"][1]
+    steps at batch 1 (:func:`decode_call_ms`: compiled, one k-step call, as the engine
+    runs them). Its throughput is ``tokens_per_frame`` (default k: batch 1; pass the
+    batched run's measured tokens per frame, i.e. B·k plus first tokens) over that
+    frame time."""
+    t = components["prefill_ms"] + S * components["denoise_step_ms"] + decode_call_ms(components, k)
     per_frame = k if tokens_per_frame is None else tokens_per_frame
     return {"frame_latency_ms": t, "action_frequency_hz": H / (t / 1e3),
             "language_throughput_tps": per_frame / (t / 1e3), "tokens_per_frame": per_frame, "S": S, "k": k}
