@@ -10,7 +10,8 @@ machine with nothing else around it. Each shape is timed with its second
 operand in both layouts, ``[K, N]`` and ``[N, K]`` transposed (a linear
 layer's weight), and the faster counts: which layout the BLAS library runs
 faster depends on the CPU (on one 2-core AVX-512 machine the transposed
-layout ran 1.5x faster in bfloat16), and the peak is the faster of the two. The benchmark reports a piece's achieved
+layout ran 1.5x faster in bfloat16), and the peak is the faster of the two.
+The benchmark reports a piece's achieved
 FLOP/s against these products' (``oxygen-bench --pieces-only``): 1.0 means
 the piece runs its products at the speed of plain ones and spends nothing
 elsewhere.
