@@ -182,12 +182,12 @@ def test_matmul_reference_takes_the_faster_layout_of_each_product(monkeypatch):
 
     seen = []
 
-    def fake_median_ms(call, repeats, device):
+    def fake_median_ms(call, repeats, warmup, device):
         out = call()
         seen.append(out.shape)
         return 3.0 if len(seen) % 2 else 2.0  # the transposed layout, timed second, is faster
 
-    monkeypatch.setattr(matmul_reference, "_median_ms", fake_median_ms)
+    monkeypatch.setattr(matmul_reference, "median_ms", fake_median_ms)
     products = {("mm", 1, 6, 4, 5, torch.float32): 3, ("bmm", 2, 3, 7, 4, torch.float32): 1}
     assert matmul_reference.time_matmuls(products) == 3 * 2.0 + 1 * 2.0
     assert seen == [(6, 5), (6, 5), (2, 3, 4), (2, 3, 4)]

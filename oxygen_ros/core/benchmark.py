@@ -28,6 +28,7 @@ from .model.compiled import CompiledVLA
 from .model.vla import VLA
 from .observation import Observation, make_prefix_batch
 from .sim.scene import render, sample_scene
+from . import timing
 from .tokenizer import Tokenizer, prompt_ids
 from .workloads import Workload
 
@@ -121,7 +122,7 @@ class Run:
     def __init__(self, model: VLA, tokenizer: Tokenizer, spec: RunSpec, observations: list[Observation]):
         self.model, self.spec, self.observations = model, spec, observations
         self.engine = engine_for(model, tokenizer, spec)
-        self.compile_s = _median_ms(self.engine.warm_up, repeats=1, warmup=0) / 1e3
+        self.compile_s = timing.median_ms(self.engine.warm_up, repeats=1, warmup=0, device=model.device) / 1e3
         self.workload = Workload.parse(spec.arrivals)
         self.schedule = self.workload.schedule(spec.warmup + spec.frames, spec.max_decode, seed=spec.seed)
         self.f = 0
@@ -214,17 +215,6 @@ def engine_for(model: VLA, tokenizer: Tokenizer, spec: RunSpec) -> Engine:
     return Engine(model, tokenizer, config)
 
 
-def _median_ms(fn: Callable[[], object], repeats: int, warmup: int = 3) -> float:
-    for _ in range(warmup):
-        fn()
-    times = []
-    for _ in range(repeats):
-        t0 = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - t0)
-    return statistics.median(times) * 1e3
-
-
 def measure_components(model: VLA, tokenizer: Tokenizer, *, batch_sizes: Sequence[int] = (1, 2, 4, 8),
                        cameras: int | None = None, repeats: int = 30, decode_context: int = 16,
                        denoise_steps: int = 1, compile: bool = False, slot_len: int | None = None,
@@ -253,10 +243,11 @@ def measure_components(model: VLA, tokenizer: Tokenizer, *, batch_sizes: Sequenc
             run.warm_up()
     res = run.prefill(batch, cache, [[0]])
     length = int(res.lengths[0])
-    prefill_ms = _median_ms(lambda: run.prefill(batch, cache, [[0]]), repeats)
+    prefill_ms = timing.median_ms(lambda: run.prefill(batch, cache, [[0]]), repeats, device=model.device)
     noise = torch.randn(1, c.action_horizon, c.action_dim)
     view = SlotView.of(0, [length])
-    denoise_ms = _median_ms(lambda: run.denoise(cache, view, noise, denoise_steps), repeats) / denoise_steps
+    denoise_ms = timing.median_ms(lambda: run.denoise(cache, view, noise, denoise_steps), repeats,
+                                  device=model.device) / denoise_steps
     decode, rounds = {}, {}
     for b in batch_sizes:
         for s in range(b):
@@ -278,10 +269,11 @@ def _decode_ms(run: VLA | CompiledVLA, compiled: bool, cache, view: SlotView, to
     """Median time of ``steps`` decode steps at ``tokens``' batch size: eager, a decode step; compiled,
     a decode call of ``steps`` steps (no row ends early), as the engine's graphs run it."""
     if not compiled:
-        return _median_ms(lambda: run.decode_step(cache, view, tokens), repeats)
+        return timing.median_ms(lambda: run.decode_step(cache, view, tokens), repeats, device=cache.k.device)
     allowed = torch.ones(run.model.config.vocab_size, dtype=torch.bool)
     left = torch.full(tokens.shape, run.decode_steps, dtype=torch.long)
-    return _median_ms(lambda: run.decode(cache, view, tokens, left, allowed, -1, steps), repeats)
+    return timing.median_ms(lambda: run.decode(cache, view, tokens, left, allowed, -1, steps), repeats,
+                            device=cache.k.device)
 
 
 def decode_call_ms(components: dict, k: int) -> float:

@@ -20,12 +20,12 @@ elsewhere.
 from __future__ import annotations
 
 import collections
-import statistics
-import time
 from collections.abc import Callable
 
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
+
+from .timing import median_ms
 
 #: (op, batch, m, k, n, dtype) of one matrix product; batch is 1 for mm/addmm
 Product = tuple[str, int, int, int, int, torch.dtype]
@@ -69,23 +69,6 @@ def flops(products: collections.Counter[Product]) -> int:
     return sum(2 * batch * m * k * n * count for (_, batch, m, k, n, _), count in products.items())
 
 
-def _sync(device: str | torch.device) -> None:
-    if torch.device(device).type == "cuda":
-        torch.cuda.synchronize(device)
-
-
-def _median_ms(call: Callable[[], object], repeats: int, device: str | torch.device) -> float:
-    call()  # first call: allocation, kernel choice
-    times = []
-    for _ in range(repeats):
-        _sync(device)
-        start = time.perf_counter()
-        call()
-        _sync(device)
-        times.append(time.perf_counter() - start)
-    return statistics.median(times) * 1e3
-
-
 def _product(op: str, a: torch.Tensor, b: torch.Tensor) -> Callable[[], object]:
     return (lambda: torch.mm(a, b)) if op == "mm" else (lambda: torch.bmm(a, b))
 
@@ -101,5 +84,6 @@ def time_matmuls(products: collections.Counter[Product], repeats: int = 5, devic
             a = torch.randn(*lead, m, k, dtype=dtype, device=device)
             rows = torch.randn(*lead, k, n, dtype=dtype, device=device)  # [K, N]
             cols = torch.randn(*lead, n, k, dtype=dtype, device=device).transpose(-1, -2)  # [N, K] seen as [K, N]
-            total += count * min(_median_ms(_product(op, a, b), repeats, device) for b in (rows, cols))
+            layouts = (median_ms(_product(op, a, b), repeats, warmup=1, device=device) for b in (rows, cols))
+            total += count * min(layouts)
     return total

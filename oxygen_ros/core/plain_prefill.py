@@ -25,6 +25,7 @@ from torch import Tensor
 
 from .model.cache import KVCache
 from .model.vla import VLA, PrefixBatch
+from .timing import synchronize
 
 ATTENTION = ("eager", "sdpa")
 
@@ -101,8 +102,10 @@ def compare_prefill(model: VLA, batch: PrefixBatch, attention: list[str], repeat
     times: dict[str, list[float]] = {name: [] for name in runs}
     for rep in range(repeats):
         for name, run in runs.items():
+            synchronize(model.device)
             start = time.perf_counter()
             run()
+            synchronize(model.device)
             times[name].append(time.perf_counter() - start)
         progress(f"repeat {rep + 1}/{repeats}: " + ", ".join(f"{n} {t[-1]:.3f} s" for n, t in times.items()))
     ours_positions = int((batch.image_mask.sum(1) * model.config.vision.tokens_per_image
