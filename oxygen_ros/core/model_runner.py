@@ -77,8 +77,7 @@ class ModelRunner:
         if pieces is self.model:
             logits = self.model.decode_step(cache, view, torch.tensor(tokens))
             return [[t] for t in self.greedy(logits).tolist()]
-        return pieces.decode(cache, view, torch.tensor(tokens), torch.tensor(remaining), self._allowed, eos_id,
-                             steps).tolist()
+        return pieces.decode(cache, view, tokens, remaining, self._allowed, eos_id, steps).tolist()
 
     def greedy(self, logits: torch.Tensor) -> torch.Tensor:
         """The most likely token among those the tokenizer can decode."""

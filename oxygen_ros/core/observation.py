@@ -18,7 +18,7 @@ import torch
 import torch.nn.functional as F
 
 from .model.config import ModelConfig
-from .model.vision import images_to_pixels
+from .model.vision import planes_to_pixels
 from .model.vla import PrefixBatch
 from .tokenizer import Tokenizer, tokenize_prompt
 
@@ -114,7 +114,7 @@ def make_prefix_batch(
         raise ValueError("make_prefix_batch needs at least one observation")
     size, cams = config.vision.image_size, config.max_cameras
     max_len = max_token_len or config.max_token_len
-    pixels = np.zeros((len(observations), cams, size, size, 3), dtype=np.uint8)
+    pixels = np.zeros((len(observations), cams, 3, size, size), dtype=np.uint8)  # colour planes
     image_mask = np.zeros((len(observations), cams), dtype=bool)
     tokens = np.zeros((len(observations), max_len), dtype=np.int64)
     token_mask = np.zeros((len(observations), max_len), dtype=bool)
@@ -123,11 +123,11 @@ def make_prefix_batch(
         names = list(camera_names) if camera_names is not None else list(obs.images)
         for c, name in enumerate(names[:cams]):
             if name in obs.images:
-                pixels[b, c] = resize_with_pad(obs.images[name], size)
+                pixels[b, c] = resize_with_pad(obs.images[name], size).transpose(2, 0, 1)
                 image_mask[b, c] = True
         tokens[b], token_mask[b] = tokenize_prompt(tokenizer, obs.instruction, obs.state, max_len)
     return PrefixBatch(
-        pixels=images_to_pixels(torch.from_numpy(pixels)),
+        pixels=planes_to_pixels(torch.from_numpy(pixels)),
         image_mask=torch.from_numpy(image_mask),
         tokens=torch.from_numpy(tokens),
         token_mask=torch.from_numpy(token_mask),

@@ -76,6 +76,7 @@ class CompiledVLA:
         self._compile = compile
         self._pieces: dict[tuple, Callable[..., object]] = {}
         self._columns = torch.arange(self.decode_steps)  # its length is the loop's K (a graph input)
+        self._scalars: dict[int, Tensor] = {}
 
     def _piece(self, name: str, inputs: tuple[Tensor, ...]) -> Callable[..., object]:
         """The graph of piece ``name`` at the shapes of ``inputs``: loaded (or built) on first use."""
@@ -170,8 +171,8 @@ class CompiledVLA:
             raise ValueError(f"a compiled decode step reads slots from 0, got a view from slot {view.start}")
         return self._run_decode(*self._decode_inputs(view.rows, view, tokens))[: view.rows]
 
-    def decode(self, cache: KVCache, view: SlotView, tokens: Tensor, remaining: Tensor, allowed: Tensor,
-               eos_id: int, steps: int) -> Tensor:
+    def decode(self, cache: KVCache, view: SlotView, tokens: Tensor | Sequence[int], remaining: Tensor | Sequence[int],
+               allowed: Tensor, eos_id: int, steps: int) -> Tensor:
         """Up to ``steps`` greedy decode steps over a view from slot 0, in one call: ``min(steps,
         decode_steps)`` (see :meth:`.static.StaticPieces.decode_loop`; on CUDA one step). ``remaining``
         [rows] tokens each row may still produce, ``allowed`` [vocab] bool -> chosen tokens [rows, n]
@@ -186,18 +187,17 @@ class CompiledVLA:
         if not self.loops:
             logits = self._run_decode(*inputs)[: view.rows]
             return greedy_allowed(logits, allowed.to(logits.device))[:, None].cpu()
-        padded = torch.zeros(inputs[0].shape[0], dtype=torch.long)
-        padded[: view.rows] = remaining
-        return self._run("decode_loop", *self._loop_inputs(*inputs, padded, allowed, eos_id, n))[: view.rows, :n]
+        left = _padded(remaining, inputs[0].shape[0], torch.long)
+        return self._run("decode_loop", *self._loop_inputs(*inputs, left, allowed, eos_id, n))[: view.rows, :n]
 
     def _decode_inputs(self, rows: int, view: SlotView | None = None, tokens: Tensor | None = None):
+        """Tokens, lengths and live flags of a decode bucket's rows (one tensor each, built on the
+        host: a few small tensor operations per input cost more than the list)."""
         b = bucket_for(rows, self.decode_buckets, "a decode batch")
-        padded = torch.zeros(b, dtype=torch.long), torch.zeros(b, dtype=torch.long), torch.zeros(b, dtype=torch.bool)
-        if view is not None:
-            padded[0][:rows] = tokens.reshape(-1)
-            padded[1][:rows] = view.lengths
-            padded[2][:rows] = True if view.live is None else view.live
-        return padded
+        if view is None:
+            return torch.zeros(b, dtype=torch.long), torch.zeros(b, dtype=torch.long), torch.zeros(b, dtype=torch.bool)
+        live = [True] * rows if view.live is None else view.live
+        return (_padded(tokens, b, torch.long), _padded(view.lengths, b, torch.long), _padded(live, b, torch.bool))
 
     def denoise(self, cache: KVCache, view: SlotView, noise: Tensor, steps: int | None = None,
                 before_step: Callable[[], None] | None = None) -> Tensor:
@@ -210,13 +210,11 @@ class CompiledVLA:
         if before_step is not None:
             before_step()
         b = bucket_for(view.rows, self.observation_buckets, "a denoise batch")
-        slots = torch.full((b,), self.cache.trash_slot)
-        slots[: view.rows] = torch.arange(view.start, view.stop)
-        lengths = torch.zeros(b, dtype=torch.long)
-        lengths[: view.rows] = view.lengths
-        padded = torch.zeros(b, *noise.shape[1:])
-        padded[: view.rows] = noise
-        return self._run("denoise", *self._denoise_inputs(slots, lengths, padded))[: view.rows]
+        slots = torch.tensor([*range(view.start, view.stop), *[self.cache.trash_slot] * (b - view.rows)])
+        if view.rows < b:
+            noise = torch.cat([noise, noise.new_zeros(b - view.rows, *noise.shape[1:])])
+        lengths = _padded(view.lengths, b, torch.long)
+        return self._run("denoise", *self._denoise_inputs(slots, lengths, noise))[: view.rows]
 
     def prefill(self, batch: PrefixBatch, cache: KVCache, slots: Sequence[Sequence[int]]) -> PrefillResult:
         """:meth:`VLA.prefill`: each observation's prefix is written into its first slot in the
@@ -227,21 +225,19 @@ class CompiledVLA:
                              f"for {batch.size}")
         limit = self.observation_buckets[-1]
         parts = [self._prefill_part(batch, slots, i, min(i + limit, batch.size)) for i in range(0, batch.size, limit)]
-        lengths = torch.cat([p.lengths for p in parts])
-        for length, dest in zip(lengths.tolist(), slots):
-            for extra in dest[1:]:
-                cache.k[:, extra, :, :length] = cache.k[:, dest[0], :, :length]
-                cache.v[:, extra, :, :length] = cache.v[:, dest[0], :, :length]
-        return PrefillResult(lengths=lengths, logits=torch.cat([p.logits for p in parts]))
+        res = parts[0] if len(parts) == 1 else PrefillResult(lengths=torch.cat([p.lengths for p in parts]),
+                                                             logits=torch.cat([p.logits for p in parts]))
+        _copy_prefixes(cache, res.lengths.tolist(), slots)
+        return res
 
     def _prefill_part(self, batch: PrefixBatch, slots, lo: int, hi: int) -> PrefillResult:
         rows = hi - lo
         b = bucket_for(rows, self.observation_buckets, "a prefill batch")
-        n = bucket_for(int(batch.token_mask[lo:hi].sum(dim=1).max()), self.prompt_buckets, "a prompt")
-        present = batch.image_mask[lo:hi]
-        k = bucket_for(max(1, int(present.sum(dim=1).max())), self.camera_buckets, "cameras present")
-        if rows == b and bool((present[:, 1:] <= present[:, :-1]).all()):  # no padding row, cameras already first
-            part = PrefixBatch(batch.pixels[lo:hi, :k], present[:, :k], batch.tokens[lo:hi, :n],
+        n = bucket_for(max(batch.token_mask[lo:hi].sum(dim=1).tolist()), self.prompt_buckets, "a prompt")
+        cameras = batch.image_mask[lo:hi].tolist()  # the sizes are read on the host: no tensor operation each
+        k = bucket_for(max(1, *map(sum, cameras)), self.camera_buckets, "cameras present")
+        if rows == b and all(c == sorted(c, reverse=True) for c in cameras):  # no padding row, cameras first
+            part = PrefixBatch(batch.pixels[lo:hi, :k], batch.image_mask[lo:hi, :k], batch.tokens[lo:hi, :n],
                                batch.token_mask[lo:hi, :n])
         else:
             pick = torch.cat([torch.arange(lo, hi), torch.full((b - rows,), lo)])
@@ -251,8 +247,7 @@ class CompiledVLA:
             row = torch.arange(b)[:, None]
             part = PrefixBatch(batch.pixels[pick][row, cams], present[row, cams], batch.tokens[pick, :n],
                                batch.token_mask[pick, :n])
-        dest = torch.full((b,), self.cache.trash_slot)
-        dest[:rows] = torch.tensor([d[0] for d in slots[lo:hi]])
+        dest = torch.tensor([d[0] for d in slots[lo:hi]] + [self.cache.trash_slot] * (b - rows))
         lengths, logits = self._run("prefill", *self._prefill_inputs(part, dest))
         return PrefillResult(lengths=lengths[:rows], logits=logits[:rows])
 
@@ -269,6 +264,8 @@ class CompiledVLA:
     def _run(self, name: str, *tensors: Tensor):
         inputs = self._prepared(tensors)
         piece = self._piece(name, inputs)
+        if isinstance(piece, PackagedPiece) and piece.direct:  # a shared library's call: no autograd to turn off
+            return piece(*inputs)
         with torch.inference_mode():
             return piece(*inputs)
 
@@ -277,11 +274,31 @@ class CompiledVLA:
 
     def _loop_inputs(self, tokens: Tensor, lengths: Tensor, live: Tensor, remaining: Tensor, allowed: Tensor,
                      eos_id: int, steps: int) -> tuple[Tensor, ...]:
-        return (tokens, lengths, live, remaining, allowed, torch.tensor([eos_id]), self._columns,
-                torch.tensor([steps]))
+        return (tokens, lengths, live, remaining, allowed, self._scalar(eos_id), self._columns, self._scalar(steps))
+
+    def _scalar(self, value: int) -> Tensor:
+        """``tensor([value])``, made once per value (a graph reads its inputs and never writes them)."""
+        t = self._scalars.get(value)
+        if t is None:
+            t = self._scalars[value] = torch.tensor([value])
+        return t
 
     def _denoise_inputs(self, slots: Tensor, lengths: Tensor, noise: Tensor) -> tuple[Tensor, ...]:
         return slots, lengths, noise.to(self.model.dtype)
 
     def _prefill_inputs(self, batch: PrefixBatch, dest: Tensor) -> tuple[Tensor, ...]:
         return batch.pixels, batch.image_mask, batch.tokens, batch.token_mask, dest
+
+
+def _copy_prefixes(cache: KVCache, lengths: Sequence[int], slots: Sequence[Sequence[int]]) -> None:
+    """Each prefix (``lengths[i]`` tokens in slot ``slots[i][0]``) copied into its other slots, if any."""
+    for length, dest in zip(lengths, slots):
+        for extra in dest[1:]:
+            cache.k[:, extra, :, :length] = cache.k[:, dest[0], :, :length]
+            cache.v[:, extra, :, :length] = cache.v[:, dest[0], :, :length]
+
+
+def _padded(values: Tensor | Sequence, size: int, dtype: torch.dtype) -> Tensor:
+    """``values`` (a tensor or a list) followed by zeros up to ``size``, as one new host tensor."""
+    values = values.reshape(-1).tolist() if isinstance(values, Tensor) else list(values)
+    return torch.tensor(values + [0] * (size - len(values)), dtype=dtype)

@@ -27,7 +27,7 @@ class RMSNorm(nn.Module):
         self.eps = eps
         self.weight = nn.Parameter(torch.zeros(dim))
 
-    def forward(self, x: Tensor, cond: Tensor | None = None) -> tuple[Tensor, None]:
+    def forward(self, x: Tensor, cond: Tensor | None = None, modulation: Tensor | None = None) -> tuple[Tensor, None]:
         x32 = _wide(x)
         normed = x32 * torch.rsqrt(x32.pow(2).mean(-1, keepdim=True) + self.eps)
         return (normed * (1.0 + self.weight.to(x32.dtype))).to(x.dtype), None
@@ -37,7 +37,9 @@ class AdaRMSNorm(nn.Module):
     """Adaptive RMSNorm: a dense layer of the condition gives scale, shift and gate.
 
     ``out = norm(x) * (1 + scale) + shift``; the gate multiplies the branch that
-    is added back to the residual stream.
+    is added back to the residual stream. The dense layer's output depends on the
+    condition only: :meth:`modulation` computes it beforehand (the denoise loop
+    does, once for all its steps) and ``forward(x, modulation=...)`` uses it.
     """
 
     def __init__(self, dim: int, cond_dim: int, eps: float = 1e-6):
@@ -47,12 +49,19 @@ class AdaRMSNorm(nn.Module):
         # zero gate a fresh expert would ignore the prefix entirely.
         self.dense = nn.Linear(cond_dim, 3 * dim)
 
-    def forward(self, x: Tensor, cond: Tensor | None = None) -> tuple[Tensor, Tensor]:
-        if cond is None:
-            raise ValueError("AdaRMSNorm needs a condition (the time embedding)")
+    def modulation(self, cond: Tensor) -> Tensor:
+        """Scale, shift and gate of conditions ``cond`` [N, C], side by side: [N, 3 * dim]."""
+        return self.dense(cond)
+
+    def forward(self, x: Tensor, cond: Tensor | None = None, modulation: Tensor | None = None) -> tuple[Tensor, Tensor]:
+        """``x`` [B, T, dim] under condition ``cond`` [B or 1, C], or its precomputed ``modulation``."""
+        if modulation is None:
+            if cond is None:
+                raise ValueError("AdaRMSNorm needs a condition (the time embedding)")
+            modulation = self.modulation(cond)
         x32 = _wide(x)
         normed = x32 * torch.rsqrt(x32.pow(2).mean(-1, keepdim=True) + self.eps)
-        scale, shift, gate = self.dense(cond).to(x32.dtype)[:, None, :].chunk(3, dim=-1)
+        scale, shift, gate = modulation.to(x32.dtype)[:, None, :].chunk(3, dim=-1)
         return (normed * (1.0 + scale) + shift).to(x.dtype), gate.to(x.dtype)
 
 
@@ -105,14 +114,15 @@ class GemmaLayer(nn.Module):
         self.post_attention_layernorm = norm()
         self.mlp = GemmaMLP(cfg.width, cfg.mlp)
 
-    def pre_attention(self, x: Tensor, cond: Tensor | None):
-        h, gate = self.input_layernorm(x, cond)
+    def pre_attention(self, x: Tensor, cond: Tensor | None, modulation: Tensor | None = None):
+        h, gate = self.input_layernorm(x, cond, modulation)
         q, k, v = self.self_attn.qkv(h)
         return q, k, v, gate
 
-    def post_attention(self, x: Tensor, attn: Tensor, gate: Tensor | None, cond: Tensor | None) -> Tensor:
+    def post_attention(self, x: Tensor, attn: Tensor, gate: Tensor | None, cond: Tensor | None,
+                       modulation: Tensor | None = None) -> Tensor:
         x = _residual(x, self.self_attn.out(attn), gate)
-        h, gate = self.post_attention_layernorm(x, cond)
+        h, gate = self.post_attention_layernorm(x, cond, modulation)
         return _residual(x, self.mlp(h), gate)
 
 
@@ -135,6 +145,13 @@ class GemmaStack(nn.Module):
     def embed(self, tokens: Tensor) -> Tensor:
         """Text embeddings scaled by sqrt(width), as Gemma does."""
         return self.embed_tokens(tokens) * math.sqrt(self.cfg.width)
+
+    def modulations(self, cond: Tensor) -> tuple[list[tuple[Tensor, Tensor]], Tensor]:
+        """Every adaptive norm's :meth:`AdaRMSNorm.modulation` of ``cond`` [N, C]: per layer
+        (input, post-attention), and the final norm's; each [N, 3 * width]."""
+        layers = [(l.input_layernorm.modulation(cond), l.post_attention_layernorm.modulation(cond))
+                  for l in self.layers]
+        return layers, self.norm.modulation(cond)
 
     def logits(self, h: Tensor) -> Tensor:
         """LM head tied to the embedding; ``h`` is already final-normed."""

@@ -51,5 +51,10 @@ class VisionEncoder(nn.Module):
 
 def images_to_pixels(images: Tensor) -> Tensor:
     """uint8 [..., S, S, 3] -> float [..., 3, S, S] in [-1, 1], as π0.5 normalises."""
-    x = images.to(torch.float32) / 127.5 - 1.0
-    return x.movedim(-1, -3)
+    return planes_to_pixels(images.movedim(-1, -3))
+
+
+def planes_to_pixels(planes: Tensor) -> Tensor:
+    """uint8 [..., 3, S, S] (colour planes) -> float [..., 3, S, S] in [-1, 1], contiguous: a
+    caller that lays its images out as planes already saves the strided conversion."""
+    return planes.to(torch.float32, memory_format=torch.contiguous_format).div_(127.5).sub_(1.0)
