@@ -27,6 +27,8 @@ def test_bench_writes_json_and_figures(tmp_path, capsys):
     oxygen = [r for r in result["runs"] if r["setting"] == "oxygen"]
     assert all(r["avg_batch_size"] >= 1 for r in oxygen)
     assert set(result["upper_bound"]) == {"S=10,N=6,k=2", "S=10,N=8,k=2"}
+    # the pieces behind the bound were timed once after every round of the runs' 8 frames
+    assert result["components"]["samples"] == 8
     for name in ("frequency_vs_throughput.png", "speedup_vs_N.png", "speedup_vs_k.png"):
         assert (tmp_path / "figs" / name).read_bytes()[:4] == b"\x89PNG"
     table = capsys.readouterr().out
@@ -153,7 +155,10 @@ def test_interleaved_runs_compute_what_each_run_alone_does():
     model, tok = build_model(TINY), Tokenizer.default()
     obs = synthetic_observations(8, TINY.vision.image_size)
     specs = [RunSpec("oxygen", 4, 2, 10, frames=4, warmup=1, arrivals="poisson:1", agents=a) for a in (1, 3)]
-    together = run_interleaved(model, tok, specs, obs)
+    rounds = []  # after each round: its index, and the frames each run has done
+    together = run_interleaved(model, tok, specs, obs,
+                               after_round=lambda runs, f: rounds.append((f, [r.f for r in runs])))
+    assert rounds == [(f, [f + 1, f + 1]) for f in range(5)]  # a frame of each run, then the hook
     alone = [run_setting(model, tok, spec, obs) for spec in specs]
     untimed = ("agents", "observations_per_frame", "avg_batch_size", "requests_finished", "kv_copy_bytes_per_frame")
     assert [{f: r[f] for f in untimed} for r in together] == [{f: r[f] for f in untimed} for r in alone]
@@ -228,10 +233,10 @@ def test_components_time_a_step_of_a_frames_decode_call_at_each_batch_size(monke
     at every batch size (the bucketed pieces run eager here: the bookkeeping without the compile time)."""
     import functools
 
-    from oxygen_ros.core import benchmark
+    from oxygen_ros.core import benchmark, piece_timing
     from oxygen_ros.core.model.compiled import CompiledVLA
 
-    monkeypatch.setattr(benchmark, "CompiledVLA", functools.partial(CompiledVLA, compile=False))
+    monkeypatch.setattr(piece_timing, "CompiledVLA", functools.partial(CompiledVLA, compile=False))
     comp = benchmark.measure_components(lively_tiny, tok, batch_sizes=(1, 2), repeats=2, compile=True,
                                         round_steps=3, warm_all=False)
     assert set(comp["decode_round_step_ms"]) == {1, 2} and all(t > 0 for t in comp["decode_round_step_ms"].values())

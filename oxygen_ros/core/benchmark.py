@@ -20,13 +20,11 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
-import torch
 
 from .engine import Engine, EngineConfig, Question
-from .model.cache import SlotView
-from .model.compiled import CompiledVLA
 from .model.vla import VLA
-from .observation import Observation, make_prefix_batch
+from .observation import Observation
+from .piece_timing import PieceTimer
 from .sim.scene import render, sample_scene
 from . import timing
 from .tokenizer import Tokenizer, prompt_ids
@@ -100,17 +98,23 @@ def run_setting(model: VLA, tokenizer: Tokenizer, spec: RunSpec, observations: l
 
 
 def run_interleaved(model: VLA, tokenizer: Tokenizer, specs: Sequence[RunSpec], observations: list[Observation],
-                    on_frame: Callable[[], None] | None = None) -> list[dict]:
+                    on_frame: Callable[[], None] | None = None,
+                    after_round: Callable[[list["Run"], int], None] | None = None) -> list[dict]:
     """Several runs side by side: every engine is built (and compiled) first, then frame ``f`` of
     each run in turn, so that a change in the machine's load reaches them all alike. Each run's
-    figures count its own frames only (see :class:`Run`)."""
+    figures count its own frames only (see :class:`Run`). ``after_round(runs, f)`` is called
+    after frame ``f`` of every run (the benchmark times the pieces alone there)."""
     runs = [Run(model, tokenizer, spec, observations) for spec in specs]
+    f = 0
     while not all(r.done for r in runs):
         for r in runs:
             if not r.done:
                 r.frame()
                 if on_frame:
                     on_frame()
+        if after_round:
+            after_round(runs, f)
+        f += 1
     return [r.result() for r in runs]
 
 
@@ -221,59 +225,31 @@ def measure_components(model: VLA, tokenizer: Tokenizer, *, batch_sizes: Sequenc
                        warm_all: bool = True, round_steps: int = 0) -> dict:
     """Median latency of: prefill of one observation, one denoise step (batch 1; the median of
     ``denoise_steps`` steps in one call, divided by them), and one decode step at each batch
-    size (prefixes of real length plus ``decode_context`` decoded tokens). ``compile``: the
-    compiled pieces (:class:`CompiledVLA`, warmed up first) instead of the eager model; a
-    decode step is then a decode call of one step, as the engine's graphs run it.
+    size (prefixes of real length plus ``decode_context`` decoded tokens), over ``repeats``
+    samples that each time every piece once, in turn (:class:`~.piece_timing.PieceTimer`).
+    ``compile``: the compiled pieces (:class:`CompiledVLA`, warmed up first) instead of the
+    eager model; a decode step is then a decode call of one step, as the engine's graphs run it.
     ``slot_len``: the cache's slot length (default: just enough); pass an engine's
     (``Engine.pool.cache.max_len``) to time the pieces as its compiled graphs run them, over
     the whole slot, masked. ``warm_all=False``: build only the buckets timed (a large model's
     compile takes minutes a bucket), not every bucket first. ``round_steps`` K > 1 with ``compile``:
     also a decode call of K steps at each batch size (``decode_round_step_ms``: its time over K,
     what one step costs the engine when a frame runs its full k = K)."""
+    timer = piece_timer(model, tokenizer, batch_sizes=batch_sizes, cameras=cameras, decode_context=decode_context,
+                        denoise_steps=denoise_steps, compile=compile, slot_len=slot_len, warm_all=warm_all,
+                        round_steps=round_steps)
+    for _ in range(repeats):
+        timer.sample()
+    return timer.result()
+
+
+def piece_timer(model: VLA, tokenizer: Tokenizer, *, cameras: int | None = None, **options) -> PieceTimer:
+    """A :class:`PieceTimer` on a synthetic observation with ``cameras`` cameras (default: the
+    model's every camera slot); ``options`` as :func:`measure_components`'s."""
     c = model.config
     cams = cameras or c.max_cameras
     obs = synthetic_observations(1, c.vision.image_size, cams)[0]
-    batch = make_prefix_batch([obs], tokenizer, c)
-    cache = model.new_cache(slots=max(batch_sizes) + 1, max_len=slot_len or c.prefix_len + decode_context + 2)
-    run = model
-    if compile:
-        run = CompiledVLA(model, cache, steps=denoise_steps, max_observations=1, max_cameras=cams,
-                          decode_steps=max(1, round_steps))
-        if warm_all:
-            run.warm_up()
-    res = run.prefill(batch, cache, [[0]])
-    length = int(res.lengths[0])
-    prefill_ms = timing.median_ms(lambda: run.prefill(batch, cache, [[0]]), repeats, device=model.device)
-    noise = torch.randn(1, c.action_horizon, c.action_dim)
-    view = SlotView.of(0, [length])
-    denoise_ms = timing.median_ms(lambda: run.denoise(cache, view, noise, denoise_steps), repeats,
-                                  device=model.device) / denoise_steps
-    decode, rounds = {}, {}
-    for b in batch_sizes:
-        for s in range(b):
-            cache.k[:, s, :, :length] = cache.k[:, 0, :, :length]
-            cache.v[:, s, :, :length] = cache.v[:, 0, :, :length]
-        v = SlotView.of(0, [length + decode_context] * b)
-        tokens = torch.full((b,), 5, dtype=torch.long)
-        decode[b] = _decode_ms(run, compile, cache, v, tokens, 1, repeats)
-        if compile and run.decode_steps > 1:
-            rounds[b] = _decode_ms(run, compile, cache, v, tokens, run.decode_steps, repeats) / run.decode_steps
-    return {"prefill_ms": prefill_ms, "denoise_step_ms": denoise_ms, "decode_step_ms": decode,
-            "decode_round_step_ms": rounds, "decode_round_steps": run.decode_steps if rounds else 0,
-            "prefix_tokens": length, "slot_len": cache.max_len, "cameras": cams, "compiled": compile,
-            "recompiles": run.recompiles if compile and warm_all else 0}
-
-
-def _decode_ms(run: VLA | CompiledVLA, compiled: bool, cache, view: SlotView, tokens: torch.Tensor, steps: int,
-               repeats: int) -> float:
-    """Median time of ``steps`` decode steps at ``tokens``' batch size: eager, a decode step; compiled,
-    a decode call of ``steps`` steps (no row ends early), as the engine's graphs run it."""
-    if not compiled:
-        return timing.median_ms(lambda: run.decode_step(cache, view, tokens), repeats, device=cache.k.device)
-    allowed = torch.ones(run.model.config.vocab_size, dtype=torch.bool)
-    left = torch.full(tokens.shape, run.decode_steps, dtype=torch.long)
-    return timing.median_ms(lambda: run.decode(cache, view, tokens, left, allowed, -1, steps), repeats,
-                            device=cache.k.device)
+    return PieceTimer(model, tokenizer, obs, cameras=cams, **options)
 
 
 def decode_call_ms(components: dict, k: int) -> float:

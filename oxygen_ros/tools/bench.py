@@ -9,6 +9,11 @@ Several robots served by one frame (the 1-agent frame is what the others are com
 
     oxygen-bench --settings oxygen --agents 1,2,4 --threads 1
 
+All the runs of one command run side by side, a frame of each in turn, and the pieces
+behind the upper bound are timed alone between their rounds of frames, so that every
+ratio is measured under the same load (every run's engine is built first: a large
+sweep holds them all at once).
+
 Compiled against eager, side by side in one run (the compile time is reported, not measured)::
 
     oxygen-bench --settings baseline,oxygen --compile on,off --threads 1
@@ -33,10 +38,11 @@ import sys
 
 from tqdm import tqdm
 
-from ..core.benchmark import (RunSpec, compare_agents, measure_components, run_interleaved, synthetic_observations,
+from ..core.benchmark import (RunSpec, compare_agents, piece_timer, run_interleaved, synthetic_observations,
                                upper_bound, with_prompt_tokens)
 from ..core.engine import SETTINGS
 from ..core.model.compile_setup import COMPILE_CHOICES, resolve_compile
+from ..core.piece_timing import PieceTimer
 from ..core.workloads import Workload
 from .common import add_model_args, load_model
 
@@ -143,9 +149,9 @@ def main(argv=None) -> int:
         args.compile, denoise, args.max_decode, args.steps_per_frame, args.settings, args.agents) if k <= n]
     if not combos:
         raise SystemExit("no run: every --steps-per-frame exceeds every --max-decode")
-    runs = run_all(model, tok, args, obs, combos)
+    runs, components = run_all(model, tok, args, obs, combos)
     compare_agents(runs)
-    components, bounds = components_and_bounds(model, tok, args, runs)
+    bounds = upper_bounds(model, runs, components)
     result = {"runs": runs, "upper_bound": bounds, "components": components.get(False),
               "components_compiled": components.get(True),
               "model": {"source": loaded.source, "preset": c.name, "device": args.device, "dtype": args.dtype,
@@ -193,45 +199,61 @@ def _write(result: dict, model, args: argparse.Namespace, source: str) -> int:
     return 0
 
 
-def run_all(model, tok, args: argparse.Namespace, obs: list, combos: list[tuple]) -> list[dict]:
-    """Every run of the sweep, in the order of ``combos``; those that differ only in their agents
-    run interleaved (so their ratios are measured under the same load)."""
-    runs = []
-    total = sum(args.frames + args.warmup for _ in combos)
+def run_all(model, tok, args: argparse.Namespace, obs: list, combos: list[tuple]) -> tuple[list[dict], dict]:
+    """Every run of the sweep, in the order of ``combos``, side by side (``run_interleaved``: a frame
+    of each in turn), and the pieces timed alone between their rounds of frames (:func:`piece_timers`):
+    the runs' ratios (speedups, and against the upper bound) are measured under the same load, on a
+    machine whose speed drifts. Returns the runs and the pieces' medians {compiled: components}."""
+    specs = [RunSpec(setting, n, k, S, args.frames, args.warmup, args.arrivals, agents=a,
+                     max_active=args.max_active, seed=args.seed, compile=mode, cameras=args.cameras)
+             for setting, n, k, S, mode, a in combos]
+    rounds = args.frames + args.warmup
+    stride = max(1, rounds // PIECE_SAMPLES)  # the samples spread over the whole run
+    timers: dict[bool, PieceTimer] = {}
+
+    def after_round(runs: list, f: int) -> None:
+        if not timers:
+            timers.update(piece_timers(model, tok, args, max(r.engine.pool.cache.max_len for r in runs)))
+        if f % stride == stride - 1:
+            for t in timers.values():
+                t.sample()
+
     # the bar shows on a terminal only (disable=None), and only for long sweeps
+    total = rounds * len(specs)
     with tqdm(total=total, unit="frame", disable=True if total < 200 else None, file=sys.stderr) as bar:
-        for (setting, n, k, S, mode), group in itertools.groupby(combos, key=lambda combo: combo[:5]):
-            agents = [combo[5] for combo in group]
-            specs = [RunSpec(setting, n, k, S, args.frames, args.warmup, args.arrivals, agents=a,
-                             max_active=args.max_active, seed=args.seed, compile=mode, cameras=args.cameras)
-                     for a in agents]
-            bar.set_description(f"{setting} N={n} k={k} S={S} agents={','.join(map(str, agents))} compile={mode}")
-            for r in run_interleaved(model, tok, specs, obs, on_frame=lambda: bar.update(1)):
-                r["preset"] = model.config.name
-                runs.append(r)
-    return runs
+        bar.set_description(f"{len(specs)} runs side by side")
+        runs = run_interleaved(model, tok, specs, obs, on_frame=lambda: bar.update(1), after_round=after_round)
+    for r in runs:
+        r["preset"] = model.config.name
+    return runs, {compiled: t.result() for compiled, t in timers.items()}
 
 
-def components_and_bounds(model, tok, args: argparse.Namespace, runs: list[dict]) -> tuple[dict, dict]:
-    """The pieces measured alone (eager, and compiled if any run was; on the runs' slot length, as
-    their engines run them) and each run's upper bound."""
+#: samples of each piece a benchmark takes between its rounds of frames
+PIECE_SAMPLES = 30
+
+
+def piece_timers(model, tok, args: argparse.Namespace, slot_len: int) -> dict[bool, PieceTimer]:
+    """A timer of the pieces alone per compile mode the runs use (eager, and compiled if the
+    device compiles), on the runs' slot length, as their engines run them."""
     c = model.config
     on_device = {m: resolve_compile(m, args.device).enabled for m in args.compile}
-    slot_len = max(r["slot_len"] for r in runs)
-    components = {compiled: measure_components(model, tok, cameras=args.cameras, compile=compiled,
-                                               denoise_steps=(args.denoise_steps or [c.denoise_steps])[0],
-                                               slot_len=slot_len,
-                                               round_steps=max(args.steps_per_frame))
-                  for compiled in sorted(set(on_device.values()))}
+    return {compiled: piece_timer(model, tok, cameras=args.cameras, compile=compiled,
+                                  denoise_steps=(args.denoise_steps or [c.denoise_steps])[0], slot_len=slot_len,
+                                  round_steps=max(args.steps_per_frame))
+            for compiled in sorted(set(on_device.values()))}
+
+
+def upper_bounds(model, runs: list[dict], components: dict) -> dict:
+    """Each run's upper bound, from the pieces timed alone in its mode."""
     bounds = {}
     for S, n, k, compiled in sorted({(r["S"], r["N"], r["k"], r["compiled"]) for r in runs}):
         ox = [r for r in runs if r["setting"] == "oxygen" and (r["S"], r["N"], r["k"], r["compiled"]) == (S, n, k,
                                                                                                         compiled)]
         one = min(ox, key=lambda r: r["agents"]) if ox else None  # the bound is a frame of one observation
         per_frame = one["language_throughput_tps"] * one["frame_latency_ms"]["mean"] / 1e3 if one else None
-        bounds[bound_key(S, n, k, compiled)] = upper_bound(components[compiled], S=S, k=k, H=c.action_horizon,
-                                                           tokens_per_frame=per_frame)
-    return components, bounds
+        bounds[bound_key(S, n, k, compiled)] = upper_bound(components[compiled], S=S, k=k,
+                                                           H=model.config.action_horizon, tokens_per_frame=per_frame)
+    return bounds
 
 
 def bound_key(S: int, n: int, k: int, compiled: bool = False) -> str:
