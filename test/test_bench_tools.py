@@ -223,7 +223,17 @@ def test_bench_tick_probe_reports_tick_lateness_beside_frames_with_and_without_t
     assert result["setting"] == "oxygen" and result["model"]["preset"] == "tiny"
     assert "runs" not in result
     printed = capsys.readouterr().out
-    assert "ticks every 2.0 ms beside oxygen frames" in printed and "late p99" in printed
+    assert "ticks every 2.0 ms beside oxygen frames of 1 observation(s)" in printed and "late p99" in printed
+
+
+def test_bench_tick_probe_runs_frames_of_several_robots(tmp_path):
+    """``--agents N``: the probe's frames serve N observations, as the inference node's do for N robots."""
+    out = tmp_path / "ticks.json"
+    assert bench.main(["--preset", "tiny", "--tick-probe", "0.3", "--compile", "off", "--settings", "oxygen",
+                       "--agents", "3", "--json", str(out)]) == 0
+    rows = json.loads(out.read_text())["rows"]
+    assert [(r["agents"], r["observations_per_frame"]) for r in rows] == [(3, 3.0), (3, 3.0)]
+    assert all(r["frames"] > 0 for r in rows)
     with pytest.raises(SystemExit):
         bench.parse_args(["--tick-probe", "0"])
 

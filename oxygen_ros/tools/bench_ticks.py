@@ -3,7 +3,8 @@
 For each ``--compile`` mode, with and without the node's tick guard
 (``yield_to_ticks``), the engine of an ``oxygen-bench`` run with the same
 options runs frames back to back (5 ms rest after each, requests arriving as
-``--arrivals`` says) while a thread of the same process ticks every
+``--arrivals`` says; ``--agents N``: N observations a frame, one per robot,
+the first value of a list) while a thread of the same process ticks every
 ``--tick-period-ms`` (:mod:`~oxygen_ros.core.tick_probe`). The rows take turns
 in one-second slices until each has run ``SECONDS``, so a change in the
 machine's load reaches them all alike. The process hands the interpreter lock
@@ -41,13 +42,16 @@ class _Row:
         steps = (args.denoise_steps or [model.config.denoise_steps])[0]
         # the engine of the first run of ``oxygen-bench`` with these options (frames and warm-up unused)
         spec = RunSpec(args.settings[0], args.max_decode[0], args.steps_per_frame[0], steps, 0, 0, args.arrivals,
-                       max_active=args.max_active, seed=args.seed, compile=mode, cameras=args.cameras)
+                       agents=args.agents[0], max_active=args.max_active, seed=args.seed, compile=mode,
+                       cameras=args.cameras)
         self.engine = engine_for(model, tok, spec)
         self.engine.warm_up()
         self.mode, self.guard = mode, TickGuard() if guarded else None
         self.engine.pause_point = self.guard.pause_point if self.guard else None
         self.observations = observations
         self.arrivals = Workload.parse(spec.arrivals).schedule(1000, spec.max_decode, seed=spec.seed)
+        self.agents = spec.agents  # observations per frame, one per robot
+        self.served: list[int] = []  # action chunks each frame produced
         self.f = 0
         self.late: list[np.ndarray] = []
         self.frames_ms: list[float] = []
@@ -57,7 +61,9 @@ class _Row:
     def frame(self) -> None:
         f, self.f = self.f, self.f + 1
         asks = [Question("", max_tokens=n) for n in self.arrivals[f % len(self.arrivals)]]
-        self.engine.step([self.observations[f % len(self.observations)]], asks)
+        n = len(self.observations)
+        res = self.engine.step([self.observations[(f * self.agents + a) % n] for a in range(self.agents)], asks)
+        self.served.append(len(res.actions))
 
     def run(self, seconds: float, period_s: float) -> None:
         late, frames_ms = frames_beside_ticks(self.frame, seconds, period_s=period_s, rest_s=REST_S,
@@ -67,7 +73,9 @@ class _Row:
 
     def result(self) -> dict:
         out = {"compile": self.mode, "compiled": self.engine.compiled is not None, "tick_guard": self.guard is not None,
-               "frames": len(self.frames_ms), "frame_median_ms": float(np.median(self.frames_ms)),
+               "agents": self.agents, "observations_per_frame": float(np.mean(self.served)),
+               "frames": len(self.frames_ms),
+               "frame_median_ms": float(np.median(self.frames_ms)),
                "recompiles": self.engine.recompiles}
         out.update(lateness_summary(np.concatenate(self.late)))
         return out
@@ -96,7 +104,8 @@ def run_tick_probe(model, tok, args: argparse.Namespace) -> dict:
 
 
 def print_tick_probe(result: dict) -> None:
-    print(f"ticks every {result['tick_period_ms']} ms beside {result['setting']} frames, "
+    agents = result["rows"][0]["agents"] if result["rows"] else 1
+    print(f"ticks every {result['tick_period_ms']} ms beside {result['setting']} frames of {agents} observation(s), "
           f"{result['seconds']} s per row (lateness, ms)")
     head = f"{'compile':>8} {'guard':>6} {'frames':>7} {'frame med':>10} {'late p50':>9} {'late p99':>9} " \
            f"{'late max':>9} {'> 2 ms':>7}"
