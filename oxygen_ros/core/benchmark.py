@@ -31,6 +31,11 @@ from .tokenizer import Tokenizer, prompt_ids
 from .workloads import Workload
 
 
+def frame_observations(observations: Sequence[Observation], f: int, agents: int) -> list[Observation]:
+    """Frame ``f``'s observations, one per agent: the next ``agents`` of ``observations`` in turn."""
+    return [observations[(f * agents + a) % len(observations)] for a in range(agents)]
+
+
 def synthetic_observations(count: int, size: int, cameras: int = 1, seed: int = 0) -> list[Observation]:
     """Scenes of the synthetic task, one image per camera."""
     rng = np.random.default_rng(seed)
@@ -145,7 +150,7 @@ class Run:
         t0 = time.perf_counter()
         self.away.append((self.away[-1] if self.away else 0.0) + (t0 - (self._last_end or t0)))
         self.starts.append(t0)
-        obs = [self.observations[(f * spec.agents + a) % len(self.observations)] for a in range(spec.agents)]
+        obs = frame_observations(self.observations, f, spec.agents)
         res = self.engine.step(obs, [Question("", max_tokens=n) for n in self.schedule[f]])
         if f >= spec.warmup:
             self.latencies.append(res.total_ms)

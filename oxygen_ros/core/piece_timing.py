@@ -15,7 +15,6 @@ with the caches in the state frames leave them in.
 from __future__ import annotations
 
 import statistics
-import time
 from collections.abc import Callable, Sequence
 
 import torch
@@ -84,12 +83,9 @@ class PieceTimer:
     def sample(self, record: bool = True) -> None:
         """One timed call of every piece."""
         for name, call in self.calls:
-            timing.synchronize(self.device)
-            start = time.perf_counter()
-            call()
-            timing.synchronize(self.device)
+            seconds = timing.elapsed_s(call, self.device)
             if record:
-                self.times[name].append(time.perf_counter() - start)
+                self.times[name].append(seconds)
 
     def result(self) -> dict:
         """Medians of the samples so far, in milliseconds: ``prefill_ms``, ``denoise_step_ms`` (the

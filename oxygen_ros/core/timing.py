@@ -21,15 +21,17 @@ def synchronize(device: str | torch.device) -> None:
         torch.cuda.synchronize(device)
 
 
+def elapsed_s(fn: Callable[[], object], device: str | torch.device = "cpu") -> float:
+    """Seconds one call of ``fn`` takes on ``device`` (its queued work waited for before and after)."""
+    synchronize(device)
+    start = time.perf_counter()
+    fn()
+    synchronize(device)
+    return time.perf_counter() - start
+
+
 def median_ms(fn: Callable[[], object], repeats: int, warmup: int = 3, device: str | torch.device = "cpu") -> float:
     """Median milliseconds of ``repeats`` timed calls of ``fn`` on ``device``, after ``warmup`` untimed ones."""
     for _ in range(warmup):
         fn()
-    times = []
-    for _ in range(repeats):
-        synchronize(device)
-        start = time.perf_counter()
-        fn()
-        synchronize(device)
-        times.append(time.perf_counter() - start)
-    return statistics.median(times) * 1e3
+    return statistics.median(elapsed_s(fn, device) for _ in range(repeats)) * 1e3

@@ -23,7 +23,7 @@ import sys
 
 import numpy as np
 
-from ..core.benchmark import RunSpec, engine_for, synthetic_observations
+from ..core.benchmark import RunSpec, engine_for, frame_observations, synthetic_observations
 from ..core.engine import Question
 from ..core.model.compile_setup import resolve_compile
 from ..core.tick_guard import SWITCH_INTERVAL_S, TickGuard
@@ -61,8 +61,7 @@ class _Row:
     def frame(self) -> None:
         f, self.f = self.f, self.f + 1
         asks = [Question("", max_tokens=n) for n in self.arrivals[f % len(self.arrivals)]]
-        n = len(self.observations)
-        res = self.engine.step([self.observations[(f * self.agents + a) % n] for a in range(self.agents)], asks)
+        res = self.engine.step(frame_observations(self.observations, f, self.agents), asks)
         self.served.append(len(res.actions))
 
     def run(self, seconds: float, period_s: float) -> None:
