@@ -46,6 +46,8 @@ def test_demo_publishes_actions_and_text_and_writes_the_report(ros_env, tmp_path
     # the jitter comes from a subscriber in its own process, which is gone with the agent
     assert data["measured_by"] == "arrival_probe (own process)", proc.stderr[-2000:]
     assert data["actions_received"] > 0
+    # it asked for the real-time priority of a controller (40 by default); 0 where refused, saying why
+    assert data["probe_priority"] == 40 or (data["probe_priority"] == 0 and "--priority 40 refused" in proc.stderr)
     assert not _probes(), "the arrival probe outlived the agent"
     for key in ("queue_wait_p99_ms", "tick_wait_p99_ms", "conversion_p99_ms", "paused_p99_ms",
                 "ros_overhead_with_pauses_p99_ms"):

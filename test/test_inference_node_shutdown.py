@@ -133,7 +133,7 @@ def test_shutdown_in_process_stops_timers_and_worker_and_cancels(ros):
     running = {r.id for r in node.engine.requests.active.values()}
     node.shutdown()  # what destroy_node, Ctrl-C and SIGTERM run
     assert not worker.alive
-    assert node.timers and all(timer.is_canceled() for timer in node.timers)
+    assert node.diagnostics_timer.is_canceled() and node.control.stopped and not node.control.alive
     ros.remove(node)
     assert not [th for th in threading.enumerate() if th.name.startswith("oxygen-inference")]
     assert until(lambda: running <= {m.request_id for m in text if m.done and m.finish_reason == "cancelled"},

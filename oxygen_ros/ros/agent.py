@@ -88,6 +88,9 @@ class Agent:
         worker = getattr(self.inference, "worker", None)
         if self.spinner is not None and worker is not None and not worker.alive:
             return f"{INFERENCE}: its frame worker stopped"
+        control = getattr(self.inference, "control_failure", None)
+        if self.spinner is not None and control is not None:
+            return f"{INFERENCE}: {control}"
         return None
 
     def close(self) -> None:

@@ -9,7 +9,8 @@ Inputs: ``observation_topic`` (``oxygen_ros/Observation``, from the camera node)
 How it runs
     :meth:`~InferenceNode.configure` loads and warms up the model (``warmup_frames``
     frames on a black image) and makes the publishers and subscriptions;
-    :meth:`~InferenceNode.activate` starts a timer at ``control_rate_hz`` whose every
+    :meth:`~InferenceNode.activate` starts the control tick at ``control_rate_hz`` on a
+    thread of its own (:mod:`.control_thread`, real-time priority where allowed); every
     tick publishes an ``ActionChunk`` with the newest chunk's actions from the one
     due at this tick onward (:mod:`.action_output` explains the offset and stamp),
     and the worker thread (:mod:`.frame_worker`, the only thread that touches the
@@ -52,13 +53,13 @@ from rclpy.node import Node
 from oxygen_ros.msg import Observation as ObservationMsg
 from oxygen_ros.msg import Question as QuestionMsg
 
-from ..core.chunk_clock import NS_PER_S
 from ..core.engine import Engine
 from ..core.frame_loop import Arrival, FrameLoop, LoopSettings
 from ..core.stats import Rolling
 from ..core.tick_guard import TickGuard
 from . import conversions
 from .action_output import TickGrid
+from .control_thread import ControlThread
 from .frame_worker import FrameWorker
 from .inference_diagnostics import InferenceDiagnostics
 from .inference_parameters import IMPLICIT_PARAMETERS, PARAMETERS, SPECS
@@ -112,6 +113,7 @@ class InferenceNode(InferenceDiagnostics, Node):
         self.worker: Optional[FrameWorker] = None
         self.configured = self.active = False
         self._own_timers: list = []
+        self._control: Optional[ControlThread] = None  # the control tick's thread, while active
         self._entities: list = []  # the publishers and subscriptions that configure() made
         try:
             self.params = declare_parameters(self, PARAMETERS)
@@ -194,19 +196,20 @@ class InferenceNode(InferenceDiagnostics, Node):
     def activate(self) -> None:
         """Start the control tick, the diagnostics and the frame worker: actions and text go out."""
         self.worker = self._new_worker() if self.worker.stopped else self.worker  # a thread runs once
-        self._tick_timer = self.create_timer(self.loop.period_ns / NS_PER_S, tick_callback(self._on_tick, self._now_ros),
-                                             callback_group=MutuallyExclusiveCallbackGroup())
+        self._control = ControlThread(self, self.loop.period_ns, self._on_tick, tick_callback(self._on_tick, self._now_ros),
+                                      self.params["control_priority"], self.get_logger())
         self._diag_timer = self.create_timer(1.0, self._publish_diagnostics,
                                              callback_group=MutuallyExclusiveCallbackGroup())
-        self._own_timers = [self._tick_timer, self._diag_timer]
+        self._own_timers = [self._diag_timer]
+        self._control.start()
         self.worker.start()
         self.active = True
 
     def deactivate(self) -> None:
         """Stop publishing: the tick and diagnostics timers go, the worker stops after its frame.
         Requests stay as they are (they go on after activate); inputs are still received."""
-        for timer in self._own_timers:
-            self.destroy_timer(timer)
+        self._control.destroy()
+        self.destroy_timer(self._diag_timer)
         self._own_timers = []
         self._stop_worker()
         self.active = False
@@ -241,19 +244,32 @@ class InferenceNode(InferenceDiagnostics, Node):
             if "control_rate_hz" in changes:
                 self._grid.rate_changed()
                 if self.active:
-                    self._tick_timer.timer_period_ns = self.loop.period_ns
+                    self._control.period_ns = self.loop.period_ns
             self._cond.notify_all()
         self.get_logger().info("parameters changed: " + ", ".join(f"{k}={v}" for k, v in changes.items()))
 
     @property
-    def timers(self) -> tuple:
-        """The node's timers: the control tick and diagnostics (cancelled by :meth:`shutdown`)."""
-        return tuple(self._own_timers)
+    def control(self) -> Optional[ControlThread]:
+        """The control tick's thread (:mod:`.control_thread`; None before the first activate)."""
+        return self._control
+
+    @property
+    def diagnostics_timer(self):
+        """The diagnostics' timer while active (cancelled by :meth:`shutdown`), else None."""
+        return self._own_timers[0] if self._own_timers else None
+
+    @property
+    def control_failure(self) -> Optional[str]:
+        """Why the control tick's thread stopped while the node is active (None while it runs)."""
+        control = self._control
+        if control is None or control.alive or control.stopped or not self.active:
+            return None
+        return control.failure or "the control tick's thread stopped"
 
     @property
     def tick_period_ns(self) -> int:
         """The control tick's period now (``control_rate_hz``; 0 while not active)."""
-        return self._tick_timer.timer_period_ns if self.active else 0
+        return self._control.period_ns if self.active else 0
 
     # ------------------------------------------------------------------ inputs
     def _now_ros(self) -> int:
@@ -330,6 +346,8 @@ class InferenceNode(InferenceDiagnostics, Node):
         t0 = time.perf_counter()
         for timer in self._own_timers:
             timer.cancel()
+        if self._control is not None:
+            self._control.stop()
         stopped = self._stop_worker()
         self.stop_ms = (time.perf_counter() - t0) * 1e3  # timers and worker stopped
         if not stopped or not self.configured:
@@ -363,6 +381,8 @@ class InferenceNode(InferenceDiagnostics, Node):
         try:
             self.shutdown()
         finally:
+            if self._control is not None:
+                self._control.destroy()
             super().destroy_node()
 
 

@@ -123,6 +123,11 @@ PARAMETERS: tuple[ParamSpec, ...] = (
               "worker thread (the frames) is, so that the control tick, the subscriptions and the robots' "
               "controllers take a core from a frame when they wake; 0: the same priority. Raising niceness "
               "needs no privilege.", "int", in_range(0, 19), constraints="0..19"),
+    ParamSpec("control_priority", 50, "Linux: the real-time priority (SCHED_FIFO, 1..99) of the control tick's "
+              "own thread, as ros2_control's controller manager asks for its loop, so that a tick takes a core "
+              "from the frames, the camera side and the middleware the moment it falls due. Needs an rtprio "
+              "limit or CAP_SYS_NICE; without, the node says so once and ticks at normal priority. 0: never ask.",
+              "int", in_range(0, 99), constraints="0..99"),
     ParamSpec("joint_names", [], "Joint names; when set, the first len(joint_names) action "
               "dimensions are also published as a JointTrajectory. Empty: no JointTrajectory.", "str_list",
               unique_names, constraints="unique, non-empty, at most the model's action dimension"),

@@ -47,6 +47,21 @@ def lower_thread_priority(niceness: int) -> str | None:
     return None
 
 
+def realtime_priority(priority: int) -> str | None:
+    """Put the calling thread under ``SCHED_FIFO`` at ``priority`` (Linux; the threads it starts
+    afterwards inherit it); None, or why not (the thread keeps its policy). 0: nothing."""
+    if priority <= 0:
+        return None
+    if not hasattr(os, "sched_setscheduler") or not sys.platform.startswith("linux"):
+        return f"real-time scheduling is Linux only (this is {sys.platform})"
+    try:
+        os.sched_setscheduler(0, os.SCHED_FIFO, os.sched_param(priority))  # 0: the calling thread
+    except (OSError, ValueError) as exc:  # EPERM without CAP_SYS_NICE or an rtprio limit
+        return (f"{exc}; allow it with an rtprio limit for this user (/etc/security/limits.conf: "
+                f"'<user> - rtprio {priority}') or CAP_SYS_NICE")
+    return None
+
+
 def settle_garbage_collector() -> None:
     """After start-up: collect once, then move every object alive now (model,
     modules, libraries) out of the collector's reach. A full collection of a

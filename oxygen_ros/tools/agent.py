@@ -2,7 +2,7 @@
 
 Usage::
 
-    oxygen-agent [name:=value ...] [--duration SECONDS] [--report PATH] [--text all|changed|none]
+    oxygen-agent [name:=value ...] [--duration SECONDS] [--report PATH [--probe-priority N]] [--text all|changed|none]
                  [--executor split|multi] [--background-niceness N] [--[no-]robot-processes]
 
 The arguments are the launch file's (``oxygen_ros.ros.plan_tables.ARGUMENTS``),
@@ -56,6 +56,7 @@ from ..ros.plan_tables import ARGUMENTS
 from ..ros.robots import robot_topic
 from .agent_robots_report import robot_names, summary_table
 
+PROBE_PRIORITY = 40  # below the inference node's control_priority default (50), as a controller would be
 STARTED = time.monotonic()  # this process's start, as far as the report is concerned
 SUMMARY = ("start_to_first_chunk_s", "tick_rate_hz", "tick_jitter_p99_ms", "underruns", "obs_to_action_p50_ms", "obs_to_action_p99_ms",
            "ros_overhead_p99_ms", "actions_published", "text_tokens_published")
@@ -69,6 +70,10 @@ def _parse_args(argv: list[str]) -> tuple[argparse.Namespace, dict[str, str]]:
     parser.add_argument("launch_args", nargs="*", metavar="name:=value", help="launch arguments")
     parser.add_argument("--duration", type=float, default=None, help="stop after this many seconds")
     parser.add_argument("--report", type=Path, default=None, help="write the JSON report here at the end")
+    parser.add_argument("--probe-priority", type=int, default=PROBE_PRIORITY, metavar="N",
+                        help=f"--report: the arrival probe, which stands for a robot's controller, runs under "
+                             f"SCHED_FIFO N where allowed, as a real-time controller does (default {PROBE_PRIORITY}; "
+                             f"0: normal priority)")
     parser.add_argument("--executor", choices=EXECUTORS, default="split",
                         help="split (default): every node on a single-threaded executor of its own; "
                              "multi: all on one multi-threaded executor")
@@ -88,6 +93,8 @@ def _parse_args(argv: list[str]) -> tuple[argparse.Namespace, dict[str, str]]:
         parser.error(str(exc))
     if not 0 <= ns.background_niceness <= 19:
         parser.error(f"--background-niceness must be 0..19, got {ns.background_niceness}")
+    if not 0 <= ns.probe_priority <= 99:
+        parser.error(f"--probe-priority must be 0..99, got {ns.probe_priority}")
     if ns.duration is not None and not ns.duration > 0:
         parser.error(f"--duration must be > 0, got {ns.duration}")
     if ns.robot_processes is None:  # measured: fewer underruns and less jitter for 4 robots (docs/several_robots.md)
@@ -116,7 +123,7 @@ class AgentSession:
             streams = {robot or "": (robot_topic(robot, p["actions_topic"]), robot_topic(robot, p["observation_topic"]))
                        for robot in robot_names(agent.inference) or (None,)}
             try:
-                self.probe = Probe(streams, Path(tempfile.gettempdir()))
+                self.probe = Probe(streams, Path(tempfile.gettempdir()), self.ns.probe_priority)
             except (OSError, RuntimeError) as exc:
                 print(f"oxygen-agent: {exc}; jitter and latency measured in this process", file=sys.stderr)
         node = agent.add(rclpy.create_node("oxygen_agent_monitor"))
@@ -142,6 +149,7 @@ class AgentSession:
                 if hasattr(node, "shutdown"):
                     node.shutdown()  # the inference node publishes its cancellations
             probed = self.probe.stop() if self.probe is not None else None
+            probe_priority = self.probe.priority if self.probe is not None else None
             self.probe = None
             if agent.spinner is not None:
                 time.sleep(0.5)  # let the cancellations reach the monitor
@@ -149,6 +157,7 @@ class AgentSession:
             if self.report is not None:
                 first = self.monitor.measurement.start
                 self.report["start_to_first_chunk_s"] = None if first is None else round(first["t"] - STARTED, 3)
+                self.report["probe_priority"] = probe_priority
         finally:
             if self.probe is not None:  # a second Ctrl-C came before it was stopped
                 self.probe.stop()

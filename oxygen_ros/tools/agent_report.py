@@ -20,6 +20,8 @@ the JSON fields below (``None`` where nothing was measured):
   lock with the inference worker, so it sees more jitter); without
   ``--report`` nothing subscribes to them there. ``tick_lateness_*_ms`` is the
   node-side part alone (timer callback start - scheduled time);
+* ``probe_priority`` - the arrival probe's ``SCHED_FIFO`` priority (``--probe-priority``;
+  0: it ran at normal priority; None: no probe), added by the agent;
 * ``underruns`` - node side: ticks with no action left in the window;
   ``missed_ticks``: ticks rcl skipped because the timer callback was more
   than a period late (they count neither as ticks nor as underruns);

@@ -15,7 +15,14 @@ topics (one per robot when the inference node serves several):
 "first_actions": {frame_id: [seq, t]}}, ...]}``. :class:`Probe` is the agent's
 side: it starts the probe and reads what it wrote.
 
-    python -m oxygen_ros.tools.arrival_probe ACTIONS_TOPIC OBSERVATION_TOPIC [ACTIONS_TOPIC OBSERVATION_TOPIC ...] OUT.json
+Priority: the probe stands for a robot's controller, and a controller's loop runs
+under a real-time policy (ros2_control's controller manager asks for ``SCHED_FIFO``
+50). ``--priority N`` puts the probe (and the middleware threads it starts, whose
+reception times it records) under ``SCHED_FIFO`` N before ROS starts; 0 (or a
+refusal, printed) leaves it at normal priority, where on a busy machine its own
+wake-up adds to the jitter it measures. The JSON says which (``priority``).
+
+    python -m oxygen_ros.tools.arrival_probe [--priority N] ACTIONS_TOPIC OBSERVATION_TOPIC [...] OUT.json
 """
 
 from __future__ import annotations
@@ -39,11 +46,13 @@ class Probe:
     nodes spin, stopped (SIGINT) at the end of the measurement window; never left running.
     ``streams``: ``{key: (actions_topic, observation_topic)}`` (key: a robot, or "")."""
 
-    def __init__(self, streams: dict[str, tuple[str, str]], workdir: Path):
+    def __init__(self, streams: dict[str, tuple[str, str]], workdir: Path, priority: int = 0):
         self.out = workdir / f"oxygen_arrivals_{os.getpid()}.json"
         self.keys = list(streams)
+        self.priority: int | None = None  # the probe's real-time priority (0: normal), once stopped
         topics = [topic for pair in streams.values() for topic in pair]
-        cmd = [sys.executable, "-m", "oxygen_ros.tools.arrival_probe", *topics, str(self.out)]
+        cmd = [sys.executable, "-m", "oxygen_ros.tools.arrival_probe", "--priority", str(priority), *topics,
+               str(self.out)]
         self.proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, text=True)
         started = select.select([self.proc.stdout], [], [], START_TIMEOUT_S)[0]
         ready = self.proc.stdout.readline().strip() if started else ""
@@ -61,7 +70,8 @@ class Probe:
                 self.proc.kill()
                 self.proc.wait()
         try:
-            streams = json.loads(self.out.read_text())["streams"]
+            recorded = json.loads(self.out.read_text())
+            streams, self.priority = recorded["streams"], recorded.get("priority")
             return {key: {"arrivals": data["arrivals"],
                           "observations": {int(k): v for k, v in data["observations"].items()},
                           "first_actions": {int(k): v for k, v in data["first_actions"].items()}}
@@ -115,11 +125,20 @@ class _Stream:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = sys.argv[1:] if argv is None else argv
+    args = list(sys.argv[1:] if argv is None else argv)
+    priority = 0
+    if args[:1] == ["--priority"] and len(args) > 1 and args[1].isdigit():
+        priority, args = int(args[1]), args[2:]
     if len(args) < 3 or len(args) % 2 == 0:
-        print("usage: python -m oxygen_ros.tools.arrival_probe ACTIONS_TOPIC OBSERVATION_TOPIC "
+        print("usage: python -m oxygen_ros.tools.arrival_probe [--priority N] ACTIONS_TOPIC OBSERVATION_TOPIC "
               "[ACTIONS_TOPIC OBSERVATION_TOPIC ...] OUT.json", file=sys.stderr)
         return 2
+    from oxygen_ros.ros.process import realtime_priority
+
+    refused = realtime_priority(priority)  # before rclpy starts its threads: they inherit it
+    if refused:
+        print(f"arrival probe: --priority {priority} refused, normal priority: {refused}", file=sys.stderr)
+        priority = 0
     pairs, out = list(zip(args[:-1:2], args[1:-1:2])), Path(args[-1])
     stop = []
     signal.signal(signal.SIGTERM, lambda *_: stop.append(True))
@@ -140,7 +159,7 @@ def main(argv: list[str] | None = None) -> int:
         while not stop and os.getppid() == parent:
             executor.spin_once(timeout_sec=0.1)
     finally:
-        out.write_text(json.dumps({"streams": [stream.recorded() for stream in streams]}))
+        out.write_text(json.dumps({"priority": priority, "streams": [stream.recorded() for stream in streams]}))
         executor.shutdown()
         node.destroy_node()
         rclpy.try_shutdown()
