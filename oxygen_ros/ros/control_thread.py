@@ -8,10 +8,12 @@ thread of its own, started and stopped with the node's timers, which calls
 ``on_tick(scheduled_ns, actual_ns)`` (ROS time of the node's clock) every
 period:
 
-* **System clock** (the usual case): the thread sleeps until each tick's
-  due time on the steady clock and ticks; a tick due while the one before
-  was still running by more than half a period is skipped, as rcl skips a
-  late timer's (the node counts them as missed). rclpy's executor would add
+* **System clock** (the usual case): the ticks' scheduled times are an
+  exact grid on the node's clock (a chunk anchored at one tick counts its
+  rows in whole periods from it); the thread sleeps until each and ticks. A
+  tick due while the one before was still running by more than half a
+  period is skipped, as rcl skips a late timer's (the node counts them as
+  missed); a clock set back by more than two periods starts the grid again. rclpy's executor would add
   its own Python bookkeeping to every wake-up: measured on the tiny demo
   with four robots, the tick started 0.25-0.40 ms after its due time at the
   median on an rclpy timer, 0.08-0.10 ms on this clock.
@@ -125,26 +127,30 @@ class ControlThread:
             if self._executor is not None:
                 self._executor.spin()
             else:
-                self._tick_on_steady_clock()
+                self._tick_on_system_clock()
         except ExternalShutdownException:
             pass
         except BaseException as exc:  # reported by the node (control_failure) and the agent
             self.failure = repr(exc)
             self._log.error(f"control tick stopped: {exc!r}\n{traceback.format_exc()}")
 
-    def _tick_on_steady_clock(self) -> None:
+    def _tick_on_system_clock(self) -> None:
+        """Ticks on an exact grid of the node's clock (what the chunk clock's offsets count
+        on), each slept to on the steady clock."""
         clock = self._owner.get_clock()
-        due = time.monotonic_ns() + self._period_ns
+        due = clock.now().nanoseconds + self._period_ns
         while not self._stopping.is_set():
-            wait = due - time.monotonic_ns()
+            period = self._period_ns
+            wait = due - clock.now().nanoseconds
+            if wait > 2 * period:  # the clock was set back: the grid starts again from now
+                due = clock.now().nanoseconds + period
+                continue
             if wait > 0:
                 time.sleep(wait / NS_PER_S)
                 if self._stopping.is_set():
                     return
-            now, now_ros = time.monotonic_ns(), clock.now().nanoseconds
-            self._on_tick(now_ros - (now - due), now_ros)
-            period = self._period_ns
-            due += period
-            behind = time.monotonic_ns() - due
+            self._on_tick(due, clock.now().nanoseconds)
+            due += self._period_ns  # a new period counts from the last tick
+            behind = clock.now().nanoseconds - due
             if behind > period // 2:  # skip the ticks this one overran (the node counts them missed)
                 due += (behind // period + 1) * period
