@@ -56,7 +56,7 @@ from ..ros.plan_tables import ARGUMENTS
 from ..ros.robots import robot_topic
 from .agent_robots_report import robot_names, summary_table
 
-PROBE_PRIORITY = 40  # below the inference node's control_priority default (50), as a controller would be
+PROBE_PRIORITY = 0  # normal: at 40, the probe's deserialising four robots' images took the frames' core (README)
 STARTED = time.monotonic()  # this process's start, as far as the report is concerned
 SUMMARY = ("start_to_first_chunk_s", "tick_rate_hz", "tick_jitter_p99_ms", "underruns", "obs_to_action_p50_ms", "obs_to_action_p99_ms",
            "ros_overhead_p99_ms", "actions_published", "text_tokens_published")
@@ -71,9 +71,9 @@ def _parse_args(argv: list[str]) -> tuple[argparse.Namespace, dict[str, str]]:
     parser.add_argument("--duration", type=float, default=None, help="stop after this many seconds")
     parser.add_argument("--report", type=Path, default=None, help="write the JSON report here at the end")
     parser.add_argument("--probe-priority", type=int, default=PROBE_PRIORITY, metavar="N",
-                        help=f"--report: the arrival probe, which stands for a robot's controller, runs under "
-                             f"SCHED_FIFO N where allowed, as a real-time controller does (default {PROBE_PRIORITY}; "
-                             f"0: normal priority)")
+                        help=f"--report: run the arrival probe, which stands for a robot's controller, under "
+                             f"SCHED_FIFO N where allowed, as a real-time controller runs (default {PROBE_PRIORITY}: "
+                             f"normal priority; a real-time probe takes cores from the frames it measures)")
     parser.add_argument("--executor", choices=EXECUTORS, default="split",
                         help="split (default): every node on a single-threaded executor of its own; "
                              "multi: all on one multi-threaded executor")
