@@ -41,12 +41,12 @@ from rclpy.executors import ExternalShutdownException, SingleThreadedExecutor
 from rclpy.node import Node
 from rclpy.parameter import Parameter
 
+from ..core.chunk_clock import NS_PER_S
 from .process import realtime_priority
-
-NS_PER_S = 1_000_000_000
 
 
 def uses_sim_time(node: Node) -> bool:
+    """The node's clock follows ``/clock`` (its ``use_sim_time`` parameter)."""
     return node.has_parameter("use_sim_time") and bool(node.get_parameter("use_sim_time").value)
 
 
