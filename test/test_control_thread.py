@@ -57,7 +57,7 @@ def _control(ros, ticks, priority=0):
     from oxygen_ros.ros.control_thread import ControlThread
 
     node = ros.node("oxygen_test_control")
-    control = ControlThread(node, PERIOD_NS, ticks, lambda: None, priority, node.get_logger())
+    control = ControlThread(node, PERIOD_NS, ticks, priority, node.get_logger())
     control.start()
     return control
 

@@ -44,22 +44,41 @@ from rclpy.parameter import Parameter
 from ..core.chunk_clock import NS_PER_S
 from .process import realtime_priority
 
+try:  # rclpy of Kilted passes the timer's scheduled time to callbacks that ask for it
+    from rclpy.timer import TimerInfo
+except ImportError:  # Jazzy's rclpy (7.1) has no TimerInfo: ActionOutput rounds to the tick grid
+    TimerInfo = None
+
 
 def uses_sim_time(node: Node) -> bool:
     """The node's clock follows ``/clock`` (its ``use_sim_time`` parameter)."""
     return node.has_parameter("use_sim_time") and bool(node.get_parameter("use_sim_time").value)
 
 
+def timer_callback(on_tick: Callable, now_ros: Callable[[], int]) -> Callable:
+    """``on_tick(scheduled_ns, actual_ns)`` as an rclpy timer callback (scheduled None without
+    TimerInfo). rclpy passes a TimerInfo to a callback whose argument is annotated with the
+    class itself (not a string, which is why the annotation is set here, not written)."""
+    if TimerInfo is not None:
+        def tick(info) -> None:
+            on_tick(info.expected_call_time.nanoseconds, info.actual_call_time.nanoseconds)
+
+        tick.__annotations__ = {"info": TimerInfo, "return": None}
+    else:  # Jazzy: no TimerInfo
+        def tick() -> None:
+            on_tick(None, now_ros())
+    return tick
+
+
 class ControlThread:
     """Calls ``on_tick(scheduled_ns, actual_ns)`` every ``period_ns`` on a thread of its
     own (see the module doc). ``owner``: the inference node (its clock; with sim time
-    its name, namespace and context for the companion node); ``timer_callback``: the
-    same tick as an rclpy timer callback (sim time); ``log``: the node's logger.
+    its name, namespace and context for the companion node); ``log``: its logger.
     :meth:`start` once; :meth:`stop` ends the thread, :meth:`destroy` the companion
     node too."""
 
-    def __init__(self, owner: Node, period_ns: int, on_tick: Callable[[int, int], None],
-                 timer_callback: Callable, priority: int, log: Any):
+    def __init__(self, owner: Node, period_ns: int, on_tick: Callable[[int | None, int], None], priority: int,
+                 log: Any):
         self._owner, self._on_tick, self._priority, self._log = owner, on_tick, priority, log
         self._period_ns = int(period_ns)
         self._stopping = threading.Event()
@@ -71,7 +90,8 @@ class ControlThread:
             self.node = Node(f"{owner.get_name()}_control", namespace=owner.get_namespace(), context=owner.context,
                              start_parameter_services=False, enable_rosout=False,
                              parameter_overrides=[Parameter("use_sim_time", Parameter.Type.BOOL, True)])
-            self._timer = self.node.create_timer(period_ns / NS_PER_S, timer_callback)
+            self._timer = self.node.create_timer(
+                period_ns / NS_PER_S, timer_callback(on_tick, lambda: owner.get_clock().now().nanoseconds))
             self._executor = SingleThreadedExecutor(context=owner.context)
             self._executor.add_node(self.node)
         self._thread = threading.Thread(target=self._run, name="oxygen-inference-control", daemon=True)

@@ -35,15 +35,12 @@ stale data, overload and faults: the README's "Reliability". :meth:`InferenceNod
 completes) and publishes ``cancelled`` for every unfinished request.
 """
 
-# No `from __future__ import annotations` here: rclpy finds the TimerInfo
-# argument of a timer callback by comparing the annotation with the class.
-
 import gc
 import sys
 import threading
 import time
 import traceback
-from typing import Callable, Optional
+from typing import Optional
 
 import torch
 from diagnostic_msgs.msg import DiagnosticArray
@@ -71,11 +68,6 @@ from .qos import reliable
 from .robot_io import RobotIO, TextRouter
 from .text_output import end_events
 
-try:  # rclpy of Kilted passes the timer's scheduled time to callbacks that ask for it
-    from rclpy.timer import TimerInfo
-except ImportError:  # Jazzy's rclpy (7.1) has no TimerInfo: ActionOutput rounds to the tick grid
-    TimerInfo = None
-
 NODE_NAME = "oxygen_inference"
 
 
@@ -85,19 +77,6 @@ def _loop_settings(p: dict) -> dict:
     if "denoise_steps" in out:
         out["denoise_steps"] = out["denoise_steps"] or None
     return out
-
-
-def tick_callback(on_tick: Callable, now_ros: Callable) -> Callable:
-    """The control timer's callback: ``on_tick(scheduled_ns, actual_ns)`` (scheduled None without TimerInfo)."""
-    if TimerInfo is not None:
-        def tick(info) -> None:
-            on_tick(info.expected_call_time.nanoseconds, info.actual_call_time.nanoseconds)
-
-        tick.__annotations__ = {"info": TimerInfo, "return": None}
-    else:  # Jazzy: no TimerInfo
-        def tick() -> None:
-            on_tick(None, now_ros())
-    return tick
 
 
 class InferenceNode(InferenceDiagnostics, Node):
@@ -196,8 +175,8 @@ class InferenceNode(InferenceDiagnostics, Node):
     def activate(self) -> None:
         """Start the control tick, the diagnostics and the frame worker: actions and text go out."""
         self.worker = self._new_worker() if self.worker.stopped else self.worker  # a thread runs once
-        self._control = ControlThread(self, self.loop.period_ns, self._on_tick, tick_callback(self._on_tick, self._now_ros),
-                                      self.params["control_priority"], self.get_logger())
+        self._control = ControlThread(self, self.loop.period_ns, self._on_tick, self.params["control_priority"],
+                                      self.get_logger())
         self._diag_timer = self.create_timer(1.0, self._publish_diagnostics,
                                              callback_group=MutuallyExclusiveCallbackGroup())
         self._own_timers = [self._diag_timer]
