@@ -31,6 +31,12 @@ from .tokenizer import Tokenizer, prompt_ids
 from .workloads import Workload
 
 
+def denoise_sweep(requested: Sequence[int] | None, config) -> list[int]:
+    """The denoise step counts S of a sweep: those ``requested``, else the checkpoint's
+    (``config.denoise_steps``); runs with one S (the pieces, the tick probe) take the first."""
+    return list(requested or [config.denoise_steps])
+
+
 def frame_observations(observations: Sequence[Observation], f: int, agents: int) -> list[Observation]:
     """Frame ``f``'s observations, one per agent: the next ``agents`` of ``observations`` in turn."""
     return [observations[(f * agents + a) % len(observations)] for a in range(agents)]

@@ -38,8 +38,8 @@ import sys
 
 from tqdm import tqdm
 
-from ..core.benchmark import (RunSpec, compare_agents, piece_timer, run_interleaved, synthetic_observations,
-                               upper_bound, with_prompt_tokens)
+from ..core.benchmark import (RunSpec, compare_agents, denoise_sweep, piece_timer, run_interleaved,
+                               synthetic_observations, upper_bound, with_prompt_tokens)
 from ..core.engine import SETTINGS
 from ..core.model.compile_setup import COMPILE_CHOICES, resolve_compile
 from ..core.piece_timing import PieceTimer
@@ -144,7 +144,7 @@ def main(argv=None) -> int:
             obs = [with_prompt_tokens(o, tok, args.prompt_tokens) for o in obs]
         except ValueError as e:
             raise SystemExit(str(e)) from None
-    denoise = args.denoise_steps or [c.denoise_steps]
+    denoise = denoise_sweep(args.denoise_steps, c)
     combos = [(s, n, k, S, m, a) for m, S, n, k, s, a in itertools.product(
         args.compile, denoise, args.max_decode, args.steps_per_frame, args.settings, args.agents) if k <= n]
     if not combos:
@@ -238,7 +238,7 @@ def piece_timers(model, tok, args: argparse.Namespace, slot_len: int) -> dict[bo
     c = model.config
     on_device = {m: resolve_compile(m, args.device).enabled for m in args.compile}
     return {compiled: piece_timer(model, tok, cameras=args.cameras, compile=compiled,
-                                  denoise_steps=(args.denoise_steps or [c.denoise_steps])[0], slot_len=slot_len,
+                                  denoise_steps=denoise_sweep(args.denoise_steps, c)[0], slot_len=slot_len,
                                   round_steps=max(args.steps_per_frame))
             for compiled in sorted(set(on_device.values()))}
 

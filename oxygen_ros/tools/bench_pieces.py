@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import argparse
 
-from ..core.benchmark import measure_components, synthetic_observations
+from ..core.benchmark import denoise_sweep, measure_components, synthetic_observations
 from ..core.engine_config import EngineConfig, slot_len
 from ..core.matmul_reference import flops, record_matmuls, time_matmuls
 from ..core.model.compile_setup import resolve_compile
@@ -39,7 +39,7 @@ def prefill_products(model, tokenizer, cameras: int):
 def run_pieces(model, tokenizer, args: argparse.Namespace) -> dict:
     """The pieces under every compile mode asked for, and the prefill's matrix products."""
     c = model.config
-    steps = (args.denoise_steps or [c.denoise_steps])[0]
+    steps = denoise_sweep(args.denoise_steps, c)[0]
     # the slot length of an engine with the default request sizes
     slots = slot_len(EngineConfig(max_decode=max(args.max_decode), max_cameras=args.cameras), c)
     modes = dict.fromkeys(resolve_compile(mode, args.device).enabled for mode in args.compile)  # in order, once

@@ -23,7 +23,7 @@ import sys
 
 import numpy as np
 
-from ..core.benchmark import RunSpec, engine_for, frame_observations, synthetic_observations
+from ..core.benchmark import RunSpec, denoise_sweep, engine_for, frame_observations, synthetic_observations
 from ..core.engine import Question
 from ..core.model.compile_setup import resolve_compile
 from ..core.tick_guard import SWITCH_INTERVAL_S, TickGuard
@@ -39,7 +39,7 @@ class _Row:
     """One engine (compile mode, guard on or off) and what its slices recorded."""
 
     def __init__(self, model, tok, args: argparse.Namespace, mode: str, guarded: bool, observations: list):
-        steps = (args.denoise_steps or [model.config.denoise_steps])[0]
+        steps = denoise_sweep(args.denoise_steps, model.config)[0]
         # the engine of the first run of ``oxygen-bench`` with these options (frames and warm-up unused)
         spec = RunSpec(args.settings[0], args.max_decode[0], args.steps_per_frame[0], steps, 0, 0, args.arrivals,
                        agents=args.agents[0], max_active=args.max_active, seed=args.seed, compile=mode,
