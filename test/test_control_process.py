@@ -1,0 +1,77 @@
+"""The control tick in a process of its own (oxygen_ros/ros/control_process.py): each
+robot's newest chunk, written to the shared-memory board by this process, goes out on
+that robot's topic from the other process, row by row on the tick grid, then held."""
+
+import json
+import select
+import signal
+import subprocess
+import sys
+
+import numpy as np
+from ros_harness import checkout_env, reliable, unique_prefix, until
+
+from oxygen_ros.core.chunk_board import ChunkBoard
+from oxygen_ros.core.chunk_clock import Chunk
+
+PERIOD_NS = 10_000_000
+H, D = 5, 3
+
+
+def _chunk(frame_id: int, base: float) -> Chunk:
+    rows = base + np.arange(H)[:, None] * 10.0 + np.arange(D)[None, :]
+    return Chunk(rows, PERIOD_NS, None, frame_id=frame_id, observation_seq=frame_id)
+
+
+def _start(tmp_path, board: ChunkBoard, topics: list[str]) -> subprocess.Popen:
+    spec = {"board": board.name, "horizon": H, "action_dim": D, "period_ns": PERIOD_NS, "priority": 0,
+            "node": "oxygen_test", "namespace": "/", "robots": [[t, ""] for t in topics],
+            "params": {"hold_action": "last", "control_frame": "", "joint_names": []}}
+    path = tmp_path / "control.json"
+    path.write_text(json.dumps(spec))
+    proc = subprocess.Popen([sys.executable, "-m", "oxygen_ros.ros.control_process", str(path)],
+                            env=checkout_env(), stdout=subprocess.PIPE, text=True)
+    assert select.select([proc.stdout], [], [], 60)[0] and proc.stdout.readline().strip() == "control process ready"
+    return proc
+
+
+def test_each_robots_chunk_goes_out_from_the_control_process_row_by_row_then_held(ros, tmp_path):
+    from oxygen_ros.msg import ActionChunk
+
+    prefix = unique_prefix()
+    topics = [f"{prefix}/a/actions", f"{prefix}/b/actions"]
+    board = ChunkBoard(2, H, D)
+    proc = None
+    try:
+        proc = _start(tmp_path, board, topics)
+        got = {t: [] for t in topics}
+        node = ros.node("oxygen_test_control_process")
+        for t in topics:
+            node.create_subscription(ActionChunk, t, got[t].append, reliable(100))
+        assert until(lambda: all(node.count_publishers(t) == 1 for t in topics), 20)
+        board.write(0, _chunk(1, 100.0))
+        board.write(1, _chunk(2, 200.0))
+        assert until(lambda: all(sum(m.frame_id > 0 for m in got[t]) >= H + 3 for t in topics), 20)
+        for t, frame, base in ((topics[0], 1, 100.0), (topics[1], 2, 200.0)):
+            msgs = [m for m in got[t] if m.frame_id == frame]
+            assert [m.offset for m in msgs[:H + 2]] == [0, 1, 2, 3, 4, H, H]  # rows in turn, then the last held
+            rows = _chunk(frame, base).actions
+            for m in msgs[:H]:
+                np.testing.assert_allclose(np.asarray(m.actions).reshape(-1, D), rows[m.offset:], rtol=1e-6)
+            np.testing.assert_allclose(np.asarray(msgs[H].actions).reshape(-1, D), rows[-1:], rtol=1e-6)
+            stamps = [m.header.stamp.sec * 10**9 + m.header.stamp.nanosec for m in msgs[:H + 2]]
+            assert np.all(np.diff(stamps) == PERIOD_NS), stamps  # one period apart, on the grid
+        n_b = len(got[topics[1]])
+        board.write(0, _chunk(3, 300.0))  # a new chunk for robot a only
+        assert until(lambda: sum(m.frame_id == 3 for m in got[topics[0]]) >= 2, 20)
+        assert [m.offset for m in got[topics[0]] if m.frame_id == 3][:2] == [0, 1]
+        assert until(lambda: len(got[topics[1]]) > n_b + 2, 20)
+        assert {m.frame_id for m in got[topics[1]][n_b:]} == {2}  # b still holds its own
+        proc.send_signal(signal.SIGINT)
+        assert proc.wait(20) == 0
+    finally:
+        if proc is not None and proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        board.close()
+        board.unlink()
