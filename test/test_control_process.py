@@ -3,6 +3,7 @@ robot's newest chunk, written to the shared-memory board by this process, goes o
 that robot's topic from the other process, row by row on the tick grid, then held."""
 
 import json
+import os
 import select
 import signal
 import subprocess
@@ -10,6 +11,14 @@ import sys
 
 import numpy as np
 from ros_harness import checkout_env, reliable, unique_prefix, until
+
+PARENT_THAT_DIES = """
+import subprocess, sys
+proc = subprocess.Popen([sys.executable, "-m", "oxygen_ros.ros.control_process", sys.argv[1]], stdout=subprocess.PIPE,
+                        text=True)
+assert proc.stdout.readline().strip() == "control process ready"
+print(proc.pid, flush=True)
+"""
 
 from oxygen_ros.core.chunk_board import ChunkBoard
 from oxygen_ros.core.chunk_clock import Chunk
@@ -75,3 +84,32 @@ def test_each_robots_chunk_goes_out_from_the_control_process_row_by_row_then_hel
             proc.wait()
         board.close()
         board.unlink()
+
+
+def test_the_control_process_ends_when_its_parent_ends(ros_env, tmp_path):
+    board = ChunkBoard(1, H, D)
+    try:
+        spec = {"board": board.name, "horizon": H, "action_dim": D, "period_ns": PERIOD_NS, "priority": 0,
+                "node": "oxygen_test", "namespace": "/", "robots": [[f"{unique_prefix()}/actions", ""]],
+                "params": {"hold_action": "last", "control_frame": "", "joint_names": []}}
+        (tmp_path / "control.json").write_text(json.dumps(spec))
+        with open(tmp_path / "stderr", "w") as err:  # a file: the orphan holds it open, a pipe would never end
+            parent = subprocess.run([sys.executable, "-c", PARENT_THAT_DIES, str(tmp_path / "control.json")],
+                                    env=checkout_env(), stdout=subprocess.PIPE, stderr=err, text=True, timeout=120)
+        assert parent.returncode == 0, (tmp_path / "stderr").read_text()[-2000:]
+        child = int(parent.stdout.strip())
+        gone = until(lambda: not os.path.exists(f"/proc/{child}") or _zombie(child), 10)
+        if not gone:
+            os.kill(child, signal.SIGKILL)
+        assert gone, "the control process outlived its parent"
+    finally:
+        board.close()
+        board.unlink()
+
+
+def _zombie(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] == "Z"
+    except OSError:
+        return True
