@@ -31,6 +31,7 @@ import os
 import signal
 import sys
 import threading
+import time
 from pathlib import Path
 from typing import Any
 
@@ -60,7 +61,7 @@ class ControlProcess:
         self.control = ControlThread(self.node, spec["period_ns"], self._tick, spec["priority"], self.node.get_logger())
 
     def _tick(self, scheduled_ns: int, actual_ns: int) -> None:
-        now = actual_ns
+        now = time.monotonic_ns()  # ActionOutput's frame records count on the monotonic clock
         dues = []
         for slot, output in enumerate(self.outputs):
             if self.board.version(slot) != self._versions[slot]:
@@ -69,7 +70,10 @@ class ControlProcess:
                 except self._torn:
                     pass  # keep the chunk it had; the next tick reads again
                 else:
-                    output.push(chunk) if chunk is not None else output.drop()
+                    if chunk is None:
+                        output.drop()
+                    else:
+                        output.push(chunk)
             dues.append(output.tick(scheduled_ns, False, now))
         for output, due in zip(self.outputs, dues):
             if due is not None:
