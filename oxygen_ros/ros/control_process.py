@@ -35,6 +35,15 @@ import time
 from pathlib import Path
 from typing import Any
 
+import rclpy
+from rclpy.node import Node
+from rclpy.signals import SignalHandlerOptions
+
+from ..core.chunk_board import ChunkBoard, TornRead
+from ..core.frame_records import FrameRecords
+from .action_output import ActionOutput
+from .control_thread import ControlThread
+
 READY = "control process ready"
 
 
@@ -42,14 +51,6 @@ class ControlProcess:
     """The process's node, one action output per board slot, and the tick over them."""
 
     def __init__(self, spec: dict[str, Any]):
-        from rclpy.node import Node
-
-        from ..core.chunk_board import ChunkBoard, TornRead
-        from ..core.frame_records import FrameRecords
-        from .action_output import ActionOutput
-        from .control_thread import ControlThread
-
-        self._torn = TornRead
         self.node = Node(f"{spec['node']}_control", namespace=spec.get("namespace", "/"),
                          start_parameter_services=False, enable_rosout=False)
         self.board = ChunkBoard(len(spec["robots"]), spec["horizon"], spec["action_dim"], name=spec["board"])
@@ -67,7 +68,7 @@ class ControlProcess:
             if self.board.version(slot) != self._versions[slot]:
                 try:
                     self._versions[slot], chunk = self.board.read(slot)
-                except self._torn:
+                except TornRead:
                     pass  # keep the chunk it had; the next tick reads again
                 else:
                     if chunk is None:
@@ -98,9 +99,6 @@ def main(argv: list[str] | None = None) -> int:
     stop = threading.Event()
     signal.signal(signal.SIGINT, lambda *_: stop.set())
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
-    import rclpy
-    from rclpy.signals import SignalHandlerOptions
-
     rclpy.init(args=[], signal_handler_options=SignalHandlerOptions.NO)
     parent = os.getppid()
     process = ControlProcess(spec)
