@@ -77,6 +77,7 @@ class ActionOutput:
                  actions_topic: str, trajectory_topic: str):
         self._params, self._counters, self._records = params, counters, records
         self.clock = ChunkClock()
+        self._log = node.get_logger()
         self._pub_actions = node.create_publisher(ActionChunk, actions_topic, reliable(10))
         self._pub_traj = (node.create_publisher(JointTrajectory, trajectory_topic, reliable(10))
                           if params["joint_names"] else None)
@@ -118,7 +119,16 @@ class ActionOutput:
                 "first_ticks": tuple(c.first_ticks)}
 
     def publish(self, due: Due) -> None:
-        """The ActionChunk (and JointTrajectory) of ``due``."""
+        """The ActionChunk (and JointTrajectory) of ``due``. A failure is counted
+        (``publish_errors``) and logged, not raised: one message never ends the control
+        loop, nor another robot's publication in the same tick."""
+        try:
+            self._publish(due)
+        except Exception as exc:
+            self._counters["publish_errors"] += 1
+            self._log.error(f"could not publish actions on {self.topic}: {exc!r}", throttle_duration_sec=5.0)
+
+    def _publish(self, due: Due) -> None:
         c = due.chunk
         hold = due.offset >= c.horizon
         actions = c.actions[-1:] if hold else due.actions

@@ -78,11 +78,7 @@ class ControlProcess:
             dues.append(output.tick(scheduled_ns, False, now))
         for output, due in zip(self.outputs, dues):
             if due is not None:
-                try:
-                    output.publish(due)
-                except Exception as exc:  # one robot's message never ends the others' ticks
-                    self.node.get_logger().error(f"could not publish on {output.topic}: {exc!r}",
-                                                 throttle_duration_sec=5.0)
+                output.publish(due)
 
     def close(self) -> None:
         self.control.destroy()

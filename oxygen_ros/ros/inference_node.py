@@ -300,14 +300,8 @@ class InferenceNode(InferenceDiagnostics, Node):
                 self._cond.notify_all()  # idle decoding is paced by the ticks
         self.tick_lateness_ms.add((actual_ns - scheduled_ns) / 1e6)
         for io, due in dues:
-            if due is None:
-                continue
-            try:
+            if due is not None:
                 io.output.publish(due)
-            except Exception as exc:  # never let one message end the control loop (or another robot's)
-                io.counters["publish_errors"] += 1
-                self.get_logger().error(f"could not publish actions on {io.output.topic}: {exc!r}",
-                                        throttle_duration_sec=5.0)
 
     # ------------------------------------------------------------------ shutdown
     def _stop_worker(self, timeout: float = 60.0) -> bool:
