@@ -12,6 +12,11 @@ import sys
 import numpy as np
 from ros_harness import checkout_env, reliable, unique_prefix, until
 
+from oxygen_ros.core.chunk_board import ChunkBoard
+from oxygen_ros.core.chunk_clock import Chunk
+
+PERIOD_NS = 10_000_000
+H, D = 5, 3
 PARENT_THAT_DIES = """
 import subprocess, sys
 proc = subprocess.Popen([sys.executable, "-m", "oxygen_ros.ros.control_process", sys.argv[1]], stdout=subprocess.PIPE,
@@ -20,24 +25,24 @@ assert proc.stdout.readline().strip() == "control process ready"
 print(proc.pid, flush=True)
 """
 
-from oxygen_ros.core.chunk_board import ChunkBoard
-from oxygen_ros.core.chunk_clock import Chunk
-
-PERIOD_NS = 10_000_000
-H, D = 5, 3
-
 
 def _chunk(frame_id: int, base: float) -> Chunk:
     rows = base + np.arange(H)[:, None] * 10.0 + np.arange(D)[None, :]
     return Chunk(rows, PERIOD_NS, None, frame_id=frame_id, observation_seq=frame_id)
 
 
-def _start(tmp_path, board: ChunkBoard, topics: list[str]) -> subprocess.Popen:
+def _spec(tmp_path, board: ChunkBoard, topics: list[str]):
+    """The control process's SPEC.json for ``board``, one robot per topic (written; its path)."""
     spec = {"board": board.name, "horizon": H, "action_dim": D, "period_ns": PERIOD_NS, "priority": 0,
             "node": "oxygen_test", "namespace": "/", "robots": [[t, ""] for t in topics],
             "params": {"hold_action": "last", "control_frame": "", "joint_names": []}}
     path = tmp_path / "control.json"
     path.write_text(json.dumps(spec))
+    return path
+
+
+def _start(tmp_path, board: ChunkBoard, topics: list[str]) -> subprocess.Popen:
+    path = _spec(tmp_path, board, topics)
     proc = subprocess.Popen([sys.executable, "-m", "oxygen_ros.ros.control_process", str(path)],
                             env=checkout_env(), stdout=subprocess.PIPE, text=True)
     assert select.select([proc.stdout], [], [], 60)[0] and proc.stdout.readline().strip() == "control process ready"
@@ -89,12 +94,9 @@ def test_each_robots_chunk_goes_out_from_the_control_process_row_by_row_then_hel
 def test_the_control_process_ends_when_its_parent_ends(ros_env, tmp_path):
     board = ChunkBoard(1, H, D)
     try:
-        spec = {"board": board.name, "horizon": H, "action_dim": D, "period_ns": PERIOD_NS, "priority": 0,
-                "node": "oxygen_test", "namespace": "/", "robots": [[f"{unique_prefix()}/actions", ""]],
-                "params": {"hold_action": "last", "control_frame": "", "joint_names": []}}
-        (tmp_path / "control.json").write_text(json.dumps(spec))
+        path = _spec(tmp_path, board, [f"{unique_prefix()}/actions"])
         with open(tmp_path / "stderr", "w") as err:  # a file: the orphan holds it open, a pipe would never end
-            parent = subprocess.run([sys.executable, "-c", PARENT_THAT_DIES, str(tmp_path / "control.json")],
+            parent = subprocess.run([sys.executable, "-c", PARENT_THAT_DIES, str(path)],
                                     env=checkout_env(), stdout=subprocess.PIPE, stderr=err, text=True, timeout=120)
         assert parent.returncode == 0, (tmp_path / "stderr").read_text()[-2000:]
         child = int(parent.stdout.strip())

@@ -14,7 +14,7 @@ slot's version odd, writes, and makes it even again; a reader copies the slot
 and keeps the copy only if the version was even and unchanged around it. A
 reader therefore never waits for the writer (which runs at normal priority and
 may be preempted mid-write): it retries a few times and otherwise keeps what
-it had, and says so. The version also tells a reader whether the slot changed
+it had (:class:`TornRead` says so). The version also tells a reader whether the slot changed
 since its last read. The stores are ordered as x86 orders them; on a
 weakly ordered CPU this needs memory barriers (not added: not tested there).
 """
@@ -77,7 +77,6 @@ class ChunkBoard:
                                    meta_bytes)
         if name is None:
             self._meta[:] = 0
-        self.torn_reads = 0  # reads that gave up (the reader kept its copy)
 
     @property
     def name(self) -> str:
@@ -124,7 +123,6 @@ class ChunkBoard:
             return v, Chunk(actions, int(fields[2]), None if origin == _NO_ORIGIN else origin,
                             frame_id=int(fields[4]), observation_seq=int(fields[5]),
                             observation_stamp_ns=int(fields[6]), ready_ns=int(fields[7]))
-        self.torn_reads += 1
         raise TornRead(f"robot {robot}'s chunk slot was being written through {READ_TRIES} reads")
 
     def close(self) -> None:
