@@ -33,14 +33,17 @@ class RobotClient:
         base = f"/{robot}{prefix}"
         self.robot, self.node, self.seq = robot, node, 0
         self.chunks, self.text = [], []
-        node.create_subscription(ActionChunk, f"{base}/actions", self.chunks.append, reliable(1000))
+        self.actions = node.create_subscription(ActionChunk, f"{base}/actions", self.chunks.append, reliable(1000))
         node.create_subscription(TextToken, f"{base}/text", self.text.append, reliable(5000))
         self.obs = node.create_publisher(Observation, f"{base}/observation", reliable(10))
         self.q = node.create_publisher(Question, f"{base}/question", reliable(1000))
         self.Question = Question
 
     def discovered(self) -> bool:
-        return self.obs.get_subscription_count() >= 1 and self.q.get_subscription_count() >= 1
+        """It and the node found each other: the node's inputs, and its ActionChunk publisher
+        (in the control process by default, a participant of its own)."""
+        return (self.obs.get_subscription_count() >= 1 and self.q.get_subscription_count() >= 1
+                and self.actions.get_publisher_count() >= 1)
 
     def wait_discovered(self) -> None:
         assert until(self.discovered), f"robot {self.robot}: inference node not discovered"

@@ -267,7 +267,7 @@ class InferenceClient:
     """A test node on an inference node's topics (:func:`inference_topics`): publishes
     observations and questions, records every ActionChunk, TextToken and JointTrajectory,
     and the ``oxygen_inference`` statuses on /diagnostics (one inference node per test in
-    this domain and process). Waits until the inference node has discovered it."""
+    this domain and process). Waits until it and the inference node have discovered each other."""
 
     def __init__(self, ros, prefix: str, name: str = "oxygen_test_client"):
         from diagnostic_msgs.msg import DiagnosticArray
@@ -277,7 +277,7 @@ class InferenceClient:
         t = inference_topics(prefix)
         self.node = ros.node(name)
         self.chunks, self.text, self.trajectories, self.diagnostics = [], [], [], []
-        self.node.create_subscription(ActionChunk, t["actions_topic"], self.chunks.append, reliable(200))
+        actions = self.node.create_subscription(ActionChunk, t["actions_topic"], self.chunks.append, reliable(200))
         self.node.create_subscription(TextToken, t["text_topic"], self.text.append, reliable(5000))
         self.node.create_subscription(JointTrajectory, t["trajectory_topic"], self.trajectories.append, reliable(100))
         self.node.create_subscription(DiagnosticArray, "/diagnostics", self._on_diagnostics, reliable(50))
@@ -285,8 +285,10 @@ class InferenceClient:
         self.q = self.node.create_publisher(Question, t["question_topic"], reliable(100))
         self.Question = Question
         self.seq = 0
-        assert until(lambda: self.obs.get_subscription_count() >= 1 and self.q.get_subscription_count() >= 1), \
-            "inference node not discovered"
+        # the node's inputs, and its ActionChunk publisher (in the control process by default, a
+        # participant of its own that this one discovers separately)
+        assert until(lambda: self.obs.get_subscription_count() >= 1 and self.q.get_subscription_count() >= 1
+                     and actions.get_publisher_count() >= 1), "inference node not discovered"
 
     def _on_diagnostics(self, msg) -> None:
         self.diagnostics.extend(s for s in msg.status if s.name.startswith("oxygen_inference"))

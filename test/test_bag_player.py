@@ -231,7 +231,7 @@ def test_player_without_subscribers_names_them_after_the_timeout_and_plays_anywa
     assert player.published == len(recording)  # played anyway
 
     def warnings():
-        return [m for m in logs if "no subscriber matched" in m.msg and p in m.msg]
+        return [m for m in logs if "nothing matched" in m.msg and p in m.msg]
 
     assert stepped_ros.spin_until(warnings)
     (warning,) = warnings()

@@ -14,6 +14,7 @@ from ros_harness import checkout_env, reliable, unique_prefix, until
 
 from oxygen_ros.core.chunk_board import ChunkBoard
 from oxygen_ros.core.chunk_clock import Chunk
+from oxygen_ros.core.tick_board import TickBoard
 
 PERIOD_NS = 10_000_000
 H, D = 5, 3
@@ -31,9 +32,11 @@ def _chunk(frame_id: int, base: float) -> Chunk:
     return Chunk(rows, PERIOD_NS, None, frame_id=frame_id, observation_seq=frame_id)
 
 
-def _spec(tmp_path, board: ChunkBoard, topics: list[str]):
-    """The control process's SPEC.json for ``board``, one robot per topic (written; its path)."""
-    spec = {"board": board.name, "horizon": H, "action_dim": D, "period_ns": PERIOD_NS, "priority": 0,
+def _spec(tmp_path, board: ChunkBoard, ticks: TickBoard, topics: list[str]):
+    """The control process's SPEC.json for ``board`` and ``ticks``, one robot per topic (written; its path)."""
+    for field, value in (("running", 1), ("period_ns", PERIOD_NS), ("hold_last", 1)):  # as the node sets them
+        ticks.set(field, value)
+    spec = {"board": board.name, "ticks": ticks.name, "horizon": H, "action_dim": D, "period_ns": PERIOD_NS, "priority": 0,
             "node": "oxygen_test", "namespace": "/", "robots": [[t, ""] for t in topics],
             "params": {"hold_action": "last", "control_frame": "", "joint_names": []}}
     path = tmp_path / "control.json"
@@ -41,8 +44,8 @@ def _spec(tmp_path, board: ChunkBoard, topics: list[str]):
     return path
 
 
-def _start(tmp_path, board: ChunkBoard, topics: list[str]) -> subprocess.Popen:
-    path = _spec(tmp_path, board, topics)
+def _start(tmp_path, board: ChunkBoard, ticks: TickBoard, topics: list[str]) -> subprocess.Popen:
+    path = _spec(tmp_path, board, ticks, topics)
     proc = subprocess.Popen([sys.executable, "-m", "oxygen_ros.ros.control_process", str(path)],
                             env=checkout_env(), stdout=subprocess.PIPE, text=True)
     assert select.select([proc.stdout], [], [], 60)[0] and proc.stdout.readline().strip() == "control process ready"
@@ -54,10 +57,10 @@ def test_each_robots_chunk_goes_out_from_the_control_process_row_by_row_then_hel
 
     prefix = unique_prefix()
     topics = [f"{prefix}/a/actions", f"{prefix}/b/actions"]
-    board = ChunkBoard(2, H, D)
+    board, ticks = ChunkBoard(2, H, D), TickBoard(2)
     proc = None
     try:
-        proc = _start(tmp_path, board, topics)
+        proc = _start(tmp_path, board, ticks, topics)
         got = {t: [] for t in topics}
         node = ros.node("oxygen_test_control_process")
         for t in topics:
@@ -83,18 +86,29 @@ def test_each_robots_chunk_goes_out_from_the_control_process_row_by_row_then_hel
         assert {m.frame_id for m in got[topics[1]][n_b:]} == {2}  # b still holds its own
         proc.send_signal(signal.SIGINT)
         assert proc.wait(20) == 0
+        # what went out, reported back on the tick board: each robot's counts, its chunks' first
+        # publications, every tick's lateness
+        for slot, t, frames in ((0, topics[0], [1, 3]), (1, topics[1], [2])):
+            counts, _, _ = ticks.robot(slot)
+            assert counts["actions_published"] == len(got[t]) == counts["published"] + counts["hold_ticks"]
+            assert counts["ticks"] >= counts["published"] + counts["waiting"] and counts["ticks_faulted"] == 0
+            _, firsts = ticks.firsts_since(slot, 0)
+            assert firsts[:, 0].tolist() == frames
+        written, lateness = ticks.lateness_since(0)
+        assert written == ticks.robot(0)[0]["ticks"] and len(lateness) == written and (lateness >= 0).all()
     finally:
         if proc is not None and proc.poll() is None:
             proc.kill()
             proc.wait()
-        board.close()
-        board.unlink()
+        for block in (board, ticks):
+            block.close()
+            block.unlink()
 
 
 def test_the_control_process_ends_when_its_parent_ends(ros_env, tmp_path):
-    board = ChunkBoard(1, H, D)
+    board, ticks = ChunkBoard(1, H, D), TickBoard(1)
     try:
-        path = _spec(tmp_path, board, [f"{unique_prefix()}/actions"])
+        path = _spec(tmp_path, board, ticks, [f"{unique_prefix()}/actions"])
         with open(tmp_path / "stderr", "w") as err:  # a file: the orphan holds it open, a pipe would never end
             parent = subprocess.run([sys.executable, "-c", PARENT_THAT_DIES, str(path)],
                                     env=checkout_env(), stdout=subprocess.PIPE, stderr=err, text=True, timeout=120)
@@ -105,8 +119,9 @@ def test_the_control_process_ends_when_its_parent_ends(ros_env, tmp_path):
             os.kill(child, signal.SIGKILL)
         assert gone, "the control process outlived its parent"
     finally:
-        board.close()
-        board.unlink()
+        for block in (board, ticks):
+            block.close()
+            block.unlink()
 
 
 def _zombie(pid: int) -> bool:

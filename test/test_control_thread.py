@@ -11,6 +11,7 @@ import os
 import threading
 import time
 
+import pytest
 from ros_harness import InferenceClient, inference_node, reliable, unique_prefix, until
 
 PERIOD_NS = 10_000_000
@@ -89,12 +90,17 @@ def test_ticks_fall_on_the_period_grid_skip_what_a_late_tick_overran_and_follow_
     assert [round(s) for s in steps[-5:]].count(2) >= 3  # the new period
 
 
-def test_the_inference_nodes_actions_keep_coming_while_its_executor_is_stuck(ros):
+@pytest.mark.parametrize("control_process", [False, True], ids=["control-thread", "control-process"])
+def test_the_inference_nodes_actions_keep_coming_while_its_executor_is_stuck(ros, control_process):
     prefix = unique_prefix()
-    node = inference_node(ros, prefix, hold_action="last", control_rate_hz=50.0, frame_deadline_ms=5000.0)
+    node = inference_node(ros, prefix, hold_action="last", control_rate_hz=50.0, frame_deadline_ms=5000.0,
+                          control_process=control_process)
     client = InferenceClient(ros, prefix)
     assert until(lambda: len(client.chunks) >= 5, every=client.observe, period=0.1)
-    assert node.control.alive and node.control.node is None
+    if control_process:
+        assert node.control_pid is not None and node.control is None
+    else:
+        assert node.control.alive and node.control.node is None
     stalls = []
 
     def stall():  # a callback of the node's own executor that keeps it 300 ms

@@ -7,6 +7,7 @@ The node runs as a user runs it (``python -m oxygen_ros.ros.inference_node --ros
 this checkout first. Durations are printed, never asserted (the machine may be loaded).
 """
 
+import os
 import signal
 import subprocess
 import sys
@@ -106,7 +107,8 @@ def test_sigterm_cancels_in_flight_requests_and_the_process_exits_cleanly(ros, r
         proc.kill()
 
 
-def test_shutdown_in_process_stops_timers_and_worker_and_cancels(ros):
+@pytest.mark.parametrize("control_process", [True, False], ids=["control-process", "control-thread"])
+def test_shutdown_in_process_stops_timers_and_worker_and_cancels(ros, control_process):
     from oxygen_ros.msg import Observation, Question, TextToken
 
     from oxygen_ros.ros.inference_node import InferenceNode
@@ -114,7 +116,7 @@ def test_shutdown_in_process_stops_timers_and_worker_and_cancels(ros):
     prefix = unique_prefix()
     t = inference_topics(prefix)
     values = {**t, "preset": "tiny", "language_every_n_frames": 1, "steps_per_frame": 1, "max_decode": 30,
-              "decode_when_idle": False, "frame_deadline_ms": 5000.0}
+              "decode_when_idle": False, "frame_deadline_ms": 5000.0, "control_process": control_process}
     node = ros.add(InferenceNode(context=ros.context, parameter_overrides=params(**values)))
     client = ros.node("oxygen_test_shutdown_client")
     text = []
@@ -133,8 +135,14 @@ def test_shutdown_in_process_stops_timers_and_worker_and_cancels(ros):
     running = {r.id for r in node.engine.requests.active.values()}
     node.shutdown()  # what destroy_node, Ctrl-C and SIGTERM run
     assert not worker.alive
-    assert node.diagnostics_timer.is_canceled() and node.control.stopped and not node.control.alive
+    assert node.diagnostics_timer.is_canceled()
+    pid = node.control_pid
+    if control_process:  # it ends with the node
+        assert pid is not None and node.control is None
+    else:
+        assert pid is None and node.control.stopped and not node.control.alive
     ros.remove(node)
+    assert pid is None or until(lambda: not os.path.exists(f"/proc/{pid}"), timeout=10.0), "control process left"
     assert not [th for th in threading.enumerate() if th.name.startswith("oxygen-inference")]
     assert until(lambda: running <= {m.request_id for m in text if m.done and m.finish_reason == "cancelled"},
                  timeout=10.0)

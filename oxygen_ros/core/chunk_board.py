@@ -36,11 +36,12 @@ _NO_ORIGIN = -1  # Chunk.origin_ns None: anchored at the first tick that sees it
 READ_TRIES = 100
 
 
-def _attach(name: str) -> shared_memory.SharedMemory:
+def attach(name: str) -> shared_memory.SharedMemory:
     """Attach to another process's block without handing it to this process's resource
     tracker: before Python 3.13 an attaching process registers the block too, and its
     tracker frees it when that process ends (or, sharing the creator's tracker, drops the
-    creator's record). The creator frees it (:meth:`ChunkBoard.unlink`)."""
+    creator's record). The creator frees it (:meth:`ChunkBoard.unlink`). Also used by
+    :class:`~oxygen_ros.core.tick_board.TickBoard`."""
     if sys.version_info >= (3, 13):
         return shared_memory.SharedMemory(name=name, track=False)
     register = resource_tracker.register
@@ -67,7 +68,7 @@ class ChunkBoard:
         self.robots, self.horizon, self.action_dim = int(robots), int(horizon), int(action_dim)
         meta_bytes = self.robots * len(FIELDS) * 8
         size = meta_bytes + self.robots * self.horizon * self.action_dim * 8
-        self._shm = shared_memory.SharedMemory(create=True, size=size) if name is None else _attach(name)
+        self._shm = shared_memory.SharedMemory(create=True, size=size) if name is None else attach(name)
         if self._shm.size < size:
             self._shm.close()
             raise ValueError(f"shared memory {name!r} holds {self._shm.size} bytes, a board of {robots} x {horizon} "
@@ -135,4 +136,4 @@ class ChunkBoard:
         self._shm.unlink()
 
 
-__all__ = ["FIELDS", "READ_TRIES", "ChunkBoard", "TornRead"]
+__all__ = ["FIELDS", "READ_TRIES", "ChunkBoard", "TornRead", "attach"]

@@ -71,9 +71,10 @@ class TickGrid:
 class ActionOutput:
     """See the module doc. ``params``: the node's parameter values (read live:
     ``hold_action``, ``control_frame``, ``joint_names``); ``actions_topic`` and
-    ``trajectory_topic``: this output's (a robot's)."""
+    ``trajectory_topic``: this output's (a robot's); ``records``: where each chunk's first
+    publication is noted (None: nowhere; the control process reports it back instead)."""
 
-    def __init__(self, node, params: dict, counters: collections.Counter, records: FrameRecords, *,
+    def __init__(self, node, params: dict, counters: collections.Counter, records: Optional[FrameRecords], *,
                  actions_topic: str, trajectory_topic: str):
         self._params, self._counters, self._records = params, counters, records
         self.clock = ChunkClock()
@@ -95,7 +96,7 @@ class ActionOutput:
             self._counters["ticks_faulted"] += 1
             return None
         due = self.clock.tick(scheduled_ns)
-        if due is not None and due.first:
+        if due is not None and due.first and self._records is not None:
             self._records.published(due.chunk.frame_id, now_ns)
         if due is None and self.clock.chunk is not None and self._params["hold_action"] == "last":
             # an underrun (counted): repeat the last row, marked as a hold (offset = H, one row)

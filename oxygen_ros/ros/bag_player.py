@@ -10,7 +10,9 @@ lockstep with ``lockstep_robots: [left, right]``: each image waits for an
 ActionChunk of its own robot (``/left/oxygen/actions``), see :mod:`.lockstep`.
 
 Nothing of the bag is lost to discovery: before the first message the player
-waits until every topic it plays has a matched subscription (at most
+waits until every topic it plays has a matched subscription and, in lockstep,
+every ActionChunk topic it waits on a matched publisher (the policy's, which
+may be a participant of its own: the inference node's control process) (at most
 ``wait_for_subscribers_s``; then it logs the topics still unmatched and plays
 anyway), then ``start_delay_s`` more, so that best-effort subscribers, which
 drop what arrives before they have matched the player's writer in turn, have
@@ -165,8 +167,10 @@ class BagPlayer(Node):
         return MappingProxyType(self._publishers_by_topic)
 
     def unmatched_topics(self) -> list[str]:
-        """The played topics that have no matched subscription now."""
-        return [t for t, pub in self._publishers_by_topic.items() if pub.get_subscription_count() == 0]
+        """The played topics that have no matched subscription now, and (lockstep) the
+        ActionChunk topics that have no matched publisher."""
+        return ([t for t, pub in self._publishers_by_topic.items() if pub.get_subscription_count() == 0]
+                + [sub.topic_name for sub in self._action_subs if self.lockstep and sub.get_publisher_count() == 0])
 
     def start_now(self) -> None:
         """Play from the next tick on, cutting the wait for subscribers and ``start_delay_s``
@@ -182,7 +186,7 @@ class BagPlayer(Node):
                 return False
             if unmatched:
                 self.get_logger().warning(
-                    f"no subscriber matched within {self.wait_for_subscribers_s} s on {len(unmatched)} topic(s): "
+                    f"nothing matched within {self.wait_for_subscribers_s} s on {len(unmatched)} topic(s): "
                     f"{', '.join(unmatched)}; playing anyway")
             else:
                 self.get_logger().info(f"every topic has a subscriber (after {waited:.2f} s): starting in "

@@ -12,15 +12,20 @@ It ends on SIGINT or SIGTERM, or by itself within 0.1 s of its parent's end::
 
     python -m oxygen_ros.ros.control_process SPEC.json
 
-``SPEC.json``: ``board`` (the block's name), ``horizon``, ``action_dim``,
-``period_ns``, ``priority``, ``node`` and ``namespace`` (this process's node is
-``<node>_control``), ``params`` (``hold_action``, ``control_frame``,
-``joint_names``) and ``robots``: one ``[actions_topic, trajectory_topic]``
-per board slot, in slot order. It prints :data:`READY` once its publishers exist.
+``SPEC.json``: ``board`` and ``ticks`` (the two blocks' names: the chunks in,
+the :class:`~oxygen_ros.core.tick_board.TickBoard` back), ``horizon``,
+``action_dim``, ``period_ns``, ``priority``, ``node`` and ``namespace`` (this
+process's node is ``<node>_control``), ``domain_id``, ``params``
+(``hold_action``, ``control_frame``, ``joint_names``) and ``robots``: one
+``[actions_topic, trajectory_topic]`` per board slot, in slot order. Once its
+publishers exist it marks the tick board ready and prints :data:`READY`.
 
-Not wired into the inference node yet: what is left is the way back (ticks,
-underruns, holds, first publications and lateness for ``/diagnostics``), the
-"stopped" state of a robot's output, rate changes and simulated time.
+It ticks while the tick board says ``running`` (the node is active), takes the
+board's ``period_ns`` and ``hold_last`` on every tick, and writes back each
+robot's counts, each chunk's first publication and every tick's lateness.
+A robot whose slot the node emptied (its output stopped after failed frames)
+counts its ticks as faulted until a chunk comes again. The node's side:
+:mod:`.control_link`.
 """
 
 from __future__ import annotations
@@ -40,11 +45,14 @@ from rclpy.node import Node
 from rclpy.signals import SignalHandlerOptions
 
 from ..core.chunk_board import ChunkBoard, TornRead
-from ..core.frame_records import FrameRecords
-from .action_output import ActionOutput
+from ..core.tick_board import READY as BOARD_READY
+from ..core.tick_board import TickBoard
+from .action_output import ActionOutput, TickGrid
 from .control_thread import ControlThread
 
 READY = "control process ready"
+#: what ActionOutput counts in its counters (the rest of the tick board's robot fields are its clock's)
+_COUNTED = ("hold_ticks", "ticks_faulted", "actions_published", "publish_errors")
 
 
 class ControlProcess:
@@ -53,36 +61,68 @@ class ControlProcess:
     def __init__(self, spec: dict[str, Any]):
         self.node = Node(f"{spec['node']}_control", namespace=spec.get("namespace", "/"),
                          start_parameter_services=False, enable_rosout=False)
-        self.board = ChunkBoard(len(spec["robots"]), spec["horizon"], spec["action_dim"], name=spec["board"])
-        self.counters: collections.Counter = collections.Counter()
-        self.outputs = [ActionOutput(self.node, spec["params"], self.counters, FrameRecords(1000),
-                                     actions_topic=actions, trajectory_topic=trajectory or "")
-                        for actions, trajectory in spec["robots"]]
-        self._versions = [0] * len(self.outputs)
+        robots = len(spec["robots"])
+        self.board = ChunkBoard(robots, spec["horizon"], spec["action_dim"], name=spec["board"])
+        self.report = TickBoard(robots, name=spec["ticks"])
+        self.params = dict(spec["params"])  # hold_action follows the tick board's hold_last
+        self.counters = [collections.Counter() for _ in range(robots)]
+        self.outputs = [ActionOutput(self.node, self.params, counters, None, actions_topic=actions,
+                                     trajectory_topic=trajectory)
+                        for (actions, trajectory), counters in zip(spec["robots"], self.counters)]
+        self._versions = [0] * robots
+        self._stopped = [False] * robots  # the node stopped the robot's output (its slot holds no chunk)
+        self._missed: collections.Counter = collections.Counter()
+        self._grid = TickGrid(self._missed)
         self.control = ControlThread(self.node, spec["period_ns"], self._tick, spec["priority"], self.node.get_logger())
 
     def _tick(self, scheduled_ns: int, actual_ns: int) -> None:
-        now = time.monotonic_ns()  # ActionOutput's frame records count on the monotonic clock
+        if not self.report.get("running"):  # the node is not active: no tick, none counted missed
+            self._grid.rate_changed()
+            return
+        now = time.monotonic_ns()
+        period = self.report.get("period_ns") or self.control.period_ns
+        if period != self.control.period_ns:  # control_rate_hz changed: from the next tick on
+            self.control.period_ns = period
+            self._grid.rate_changed()
+        self.params["hold_action"] = "last" if self.report.get("hold_last") else "none"
+        self._grid.count(scheduled_ns, actual_ns, period)
         dues = []
         for slot, output in enumerate(self.outputs):
             if self.board.version(slot) != self._versions[slot]:
-                try:
-                    self._versions[slot], chunk = self.board.read(slot)
-                except TornRead:
-                    pass  # keep the chunk it had; the next tick reads again
-                else:
-                    if chunk is None:
-                        output.drop()
-                    else:
-                        output.push(chunk)
-            dues.append(output.tick(scheduled_ns, False, now))
+                self._take(slot, output)
+            dues.append(output.tick(scheduled_ns, self._stopped[slot], now))
         for output, due in zip(self.outputs, dues):
             if due is not None:
                 output.publish(due)
+        self._report(dues, scheduled_ns, actual_ns, now)
+
+    def _take(self, slot: int, output: ActionOutput) -> None:
+        try:
+            self._versions[slot], chunk = self.board.read(slot)
+        except TornRead:
+            return  # keep the chunk it had; the next tick reads again
+        self._stopped[slot] = chunk is None
+        if chunk is None:
+            output.drop()
+        else:
+            output.push(chunk)
+
+    def _report(self, dues: list, scheduled_ns: int, actual_ns: int, now: int) -> None:
+        """Everything the node reads back (:class:`~oxygen_ros.core.tick_board.TickBoard`)."""
+        for slot, (output, due) in enumerate(zip(self.outputs, dues)):
+            if due is not None and due.first:
+                c = due.chunk
+                self.report.add_first(slot, c.frame_id, c.observation_stamp_ns, scheduled_ns, now)
+            counts = output.counts()
+            counts.update((key, self.counters[slot][key]) for key in _COUNTED)
+            self.report.write_robot(slot, counts, output.clock.origin_ns, self._versions[slot])
+        self.report.set("missed_ticks", self._missed["missed_ticks"])
+        self.report.add_lateness((actual_ns - scheduled_ns) / 1e6)
 
     def close(self) -> None:
         self.control.destroy()
         self.board.close()
+        self.report.close()
         self.node.destroy_node()
 
 
@@ -95,11 +135,12 @@ def main(argv: list[str] | None = None) -> int:
     stop = threading.Event()
     signal.signal(signal.SIGINT, lambda *_: stop.set())
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
-    rclpy.init(args=[], signal_handler_options=SignalHandlerOptions.NO)
+    rclpy.init(args=[], domain_id=spec.get("domain_id"), signal_handler_options=SignalHandlerOptions.NO)
     parent = os.getppid()
     process = ControlProcess(spec)
     try:
         process.control.start()
+        process.report.set("state", BOARD_READY)
         print(READY, flush=True)
         while not stop.wait(0.1) and os.getppid() == parent and process.control.alive:
             pass

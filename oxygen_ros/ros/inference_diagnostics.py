@@ -32,7 +32,8 @@ def _clock_figures(clocks: list, now_ros: int) -> tuple[Optional[int], dict]:
 
 class InferenceDiagnostics:
     """The diagnostics half of :class:`~.inference_node.InferenceNode` (a mixin: it reads the
-    node's lock, loop, robots, worker, engine and parameters)."""
+    node's lock, loop, robots, worker, engine and parameters; ``_sync_ticks()`` brings back
+    the control process's tick figures first)."""
 
     @property
     def robot_names(self) -> tuple:
@@ -45,12 +46,14 @@ class InferenceDiagnostics:
     def frame_records(self, robot: Optional[str] = None) -> dict:
         """A copy of ``robot``'s recent observation frames' timings, by engine frame id (None: the first robot's)."""
         with self._cond:
+            self._sync_ticks()
             return self._io(robot).inputs.records.copy()
 
     def tick_counts(self, robot: Optional[str] = None) -> dict:
         """``robot``'s control ticks so far: all, those that published, underruns, before the first
         chunk (None: the first robot's)."""
         with self._cond:
+            self._sync_ticks()
             return self._io(robot).output.counts()
 
     def diagnostics(self, robot: Optional[str] = None) -> dict:
@@ -58,6 +61,7 @@ class InferenceDiagnostics:
         now_ros = self._now_ros()
         several = len(self.robot_io) > 1
         with self._cond:
+            self._sync_ticks()  # the control process's ticks (with control_process)
             ios = list(self.robot_io.values()) if robot is None else [self.robot_io[robot]]
             age_ns, ticks = _clock_figures([io.output.clock for io in ios], now_ros)
             loop = self.loop.figures(now_ros, robot)

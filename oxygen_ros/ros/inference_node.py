@@ -56,7 +56,8 @@ from ..core.stats import Rolling
 from ..core.tick_guard import TickGuard
 from . import conversions
 from .action_output import TickGrid
-from .control_thread import ControlThread
+from .control_link import ControlLink, ControlProcessError
+from .control_thread import ControlThread, uses_sim_time
 from .frame_worker import FrameWorker
 from .inference_diagnostics import InferenceDiagnostics
 from .inference_parameters import IMPLICIT_PARAMETERS, PARAMETERS, SPECS
@@ -66,6 +67,7 @@ from .node_main import run_control_node
 from .parameters import ParameterError, changed_values, declare_parameters, parameter_callback
 from .qos import reliable
 from .robot_io import RobotIO, TextRouter
+from .robots import robot_topic
 from .text_output import end_events
 
 NODE_NAME = "oxygen_inference"
@@ -93,6 +95,7 @@ class InferenceNode(InferenceDiagnostics, Node):
         self.configured = self.active = False
         self._own_timers: list = []
         self._control: Optional[ControlThread] = None  # the control tick's thread, while active
+        self._link: Optional[ControlLink] = None  # the control process, while configured (control_process)
         self._entities: list = []  # the publishers and subscriptions that configure() made
         try:
             self.params = declare_parameters(self, PARAMETERS)
@@ -142,13 +145,35 @@ class InferenceNode(InferenceDiagnostics, Node):
         if p["warmup_frames"] > 0:
             ms = warm_up(self.engine, p["warmup_frames"], p["steps_per_frame"])
             self.get_logger().info(f"warmed up: {p['warmup_frames']} frames in {ms:.0f} ms")
-        self._tick_guard = TickGuard() if p["yield_to_ticks"] else None
+        self._link = self._control_link(p, action_dim)
+        # frames yield to a tick sharing their process only
+        self._tick_guard = TickGuard() if p["yield_to_ticks"] and self._link is None else None
         self.engine.pause_point = None if self._tick_guard is None else self._tick_guard.pause_point
         before = set(self.publishers) | set(self.subscriptions)
         self._init_interfaces(p)
         self._entities = [e for e in (*self.publishers, *self.subscriptions) if e not in before]
         self.configured = True
         self.get_logger().info(startup_summary(self.loaded, p, self.resolve_topic_name))
+
+    def _control_link(self, p: dict, action_dim: int) -> Optional[ControlLink]:
+        """The control process, started (paused till activate), or None: the tick runs on a
+        thread of this process (``control_process`` false, simulated time, or it failed to start)."""
+        if not p["control_process"]:
+            return None
+        if uses_sim_time(self):
+            self.get_logger().info("control_process: the control tick stays in this process with use_sim_time "
+                                   "(its ticks follow /clock)")
+            return None
+        names = list(self.loop.robots)
+        link = ControlLink(self, p, [(robot_topic(n, p["actions_topic"]), robot_topic(n, p["trajectory_topic"]))
+                                     for n in names], self.horizon, action_dim)
+        try:
+            link.start(self.loop.period_ns)
+        except ControlProcessError as exc:
+            link.close()
+            self.get_logger().error(f"control_process: {exc}; the control tick runs in this process instead")
+            return None
+        return link
 
     def _init_interfaces(self, p: dict) -> None:
         # the lock guards the loop and the action outputs, shared by the tick, the inputs and the worker
@@ -158,7 +183,8 @@ class InferenceNode(InferenceDiagnostics, Node):
         inputs, asks = MutuallyExclusiveCallbackGroup(), MutuallyExclusiveCallbackGroup()
         self.robot_io = {name: RobotIO(self, robot, p, on_observation=self._on_observation,
                                        on_question=self._on_question, on_ask=self._on_ask,
-                                       on_cancel=self._cancel_ask, inputs_group=inputs, ask_group=asks)
+                                       on_cancel=self._cancel_ask, inputs_group=inputs, ask_group=asks,
+                                       make_output=None if self._link is None else self._link.output)
                          for name, robot in self.loop.robots.items()}
         self.text = TextRouter(list(self.robot_io.values()))
         several = len(self.robot_io) > 1
@@ -175,19 +201,23 @@ class InferenceNode(InferenceDiagnostics, Node):
     def activate(self) -> None:
         """Start the control tick, the diagnostics and the frame worker: actions and text go out."""
         self.worker = self._new_worker() if self.worker.stopped else self.worker  # a thread runs once
-        self._control = ControlThread(self, self.loop.period_ns, self._on_tick, self.params["control_priority"],
-                                      self.get_logger())
+        if self._link is None:
+            self._control = ControlThread(self, self.loop.period_ns, self._on_tick, self.params["control_priority"],
+                                          self.get_logger())
         self._diag_timer = self.create_timer(1.0, self._publish_diagnostics,
                                              callback_group=MutuallyExclusiveCallbackGroup())
         self._own_timers = [self._diag_timer]
-        self._control.start()
+        if self._link is None:
+            self._control.start()
+        else:
+            self._link.run(True)
         self.worker.start()
         self.active = True
 
     def deactivate(self) -> None:
         """Stop publishing: the tick and diagnostics timers go, the worker stops after its frame.
         Requests stay as they are (they go on after activate); inputs are still received."""
-        self._control.destroy()
+        self._stop_ticks()
         self.destroy_timer(self._diag_timer)
         self._own_timers = []
         self._stop_worker()
@@ -204,6 +234,7 @@ class InferenceNode(InferenceDiagnostics, Node):
         for entity in self._entities:
             (self.destroy_publisher if entity in set(self.publishers) else self.destroy_subscription)(entity)
         self._entities = []
+        self._close_link()
         self.worker, self.configured = None, False
         del self.engine, self.loop, self.loaded, self.robot_io, self.text
         gc.collect()  # the pool's tensors go now, not at some later collection
@@ -222,8 +253,12 @@ class InferenceNode(InferenceDiagnostics, Node):
             self.loop.configure(**_loop_settings(changes))
             if "control_rate_hz" in changes:
                 self._grid.rate_changed()
-                if self.active:
+                if self._link is not None:
+                    self._link.set_period(self.loop.period_ns)
+                elif self.active:
                     self._control.period_ns = self.loop.period_ns
+            if "hold_action" in changes and self._link is not None:
+                self._link.set_hold(changes["hold_action"])
             self._cond.notify_all()
         self.get_logger().info("parameters changed: " + ", ".join(f"{k}={v}" for k, v in changes.items()))
 
@@ -233,13 +268,20 @@ class InferenceNode(InferenceDiagnostics, Node):
         return self._control
 
     @property
+    def control_pid(self) -> Optional[int]:
+        """The control process's pid (None: the tick runs on a thread of this process)."""
+        return None if self._link is None else self._link.pid
+
+    @property
     def diagnostics_timer(self):
         """The diagnostics' timer while active (cancelled by :meth:`shutdown`), else None."""
         return self._own_timers[0] if self._own_timers else None
 
     @property
     def control_failure(self) -> Optional[str]:
-        """Why the control tick's thread stopped while the node is active (None while it runs)."""
+        """Why the control tick's thread (or process) stopped while the node is active (None while it runs)."""
+        if self._link is not None:
+            return self._link.failure if self.active else None
         control = self._control
         if control is None or control.alive or control.stopped or not self.active:
             return None
@@ -248,6 +290,8 @@ class InferenceNode(InferenceDiagnostics, Node):
     @property
     def tick_period_ns(self) -> int:
         """The control tick's period now (``control_rate_hz``; 0 while not active)."""
+        if self._link is not None:
+            return self.loop.period_ns if self.active else 0
         return self._control.period_ns if self.active else 0
 
     # ------------------------------------------------------------------ inputs
@@ -303,7 +347,26 @@ class InferenceNode(InferenceDiagnostics, Node):
             if due is not None:
                 io.output.publish(due)
 
+    def _sync_ticks(self) -> None:
+        """With the control process: bring back what its ticks did (the lock held)."""
+        if self._link is not None:
+            self._link.sync(self.tick_lateness_ms, self.counters)
+
     # ------------------------------------------------------------------ shutdown
+    def _stop_ticks(self) -> None:
+        """No tick any more until the next activate (the control process pauses)."""
+        if self._link is None:
+            self._control.destroy()
+            return
+        self._link.run(False)
+        with self._cond:
+            self._sync_ticks()
+
+    def _close_link(self) -> None:
+        if self._link is not None:
+            self._link.close()
+            self._link = None
+
     def _stop_worker(self, timeout: float = 60.0) -> bool:
         """Stop the worker (the frame in flight completes); True when it has ended."""
         if self.worker is None or self.worker.stop(timeout):
@@ -321,6 +384,11 @@ class InferenceNode(InferenceDiagnostics, Node):
             timer.cancel()
         if self._control is not None:
             self._control.stop()
+        if self._link is not None:
+            self._link.run(False)
+            with self._cond:
+                self._sync_ticks()  # the figures of its last ticks
+            self._link.terminate()  # it ends while the worker ends its frame (destroy_node waits)
         stopped = self._stop_worker()
         self.stop_ms = (time.perf_counter() - t0) * 1e3  # timers and worker stopped
         if not stopped or not self.configured:
@@ -356,6 +424,7 @@ class InferenceNode(InferenceDiagnostics, Node):
         finally:
             if self._control is not None:
                 self._control.destroy()
+            self._close_link()
             super().destroy_node()
 
 

@@ -128,6 +128,11 @@ PARAMETERS: tuple[ParamSpec, ...] = (
               "from the frames, the camera side and the middleware the moment it falls due. Needs an rtprio "
               "limit or CAP_SYS_NICE; without, the node says so once and ticks at normal priority. 0: never ask.",
               "int", in_range(0, 99), constraints="0..99"),
+    ParamSpec("control_process", True, "Run the control tick (every robot's ActionChunk and JointTrajectory "
+              "publishers, at control_priority) in a process of its own, started with the node: a tick in the "
+              "node's process waits for the interpreter lock its frames, observations and diagnostics hold. "
+              "false, use_sim_time, or a process that fails to start (said once): a thread of the node's "
+              "process.", "bool"),
     ParamSpec("joint_names", [], "Joint names; when set, the first len(joint_names) action "
               "dimensions are also published as a JointTrajectory. Empty: no JointTrajectory.", "str_list",
               unique_names, constraints="unique, non-empty, at most the model's action dimension"),

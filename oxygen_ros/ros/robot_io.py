@@ -16,6 +16,7 @@ from __future__ import annotations
 import collections
 from collections.abc import Callable, Sequence
 from functools import partial
+from typing import Optional
 
 from oxygen_ros.msg import Observation as ObservationMsg
 from oxygen_ros.msg import Question as QuestionMsg
@@ -38,16 +39,20 @@ ROBOT_TOPICS = ("observation_topic", "question_topic", "actions_topic", "text_to
 class RobotIO:
     """One robot's publishers, subscriptions and Ask server on ``node`` (see the module doc).
     The callbacks get the robot's name first: ``on_observation(robot, msg)``,
-    ``on_question(robot, msg)``, ``on_ask(robot, client, text, max_tokens)``, ``on_cancel(robot, client)``."""
+    ``on_question(robot, msg)``, ``on_ask(robot, client, text, max_tokens)``, ``on_cancel(robot, client)``.
+    ``make_output(counters, records, actions_topic=, trajectory_topic=)`` makes its action output
+    (default: an :class:`~.action_output.ActionOutput` on ``node``; with the control process, a
+    :class:`~.control_link.RemoteOutput`)."""
 
     def __init__(self, node, inputs: RobotInputs, params: dict, *,
                  on_observation: Callable, on_question: Callable, on_ask: Callable, on_cancel: Callable,
-                 inputs_group, ask_group):
+                 inputs_group, ask_group, make_output: Optional[Callable] = None):
         self.name, self.inputs = inputs.name, inputs
         self.counters = inputs.count  # its counts, the node's totals beside them
         topic = {key: robot_topic(self.name, params[key]) for key in ROBOT_TOPICS}
-        self.output = ActionOutput(node, params, self.counters, inputs.records, actions_topic=topic["actions_topic"],
-                                   trajectory_topic=topic["trajectory_topic"])
+        make_output = make_output or partial(ActionOutput, node, params)
+        self.output = make_output(self.counters, inputs.records, actions_topic=topic["actions_topic"],
+                                  trajectory_topic=topic["trajectory_topic"])
         self.text = TextOutput(node, topic["text_topic"], self.counters)
         self.ask = AskServer(node, topic["ask_action"], partial(on_ask, self.name), partial(on_cancel, self.name),
                              ask_group)

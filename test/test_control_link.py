@@ -1,0 +1,103 @@
+"""The inference node's control tick in a process of its own (``control_process``, the default):
+its robots' actions come from that process, and the node still reports every tick.
+
+Two robots on real DDS. What a user sees: each robot's ActionChunks published by the node's
+``<node>_control`` participant; the node's tick counts, first publications (the frames'
+publish times), lateness and holds as with the tick in the node's process; a change of
+``control_rate_hz`` or ``hold_action`` at run time reaching the ticks; the process ending
+with the node; and a node whose control process cannot start ticking in its own process.
+"""
+
+import functools
+import os
+import sys
+import time
+
+import ros_harness
+from robot_harness import RobotClient, robots_node
+from ros_harness import unique_prefix
+
+from oxygen_ros.core.chunk_clock import NS_PER_S
+
+until = functools.partial(ros_harness.until, timeout=30.0)
+ROBOTS = ("left", "right")
+
+
+def _served(ros, **overrides):
+    prefix = unique_prefix()
+    node = robots_node(ros, prefix, ROBOTS, **overrides)
+    client = ros.node("oxygen_test_control_link")
+    robots = {r: RobotClient(client, prefix, r) for r in ROBOTS}
+    for c in robots.values():
+        c.wait_discovered()
+    return node, client, robots
+
+
+def _observe(robots, seconds: float, period: float = 0.05) -> None:
+    end = time.monotonic() + seconds
+    while time.monotonic() < end:
+        for c in robots.values():
+            c.observe()
+        time.sleep(period)
+
+
+def _stamp(m) -> int:
+    return m.header.stamp.sec * NS_PER_S + m.header.stamp.nanosec
+
+
+def test_the_control_process_publishes_every_robots_actions_and_the_node_reports_its_ticks(ros):
+    node, client, robots = _served(ros, hold_action="none", frame_deadline_ms=5000.0)
+    pid = node.control_pid
+    assert pid is not None and node.control is None and node.control_failure is None
+    for c in robots.values():  # the publisher is the control process's node, not the inference node
+        topic = c.actions.topic_name
+        assert until(lambda: [i.node_name for i in client.get_publishers_info_by_topic(topic)]
+                     == ["oxygen_inference_control"], timeout=10.0), client.get_publishers_info_by_topic(topic)
+    _observe(robots, 2.0)
+    assert until(lambda: all(len(c.chunks) >= 20 for c in robots.values()))
+    time.sleep(0.5)  # the last chunk runs out (hold_action none: underruns, nothing published)
+    for r, c in robots.items():
+        counts = node.tick_counts(r)
+        # every ActionChunk the robot received was counted by the node, and nothing else went out
+        assert counts["published"] == len(c.chunks) == node.robot_io[r].inputs.counters["actions_published"]
+        assert counts["underruns"] > 0 and counts["ticks"] >= counts["published"] + counts["underruns"]
+        firsts = {m.frame_id: _stamp(m) for m in reversed(c.chunks)}  # each frame's first message
+        assert len(counts["first_ticks"]) == len(firsts)
+        records = node.frame_records(r)
+        published = {f: rec.first_published_ns for f, rec in records.items() if rec.first_published_ns}
+        assert set(published) == set(firsts)  # the frames' publish times came back (ROS overhead)
+        assert all(published[f] >= records[f].finished_ns for f in published)
+    d = node.diagnostics()
+    assert d["ticks"] >= max(node.tick_counts(r)["ticks"] for r in ROBOTS) > 0
+    assert d["tick_lateness_p99_ms"] >= 0.0 and len(node.tick_lateness_ms.values()) >= d["ticks"] - 60
+
+    # run-time changes reach the ticks: 25 Hz rows, and holds once the chunk runs out
+    from rclpy.parameter import Parameter
+
+    results = node.set_parameters([Parameter("control_rate_hz", value=25.0), Parameter("hold_action", value="last")])
+    assert all(r.successful for r in results)
+    before = {r: len(c.chunks) for r, c in robots.items()}
+    _observe(robots, 1.0)
+    H = node.horizon
+    assert until(lambda: all(sum(m.offset == H and m.horizon == 1 for m in c.chunks[before[r]:]) >= 3
+                             for r, c in robots.items()))  # holds: the last row, offset H
+    for r, c in robots.items():
+        new = c.chunks[before[r]:]
+        by_frame = {}
+        for m in new:
+            by_frame.setdefault(m.frame_id, []).append(m)
+        steps = {b - a for ms in by_frame.values() for a, b in zip(map(_stamp, ms), map(_stamp, ms[1:]))}
+        assert 40_000_000 in steps and 20_000_000 not in steps, steps  # rows 1/25 s apart
+        node.tick_counts(r)  # brings the ticks' figures back (so does every diagnostics read)
+        assert node.robot_io[r].inputs.counters["hold_ticks"] >= 3
+    ros.remove(node)
+    assert until(lambda: not os.path.exists(f"/proc/{pid}"), timeout=10.0), "the control process outlived the node"
+
+
+def test_a_control_process_that_cannot_start_leaves_the_tick_in_the_node(ros, monkeypatch, capfd):
+    monkeypatch.setattr(sys, "executable", "/bin/false")  # the process exits at once
+    node, _, robots = _served(ros)
+    assert node.control_pid is None and node.control.alive
+    assert "the control tick runs in this process instead" in capfd.readouterr().err
+    _observe(robots, 1.0)
+    assert until(lambda: all(len(c.chunks) >= 10 for c in robots.values()))
