@@ -101,3 +101,20 @@ def test_a_control_process_that_cannot_start_leaves_the_tick_in_the_node(ros, mo
     assert "the control tick runs in this process instead" in capfd.readouterr().err
     _observe(robots, 1.0)
     assert until(lambda: all(len(c.chunks) >= 10 for c in robots.values()))
+
+
+def test_a_control_process_that_dies_is_reported_as_an_error(ros):
+    import signal
+
+    from diagnostic_msgs.msg import DiagnosticStatus
+
+    node, client, robots = _served(ros)
+    _observe(robots, 0.5)
+    assert until(lambda: all(len(c.chunks) >= 3 for c in robots.values()))
+    os.kill(node.control_pid, signal.SIGKILL)
+    assert until(lambda: node.control_failure is not None, timeout=10.0)
+    assert "exited with code -9" in node.control_failure
+    level, message = node.diagnostic_status()
+    assert level == DiagnosticStatus.ERROR and "control tick stopped" in message, message
+    for r in ROBOTS:  # every robot's status says so: none of them gets actions
+        assert node.diagnostic_status(robot=r)[0] == DiagnosticStatus.ERROR

@@ -6,7 +6,9 @@ diagnostics (a few ms once a second with several robots); a tick falling due
 while one of those runs would wait for it. So the control tick runs on a
 thread of its own, started and stopped with the node's timers, which calls
 ``on_tick(scheduled_ns, actual_ns)`` (ROS time of the node's clock) every
-period:
+period. The control process (:mod:`.control_process`, the node's default)
+runs the same thread over its own outputs; the node runs it in its own
+process with ``control_process: false`` or ``use_sim_time``:
 
 * **System clock** (the usual case): the ticks' scheduled times are an
   exact grid on the node's clock (a chunk anchored at one tick counts its

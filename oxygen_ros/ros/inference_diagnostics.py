@@ -77,6 +77,7 @@ class InferenceDiagnostics:
         d = diagnostic_figures(age_ns, ticks, loop, worker=self.worker, engine=self.engine, tokens_per_s=rate,
                                counters=counters, params=self.params, horizon=self.horizon,
                                tick_lateness_ms=self.tick_lateness_ms)
+        d["control_failure"] = self.control_failure or ""  # the tick serves every robot
         if robot is not None and several:
             io = self.robot_io[robot]
             chunks = io.chunk_rate.rate(time.monotonic())

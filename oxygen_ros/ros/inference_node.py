@@ -8,9 +8,11 @@ Inputs: ``observation_topic`` (``oxygen_ros/Observation``, from the camera node)
 
 How it runs
     :meth:`~InferenceNode.configure` loads and warms up the model (``warmup_frames``
-    frames on a black image) and makes the publishers and subscriptions;
-    :meth:`~InferenceNode.activate` starts the control tick at ``control_rate_hz`` on a
-    thread of its own (:mod:`.control_thread`, real-time priority where allowed); every
+    frames on a black image), makes the publishers and subscriptions and starts
+    the control process (``control_process``, :mod:`.control_link`);
+    :meth:`~InferenceNode.activate` starts the control tick at ``control_rate_hz``, in
+    that process (or, without it, on a thread of this one: :mod:`.control_thread`),
+    at real-time priority where allowed; every
     tick publishes an ``ActionChunk`` with the newest chunk's actions from the one
     due at this tick onward (:mod:`.action_output` explains the offset and stamp),
     and the worker thread (:mod:`.frame_worker`, the only thread that touches the
@@ -25,7 +27,7 @@ How it runs
 Several robots: with ``robots: [left, right]`` every robot gets the topics under
 its own namespace (``/left/oxygen/observation`` ... :mod:`.robot_io`), its own
 chunk clock, failures and diagnostics (:mod:`.inference_diagnostics`); one
-timer ticks every robot's output, and every frame serves the newest
+tick serves every robot's output, and every frame serves the newest
 observation of each robot that has one, together.
 
 Parameters: :data:`.inference_parameters.PARAMETERS` (``config/agent.yaml``), checked at start

@@ -168,7 +168,7 @@ PARAMETERS: tuple[ParamSpec, ...] = (
     ParamSpec("yield_to_ticks", True, "Between the pieces of a frame (prefill, each denoise and decode step), "
               "let a control tick that falls due before the next piece would end run first: the worker and the "
               "tick share one Python interpreter lock, and a tick waiting for it is late. Costs a frame about one "
-              "piece per tick inside it.", "bool"),
+              "piece per tick inside it. Only for a tick in the node's process (control_process false).", "bool"),
     ParamSpec("decode_when_idle", True, "Run language-only frames (at most one per control period, never "
               "when the next observation is due before one would end) while requests are decoding and no new "
               "observation arrives. false: text advances only with observation frames (deterministic "

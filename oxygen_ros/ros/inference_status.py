@@ -28,12 +28,14 @@ NO_OBSERVATION_WARN_S = 5.0
 CONSOLE_PERIOD_S = 5.0
 #: Problems that are also warned on the console (throttled): the ones a user must see without
 #: watching /diagnostics. Frame failures and a stopped action output are logged where they happen.
-CONSOLE = ("underruns", "no_observation", "observation_age", "missed_ticks", "recompiles")
+CONSOLE = ("underruns", "no_observation", "observation_age", "missed_ticks", "recompiles", "control_failure")
 
 
 def _problems(d: dict, new: dict, max_observation_age: float) -> list[tuple[str, str]]:
     """(kind, text) of every problem in the figures ``d`` (``new``: counts since the last status)."""
     problems = []
+    if d.get("control_failure"):
+        problems.append(("control_failure", f"control tick stopped: {d['control_failure']}; no action goes out"))
     if d["faulted"]:
         problems.append(("faulted", f"action output stopped: {d['consecutive_failures']} frames failed in a row "
                                     f"(last: {d['last_failure']})"))
@@ -86,7 +88,7 @@ class StatusReporter:
         new = {key: d[key] - self._previous.get(key, 0) for key in NEW_SINCE_LAST}
         self._previous = {key: d[key] for key in NEW_SINCE_LAST}
         self._problems = problems = _problems(d, new, max_observation_age)
-        if d["faulted"]:
+        if d["faulted"] or d.get("control_failure"):
             level = DiagnosticStatus.ERROR
         else:
             level = DiagnosticStatus.WARN if problems else DiagnosticStatus.OK
