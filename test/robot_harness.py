@@ -39,14 +39,16 @@ class RobotClient:
         self.q = node.create_publisher(Question, f"{base}/question", reliable(1000))
         self.Question = Question
 
-    def discovered(self) -> bool:
+    def discovered(self, inference=None) -> bool:
         """It and the node found each other: the node's inputs, and its ActionChunk publisher
-        (in the control process by default, a participant of its own)."""
+        (in the control process by default, a participant of its own); with ``inference`` (the
+        node), also that publisher's side, so that no ActionChunk is lost to discovery."""
         return (self.obs.get_subscription_count() >= 1 and self.q.get_subscription_count() >= 1
-                and self.actions.get_publisher_count() >= 1)
+                and self.actions.get_publisher_count() >= 1
+                and (inference is None or inference.action_subscribers(self.robot) >= 1))
 
-    def wait_discovered(self) -> None:
-        assert until(self.discovered), f"robot {self.robot}: inference node not discovered"
+    def wait_discovered(self, inference=None) -> None:
+        assert until(lambda: self.discovered(inference)), f"robot {self.robot}: inference node not discovered"
 
     def observe(self, msg=None, **kw) -> int:
         """Publish ``msg`` or the next observation (:func:`observation_msg`, stamped now); its seq."""

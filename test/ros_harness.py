@@ -269,7 +269,7 @@ class InferenceClient:
     and the ``oxygen_inference`` statuses on /diagnostics (one inference node per test in
     this domain and process). Waits until it and the inference node have discovered each other."""
 
-    def __init__(self, ros, prefix: str, name: str = "oxygen_test_client"):
+    def __init__(self, ros, prefix: str, name: str = "oxygen_test_client", node=None):
         from diagnostic_msgs.msg import DiagnosticArray
         from oxygen_ros.msg import ActionChunk, Observation, Question, TextToken
         from trajectory_msgs.msg import JointTrajectory
@@ -286,9 +286,11 @@ class InferenceClient:
         self.Question = Question
         self.seq = 0
         # the node's inputs, and its ActionChunk publisher (in the control process by default, a
-        # participant of its own that this one discovers separately)
+        # participant of its own that this one discovers separately); with ``node``, also that
+        # publisher's side: once it has matched this subscription, no ActionChunk is lost to discovery
         assert until(lambda: self.obs.get_subscription_count() >= 1 and self.q.get_subscription_count() >= 1
-                     and actions.get_publisher_count() >= 1), "inference node not discovered"
+                     and actions.get_publisher_count() >= 1
+                     and (node is None or node.action_subscribers() >= 1)), "inference node not discovered"
 
     def _on_diagnostics(self, msg) -> None:
         self.diagnostics.extend(s for s in msg.status if s.name.startswith("oxygen_inference"))

@@ -150,7 +150,10 @@ def test_without_the_probe_the_monitor_measures_in_its_own_process(ros):
     monitor = Monitor(ros.node("oxygen_agent_monitor"), node, "none", out=io.StringIO(), measure=True)
     camera = ros.node("oxygen_test_camera")
     pub = camera.create_publisher(Observation, inference_topics(prefix)["observation_topic"], reliable(10))
-    assert ros.wait_until(lambda: pub.get_subscription_count() >= 2, 20.0), "subscribers not matched"
+    # the node's and the monitor's observation subscriptions; the monitor's ActionChunk subscription
+    # matched by the node's publisher (in its control process)
+    assert ros.wait_until(lambda: pub.get_subscription_count() >= 2 and node.action_subscribers() >= 1, 20.0), \
+        "subscribers not matched"
     for seq in range(30):
         pub.publish(observation_msg(seq, camera.get_clock().now().nanoseconds))
         monitor.poll()

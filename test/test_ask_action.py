@@ -34,7 +34,7 @@ class AskClient:
 def _node(ros, random_tiny_dir, prefix):
     node = inference_node(ros, prefix, model_path=random_tiny_dir, ask_action=f"{prefix}/ask", max_decode=30,
                           language_every_n_frames=0, warmup_frames=0)  # only the goals' requests
-    client = InferenceClient(ros, prefix)
+    client = InferenceClient(ros, prefix, node=node)
     client.publish_observations(0.5, rate_hz=10.0)  # an observation to answer from
     assert until(lambda: client.chunks, 30.0)
     return node, client

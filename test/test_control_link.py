@@ -29,7 +29,7 @@ def _served(ros, **overrides):
     client = ros.node("oxygen_test_control_link")
     robots = {r: RobotClient(client, prefix, r) for r in ROBOTS}
     for c in robots.values():
-        c.wait_discovered()
+        c.wait_discovered(node)
     return node, client, robots
 
 
@@ -53,6 +53,8 @@ def test_the_control_process_publishes_every_robots_actions_and_the_node_reports
         topic = c.actions.topic_name
         assert until(lambda: [i.node_name for i in client.get_publishers_info_by_topic(topic)]
                      == ["oxygen_inference_control"], timeout=10.0), client.get_publishers_info_by_topic(topic)
+    # each robot's controller (here: the test's subscription) is seen by its publisher, in /diagnostics too
+    assert all(node.diagnostics(r)["action_subscribers"] == 1 for r in ROBOTS)
     _observe(robots, 2.0)
     assert until(lambda: all(len(c.chunks) >= 20 for c in robots.values()))
     time.sleep(0.5)  # the last chunk runs out (hold_action none: underruns, nothing published)

@@ -95,7 +95,7 @@ def test_the_inference_nodes_actions_keep_coming_while_its_executor_is_stuck(ros
     prefix = unique_prefix()
     node = inference_node(ros, prefix, hold_action="last", control_rate_hz=50.0, frame_deadline_ms=5000.0,
                           control_process=control_process)
-    client = InferenceClient(ros, prefix)
+    client = InferenceClient(ros, prefix, node=node)
     assert until(lambda: len(client.chunks) >= 5, every=client.observe, period=0.1)
     if control_process:
         assert node.control_pid is not None and node.control is None

@@ -21,7 +21,7 @@ def test_actions_at_control_rate_text_streams_and_questions(ros, random_tiny_dir
     prefix = unique_prefix()
     # untrained weights: requests run to max_decode, so some are in flight at shutdown
     node = inference_node(ros, prefix, joint_names=["j0", "j1"], model_path=random_tiny_dir)
-    client = InferenceClient(ros, prefix)
+    client = InferenceClient(ros, prefix, node=node)
 
     client.publish_observations(1.0)
     client.ask("client-a", "what do you see?")
@@ -87,7 +87,7 @@ def test_on_demand_only_and_question_before_any_observation(ros):
     # the frames run below the node's own priority (the tick's thread keeps it)
     own = os.getpriority(os.PRIO_PROCESS, threading.get_native_id())
     assert ros.wait_until(lambda: min(own + 3, 19) in _worker_niceness() - before, 10.0), _worker_niceness()
-    client = InferenceClient(ros, prefix)
+    client = InferenceClient(ros, prefix, node=node)
 
     client.ask("early", "anyone there?")  # nothing to answer from yet: rejected, carrying the client id
     assert ros.wait_until(lambda: any(m.client_id == "early" for m in client.text), 10.0)

@@ -66,7 +66,7 @@ def test_camera_dropout_and_stale_observations_then_hold_last_and_recovery(ros, 
 
     prefix = unique_prefix()
     node = _node(ros, prefix, max_observation_age=0.3, language_every_n_frames=0, chunk_origin="frame_end")
-    client = InferenceClient(ros, prefix, "oxygen_test_fault_client")
+    client = InferenceClient(ros, prefix, "oxygen_test_fault_client", node=node)
     feed = feeder_factory(client)
     feed.on.set()
     assert until(lambda: node.counters["frames"] >= 5 and len(client.chunks) >= 5)
@@ -137,7 +137,7 @@ def test_camera_dropout_and_stale_observations_then_hold_last_and_recovery(ros, 
 def test_overload_shrinks_the_language_budget_to_zero_and_it_comes_back(ros, feeder_factory):
     prefix = unique_prefix()
     node = _node(ros, prefix, frame_deadline_ms=200.0, steps_per_frame=5, max_decode=30, chunk_origin="frame_end")
-    client = InferenceClient(ros, prefix, "oxygen_test_fault_client")
+    client = InferenceClient(ros, prefix, "oxygen_test_fault_client", node=node)
     slow = {"s": 0.0}
     denoise = node.engine.model.denoise
 
@@ -184,7 +184,7 @@ def test_requests_that_cannot_be_admitted_are_rejected_never_dropped(ros, feeder
     node = _node(ros, prefix, model_path=random_tiny_dir, language_every_n_frames=0, max_active=1,
                  queue_limit=1, max_decode=6,
                  steps_per_frame=1, decode_when_idle=False)
-    client = InferenceClient(ros, prefix, "oxygen_test_fault_client")
+    client = InferenceClient(ros, prefix, "oxygen_test_fault_client", node=node)
     feed = feeder_factory(client, rate_hz=10.0)
     feed.on.set()
     assert until(lambda: node.counters["frames"] >= 2)
@@ -213,7 +213,7 @@ def test_requests_that_cannot_be_admitted_are_rejected_never_dropped(ros, feeder
 def test_frame_failures_one_survived_repeated_stop_the_actions_then_recovery(ros, feeder_factory):
     prefix = unique_prefix()
     node = _node(ros, prefix, max_consecutive_failures=3, language_every_n_frames=2, chunk_origin="frame_end")
-    client = InferenceClient(ros, prefix, "oxygen_test_fault_client")
+    client = InferenceClient(ros, prefix, "oxygen_test_fault_client", node=node)
     fail = {"n": 0}
     denoise = node.engine.model.denoise
 
@@ -256,7 +256,7 @@ def test_frame_failures_one_survived_repeated_stop_the_actions_then_recovery(ros
 def test_non_finite_actions_are_never_published(ros, feeder_factory):
     prefix = unique_prefix()
     node = _node(ros, prefix, max_consecutive_failures=3, language_every_n_frames=0, chunk_origin="frame_end")
-    client = InferenceClient(ros, prefix, "oxygen_test_fault_client")
+    client = InferenceClient(ros, prefix, "oxygen_test_fault_client", node=node)
     poison = {"n": 0, "frames": []}
     denoise = node.engine.model.denoise
 

@@ -44,7 +44,7 @@ def test_inference_node_refuses_bad_observations_and_cuts_long_instructions(ros,
     node = inference_node(ros, prefix, norm_stats_path=str(tmp_path / "norm_stats.json"), chunk_origin="frame_end",
                           language_every_n_frames=0, frame_deadline_ms=5000.0)
     seen = _record_engine_inputs(node)
-    client = InferenceClient(ros, prefix, "oxygen_test_reliability_client")
+    client = InferenceClient(ros, prefix, "oxygen_test_reliability_client", node=node)
     client.observe()
     assert until(lambda: node.counters["frames"] >= 1)
 
@@ -100,7 +100,7 @@ def test_a_bad_observation_never_takes_the_place_of_a_good_one(ros):
     prefix = unique_prefix()
     node = inference_node(ros, prefix, language_every_n_frames=0, denoise_steps=300,  # long frames
                           chunk_origin="frame_end", max_observation_age=0.0)
-    client = InferenceClient(ros, prefix, "oxygen_test_burst_client")
+    client = InferenceClient(ros, prefix, "oxygen_test_burst_client", node=node)
     waiting = []
     for _ in range(5):
         frames = node.counters["frames"]
@@ -126,7 +126,7 @@ def test_inference_node_questions_empty_huge_control_and_invalid_utf8(ros):
     node = inference_node(ros, prefix, language_every_n_frames=0, max_decode=8, steps_per_frame=4,
                           frame_deadline_ms=5000.0)
     seen = _record_engine_inputs(node)
-    client = InferenceClient(ros, prefix, "oxygen_test_reliability_client")
+    client = InferenceClient(ros, prefix, "oxygen_test_reliability_client", node=node)
     for _ in range(3):
         client.observe()
     assert until(lambda: node.counters["frames"] >= 1)

@@ -29,7 +29,7 @@ def served(ros):
     statuses = []
     client.create_subscription(DiagnosticArray, "/diagnostics", lambda m: statuses.extend(m.status), reliable(50))
     for c in robots.values():
-        c.wait_discovered()
+        c.wait_discovered(node)
     return node, robots, statuses
 
 

@@ -35,7 +35,7 @@ def _replay_a(ros, robots, flood: bool):
     test_node = ros.node("oxygen_test_isolation")
     clients = {r: RobotClient(test_node, prefix, r) for r in robots}
     for c in clients.values():
-        c.wait_discovered()
+        c.wait_discovered(node)
     a, b, flooder = clients["a"], clients.get("b"), None
     if b is not None:  # one good observation: b's questions are answered, and decode beside a's frames
         b.observe(instruction="describe the scene")

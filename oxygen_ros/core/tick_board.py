@@ -34,9 +34,10 @@ from .chunk_board import attach
 
 HEADER = ("state", "running", "period_ns", "hold_last", "missed_ticks", "lateness_written")
 #: per robot: ticks, those that published, underruns, before the first chunk, holds, ticks with the
-#: output stopped, ActionChunks published, publications failed; then its anchored origin and firsts written
+#: output stopped, ActionChunks published, publications failed, the subscriptions its ActionChunk
+#: publisher has matched (a level, not a count); then its anchored origin, version and firsts written
 ROBOT_FIELDS = ("ticks", "published", "underruns", "waiting", "hold_ticks", "ticks_faulted", "actions_published",
-                "publish_errors")
+                "publish_errors", "subscribers")
 _ROBOT = ROBOT_FIELDS + ("origin_ns", "version", "firsts_written")
 READY = 1
 NO_ORIGIN = -1

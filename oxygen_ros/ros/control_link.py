@@ -44,6 +44,7 @@ START_TIMEOUT_S = 60.0
 #: counts the node keeps in the robot's counters (the clock's are mirrored on its ChunkClock)
 _COUNTED = ("hold_ticks", "ticks_faulted", "actions_published", "publish_errors")
 _CLOCK = ("ticks", "published", "underruns", "waiting")
+_LEVELS = ("subscribers",)
 
 
 class ControlProcessError(RuntimeError):
@@ -52,13 +53,15 @@ class ControlProcessError(RuntimeError):
 
 class RemoteOutput:
     """A robot's action output ticked by the control process: what the node reads of an
-    :class:`~.action_output.ActionOutput` (``clock``, ``push``, ``drop``, ``counts``, ``topic``),
+    :class:`~.action_output.ActionOutput` (``clock``, ``push``, ``drop``, ``counts``, ``topic``,
+    ``subscribers``),
     with the ticks' figures brought back by :meth:`ControlLink.sync`."""
 
     def __init__(self, board: ChunkBoard, slot: int, counters, records: FrameRecords, topic: str):
         self._board, self._slot, self._counters, self._records = board, slot, counters, records
         self.topic = topic
         self.clock = ChunkClock()
+        self.subscribers = 0  # matched by its ActionChunk publisher, as of the last sync
         self._seen = dict.fromkeys(ROBOT_FIELDS, 0)
         self._firsts_seen = 0
 
@@ -79,8 +82,11 @@ class RemoteOutput:
     def take(self, ticks: TickBoard) -> None:
         """What the control process reported for this robot since the last call."""
         counts, origin, version = ticks.robot(self._slot)
+        self.subscribers = counts["subscribers"]
         for key in ROBOT_FIELDS:
             new = counts[key] - self._seen[key]
+            if key in _LEVELS:
+                continue
             if key in _CLOCK:
                 setattr(self.clock, key, getattr(self.clock, key) + new)
             elif new:

@@ -56,6 +56,14 @@ class InferenceDiagnostics:
             self._sync_ticks()
             return self._io(robot).output.counts()
 
+    def action_subscribers(self, robot: Optional[str] = None) -> int:
+        """The subscriptions ``robot``'s ActionChunk publisher has matched (None: the first robot's):
+        once it is one, the robot's controller gets every ActionChunk from then on. With the
+        control process, as of its last tick."""
+        with self._cond:
+            self._sync_ticks()
+            return self._io(robot).output.subscribers
+
     def diagnostics(self, robot: Optional[str] = None) -> dict:
         """The figures published on /diagnostics: the node's (None) or ``robot``'s."""
         now_ros = self._now_ros()
@@ -64,6 +72,7 @@ class InferenceDiagnostics:
             self._sync_ticks()  # the control process's ticks (with control_process)
             ios = list(self.robot_io.values()) if robot is None else [self.robot_io[robot]]
             age_ns, ticks = _clock_figures([io.output.clock for io in ios], now_ros)
+            subscribers = sum(io.output.subscribers for io in ios)
             loop = self.loop.figures(now_ros, robot)
             if robot is None and several:
                 loop.update(self._worst(now_ros))
@@ -78,6 +87,7 @@ class InferenceDiagnostics:
                                counters=counters, params=self.params, horizon=self.horizon,
                                tick_lateness_ms=self.tick_lateness_ms)
         d["control_failure"] = self.control_failure or ""  # the tick serves every robot
+        d["action_subscribers"] = subscribers  # controllers listening (summed over the robots for the node)
         if robot is not None and several:
             io = self.robot_io[robot]
             chunks = io.chunk_rate.rate(time.monotonic())
