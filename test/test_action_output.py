@@ -30,28 +30,3 @@ def test_a_failed_publication_is_counted_and_the_next_goes_out(ros):
     output.publish(Due(good, 1, 10_000_000, True))
     assert until(lambda: len(got) == 1)
     assert got[0].frame_id == 4 and got[0].offset == 1 and counters["actions_published"] == 1
-
-
-def test_peek_gives_the_ticks_rows_and_holds_without_counting(ros):
-    """The control process builds each tick's messages ahead from peek: the same rows, the
-    same hold, nothing for a stopped output, and no count until the tick itself."""
-    from oxygen_ros.ros.action_output import ActionOutput
-
-    node = ros.node("oxygen_test_action_output_peek")
-    counters = collections.Counter()
-    output = ActionOutput(node, PARAMS, counters, None, actions_topic=f"{unique_prefix()}/actions",
-                          trajectory_topic="")
-    period = 10_000_000
-    chunk = Chunk(np.arange(6.0).reshape(3, 2), period, 5 * period, frame_id=2)
-    output.push(chunk)
-    for k in range(5, 10):
-        t = k * period
-        peeked = output.peek(t, False)
-        assert counters["hold_ticks"] == max(0, k - 8) and output.clock.ticks == k - 5
-        due = output.tick(t, False, 0)
-        assert (peeked.chunk, peeked.offset, peeked.stamp_ns) == (due.chunk, due.offset, due.stamp_ns)
-        assert due.offset == min(k - 5, 3)  # rows 0, 1, 2, then the hold (offset H)
-        actions, trajectory = output.messages(due)
-        assert actions.offset == due.offset and trajectory is None
-    assert counters["hold_ticks"] == 2
-    assert output.peek(10 * period, True) is None  # a stopped output publishes nothing

@@ -150,28 +150,3 @@ def test_consecutive_ticks_advance_by_exactly_one_row(origin, phase, horizon, st
             assert due.offset == prev + 1
         prev = due.offset
     assert clock.published + clock.underruns == ticks
-
-
-@settings(max_examples=60, deadline=None)
-@given(events=st.lists(st.one_of(st.integers(1, 3), st.sampled_from(["push", "push_at"])), min_size=1, max_size=40))
-def test_peek_tells_what_the_tick_will_publish_and_changes_nothing(events):
-    """What the control process builds ahead (peek) is what the tick then publishes."""
-    clock, t, frame = ChunkClock(), 1_000 * P, 0
-    for event in events:
-        if event == "push":  # anchored at its first tick
-            frame += 1
-            clock.push(_chunk(h=5, frame=frame))
-            continue
-        if event == "push_at":  # an origin of its own, maybe already past
-            frame += 1
-            clock.push(_chunk(h=5, origin=t - 2 * P, frame=frame))
-            continue
-        t += event * P
-        before = (clock.ticks, clock.published, clock.underruns, clock.waiting, clock.origin_ns)
-        peeked = clock.peek(t)
-        assert (clock.ticks, clock.published, clock.underruns, clock.waiting, clock.origin_ns) == before
-        due = clock.tick(t)
-        assert (peeked is None) == (due is None)
-        if due is not None:
-            assert peeked.chunk is due.chunk
-            assert (peeked.offset, peeked.stamp_ns, peeked.first) == (due.offset, due.stamp_ns, due.first)

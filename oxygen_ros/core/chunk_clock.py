@@ -144,32 +144,23 @@ class ChunkClock:
     def tick(self, now_ns: int) -> Due | None:
         """The rows due at the (scheduled) tick time ``now_ns``, or ``None`` (waiting or underrun)."""
         self.ticks += 1
-        if self.chunk is None:
+        c = self.chunk
+        if c is None:
             self.waiting += 1
             return None
         if self.origin_ns is None:
             self.origin_ns = now_ns  # anchored: this tick publishes row 0
-        due = self.peek(now_ns)
-        if due is None:
+        offset = max(0, (now_ns - self.origin_ns) // c.period_ns)
+        if offset >= c.horizon:
             self.underruns += 1
             return None
-        if due.first:
-            self.skipped_rows += due.offset
-            self.first_ticks.append((due.chunk.observation_stamp_ns, now_ns))
-        self._last_offset = due.offset
+        first = self._last_offset is None
+        if first:
+            self.skipped_rows += offset
+            self.first_ticks.append((c.observation_stamp_ns, now_ns))
+        self._last_offset = offset
         self.published += 1
-        return due
-
-    def peek(self, now_ns: int) -> Due | None:
-        """What :meth:`tick` at ``now_ns`` would return, changing nothing (no count, no anchor)."""
-        c = self.chunk
-        if c is None:
-            return None
-        origin = now_ns if self.origin_ns is None else self.origin_ns
-        offset = max(0, (now_ns - origin) // c.period_ns)
-        if offset >= c.horizon:
-            return None
-        return Due(c, int(offset), int(origin + offset * c.period_ns), self._last_offset is None)
+        return Due(c, int(offset), int(self.origin_ns + offset * c.period_ns), first)
 
     def age_ns(self, now_ns: int) -> int | None:
         """Age of the data behind the published actions: now minus the current

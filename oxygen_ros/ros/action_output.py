@@ -103,27 +103,12 @@ class ActionOutput:
         due = self.clock.tick(scheduled_ns)
         if due is not None and due.first and self._records is not None:
             self._records.published(due.chunk.frame_id, now_ns)
-        if due is None:
-            due = self._hold(scheduled_ns)
-            if due is not None:
-                self._counters["hold_ticks"] += 1
+        if due is None and self.clock.chunk is not None and self._params["hold_action"] == "last":
+            # an underrun (counted): repeat the last row, marked as a hold (offset = H, one row)
+            c = self.clock.chunk
+            due = Due(c, c.horizon, scheduled_ns, False)
+            self._counters["hold_ticks"] += 1
         return due
-
-    def peek(self, scheduled_ns: int, stopped: bool) -> Optional[Due]:
-        """What :meth:`tick` would return for the tick at ``scheduled_ns``, changing and counting
-        nothing (so that its messages can be built before it falls due)."""
-        if stopped:
-            return None
-        due = self.clock.peek(scheduled_ns)
-        return self._hold(scheduled_ns) if due is None else due
-
-    def _hold(self, scheduled_ns: int) -> Optional[Due]:
-        """With ``hold_action: last``, an underrun repeats the last row, marked as a hold
-        (offset = H, one row); None otherwise."""
-        c = self.clock.chunk
-        if c is None or self._params["hold_action"] != "last":
-            return None
-        return Due(c, c.horizon, scheduled_ns, False)
 
     def push(self, chunk: Chunk) -> None:
         self.clock.push(chunk)
@@ -139,23 +124,17 @@ class ActionOutput:
         return {"ticks": c.ticks, "published": c.published, "underruns": c.underruns, "waiting": c.waiting,
                 "first_ticks": tuple(c.first_ticks)}
 
-    def publish(self, due: Due, messages: Optional[tuple] = None) -> None:
-        """The ActionChunk (and JointTrajectory) of ``due``: ``messages`` when built ahead
-        (:meth:`messages`), else built now. A failure is counted (``publish_errors``) and
-        logged, not raised: one message never ends the control loop, nor another robot's
-        publication in the same tick."""
+    def publish(self, due: Due) -> None:
+        """The ActionChunk (and JointTrajectory) of ``due``. A failure is counted
+        (``publish_errors``) and logged, not raised: one message never ends the control
+        loop, nor another robot's publication in the same tick."""
         try:
-            actions, trajectory = self.messages(due) if messages is None else messages
-            self._pub_actions.publish(actions)
-            if trajectory is not None:
-                self._pub_traj.publish(trajectory)
-            self._counters["actions_published"] += 1
+            self._publish(due)
         except Exception as exc:
             self._counters["publish_errors"] += 1
             self._log.error(f"could not publish actions on {self.topic}: {exc!r}", throttle_duration_sec=5.0)
 
-    def messages(self, due: Due) -> tuple:
-        """``(ActionChunk, JointTrajectory or None)`` of ``due`` (raises what building them raises)."""
+    def _publish(self, due: Due) -> None:
         c = due.chunk
         hold = due.offset >= c.horizon
         actions = c.actions[-1:] if hold else due.actions
@@ -164,8 +143,9 @@ class ActionOutput:
             conversions.ns_to_time_msg(due.stamp_ns), c.frame_id, c.observation_seq,
             conversions.ns_to_time_msg(c.observation_stamp_ns), due.offset, c.period_ns / NS_PER_S, actions,
             header_frame_id=frame)
-        if self._pub_traj is None:
-            return msg, None
-        names = self._params["joint_names"]
-        return msg, conversions.joint_trajectory_msg(msg.header.stamp, names, actions[:, :len(names)],
-                                                     c.period_ns / NS_PER_S, frame_id=frame)
+        self._pub_actions.publish(msg)
+        if self._pub_traj is not None:
+            names = self._params["joint_names"]
+            self._pub_traj.publish(conversions.joint_trajectory_msg(
+                msg.header.stamp, names, actions[:, :len(names)], c.period_ns / NS_PER_S, frame_id=frame))
+        self._counters["actions_published"] += 1

@@ -45,7 +45,6 @@ from rclpy.node import Node
 from rclpy.signals import SignalHandlerOptions
 
 from ..core.chunk_board import ChunkBoard, TornRead
-from ..core.chunk_clock import Due
 from ..core.tick_board import READY as BOARD_READY
 from ..core.tick_board import TickBoard
 from .action_output import ActionOutput, TickGrid
@@ -54,11 +53,6 @@ from .control_thread import ControlThread
 READY = "control process ready"
 #: what ActionOutput counts in its counters (the rest of the tick board's robot fields are its clock's)
 _COUNTED = ("hold_ticks", "ticks_faulted", "actions_published", "publish_errors")
-
-
-def _same(a: Due, b: Due) -> bool:
-    """The same rows of the same chunk, due at the same time."""
-    return a.chunk is b.chunk and a.offset == b.offset and a.stamp_ns == b.stamp_ns
 
 
 class ControlProcess:
@@ -76,7 +70,6 @@ class ControlProcess:
                                      trajectory_topic=trajectory)
                         for (actions, trajectory), counters in zip(spec["robots"], self.counters)]
         self._versions = [0] * robots
-        self._ready: list = [None] * robots  # (due, messages) built ahead for the next tick, per slot
         self._stopped = [False] * robots  # the node stopped the robot's output (its slot holds no chunk)
         self._missed: collections.Counter = collections.Counter()
         self._grid = TickGrid(self._missed)
@@ -98,22 +91,10 @@ class ControlProcess:
             if self.board.version(slot) != self._versions[slot]:
                 self._take(slot, output)
             dues.append(output.tick(scheduled_ns, self._stopped[slot], now))
-        for output, due, ready in zip(self.outputs, dues, self._ready):
-            if due is not None:  # the messages built after the last tick, unless the due rows changed since
-                output.publish(due, ready[1] if ready is not None and _same(ready[0], due) else None)
+        for output, due in zip(self.outputs, dues):
+            if due is not None:
+                output.publish(due)
         self._report(dues, scheduled_ns, actual_ns, now)
-        self._prepare(scheduled_ns + period)
-
-    def _prepare(self, next_ns: int) -> None:
-        """Build the messages of the tick at ``next_ns`` now: right after a wake-up this VM runs
-        Python about 10x slower than in a loop (README), and building a robot's message then
-        (0.2-0.4 ms) would delay every robot published after it."""
-        for slot, output in enumerate(self.outputs):
-            due = output.peek(next_ns, self._stopped[slot])
-            try:
-                self._ready[slot] = None if due is None else (due, output.messages(due))
-            except Exception:  # noqa: BLE001  built again at the tick, where a failure is counted
-                self._ready[slot] = None
 
     def _take(self, slot: int, output: ActionOutput) -> None:
         try:

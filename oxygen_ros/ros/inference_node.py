@@ -58,10 +58,11 @@ from ..core.stats import Rolling
 from ..core.tick_guard import TickGuard
 from . import conversions
 from .action_output import TickGrid
-from .control_link import ControlLink, ControlProcessError
-from .control_thread import ControlThread, uses_sim_time
+from .control_link import ControlLink
+from .control_thread import ControlThread
 from .frame_worker import FrameWorker
 from .inference_diagnostics import InferenceDiagnostics
+from .inference_ticks import InferenceTicks
 from .inference_parameters import IMPLICIT_PARAMETERS, PARAMETERS, SPECS
 from .inference_setup import compile_pieces, engine_config, load_model, model_load_error, startup_summary, warm_up
 from .inference_status import StatusReporter
@@ -69,7 +70,6 @@ from .node_main import run_control_node
 from .parameters import ParameterError, changed_values, declare_parameters, parameter_callback
 from .qos import reliable
 from .robot_io import RobotIO, TextRouter
-from .robots import robot_topic
 from .text_output import end_events
 
 NODE_NAME = "oxygen_inference"
@@ -83,7 +83,7 @@ def _loop_settings(p: dict) -> dict:
     return out
 
 
-class InferenceNode(InferenceDiagnostics, Node):
+class InferenceNode(InferenceDiagnostics, InferenceTicks, Node):
     """See the module doc. ``kwargs`` go to ``rclpy.node.Node`` (context,
     parameter_overrides, cli_args, namespace, ...). The frame policy is
     :attr:`loop` (a :class:`~oxygen_ros.core.frame_loop.FrameLoop`), run by
@@ -157,26 +157,6 @@ class InferenceNode(InferenceDiagnostics, Node):
         self.configured = True
         self.get_logger().info(startup_summary(self.loaded, p, self.resolve_topic_name))
 
-    def _control_link(self, p: dict, action_dim: int) -> Optional[ControlLink]:
-        """The control process, started (paused till activate), or None: the tick runs on a
-        thread of this process (``control_process`` false, simulated time, or it failed to start)."""
-        if not p["control_process"]:
-            return None
-        if uses_sim_time(self):
-            self.get_logger().info("control_process: the control tick stays in this process with use_sim_time "
-                                   "(its ticks follow /clock)")
-            return None
-        names = list(self.loop.robots)
-        link = ControlLink(self, p, [(robot_topic(n, p["actions_topic"]), robot_topic(n, p["trajectory_topic"]))
-                                     for n in names], self.horizon, action_dim)
-        try:
-            link.start(self.loop.period_ns)
-        except ControlProcessError as exc:
-            link.close()
-            self.get_logger().error(f"control_process: {exc}; the control tick runs in this process instead")
-            return None
-        return link
-
     def _init_interfaces(self, p: dict) -> None:
         # the lock guards the loop and the action outputs, shared by the tick, the inputs and the worker
         self._cond = threading.Condition(threading.Lock())
@@ -203,16 +183,10 @@ class InferenceNode(InferenceDiagnostics, Node):
     def activate(self) -> None:
         """Start the control tick, the diagnostics and the frame worker: actions and text go out."""
         self.worker = self._new_worker() if self.worker.stopped else self.worker  # a thread runs once
-        if self._link is None:
-            self._control = ControlThread(self, self.loop.period_ns, self._on_tick, self.params["control_priority"],
-                                          self.get_logger())
         self._diag_timer = self.create_timer(1.0, self._publish_diagnostics,
                                              callback_group=MutuallyExclusiveCallbackGroup())
         self._own_timers = [self._diag_timer]
-        if self._link is None:
-            self._control.start()
-        else:
-            self._link.run(True)
+        self._start_ticks()
         self.worker.start()
         self.active = True
 
@@ -253,48 +227,14 @@ class InferenceNode(InferenceDiagnostics, Node):
         with self._cond:
             self.params.update(changes)
             self.loop.configure(**_loop_settings(changes))
-            if "control_rate_hz" in changes:
-                self._grid.rate_changed()
-                if self._link is not None:
-                    self._link.set_period(self.loop.period_ns)
-                elif self.active:
-                    self._control.period_ns = self.loop.period_ns
-            if "hold_action" in changes and self._link is not None:
-                self._link.set_hold(changes["hold_action"])
+            self._tick_settings_changed(changes)
             self._cond.notify_all()
         self.get_logger().info("parameters changed: " + ", ".join(f"{k}={v}" for k, v in changes.items()))
-
-    @property
-    def control(self) -> Optional[ControlThread]:
-        """The control tick's thread (:mod:`.control_thread`; None before the first activate)."""
-        return self._control
-
-    @property
-    def control_pid(self) -> Optional[int]:
-        """The control process's pid (None: the tick runs on a thread of this process)."""
-        return None if self._link is None else self._link.pid
 
     @property
     def diagnostics_timer(self):
         """The diagnostics' timer while active (cancelled by :meth:`shutdown`), else None."""
         return self._own_timers[0] if self._own_timers else None
-
-    @property
-    def control_failure(self) -> Optional[str]:
-        """Why the control tick's thread (or process) stopped while the node is active (None while it runs)."""
-        if self._link is not None:
-            return self._link.failure if self.active else None
-        control = self._control
-        if control is None or control.alive or control.stopped or not self.active:
-            return None
-        return control.failure or "the control tick's thread stopped"
-
-    @property
-    def tick_period_ns(self) -> int:
-        """The control tick's period now (``control_rate_hz``; 0 while not active)."""
-        if self._link is not None:
-            return self.loop.period_ns if self.active else 0
-        return self._control.period_ns if self.active else 0
 
     # ------------------------------------------------------------------ inputs
     def _now_ros(self) -> int:
@@ -326,49 +266,7 @@ class InferenceNode(InferenceDiagnostics, Node):
         if ended_here:
             self.text.publish(end_events([client_id], "cancelled", robot), self._now_ros())
 
-    # ------------------------------------------------------------------ control tick
-    def _on_tick(self, scheduled_ns: Optional[int], actual_ns: int) -> None:
-        mono = time.monotonic_ns()
-        try:
-            self._tick(scheduled_ns, actual_ns)
-        finally:
-            if self._tick_guard is not None:  # a frame waiting for this tick may go on
-                late = actual_ns - scheduled_ns if scheduled_ns is not None else 0
-                self._tick_guard.tick_served(mono - late + self.loop.period_ns)
-
-    def _tick(self, scheduled_ns: Optional[int], actual_ns: int) -> None:
-        with self._cond:
-            scheduled_ns = self._grid.count(scheduled_ns, actual_ns, self.loop.period_ns)
-            now = time.monotonic_ns()
-            dues = [(io, io.output.tick(scheduled_ns, io.inputs.failures.stopped, now))
-                    for io in self.robot_io.values()]
-            if not self.worker.busy and self.loop.wants_language_frame():
-                self._cond.notify_all()  # idle decoding is paced by the ticks
-        self.tick_lateness_ms.add((actual_ns - scheduled_ns) / 1e6)
-        for io, due in dues:
-            if due is not None:
-                io.output.publish(due)
-
-    def _sync_ticks(self) -> None:
-        """With the control process: bring back what its ticks did (the lock held)."""
-        if self._link is not None:
-            self._link.sync(self.tick_lateness_ms, self.counters)
-
     # ------------------------------------------------------------------ shutdown
-    def _stop_ticks(self) -> None:
-        """No tick any more until the next activate (the control process pauses)."""
-        if self._link is None:
-            self._control.destroy()
-            return
-        self._link.run(False)
-        with self._cond:
-            self._sync_ticks()
-
-    def _close_link(self) -> None:
-        if self._link is not None:
-            self._link.close()
-            self._link = None
-
     def _stop_worker(self, timeout: float = 60.0) -> bool:
         """Stop the worker (the frame in flight completes); True when it has ended."""
         if self.worker is None or self.worker.stop(timeout):
@@ -384,13 +282,7 @@ class InferenceNode(InferenceDiagnostics, Node):
         t0 = time.perf_counter()
         for timer in self._own_timers:
             timer.cancel()
-        if self._control is not None:
-            self._control.stop()
-        if self._link is not None:
-            self._link.run(False)
-            with self._cond:
-                self._sync_ticks()  # the figures of its last ticks
-            self._link.terminate()  # it ends while the worker ends its frame (destroy_node waits)
+        self._halt_ticks()
         stopped = self._stop_worker()
         self.stop_ms = (time.perf_counter() - t0) * 1e3  # timers and worker stopped
         if not stopped or not self.configured:
