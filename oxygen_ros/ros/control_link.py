@@ -41,10 +41,9 @@ from ..core.stats import Rolling
 from ..core.tick_board import READY, ROBOT_FIELDS, TickBoard
 
 START_TIMEOUT_S = 60.0
-#: counts the node keeps in the robot's counters (the clock's are mirrored on its ChunkClock)
-_COUNTED = ("hold_ticks", "ticks_faulted", "actions_published", "publish_errors")
+#: the counts mirrored on the robot's ChunkClock; the other counts go to its counters
 _CLOCK = ("ticks", "published", "underruns", "waiting")
-_LEVELS = ("subscribers",)
+_LEVELS = ("subscribers",)  # a value now, not a count
 
 
 class ControlProcessError(RuntimeError):
@@ -54,8 +53,7 @@ class ControlProcessError(RuntimeError):
 class RemoteOutput:
     """A robot's action output ticked by the control process: what the node reads of an
     :class:`~.action_output.ActionOutput` (``clock``, ``push``, ``drop``, ``counts``, ``topic``,
-    ``subscribers``),
-    with the ticks' figures brought back by :meth:`ControlLink.sync`."""
+    ``subscribers``), with the ticks' figures brought back by :meth:`ControlLink.sync`."""
 
     def __init__(self, board: ChunkBoard, slot: int, counters, records: FrameRecords, topic: str):
         self._board, self._slot, self._counters, self._records = board, slot, counters, records
@@ -84,9 +82,9 @@ class RemoteOutput:
         counts, origin, version = ticks.robot(self._slot)
         self.subscribers = counts["subscribers"]
         for key in ROBOT_FIELDS:
-            new = counts[key] - self._seen[key]
             if key in _LEVELS:
                 continue
+            new = counts[key] - self._seen[key]
             if key in _CLOCK:
                 setattr(self.clock, key, getattr(self.clock, key) + new)
             elif new:
