@@ -53,6 +53,8 @@ import numpy as np
 
 NS_PER_S = 1_000_000_000
 ORIGINS = ("observation", "frame_end")
+#: a ChunkClock's tick counts (:meth:`ChunkClock.counts`)
+COUNTS = ("ticks", "published", "underruns", "waiting")
 #: first publications kept by a ChunkClock (about 6 s of a 10 Hz camera)
 FIRST_TICKS_KEPT = 64
 
@@ -162,6 +164,14 @@ class ChunkClock:
         self.published += 1
         return Due(c, int(offset), int(self.origin_ns + offset * c.period_ns), first)
 
+    def counts(self, first_ticks: bool = True) -> dict:
+        """Its ticks so far (:data:`COUNTS`: all, those that published, underruns, before the first
+        chunk) and, with ``first_ticks``, a copy of :attr:`first_ticks`."""
+        out = {key: getattr(self, key) for key in COUNTS}
+        if first_ticks:
+            out["first_ticks"] = tuple(self.first_ticks)
+        return out
+
     def age_ns(self, now_ns: int) -> int | None:
         """Age of the data behind the published actions: now minus the current
         chunk's observation stamp (or, without one, its ready time)."""
@@ -183,5 +193,5 @@ def recovery_ticks(frame_stamp_ns: int, first_ticks, period_ns: int) -> int | No
     return None
 
 
-__all__ = ["FIRST_TICKS_KEPT", "NS_PER_S", "ORIGINS", "Chunk", "ChunkClock", "Due", "chunk_origin", "period_ns",
+__all__ = ["COUNTS", "FIRST_TICKS_KEPT", "NS_PER_S", "ORIGINS", "Chunk", "ChunkClock", "Due", "chunk_origin", "period_ns",
            "recovery_ticks"]

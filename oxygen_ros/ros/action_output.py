@@ -120,9 +120,7 @@ class ActionOutput:
     def counts(self) -> dict:
         """Control ticks so far: all, those that published, underruns, before the first chunk;
         ``first_ticks``: (observation stamp, tick time) of each recent chunk's first publication."""
-        c = self.clock
-        return {"ticks": c.ticks, "published": c.published, "underruns": c.underruns, "waiting": c.waiting,
-                "first_ticks": tuple(c.first_ticks)}
+        return self.clock.counts()
 
     def publish(self, due: Due) -> None:
         """The ActionChunk (and JointTrajectory) of ``due``. A failure is counted

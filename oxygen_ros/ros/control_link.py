@@ -35,14 +35,13 @@ from typing import Any, Optional
 import oxygen_ros
 
 from ..core.chunk_board import ChunkBoard
+from ..core.chunk_clock import COUNTS as CLOCK_COUNTS
 from ..core.chunk_clock import Chunk, ChunkClock
 from ..core.frame_records import FrameRecords
 from ..core.stats import Rolling
 from ..core.tick_board import READY, ROBOT_FIELDS, TickBoard
 
 START_TIMEOUT_S = 60.0
-#: the counts mirrored on the robot's ChunkClock; the other counts go to its counters
-_CLOCK = ("ticks", "published", "underruns", "waiting")
 _LEVELS = ("subscribers",)  # a value now, not a count
 
 
@@ -73,9 +72,7 @@ class RemoteOutput:
         self._board.write(self._slot, None)
 
     def counts(self) -> dict:
-        c = self.clock
-        return {"ticks": c.ticks, "published": c.published, "underruns": c.underruns, "waiting": c.waiting,
-                "first_ticks": tuple(c.first_ticks)}
+        return self.clock.counts()
 
     def take(self, ticks: TickBoard) -> None:
         """What the control process reported for this robot since the last call."""
@@ -85,7 +82,7 @@ class RemoteOutput:
             if key in _LEVELS:
                 continue
             new = counts[key] - self._seen[key]
-            if key in _CLOCK:
+            if key in CLOCK_COUNTS:  # mirrored on its ChunkClock; the others go to its counters
                 setattr(self.clock, key, getattr(self.clock, key) + new)
             elif new:
                 self._counters[key] += new

@@ -113,7 +113,7 @@ class ControlProcess:
             if due is not None and due.first:
                 c = due.chunk
                 self.report.add_first(slot, c.frame_id, c.observation_stamp_ns, scheduled_ns, now)
-            counts = output.counts()
+            counts = output.clock.counts(first_ticks=False)  # no copy of its first publications every tick
             counts.update((key, self.counters[slot][key]) for key in _COUNTED)
             counts["subscribers"] = output.subscribers
             self.report.write_robot(slot, counts, output.clock.origin_ns, self._versions[slot])
