@@ -65,7 +65,10 @@ def test_each_robots_chunk_goes_out_from_the_control_process_row_by_row_then_hel
         node = ros.node("oxygen_test_control_process")
         for t in topics:
             node.create_subscription(ActionChunk, t, got[t].append, reliable(100))
-        assert until(lambda: all(node.count_publishers(t) == 1 for t in topics), 20)
+        # the process's publishers have matched these subscriptions (reported on the tick board):
+        # a reliable writer sends nothing to a reader it has not matched yet
+        assert until(lambda: all(node.count_publishers(t) == 1 for t in topics)
+                     and all(ticks.robot(slot)[0]["subscribers"] == 1 for slot in (0, 1)), 20)
         board.write(0, _chunk(1, 100.0))
         board.write(1, _chunk(2, 200.0))
         assert until(lambda: all(sum(m.frame_id > 0 for m in got[t]) >= H + 3 for t in topics), 20)
