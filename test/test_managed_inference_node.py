@@ -6,6 +6,7 @@ unconfigured -> configure -> inactive (nothing published) -> activate (actions a
 from __future__ import annotations
 
 import time
+import weakref
 
 from ros_harness import InferenceClient, Ros, inference_topics, params, unique_prefix, until
 
@@ -80,9 +81,11 @@ def test_lifecycle_transitions_gate_publishing_and_own_the_pool(ros_env, random_
 
         client.ask("q2", "describe everything you see in great detail")
         assert until(lambda: node.engine.active_requests == 1, 30.0, every=client.observe, period=0.1)
+        pool = weakref.ref(node.engine.pool)  # configure froze the model's objects out of the collector's reach
         assert life.change("deactivate") and life.change("cleanup") and life.state() == "unconfigured"
         assert until(lambda: [m.finish_reason for m in client.finished("q2")] == ["cancelled"], 10.0)
         assert not node.configured and not hasattr(node, "engine"), "cleanup kept the engine and its pool"
+        assert pool() is None, "cleanup did not free the KV pool's memory"
 
         assert life.change("configure") and life.state() == "inactive"  # configure again after cleanup
         assert node.engine.active_requests == 0

@@ -49,6 +49,7 @@ from ..core.tick_board import READY as BOARD_READY
 from ..core.tick_board import TickBoard
 from .action_output import ActionOutput, TickGrid
 from .control_thread import ControlThread
+from .process import settle_garbage_collector
 
 READY = "control process ready"
 #: what ActionOutput counts in its counters (the rest of the tick board's robot fields are its clock's)
@@ -140,6 +141,7 @@ def main(argv: list[str] | None = None) -> int:
     parent = os.getppid()
     process = ControlProcess(spec)
     try:
+        settle_garbage_collector()  # a full collection here would hold a tick for about 20 ms
         process.control.start()
         process.report.set("state", BOARD_READY)
         print(READY, flush=True)

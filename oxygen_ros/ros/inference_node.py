@@ -68,6 +68,7 @@ from .inference_setup import compile_pieces, engine_config, load_model, model_lo
 from .inference_status import StatusReporter
 from .node_main import run_control_node
 from .parameters import ParameterError, changed_values, declare_parameters, parameter_callback
+from .process import settle_garbage_collector
 from .qos import reliable
 from .robot_io import RobotIO, TextRouter
 from .text_output import end_events
@@ -147,6 +148,7 @@ class InferenceNode(InferenceDiagnostics, InferenceTicks, Node):
         if p["warmup_frames"] > 0:
             ms = warm_up(self.engine, p["warmup_frames"], p["steps_per_frame"])
             self.get_logger().info(f"warmed up: {p['warmup_frames']} frames in {ms:.0f} ms")
+        settle_garbage_collector()  # the model's and the compiled graphs' objects: before the first tick
         self._link = self._control_link(p, action_dim)
         # frames yield to a tick sharing their process only
         self._tick_guard = TickGuard() if p["yield_to_ticks"] and self._link is None else None
@@ -213,6 +215,7 @@ class InferenceNode(InferenceDiagnostics, InferenceTicks, Node):
         self._close_link()
         self.worker, self.configured = None, False
         del self.engine, self.loop, self.loaded, self.robot_io, self.text
+        gc.unfreeze()  # configure froze the model's objects: a collection could not free them
         gc.collect()  # the pool's tensors go now, not at some later collection
 
     # ------------------------------------------------------------------ parameters at run time

@@ -2,7 +2,8 @@
 
 ``inference_node`` (``ros2 run``), ``oxygen-agent`` and ``oxygen-soak`` start
 their process with :func:`init_control_process`, call
-:func:`settle_garbage_collector` once their nodes exist, and the node's own
+:func:`settle_garbage_collector` once their nodes exist (the inference node
+has called it already, after its warm-up), and the node's own
 ``main`` checks at exit that no thread was left running
 (:func:`report_leftover_threads`).
 """
@@ -64,10 +65,14 @@ def realtime_priority(priority: int) -> str | None:
 
 def settle_garbage_collector() -> None:
     """After start-up: collect once, then move every object alive now (model,
-    modules, libraries) out of the collector's reach. A full collection of a
-    process holding torch and rclpy otherwise pauses every thread for 100-200 ms
-    every few seconds (measured on the tiny demo), which a 50 Hz control tick
-    cannot hide. Call it from a process entry point, once the nodes exist."""
+    compiled graphs, modules, libraries) out of the collector's reach. A full
+    collection of a process holding torch, its compiler and rclpy otherwise
+    pauses every thread for 200-500 ms every few seconds during the start
+    (measured with four robots, compiled), and the collection that this call
+    makes takes as long: make it before the first control tick. The inference
+    node calls it at the end of configure (after the warm-up; cleanup unfreezes
+    before it frees the model), the control process before its first tick, and
+    the process entry points again once their nodes exist (cheap by then)."""
     gc.collect()
     gc.freeze()
 
