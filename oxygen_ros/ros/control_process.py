@@ -8,6 +8,9 @@ nothing else: it reads each robot's newest chunk from the
 and on an exact grid of the system clock (:class:`.control_thread.ControlThread`,
 ``SCHED_FIFO`` at ``priority``) publishes each robot's due actions, as the node's
 own tick does (:class:`.action_output.ActionOutput`: offsets, stamps, holds).
+The whole process runs at that priority, the middleware's threads too (set
+before rclpy starts them): a middleware thread at normal priority that holds
+a lock a publication needs would wait behind the frames for a core.
 It ends on SIGINT or SIGTERM, or by itself within 0.1 s of its parent's end::
 
     python -m oxygen_ros.ros.control_process SPEC.json
@@ -49,7 +52,7 @@ from ..core.tick_board import READY as BOARD_READY
 from ..core.tick_board import TickBoard
 from .action_output import ActionOutput, TickGrid
 from .control_thread import ControlThread
-from .process import settle_garbage_collector
+from .process import realtime_priority, settle_garbage_collector
 
 READY = "control process ready"
 #: what ActionOutput counts in its counters (the rest of the tick board's robot fields are its clock's)
@@ -137,6 +140,8 @@ def main(argv: list[str] | None = None) -> int:
     stop = threading.Event()
     signal.signal(signal.SIGINT, lambda *_: stop.set())
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    realtime_priority(spec["priority"])  # before rclpy starts its threads: they inherit it (a refusal:
+    # the control thread asks again and says why)
     rclpy.init(args=[], domain_id=spec.get("domain_id"), signal_handler_options=SignalHandlerOptions.NO)
     parent = os.getppid()
     process = ControlProcess(spec)
