@@ -107,7 +107,10 @@ def test_a_bad_observation_never_takes_the_place_of_a_good_one(ros):
         client.observe()  # a frame starts from this one
         assert until(lambda: node.worker.busy or node.counters["frames"] > frames)
         waiting.append(client.seq)
+        received = node.counters["observations_received"]
         client.observe()  # this one waits for the frame to end ...
+        # (the node's reader keeps the newest message only: it takes this one before the next is sent)
+        assert until(lambda: node.counters["observations_received"] > received)
         bad = observation_msg(client.seq, client.now())  # ... and this one comes right behind it
         bad.camera_names = ["base", "wrist"]
         bad.header.stamp = ns_to_time_msg(client.now())
@@ -158,3 +161,27 @@ def test_inference_node_questions_empty_huge_control_and_invalid_utf8(ros):
     assert questions["bell"].text == "what do you see?"
     assert "\ufffd" in questions["utf8"].text
     assert len(questions["huge"].text) <= node.engine.config.max_question_tokens * 100
+
+
+def test_observations_that_came_before_the_node_could_take_them_give_one_frame_the_newest(stepped_ros):
+    """Observations that reached the node while its executor took nothing (at its start, before
+    it spins) do not come to it oldest first: the newest makes the first frame and the older
+    ones none. Each would have cost a frame, on a chunk whose actions were already in the past
+    when it came out (start-up underruns with four robots)."""
+    import time
+
+    from oxygen_ros.msg import Observation
+
+    prefix = unique_prefix()
+    node = inference_node(stepped_ros, prefix, language_every_n_frames=0, warmup_frames=0, control_process=False)
+    camera = stepped_ros.node("oxygen_test_backlog_camera")
+    pub = camera.create_publisher(Observation, ros_harness.inference_topics(prefix)["observation_topic"],
+                                  ros_harness.reliable(10))
+    assert stepped_ros.spin_until(lambda: pub.get_subscription_count() >= 1)
+    for seq in range(3):
+        pub.publish(observation_msg(seq, camera.get_clock().now().nanoseconds))
+    time.sleep(0.5)  # in the node's reader; nothing spins, so nothing is taken yet
+    assert stepped_ros.spin_until(lambda: node.counters["frames"] >= 1, timeout=20.0)
+    stepped_ros.spin_for(0.5)
+    assert node.counters["observations_received"] == 1, dict(node.counters)
+    assert [r.observation_seq for r in node.frame_records().values()] == [2]

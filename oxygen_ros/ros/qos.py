@@ -18,6 +18,11 @@ def reliable(depth: int) -> QoSProfile:
 LATCHED_QOS = _profile(1, durability=DurabilityPolicy.TRANSIENT_LOCAL)
 #: QoS of the Observation output: reliable, volatile, a short queue.
 OBSERVATION_QOS = reliable(5)
+#: QoS of the inference node's Observation input: the newest one only. A frame uses a
+#: robot's newest observation; after its executor could not take messages for a while
+#: (at the start, before it spins) a deeper queue handed it the older ones first, and a
+#: frame went to each, on a chunk whose rows were already in the past when it came.
+OBSERVATION_INPUT_QOS = reliable(1)
 #: Subscriptions to ActionChunks are best effort: that matches reliable and
 #: best-effort publishers alike; a lost chunk costs one step (or one lockstep timeout).
 ACTIONS_QOS = _profile(10, reliability=ReliabilityPolicy.BEST_EFFORT)

@@ -27,7 +27,7 @@ from ..core.stats import WindowRate
 from .action_output import ActionOutput
 from .ask_server import AskServer
 from .inference_status import StatusReporter
-from .qos import reliable
+from .qos import OBSERVATION_INPUT_QOS, reliable
 from .robots import robot_topic
 from .text_output import TextOutput
 
@@ -58,7 +58,7 @@ class RobotIO:
                              ask_group)
         self.text.listener = self.ask.on_events  # the goals' feedback and results
         observations = node.create_subscription(ObservationMsg, topic["observation_topic"],
-                                                partial(on_observation, self.name), reliable(2),
+                                                partial(on_observation, self.name), OBSERVATION_INPUT_QOS,
                                                 callback_group=inputs_group)
         self.observation_topic = observations.topic_name
         node.create_subscription(QuestionMsg, topic["question_topic"], partial(on_question, self.name),
