@@ -125,8 +125,9 @@ PARAMETERS: tuple[ParamSpec, ...] = (
               "needs no privilege.", "int", in_range(0, 19), constraints="0..19"),
     ParamSpec("control_priority", 50, "Linux: the real-time priority (SCHED_FIFO, 1..99) of the control tick's "
               "own thread, as ros2_control's controller manager asks for its loop, so that a tick takes a core "
-              "from the frames, the camera side and the middleware the moment it falls due. Needs an rtprio "
-              "limit or CAP_SYS_NICE; without, the node says so once and ticks at normal priority. 0: never ask.",
+              "from the frames, the camera side and the middleware the moment it falls due (with control_process, "
+              "the whole control process, its middleware threads too). Needs an rtprio limit or "
+              "CAP_SYS_NICE; without, the node says so once and ticks at normal priority. 0: never ask.",
               "int", in_range(0, 99), constraints="0..99"),
     ParamSpec("control_process", True, "Run the control tick (every robot's ActionChunk and JointTrajectory "
               "publishers, at control_priority) in a process of its own, started with the node: a tick in the "
