@@ -173,3 +173,23 @@ def test_a_model_load_fault_that_is_not_a_parameter_is_reported_with_its_cause(r
         inference_node.InferenceNode(context=ros.context, parameter_overrides=params(preset="tiny"))
     assert "embedded default" in str(info.value) and "cpu" in str(info.value)
     assert not [th for th in threading.enumerate() if th.name.startswith("oxygen-inference")]
+
+
+@pytest.mark.parametrize("control_process", [True, False], ids=["control-process", "control-thread"])
+def test_a_destroyed_inference_node_leaves_its_context_and_dds_participant_to_be_freed(ros_env, control_process):
+    """configure freezes the objects alive after the warm-up out of the garbage collector's
+    reach (no full collection during ticks); destroying the node hands them back. Frozen,
+    a node's context and with it its DDS participant were never freed: a process that makes
+    nodes one after another (this suite) kept every participant, each still discovering,
+    and hung in Fast DDS once thirty had piled up."""
+    import gc
+    import weakref
+
+    from ros_harness import Ros, inference_node
+
+    with Ros() as ros:
+        inference_node(ros, unique_prefix(), warmup_frames=0, control_process=control_process)
+        context = weakref.ref(ros.context)
+    del ros
+    gc.collect()
+    assert context() is None, "the destroyed node's context (and its DDS participant) outlived it"

@@ -323,6 +323,10 @@ class InferenceNode(InferenceDiagnostics, InferenceTicks, Node):
                 self._control.destroy()
             self._close_link()
             super().destroy_node()
+            # configure froze this node's objects, its context's among them: frozen, a context
+            # is never freed, nor its DDS participant (a process that makes nodes one after
+            # another, a test suite, would keep them all, each still discovering)
+            gc.unfreeze()
 
 
 def main(args=None) -> int:
