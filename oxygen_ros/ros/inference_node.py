@@ -68,7 +68,7 @@ from .inference_setup import compile_pieces, engine_config, load_model, model_lo
 from .inference_status import StatusReporter
 from .node_main import run_control_node
 from .parameters import ParameterError, changed_values, declare_parameters, parameter_callback
-from .process import settle_garbage_collector
+from .process import settle_garbage_collector, thaw_garbage_collector
 from .qos import reliable
 from .robot_io import RobotIO, TextRouter
 from .text_output import end_events
@@ -215,7 +215,7 @@ class InferenceNode(InferenceDiagnostics, InferenceTicks, Node):
         self._close_link()
         self.worker, self.configured = None, False
         del self.engine, self.loop, self.loaded, self.robot_io, self.text
-        gc.unfreeze()  # configure froze the model's objects: a collection could not free them
+        thaw_garbage_collector()  # configure froze the model's objects: a collection could not free them
         gc.collect()  # the pool's tensors go now, not at some later collection
 
     # ------------------------------------------------------------------ parameters at run time
@@ -326,7 +326,7 @@ class InferenceNode(InferenceDiagnostics, InferenceTicks, Node):
             # configure froze this node's objects, its context's among them: frozen, a context
             # is never freed, nor its DDS participant (a process that makes nodes one after
             # another, a test suite, would keep them all, each still discovering)
-            gc.unfreeze()
+            thaw_garbage_collector()
 
 
 def main(args=None) -> int:

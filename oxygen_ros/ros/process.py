@@ -70,11 +70,20 @@ def settle_garbage_collector() -> None:
     pauses every thread for 200-500 ms every few seconds during the start
     (measured with four robots, compiled), and the collection that this call
     makes takes as long: make it before the first control tick. The inference
-    node calls it at the end of configure (after the warm-up; cleanup unfreezes
-    before it frees the model), the control process before its first tick, and
-    the process entry points again once their nodes exist (cheap by then)."""
+    node calls it at the end of configure (after the warm-up; cleanup and
+    destroy_node undo it, :func:`thaw_garbage_collector`), the control process
+    before its first tick, and the process entry points again once their nodes
+    exist (cheap by then)."""
     gc.collect()
     gc.freeze()
+
+
+def thaw_garbage_collector() -> None:
+    """Undo :func:`settle_garbage_collector`: the frozen objects go back to the collector.
+    A frozen object is never freed, whatever refers to it: a node's model (its engine sits
+    in reference cycles, and with it the KV pool) or its context (and with it its DDS
+    participant) would outlive the node."""
+    gc.unfreeze()
 
 
 def init_control_process(args=None) -> None:
