@@ -71,7 +71,9 @@ def test_actions_at_control_rate_text_streams_and_questions(ros, random_tiny_dir
     assert ours, "no /diagnostics from the node"
     keys = {kv.key for kv in ours[-1].values}
     assert {"action_frequency_hz", "frame_latency_ms", "chunk_age_ms", "underruns", "active_batch",
-            "tokens_per_s", "kv_bytes_reserved", "kv_bytes_in_use", "setting", "k"} <= keys
+            "tokens_per_s", "kv_bytes_reserved", "kv_bytes_in_use", "setting", "k", "worker_load"} <= keys
+    load = float(next(kv.value for kv in ours[-1].values if kv.key == "worker_load"))
+    assert 0.0 < load <= 1.0, f"worker_load {load}: the frames ran, part of the time"
 
 
 def _worker_niceness() -> set[int]:

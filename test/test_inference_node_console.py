@@ -19,7 +19,7 @@ def _figures(**changes) -> dict:
          "actions_non_finite": 0, "recompiles": 0, "faulted": False, "consecutive_failures": 0, "last_failure": "",
          "observation_age_ms": 50.0, "observations_received": 10, "frames": 10, "k": 5, "k_max": 5,
          "frame_deadline_ms": 100.0, "action_frequency_hz": 60.0, "control_rate_hz": 50.0,
-         "frame_latency_ms": 10.0, "tokens_per_s": 100.0}
+         "frame_latency_ms": 10.0, "tokens_per_s": 100.0, "worker_load": 0.3, "compiled": False}
     d.update(changes)
     return d
 
@@ -68,6 +68,29 @@ def test_underruns_and_a_stale_camera_are_told_and_quiet_seconds_are_not():
     clock.t += 10.0
     level, message = status.status(_figures(underruns=7, k=2), 1.0)
     assert "language budget k=2" in message and status.console() == []
+
+
+def test_underruns_of_an_overloaded_worker_say_so_and_what_helps():
+    """Frames back to back (more observations than the model keeps up with): the underrun
+    warning says so, with the remedy; compile:=on only where the model runs eager."""
+    clock = Clock()
+    status = StatusReporter("/o", clock=clock)
+    status.status(_figures(), 1.0)
+    clock.t += 1.0
+    level, message = status.status(_figures(underruns=3, worker_load=0.93, frame_latency_ms=28.14), 1.0)
+    (line,) = status.console()
+    assert line.startswith("3 underruns in the last second: the chunk ran out before the next one (the frame "
+                           "worker ran frames 93% of the time, 28.1 ms each"), line
+    assert "compile:=on, fewer robots or a lower camera rate" in line and line.endswith("(see /diagnostics)")
+    assert "ran frames 93% of the time" in message
+    clock.t += 10.0
+    status.status(_figures(underruns=5, worker_load=0.93, compiled=True), 1.0)
+    (line,) = status.console()
+    assert "ran frames 93%" in line and "compile:=on" not in line and "fewer robots" in line
+    clock.t += 10.0  # the worker had time to spare: the chunks ran out for another reason
+    status.status(_figures(underruns=6, worker_load=0.5), 1.0)
+    (line,) = status.console()
+    assert "frame worker" not in line and line.startswith("1 underruns in the last second"), line
 
 
 def test_the_console_tells_a_missing_camera_and_underruns(ros_env):

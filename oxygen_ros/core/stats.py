@@ -79,7 +79,8 @@ class WindowRate:
     """Count of events per second over the last ``window_s`` seconds.
 
     ``add(t, n)`` records ``n`` events at time ``t`` (seconds, any monotonic
-    clock, non-decreasing); ``rate(now)`` is the events in ``(now - window, now]``
+    clock, non-decreasing; ``n`` may be a quantity: seconds spent busy give a
+    load, the busy fraction); ``rate(now)`` is the events in ``(now - window, now]``
     divided by the window, or by the time since the first event when that is
     shorter (so a fresh meter is not biased low).
     """
@@ -93,7 +94,7 @@ class WindowRate:
         self._lock = threading.Lock()
         self.total = 0
 
-    def add(self, t: float, n: int = 1) -> None:
+    def add(self, t: float, n: float = 1) -> None:
         with self._lock:
             if self._first is None:
                 self._first = t

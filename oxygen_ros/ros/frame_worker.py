@@ -22,11 +22,14 @@ import numpy as np
 from ..core.chunk_clock import NS_PER_S, Chunk, chunk_origin
 from ..core.frame_loop import Arrival, FrameLoop, FramePlan, Job
 from ..core.frame_records import FrameRecord
-from ..core.stats import Rolling
+from ..core.stats import Rolling, WindowRate
 from . import conversions
 from .process import lower_thread_priority
 from .robot_io import RobotIO, TextRouter
 from .text_output import end_events
+
+#: seconds over which the worker's load (:attr:`FrameWorker.load`) is measured
+LOAD_WINDOW_S = 5.0
 
 
 class FrameWorker:
@@ -44,11 +47,18 @@ class FrameWorker:
         self.busy = False  # a frame is running (read by the tick under the lock)
         self.frame_ms = Rolling(200)  # observation frames: engine time
         self.last_batch = 0.0  # mean decode batch of the last frame that decoded
+        #: seconds of frames per second over the last 5 s (each frame counted when it ends): the
+        #: worker's load, 1 when frames run back to back (:meth:`load_fraction`)
+        self.load = WindowRate(LOAD_WINDOW_S)
         self._stop = False
         self._thread = threading.Thread(target=self._run, name="oxygen-inference-worker", daemon=True)
 
     def start(self) -> None:
         self._thread.start()
+
+    def load_fraction(self) -> float:
+        """The part of the last 5 s the worker ran frames (0..1)."""
+        return min(1.0, self.load.rate(time.monotonic()))
 
     @property
     def alive(self) -> bool:
@@ -71,6 +81,7 @@ class FrameWorker:
 
     # ------------------------------------------------------------------ the thread
     def _run(self) -> None:
+        self.load.add(time.monotonic(), 0.0)  # the load counts from the worker's start
         why = lower_thread_priority(self._params["worker_niceness"])
         if why:
             self._log.warning(f"worker_niceness: the worker thread keeps the node's priority: {why}")
@@ -78,6 +89,7 @@ class FrameWorker:
             job = self._wait_for_job()
             if job is None:
                 return
+            began = time.monotonic()
             try:
                 self._run_frame(job)
             except Exception as exc:  # keep serving; the error is reported
@@ -88,6 +100,8 @@ class FrameWorker:
                 for robot in robots:
                     self._frame_failed(f"{type(exc).__name__}: {exc}", robot)
             finally:
+                ended = time.monotonic()
+                self.load.add(ended, ended - began)
                 with self._cond:
                     self.busy = False
                     self.loop.frame_ended(time.monotonic_ns())

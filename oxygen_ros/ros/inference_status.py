@@ -22,6 +22,8 @@ NEW_SINCE_LAST = ("underruns", "missed_ticks", "observations_stale", "hold_ticks
                   "actions_non_finite", "recompiles")
 
 
+#: The frame worker's load (its busy fraction) from which underruns are blamed on the frames' pace.
+OVERLOADED = 0.85
 #: Seconds after start with no observation before the console warns.
 NO_OBSERVATION_WARN_S = 5.0
 #: Seconds between two console warnings of one kind.
@@ -40,7 +42,7 @@ def _problems(d: dict, new: dict, max_observation_age: float) -> list[tuple[str,
         problems.append(("faulted", f"action output stopped: {d['consecutive_failures']} frames failed in a row "
                                     f"(last: {d['last_failure']})"))
     if new["underruns"]:
-        problems.append(("underruns", f"{new['underruns']} underruns"))
+        problems.append(("underruns", f"{new['underruns']} underruns{_overload(d)}"))
     if new["hold_ticks"]:
         problems.append(("hold_ticks", f"holding the last action ({new['hold_ticks']} ticks)"))
     age = d["observation_age_ms"]
@@ -67,6 +69,18 @@ def _problems(d: dict, new: dict, max_observation_age: float) -> list[tuple[str,
     if not math.isnan(f) and f < d["control_rate_hz"]:
         problems.append(("action_frequency", f"action frequency {f:.0f} Hz below the control rate"))
     return problems
+
+
+def _overload(d: dict) -> str:
+    """Why chunks ran out, when the reason is the frames' pace: the frame worker ran frames
+    (nearly) back to back, so observations waited for it ("" otherwise)."""
+    load = d.get("worker_load", 0.0)
+    if not load >= OVERLOADED:
+        return ""
+    remedy = "fewer robots or a lower camera rate" if d.get("compiled", True) else (
+        "compile:=on, fewer robots or a lower camera rate")
+    return (f" (the frame worker ran frames {load:.0%} of the time, {d['frame_latency_ms']:.1f} ms each: "
+            f"observations wait for it; {remedy})")
 
 
 class StatusReporter:
@@ -109,8 +123,9 @@ class StatusReporter:
             if kind == "no_observation":
                 text = (f"no observation on {self._observation_topic or 'the observation topic'} "
                         f"{elapsed:.0f} s after start (is the camera node running, on these topics?)")
-            elif kind == "underruns":
-                text += " in the last second: the chunk ran out before the next one (see /diagnostics)"
+            elif kind == "underruns":  # "N underruns[ (cause)]"
+                text = text.replace(" underruns", " underruns in the last second: the chunk ran out before "
+                                    "the next one", 1) + " (see /diagnostics)"
             suppressed = self._throttle(kind)
             if suppressed is not None:
                 lines.append(text + (f" ({suppressed} more such seconds since the last report)" if suppressed else ""))
@@ -137,7 +152,8 @@ def diagnostic_figures(age_ns: int | None, ticks: dict, loop: dict, *, worker: A
         **ticks, "missed_ticks": c["missed_ticks"],
         "tick_lateness_p99_ms": percentile(tick_lateness_ms.values()[-500:], 99),
         "active_batch": len(engine.requests.active), "queued_requests": len(engine.requests.queue),
-        "decode_batch_mean": worker.last_batch, "tokens_per_s": tokens_per_s,
+        "decode_batch_mean": worker.last_batch, "worker_load": worker.load_fraction(),
+        "tokens_per_s": tokens_per_s,
         "kv_bytes_reserved": pool.bytes_reserved, "kv_bytes_in_use": pool.bytes_in_use,
         "setting": params["setting"], "compiled": engine.compiled is not None, "recompiles": engine.recompiles,
         **{key: loop[key] for key in ("k", "k_max", "frame_deadline_ms")},
