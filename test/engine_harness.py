@@ -6,6 +6,8 @@
 * :func:`scene_observations` - observations of random scenes of the synthetic task.
 * :func:`run_to_the_end` - observation frames, then language-only frames until every
   request is done, collecting what they produced.
+* :func:`frames_with_questions` - one observation and at most one question a frame: what
+  compiled and eager engines are compared on.
 """
 
 from __future__ import annotations
@@ -23,6 +25,22 @@ def scene_observations(n: int, seed: int = 0) -> list[Observation]:
     rng = np.random.default_rng(seed)
     scenes = [sample_scene(rng) for _ in range(n)]
     return [Observation({"base": render(s, 32)}, s.instruction, s.state) for s in scenes]
+
+
+def frames_with_questions(engine, lengths: list[int], image_size: int) -> tuple[list, list, list]:
+    """One frame per item of ``lengths``, each with one synthetic observation and a question of
+    ``lengths[f]`` tokens (0: none); (every chunk, every (request, token), every decode batch size)."""
+    from oxygen_ros.core.benchmark import synthetic_observations
+    from oxygen_ros.core.engine import Question
+
+    obs = synthetic_observations(len(lengths), image_size, seed=5)
+    actions, tokens, batches = [], [], []
+    for f, n in enumerate(lengths):
+        res = engine.step([obs[f]], [Question("", max_tokens=n)] if n else [])
+        actions += res.actions
+        tokens += [(e.request_id, e.token_id) for e in res.tokens]
+        batches += res.batch_sizes
+    return actions, tokens, batches
 
 
 def run_to_the_end(engine, observations, events: list, finished: list) -> None:

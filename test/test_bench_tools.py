@@ -109,6 +109,11 @@ def test_bench_refuses_bad_compile_and_prompt_options(capsys):
     assert "expected a comma list of auto, on, off, got 'fast'" in capsys.readouterr().err
     with pytest.raises(SystemExit, match="--prompt-tokens 999 exceeds the model's max_token_len 32"):
         bench.main(["--preset", "tiny", "--prompt-tokens", "999"])
+    with pytest.raises(SystemExit, match="--device must be cpu, cuda or cuda:N, got 'gpu'"):
+        bench.main(["--device", "gpu"])
+    if not torch.cuda.is_available():
+        with pytest.raises(SystemExit, match=r"--device cuda: this torch \(.*\) sees no CUDA device"):
+            bench.main(["--device", "cuda"])
 
 
 def test_bench_sweeps_agents_and_compares_each_frame_with_the_single_robot_one(tmp_path, capsys):

@@ -11,6 +11,8 @@ import numpy as np
 import pytest
 import torch
 
+from engine_harness import frames_with_questions
+
 from oxygen_ros.core.benchmark import synthetic_observations
 from oxygen_ros.core.engine import Engine, EngineConfig, SETTINGS
 from oxygen_ros.core.model.cache import KVCache, SlotView
@@ -244,21 +246,6 @@ def test_compile_cache_follows_the_environment(monkeypatch, tmp_path):
     assert compile_cache_dir() == tmp_path / "oxygen_ros" / "compile"
 
 
-def _run(engine, frames, lengths):
-    """Frames with one observation each; a question of ``lengths[f]`` tokens (0: none) per frame."""
-    from oxygen_ros.core.engine import Question
-
-    obs = synthetic_observations(frames, TINY.vision.image_size, seed=5)
-    actions, tokens, batches = [], [], []
-    for f in range(frames):
-        qs = [Question("", max_tokens=lengths[f])] if lengths[f] else []
-        res = engine.step([obs[f]], qs)
-        actions += res.actions
-        tokens += [(e.request_id, e.token_id) for e in res.tokens]
-        batches += res.batch_sizes
-    return actions, tokens, batches
-
-
 @pytest.mark.parametrize("setting", SETTINGS)
 def test_compiled_engine_frames_match_eager_across_batch_sizes(lively_tiny, tok, setting, monkeypatch,
                                                                tmp_path_factory):
@@ -267,14 +254,15 @@ def test_compiled_engine_frames_match_eager_across_batch_sizes(lively_tiny, tok,
     # k = 2: a compiled decode call runs two steps, a request finishing between them
     common = dict(setting=setting, max_decode=6, steps_per_frame=2, denoise_steps=2, max_active=3,
                   max_observations_per_frame=1, language_every_n_frames=0, camera_names=("base",))
-    eager = _run(Engine(lively_tiny, tok, EngineConfig(compile="off", **common)), len(lengths), lengths)
+    eager = frames_with_questions(Engine(lively_tiny, tok, EngineConfig(compile="off", **common)), lengths,
+                                  TINY.vision.image_size)
     engine = Engine(lively_tiny, tok, EngineConfig(compile="on", **common))
     progress = []
     engine.warm_up(lambda done, total, what: progress.append((done, total, what)))
     assert engine.compiled is not None, engine.compile_reason
     assert progress[-1][:2] == (5, 5) and any(w.startswith("decode batch 4 (up to 2 steps)") for _, _, w in progress)
     assert all(w.endswith(("(compiled)", "(from the cache)")) for _, _, w in progress)
-    compiled = _run(engine, len(lengths), lengths)
+    compiled = frames_with_questions(engine, lengths, TINY.vision.image_size)
     assert compiled[1] == eager[1]  # identical greedy tokens
     for a, b in zip(compiled[0], eager[0]):
         np.testing.assert_allclose(a, b, atol=1e-5, rtol=0)
@@ -308,11 +296,12 @@ def test_a_second_engine_loads_every_package_from_the_cache_and_gives_the_same_f
     assert sorted(p.name for p in (cache_dir / "aoti").glob("*.pt2")) == packages
 
     lengths = [3, 0, 2, 3]
-    a, b = _run(first, 4, lengths), _run(second, 4, lengths)
+    size = TINY.vision.image_size
+    a, b = frames_with_questions(first, lengths, size), frames_with_questions(second, lengths, size)
     assert a[1] == b[1]
     for x, y in zip(a[0], b[0]):
         np.testing.assert_allclose(x, y, atol=1e-6, rtol=0)
-    eager = _run(Engine(lively_tiny, tok, EngineConfig(**dict(common, compile="off"))), 4, lengths)
+    eager = frames_with_questions(Engine(lively_tiny, tok, EngineConfig(**dict(common, compile="off"))), lengths, size)
     for x, y in zip(b[0], eager[0]):
         np.testing.assert_allclose(x, y, atol=1e-5, rtol=0)
 

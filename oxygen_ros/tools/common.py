@@ -55,6 +55,10 @@ def load_model(args: argparse.Namespace) -> LoadedCheckpoint:
         raise SystemExit(f"--threads must be >= 1, got {args.threads}")
     if args.model_path and args.preset:
         raise SystemExit("give either --model-path or --preset, not both")
+    if args.device.split(":")[0] not in ("cpu", "cuda"):
+        raise SystemExit(f"--device must be cpu, cuda or cuda:N, got {args.device!r}")
+    if args.device.startswith("cuda") and not torch.cuda.is_available():
+        raise SystemExit(f"--device {args.device}: this torch ({torch.__version__}) sees no CUDA device")
     sizes = model_sizes(args)
     torch.set_num_threads(args.threads)
     try:

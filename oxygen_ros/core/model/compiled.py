@@ -100,6 +100,11 @@ class CompiledVLA:
         return len(self.decode_buckets) + len(self.observation_buckets) * (1 + prefills)
 
     @property
+    def cuda_graphs(self) -> int:
+        """CUDA graphs captured (one per bucket run so far, on CUDA; 0 elsewhere)."""
+        return sum(p.captured for p in self._pieces.values() if isinstance(p, CudaGraphs))
+
+    @property
     def warmed(self) -> bool:
         return self._graphs_at_warm is not None
 

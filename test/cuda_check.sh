@@ -1,0 +1,64 @@
+#!/usr/bin/env bash
+# The checks that need a CUDA GPU, for a machine that has one (CI has none).
+#
+#   bash test/cuda_check.sh OUTDIR [STEP ...]
+#
+# Needs PyTorch with CUDA, numpy, safetensors, sentencepiece and pytest in
+# $PYTHON (default python3); no ROS: only the ROS-free core runs. Run from the
+# repository root. Each step has a time limit, writes its log (and JSON, for
+# the benchmarks) into OUTDIR, and a failed or timed-out step does not stop
+# the next. Steps (default: all, in this order):
+#
+#   env          the GPU, torch and compiler versions
+#   tests        test/test_cuda_frames.py: compiled frames (CUDA graphs) = eager
+#   default      the embedded default model, float32: baseline and oxygen, eager
+#                and compiled side by side (the README's compiled-frames table)
+#   pi05-pieces  random pi05 weights, bfloat16, 3 cameras: the pieces alone,
+#                eager and compiled, and the prefill against plain matmuls
+#   pi05-frames  the same model's frames: baseline and oxygen, eager and compiled
+#
+# Compiling is the slow part; the compile cache is OUTDIR/compile-cache unless
+# OXYGEN_COMPILE_CACHE says otherwise. The exit status is the number of
+# steps that failed.
+set -u
+out=${1:?usage: bash test/cuda_check.sh OUTDIR [STEP ...]}
+shift
+steps=${*:-env tests default pi05-pieces pi05-frames}
+PYTHON=${PYTHON:-python3}
+mkdir -p "$out"
+export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1
+export OXYGEN_COMPILE_CACHE=${OXYGEN_COMPILE_CACHE:-$out/compile-cache}
+bench=("$PYTHON" -m oxygen_ros.tools.bench --device cuda)
+failed=0
+
+step() {  # step NAME SECONDS COMMAND...: run it, log it, count a failure
+    local name=$1 limit=$2
+    shift 2
+    echo "== $name (limit ${limit} s): $*"
+    local t0=$SECONDS
+    timeout --signal=INT --kill-after=20 "$limit" "$@" >"$out/$name.log" 2>&1
+    local rc=$?
+    tail -n 25 "$out/$name.log"
+    echo "== $name: exit $rc after $((SECONDS - t0)) s"
+    [ "$rc" -eq 0 ] || failed=$((failed + 1))
+}
+
+for s in $steps; do
+    case $s in
+    env) step env 60 "$PYTHON" -c "
+import shutil, sys, torch
+print('python', sys.version.split()[0], 'torch', torch.__version__, 'cuda', torch.version.cuda)
+print('device', torch.cuda.get_device_name(0) if torch.cuda.is_available() else 'NONE')
+print('g++', shutil.which('g++'), 'nvcc', shutil.which('nvcc'))" ;;
+    tests) step tests 420 "$PYTHON" -m pytest -q -p no:cacheprovider test/test_cuda_frames.py ;;
+    default) step default 420 "${bench[@]}" --settings baseline,oxygen --compile on,off --frames 200 \
+        --json "$out/default.json" ;;
+    pi05-pieces) step pi05-pieces 540 "${bench[@]}" --pieces-only --preset pi05 --dtype bfloat16 --cameras 3 \
+        --threads 2 --compile on,off --repeats 10 --json "$out/pi05-pieces.json" ;;
+    pi05-frames) step pi05-frames 540 "${bench[@]}" --preset pi05 --dtype bfloat16 --cameras 3 --threads 2 \
+        --settings baseline,oxygen --compile on,off --frames 30 --warmup 5 --json "$out/pi05-frames.json" ;;
+    *) echo "unknown step $s (env tests default pi05-pieces pi05-frames)"; failed=$((failed + 1)) ;;
+    esac
+done
+echo "cuda_check: $failed step(s) failed"
+exit "$failed"
