@@ -9,7 +9,7 @@
 # the benchmarks) into OUTDIR, and a failed or timed-out step does not stop
 # the next. Steps (default: all, in this order):
 #
-#   env          the GPU, torch and compiler versions
+#   env          the GPU, torch and compiler versions (fails without a CUDA device)
 #   tests        test/test_cuda_frames.py: compiled frames (CUDA graphs) = eager
 #   default      the embedded default model, float32: baseline and oxygen, eager
 #                and compiled side by side (the README's compiled-frames table)
@@ -49,8 +49,9 @@ for s in $steps; do
 import shutil, sys, torch
 print('python', sys.version.split()[0], 'torch', torch.__version__, 'cuda', torch.version.cuda)
 print('device', torch.cuda.get_device_name(0) if torch.cuda.is_available() else 'NONE')
-print('g++', shutil.which('g++'), 'nvcc', shutil.which('nvcc'))" ;;
-    tests) step tests 420 "$PYTHON" -m pytest -q -p no:cacheprovider test/test_cuda_frames.py ;;
+print('g++', shutil.which('g++'), 'nvcc', shutil.which('nvcc'))
+sys.exit(0 if torch.cuda.is_available() else 'no CUDA device: the other steps cannot run here')" ;;
+    tests) step tests 420 "$PYTHON" -m pytest -q -rs -p no:cacheprovider test/test_cuda_frames.py ;;
     default) step default 420 "${bench[@]}" --settings baseline,oxygen --compile on,off --frames 200 \
         --json "$out/default.json" ;;
     pi05-pieces) step pi05-pieces 540 "${bench[@]}" --pieces-only --preset pi05 --dtype bfloat16 --cameras 3 \
