@@ -1,8 +1,8 @@
 """Each robot's newest action chunk in shared memory, for a control tick in another process (no ROS).
 
 The frame worker and the control tick share one interpreter lock when they
-share a process, and a tick that waits for it starts late (README, "Where the
-last milliseconds go"). A tick in a process of its own needs each robot's
+share a process, and a tick that waits for it starts late (docs/control_loop_timing.md,
+"Where the last milliseconds go"). A tick in a process of its own needs each robot's
 newest :class:`~oxygen_ros.core.chunk_clock.Chunk`: this board holds it, one
 fixed slot per robot, allocated once (``robots x horizon x action_dim``
 float64 actions and eight int64 fields), so nothing is copied that grows with

@@ -1,8 +1,8 @@
 """The control tick in a process of its own: every robot's chunk clock and action publishers.
 
 A tick that shares the inference node's process waits for the interpreter
-lock whenever another of that process's threads holds it (README, "Where the
-last milliseconds go": 2.0-2.9 ms at p99 with four robots). This process holds
+lock whenever another of that process's threads holds it (docs/control_loop_timing.md, "Where
+the last milliseconds go": 2.0-2.9 ms at p99 with four robots). This process holds
 nothing else: it reads each robot's newest chunk from the
 :class:`~oxygen_ros.core.chunk_board.ChunkBoard` the frame worker writes,
 and on an exact grid of the system clock (:class:`.control_thread.ControlThread`,

@@ -56,7 +56,7 @@ from ..ros.plan_tables import ARGUMENTS
 from ..ros.robots import robot_topic
 from .agent_robots_report import robot_names, summary_table
 
-PROBE_PRIORITY = 0  # normal: at 40, the probe's reception of four robots' messages took the frames' core (README)
+PROBE_PRIORITY = 0  # normal: at 40, the probe's reception of four robots' messages took the frames' core (docs/control_loop_timing.md)
 STARTED = time.monotonic()  # this process's start, as far as the report is concerned
 SUMMARY = ("start_to_first_chunk_s", "tick_rate_hz", "tick_jitter_p99_ms", "underruns", "obs_to_action_p50_ms", "obs_to_action_p99_ms",
            "ros_overhead_p99_ms", "actions_published", "text_tokens_published")

@@ -25,7 +25,7 @@ yield lets the woken thread run first. Measured with a thread ticking every 2 ms
 beside back-to-back compiled frames (default model, 8 s, two rounds, interleaved):
 ticks late by more than 2 ms fell from 288 / 327 to 74 / 54 of 4000, p99 lateness
 from 4.1 / 4.5 ms to 2.4 / 2.3 ms (eager frames: 1.9 / 1.2 ms); ``oxygen-bench
---tick-probe`` shows the same (README, Compiled frames).
+--tick-probe`` shows the same (docs/compiled_frames.md, "Why, and the fix").
 """
 
 from __future__ import annotations
