@@ -6,8 +6,8 @@
 
 Every node reads its section of ``params_file`` (default: the installed
 ``config/agent.yaml``); an argument left empty keeps the file's value, a
-given one overrides it (``parameters=[params_file, {overrides}]``). A
-``params_file`` that is missing or not readable YAML is an error: nothing starts.
+given one overrides it (``parameters=[params_file, overrides]``, the
+overrides in a file of their own, see below). A ``params_file`` that is missing or not readable YAML is an error: nothing starts.
 ``camera_topic`` remaps ``/camera/image_raw`` of the camera node and of the
 synthetic camera. ``demo`` is false by default: a robot must never act on a
 synthetic camera by accident.
@@ -18,6 +18,11 @@ synthetic camera by accident.
 robot-side node gets its parameters as explicit overrides, merged by the plan
 from the file's generic section and the robot's own (``left/oxygen_camera:``),
 see ``oxygen_ros.ros.robot_plan``.
+
+A node's overrides go to it as a parameters file of its own, written by
+``overrides_file`` into a temporary folder, after ``params_file``: launch_ros
+refuses an empty list in a parameter dict, and a robot's merged parameters
+hold some (``compressed_image_topics: []``).
 
 Every node is required: when one exits (a bad parameter, a model that does not
 load, a crash), the launch logs which one and how, stops the others and exits
@@ -30,6 +35,7 @@ both start the same thing.
 """
 
 import os
+import tempfile
 from functools import partial
 
 from ament_index_python.packages import get_package_share_directory
@@ -39,7 +45,7 @@ from launch.event_handlers import OnProcessExit
 from launch.substitutions import LaunchConfiguration
 from launch_ros.actions import Node
 
-from oxygen_ros.ros.plan import node_exit_message, node_label, resolve
+from oxygen_ros.ros.plan import node_exit_message, node_label, overrides_file, resolve
 from oxygen_ros.ros.plan_tables import ARGUMENTS, PACKAGE
 
 
@@ -61,11 +67,12 @@ def _nodes(context, *args, **kwargs):
     values = {a.name: LaunchConfiguration(a.name).perform(context) for a in ARGUMENTS}
     plan, params_file = resolve(values)  # ValueError: missing params_file, bad argument
     actions = []
+    overrides_dir = tempfile.mkdtemp(prefix='oxygen_launch_')
     for item in plan:
         spec, label = item['spec'], node_label(item)
         parameters = [params_file]
         if item['parameters']:
-            parameters.append(item['parameters'])
+            parameters.append(overrides_file(item, overrides_dir))
         node = Node(
             package=PACKAGE,
             executable=spec.executable,

@@ -38,12 +38,12 @@ def declared(module_ros_env):
 
 def test_launch_file_structure():
     """The launch file declares the shared arguments and starts launch_ros Nodes with
-    parameters=[params_file, overrides] and the camera remapping."""
+    parameters=[params_file, the overrides' own file] and the camera remapping."""
     tree = ast.parse(LAUNCH_FILE.read_text())
     imported = {alias.name for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) for alias in n.names}
     assert {"DeclareLaunchArgument", "LaunchConfiguration", "Node", "OpaqueFunction", "LaunchDescription",
             "get_package_share_directory", "ARGUMENTS", "resolve", "RegisterEventHandler", "OnProcessExit",
-            "node_exit_message"} <= imported
+            "node_exit_message", "overrides_file"} <= imported
     functions = {n.name: n for n in ast.walk(tree) if isinstance(n, ast.FunctionDef)}
     assert "generate_launch_description" in functions
     calls = {}
@@ -54,6 +54,8 @@ def test_launch_file_structure():
     keywords = {k.arg for k in calls["Node"][0].keywords}
     assert {"package", "executable", "name", "namespace", "parameters", "remappings"} <= keywords
     assert "'config', 'agent.yaml'" in LAUNCH_FILE.read_text()
+    # the overrides as a file (launch_ros refuses a dict holding an empty list; see test_robot_plan)
+    assert "parameters.append(overrides_file(item, overrides_dir))" in LAUNCH_FILE.read_text()
     # the plan and the params file come from resolve() (which refuses a missing file) ...
     (resolved,) = calls["resolve"]
     assert [a.id for a in resolved.args] == ["values"]

@@ -226,3 +226,48 @@ def test_oxygen_soak_refuses_robots(capsys):
         main(["robots:=left,right", "--duration", "5"])
     assert exc.value.code == 2
     assert "robots:= is not supported" in capsys.readouterr().err
+
+
+def test_nodes_started_as_ros2_launch_starts_them_get_the_plans_parameters(ros_env, tmp_path):
+    """The launch file gives each node ``--params-file <params_file> --params-file
+    <overrides_file>`` (launch_ros would refuse the empty lists of a parameter dict:
+    the plan's ``compressed_image_topics: []``, and here a robot's own ``image_topics: []``
+    that only compressed images feed). Real nodes started that way, in their robots'
+    namespaces, have every parameter of the plan, and only their own section's."""
+    import rclpy
+    from rclpy.context import Context
+
+    from oxygen_ros.ros.plan import overrides_file
+
+    text = SECTIONS + """
+/right/oxygen_camera:
+  ros__parameters:
+    image_topics: []
+    compressed_image_topics: ["/arm_right/camera/image_raw/compressed"]
+"""
+    path = _write(tmp_path, text)
+    plan = {label: item for label, item in _plan({"robots": "left,right", "demo": "true"}, path).items()
+            if item["robot"]}
+    right = plan["right/oxygen_camera"]["parameters"]
+    assert right["image_topics"] == [] and right["compressed_image_topics"] == ["/arm_right/camera/image_raw/compressed"]
+    assert plan["left/oxygen_camera"]["parameters"]["compressed_image_topics"] == []
+    folder = tmp_path / "overrides"
+    folder.mkdir()
+    context = Context()
+    rclpy.init(context=context)
+    nodes = []
+    try:
+        for label, item in plan.items():
+            cls = getattr(importlib.import_module(item["spec"].module), item["spec"].cls)
+            cli = ["--ros-args", "--params-file", str(path), "--params-file", overrides_file(item, str(folder))]
+            node = cls(context=context, namespace=item["namespace"], cli_args=cli)
+            nodes.append(node)
+            # a QoS override is declared only where its topic is subscribed (not left's wrist camera)
+            expected = {name: value for name, value in item["parameters"].items()
+                        if node.has_parameter(name) or not name.startswith("qos_overrides.")}
+            assert {name: node.get_parameter(name).value for name in expected} == expected, label
+        assert len(list(folder.iterdir())) == len(plan)
+    finally:
+        for node in nodes:
+            node.destroy_node()
+        rclpy.try_shutdown(context=context)

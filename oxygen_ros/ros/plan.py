@@ -4,7 +4,8 @@
 :data:`.plan_tables.NODES`, what :data:`.plan_tables.ARGUMENTS` override;
 ``robots:=left,right`` makes it the plan of several robots, :mod:`.robot_plan`);
 :func:`resolve` checks the parameters file too; :func:`build_nodes` constructs a
-plan's nodes in this process; :func:`node_exit_message` says why a launch ends
+plan's nodes in this process; :func:`overrides_file` writes a plan item's
+parameters for ``ros2 launch``; :func:`node_exit_message` says why a launch ends
 when a node exits. A test keeps ``config/agent.yaml`` in step with the plan.
 rclpy is imported where it is used: the launch file imports this module for the
 plan alone.
@@ -14,6 +15,8 @@ from __future__ import annotations
 
 from pathlib import Path
 from typing import Any
+
+import yaml
 
 from .plan_tables import (
     ARGUMENTS,
@@ -116,6 +119,20 @@ def build_nodes(plan: list[dict[str, Any]], params_file: str, nodes: list, conte
             extra["context"] = context
         nodes.append(cls(cli_args=cli, parameter_overrides=overrides, **extra))
     return nodes
+
+
+def overrides_file(item: dict[str, Any], directory: str) -> str:
+    """A parameters file in ``directory`` holding the plan item's parameters for its node
+    alone (the section of its fully-qualified name); returns its path. ``ros2 launch``
+    passes it after the params file, where launch_ros would take a dict: launch_ros
+    refuses an empty list in a Node's parameter dict (a robot's
+    ``compressed_image_topics: []``), while rcl reads it from a file as the empty
+    array, as it reads the params file's own."""
+    name = item["spec"].name
+    fqn = f"/{item['namespace']}/{name}" if item["namespace"] else f"/{name}"
+    path = Path(directory) / f"{fqn.strip('/').replace('/', '.')}.yaml"
+    path.write_text(yaml.safe_dump({fqn: {"ros__parameters": item["parameters"]}}, sort_keys=False))
+    return str(path)
 
 
 def parse_launch_args(items: list[str]) -> dict[str, str]:
