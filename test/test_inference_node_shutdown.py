@@ -22,9 +22,9 @@ class NodeProcess:
     """``python -m oxygen_ros.ros.inference_node --ros-args -p ...``; its output is
     collected as it comes (``output()``)."""
 
-    def __init__(self, prefix, **params):
+    def __init__(self, prefix, module="inference_node", **params):
         values = {**inference_topics(prefix), "preset": "tiny", "frame_deadline_ms": 5000.0, **params}
-        args = [sys.executable, "-m", "oxygen_ros.ros.inference_node", "--ros-args"]
+        args = [sys.executable, "-m", f"oxygen_ros.ros.{module}", "--ros-args"]
         for k, v in values.items():
             args += ["-p", f"{k}:={str(v).lower() if isinstance(v, bool) else v}"]
         self.proc = subprocess.Popen(args, env=checkout_env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
@@ -193,3 +193,33 @@ def test_a_destroyed_inference_node_leaves_its_context_and_dds_participant_to_be
     del ros
     gc.collect()
     assert context() is None, "the destroyed node's context (and its DDS participant) outlived it"
+
+
+
+@pytest.mark.parametrize("module", ["inference_node", "managed_inference_node"])
+@pytest.mark.parametrize("when", ["starting", "running"])
+def test_ctrl_c_under_ros2_launch_a_second_sigint_does_not_cut_the_clean_up_short(module, when):
+    """Ctrl-C in the terminal of a ``ros2 launch`` sends SIGINT to every process, and the
+    launch then forwards its own: the node gets more than one, the later ones while it
+    closes (the control process stopping, its shared memory unlinked). Whether the first
+    comes while the node starts (its control process just started, configure not done)
+    or runs, the clean-up runs to its end: exit status 0, no traceback, no shared
+    memory left behind."""
+    proc = NodeProcess(unique_prefix(), module)
+    try:
+        running = "active: publishing" if module == "managed_inference_node" else "setting oxygen"
+        started = "control tick: in its own process" if when == "starting" else running
+        assert until(lambda: started in proc.output(), timeout=60.0), proc.output()
+        if when == "running":
+            time.sleep(0.5)
+        deadline = time.monotonic() + 10.0
+        while proc.proc.poll() is None and time.monotonic() < deadline:  # SIGINT every 20 ms until it ends
+            proc.proc.send_signal(signal.SIGINT)
+            time.sleep(0.02)
+        code = proc.wait()
+        out = proc.output(100_000)
+        assert code == 0, out[-3000:]
+        assert "Traceback" not in out and "KeyboardInterrupt" not in out, out[-3000:]
+        assert "leaked shared_memory" not in out, out[-3000:]
+    finally:
+        proc.kill()

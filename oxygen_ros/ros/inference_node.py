@@ -115,8 +115,7 @@ class InferenceNode(InferenceDiagnostics, InferenceTicks, Node):
             if isinstance(exc, Exception):  # the cause, in the node's log (main prints it too)
                 self.get_logger().fatal(f"start-up failed: {exc}" if isinstance(exc, ParameterError)
                                         else f"start-up failed: {exc!r}\n{traceback.format_exc()}")
-            self._stop_worker()
-            super().destroy_node()
+            InferenceNode.destroy_node(self)  # a Ctrl-C in activate too: the control process and its memory go
             raise
 
     # ------------------------------------------------------------------ configure / activate / ...
@@ -150,12 +149,17 @@ class InferenceNode(InferenceDiagnostics, InferenceTicks, Node):
             self.get_logger().info(f"warmed up: {p['warmup_frames']} frames in {ms:.0f} ms")
         settle_garbage_collector()  # the model's and the compiled graphs' objects: before the first tick
         self._link = self._control_link(p, action_dim)
-        # frames yield to a tick sharing their process only
-        self._tick_guard = TickGuard() if p["yield_to_ticks"] and self._link is None else None
-        self.engine.pause_point = None if self._tick_guard is None else self._tick_guard.pause_point
-        before = set(self.publishers) | set(self.subscriptions)
-        self._init_interfaces(p)
-        self._entities = [e for e in (*self.publishers, *self.subscriptions) if e not in before]
+        try:
+            # frames yield to a tick sharing their process only
+            self._tick_guard = TickGuard() if p["yield_to_ticks"] and self._link is None else None
+            self.engine.pause_point = None if self._tick_guard is None else self._tick_guard.pause_point
+            before = set(self.publishers) | set(self.subscriptions)
+            self._init_interfaces(p)
+            self._entities = [e for e in (*self.publishers, *self.subscriptions) if e not in before]
+        except BaseException:  # a fault, or Ctrl-C: no control process and shared memory left behind
+            self._close_link()
+            thaw_garbage_collector()
+            raise
         self.configured = True
         self.get_logger().info(startup_summary(self.loaded, p, self.resolve_topic_name))
 

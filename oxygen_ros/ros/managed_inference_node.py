@@ -41,10 +41,13 @@ class ManagedInferenceNode(LifecycleNodeMixin, InferenceNode):
         LifecycleNodeMixin.__init__(self)
         self.configure_error: Exception | None = None  # why the last configure failed
         if self.params["autostart"]:
-            if self.trigger_configure() != SUCCESS:
+            try:
+                if self.trigger_configure() != SUCCESS:
+                    raise self.configure_error
+                self.trigger_activate()
+            except BaseException:  # a failed configure, or Ctrl-C while starting: nothing left running
                 super().destroy_node()
-                raise self.configure_error
-            self.trigger_activate()
+                raise
 
     def on_configure(self, state) -> TransitionCallbackReturn:
         try:

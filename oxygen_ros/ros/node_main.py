@@ -10,7 +10,7 @@ import rclpy
 from rclpy.executors import ExternalShutdownException
 
 from .parameters import ParameterError
-from .process import init_control_process, report_leftover_threads, settle_garbage_collector
+from .process import ignore_further_interrupts, init_control_process, report_leftover_threads, settle_garbage_collector
 
 
 def run_node(make_node: Callable, args: list[str] | None = None, until_done: bool = False) -> int:
@@ -30,6 +30,7 @@ def run_node(make_node: Callable, args: list[str] | None = None, until_done: boo
             else:
                 rclpy.spin(node)
         finally:
+            ignore_further_interrupts()
             node.destroy_node()
     except (KeyboardInterrupt, ExternalShutdownException):
         pass
@@ -66,6 +67,7 @@ def run_control_node(make_node: Callable, name: str, args: list[str] | None = No
         print(f"{name}: {exc!r}\n{traceback.format_exc()}", file=sys.stderr)
         code = 1
     finally:
+        ignore_further_interrupts()
         if node is not None:
             node.destroy_node()
         if executor is not None:

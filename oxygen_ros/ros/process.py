@@ -96,6 +96,16 @@ def init_control_process(args=None) -> None:
     rclpy.init(args=args, signal_handler_options=SignalHandlerOptions.NO)
 
 
+def ignore_further_interrupts() -> None:
+    """From here on, SIGINT does nothing: called when a node's process starts closing. Ctrl-C
+    in the terminal of a ``ros2 launch`` reaches every process of it, and the launch then
+    forwards its own SIGINT, which would otherwise interrupt the clean-up half way (the
+    control process not waited for, its shared memory not unlinked). SIGTERM still ends
+    it: launch sends it only when a process has not ended 5 s after SIGINT."""
+    if threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+
 def install_sigterm_as_keyboard_interrupt() -> None:
     """Make SIGINT (Ctrl-C, and what launch sends first) and SIGTERM (sent by launch after
     SIGINT, and by `kill`) end the process with a KeyboardInterrupt. SIGINT is set too
