@@ -18,14 +18,19 @@ def markdown_pages():
     return [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md")), *sorted((ROOT / "oxygen_ros").rglob("*.md"))]
 
 
-def prose(text):
-    """The text outside code blocks (fenced, or indented four spaces), inline code taken out."""
-    kept, fenced = [], False
+def unfenced_lines(text):
+    """The lines outside fenced code blocks."""
+    fenced = False
     for line in text.splitlines():
         if FENCE.match(line):
             fenced = not fenced
-        elif not fenced and not line.startswith("    "):
-            kept.append(line)
+        elif not fenced:
+            yield line
+
+
+def prose(text):
+    """The text outside code blocks (fenced, or indented four spaces), inline code taken out."""
+    kept = [line for line in unfenced_lines(text) if not line.startswith("    ")]
     return re.sub(r"`[^`]*`", "", "\n".join(kept))
 
 
@@ -39,12 +44,8 @@ def slug(heading):
 def anchors(page):
     seen = {}
     found = set()
-    fenced = False
-    for line in page.read_text(encoding="utf-8").splitlines():
-        if FENCE.match(line):
-            fenced = not fenced
-            continue
-        m = None if fenced else HEADING.match(line)
+    for line in unfenced_lines(page.read_text(encoding="utf-8")):
+        m = HEADING.match(line)
         if m:
             base = slug(m.group(2))
             n = seen.get(base, 0)
