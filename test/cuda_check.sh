@@ -20,6 +20,13 @@
 # Compiling is the slow part; the compile cache is OUTDIR/compile-cache unless
 # OXYGEN_COMPILE_CACHE says otherwise. The exit status is the number of
 # steps that failed.
+#
+# The steps run with the system's C++ runtime preloaded (LD_PRELOAD, unless
+# CXX_PRELOAD=0): on the H200 machine tried (torch 2.11+cu130, g++ 13) every
+# AOTInductor CUDA library crashed the process that created its container
+# without it, and loaded with it (oxygen_ros/core/model/load_probe.py). With
+# CXX_PRELOAD=0 the compiled steps show what a user without it gets: the
+# engine runs eager and says why, and --pieces-only stops with the reason.
 set -u
 out=${1:?usage: bash test/cuda_check.sh OUTDIR [STEP ...]}
 shift
@@ -28,6 +35,11 @@ PYTHON=${PYTHON:-python3}
 mkdir -p "$out"
 export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1
 export OXYGEN_COMPILE_CACHE=${OXYGEN_COMPILE_CACHE:-$out/compile-cache}
+if [ "${CXX_PRELOAD:-1}" != 0 ] && runtime=$(g++ -print-file-name=libstdc++.so.6 2>/dev/null) && [ -e "$runtime" ]; then
+    runtime=$(realpath "$runtime")
+    export LD_PRELOAD="$runtime${LD_PRELOAD:+ $LD_PRELOAD}"
+    echo "cuda_check: LD_PRELOAD=$LD_PRELOAD"
+fi
 bench=("$PYTHON" -m oxygen_ros.tools.bench --device cuda)
 failed=0
 

@@ -359,6 +359,33 @@ def test_a_package_gives_the_same_through_its_library_as_through_torchs_loader(l
         AOTILibrary(piece.path, {n: t for n, t in state.items() if n != some})
 
 
+@pytest.mark.parametrize("child_crashes", [False, True])
+def test_a_library_that_would_crash_the_process_is_refused_and_the_engine_runs_eager(lively_tiny, tok, monkeypatch,
+                                                                                   tmp_path_factory, child_crashes):
+    """Where a package's library crashes a process that creates its container (CUDA packages on an
+    H200 machine: ``load_probe.py``), a child tries it first: the engine then runs eager and says
+    why, instead of dying. Here the CPU's libraries are probed too; the child either creates the
+    real container or is killed the way that machine's was. (The packages of the tests above.)"""
+    from oxygen_ros.core.model import load_probe
+
+    monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path_factory.getbasetemp() / "compile-cache"))
+    monkeypatch.setattr(load_probe, "PROBED_DEVICES", ("cpu",))
+    monkeypatch.setattr(load_probe, "_verdicts", {})
+    if child_crashes:
+        monkeypatch.setattr(load_probe, "_CHILD", "import os, signal; os.kill(os.getpid(), signal.SIGSEGV)")
+    engine = Engine(lively_tiny, tok, EngineConfig(setting="oxygen", max_decode=6, steps_per_frame=2,
+                                                   denoise_steps=2, max_active=3, max_observations_per_frame=1,
+                                                   language_every_n_frames=0, camera_names=("base",), compile="on"))
+    engine.warm_up()
+    res = engine.step(synthetic_observations(1, TINY.vision.image_size))
+    assert res.actions[0].shape == (TINY.action_horizon, TINY.action_dim)
+    if child_crashes:
+        assert engine.compiled is None
+        assert "killed a test process (SIGSEGV), so loading it here would kill this one" in engine.compile_reason
+    else:
+        assert engine.compiled is not None and engine.compiled.built == 0, engine.compile_reason
+
+
 def test_packages_built_in_worker_processes_run_on_this_models_weights(lively_tiny, tok, monkeypatch, tmp_path):
     """A cold start builds its packages several at a time, each in a worker process on a model of the
     same sizes with random weights: loaded here, they run on this model's own weights and give what

@@ -42,6 +42,7 @@ from ..core.benchmark import (RunSpec, compare_agents, denoise_sweep, piece_time
                                synthetic_observations, upper_bound, with_prompt_tokens)
 from ..core.engine import SETTINGS
 from ..core.model.compile_setup import COMPILE_CHOICES, resolve_compile
+from ..core.model.load_probe import LibraryLoadError
 from ..core.piece_timing import PieceTimer
 from ..core.workloads import Workload
 from .common import add_model_args, load_model
@@ -134,6 +135,14 @@ def main(argv=None) -> int:
         raise SystemExit(f"--prompt-tokens {args.prompt_tokens} exceeds the model's max_token_len {c.max_token_len}")
     print(f"model: {loaded.source} ({c.name}), device {args.device}, dtype {args.dtype}, threads {args.threads}",
           file=sys.stderr)
+    try:
+        return run(args, loaded)
+    except LibraryLoadError as e:  # the compiled pieces time nothing eager in their place: say why and stop
+        raise SystemExit(f"--compile on cannot run on this machine (--compile off runs eager): {e}") from None
+
+
+def run(args: argparse.Namespace, loaded) -> int:
+    model, tok, c = loaded.model, loaded.tokenizer, loaded.model.config
     if args.pieces_only:
         return pieces_only(model, tok, args, loaded.source)
     if args.tick_probe:

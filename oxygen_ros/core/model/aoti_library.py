@@ -16,6 +16,15 @@ creates one model container, points its constants at the caller's tensors
 a flat list of input tensors. Tensors cross the boundary as ``at::Tensor``
 handles made by torch's ``torch._C._aoti`` helpers.
 
+On CUDA the same, with three differences: the package's kernel binaries
+(``*.cubin``) are extracted beside the library and named to its container; a
+run goes on the current CUDA stream (the one a CUDA graph's capture records);
+and it is the single-threaded run, since the other one waits on the previous
+run's event, which a capture does not allow. Before a GPU library is first
+loaded, a child process tries it (``load_probe.py``). Seen on an H200: a
+decode package loaded this way gave eager's logits and replayed as a CUDA
+graph (``cuda_graphs.py``).
+
 Before each run the calling thread yields its core (``os.sched_yield``, which
 releases the lock too). Releasing the lock wakes a thread waiting for it (the
 control tick), and Linux queues the woken thread on the waker's core, behind the
@@ -41,6 +50,8 @@ from collections.abc import Mapping, Sequence
 import torch
 from torch import Tensor
 from torch.utils import _pytree as pytree
+
+from .load_probe import check_library_loads
 
 _capsule_pointer = ctypes.pythonapi.PyCapsule_GetPointer
 _capsule_pointer.restype, _capsule_pointer.argtypes = ctypes.c_void_p, [ctypes.py_object, ctypes.c_char_p]
@@ -72,9 +83,14 @@ def check_constants(package: pathlib.Path, names: Sequence[str], constants: Mapp
         raise RuntimeError(f"{package.name} needs constants the model does not have: {missing[:5]}")
 
 
+#: files of a GPU package that hold its kernels' machine code, read by the library at its first run
+KERNEL_BINARIES = (".cubin", ".fatbin", ".hsaco")
+
+
 def extract_library(package: pathlib.Path) -> pathlib.Path:
     """The package's shared library, extracted beside it as ``<package stem>.so`` on first use
-    (written under a temporary name, then renamed)."""
+    (written under a temporary name, then renamed). A GPU package's kernel binaries go into
+    :func:`kernel_dir` first."""
     target = package.with_suffix(".so")
     if target.exists():
         return target
@@ -82,11 +98,26 @@ def extract_library(package: pathlib.Path) -> pathlib.Path:
         names = [n for n in archive.namelist() if n.endswith(".so")]
         if len(names) != 1:
             raise RuntimeError(f"{package.name}: expected one shared library in the package, found {names}")
-        fd, tmp = tempfile.mkstemp(dir=package.parent, prefix=package.stem, suffix=".tmp.so")
-        with os.fdopen(fd, "wb") as out:
-            out.write(archive.read(names[0]))
-    os.replace(tmp, target)
+        kernels = [n for n in archive.namelist() if n.endswith(KERNEL_BINARIES)]
+        if kernels:
+            folder = kernel_dir(package)
+            folder.mkdir(exist_ok=True)
+            for name in kernels:
+                _write_atomically(folder / pathlib.PurePosixPath(name).name, archive.read(name))
+        _write_atomically(target, archive.read(names[0]))
     return target
+
+
+def kernel_dir(package: pathlib.Path) -> pathlib.Path:
+    """Where a GPU package's kernel binaries are extracted (``<package stem>.kernels``)."""
+    return package.with_suffix(".kernels")
+
+
+def _write_atomically(target: pathlib.Path, data: bytes) -> None:
+    fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=target.stem, suffix=".tmp")
+    with os.fdopen(fd, "wb") as out:
+        out.write(data)
+    os.replace(tmp, target)
 
 
 class AOTILibrary:
@@ -96,10 +127,16 @@ class AOTILibrary:
 
     def __init__(self, package: pathlib.Path, constants: Mapping[str, Tensor], device: str = "cpu"):
         self.path = extract_library(pathlib.Path(package))
+        self.device = torch.device(device)
+        kernels = kernel_dir(pathlib.Path(package))
+        kernels = kernels if kernels.is_dir() else None  # None: the CPU's kernels are in the library
+        check_library_loads(self.path, self.device, kernels)  # a library that would crash this process is refused
         self._lib = lib = ctypes.CDLL(str(self.path))
+        cubin_dir = None if kernels is None else str(kernels).encode()
         handle = ctypes.c_void_p()
         self._check(lib.AOTInductorModelContainerCreateWithDevice(ctypes.byref(handle), ctypes.c_size_t(1),
-                                                                  device.encode(), None), "create its container")
+                                                                  str(self.device).encode(), cubin_dir),
+                    "create its container")
         self._handle = handle
         self._finalizer = weakref.finalize(self, lib.AOTInductorModelContainerDelete, handle)
         self._load_constants(constants)
@@ -108,7 +145,17 @@ class AOTILibrary:
         self._check(lib.AOTInductorModelContainerGetCallSpec(handle, ctypes.byref(spec_in), ctypes.byref(spec_out)),
                     "read its call spec")
         self._out_spec = pytree.treespec_loads(spec_out.value.decode())
-        self._run = lib.AOTInductorModelContainerRun  # a ctypes.CDLL call: the interpreter lock is released
+        # a ctypes.CDLL call: the interpreter lock is released. On a GPU, the single-threaded run: the
+        # other one waits on the previous run's event, which a CUDA graph's capture does not allow
+        self._run = lib.AOTInductorModelContainerRun if self.device.type == "cpu" else \
+            lib.AOTInductorModelContainerRunSingleThreaded
+
+    def _stream(self) -> ctypes.c_void_p | None:
+        """The stream a run's kernels go on: the current CUDA stream (the one a graph's capture
+        records), None on the CPU."""
+        if self.device.type != "cuda":
+            return None
+        return ctypes.c_void_p(torch.cuda.current_stream(self.device).cuda_stream)  # a pointer, not a C int
 
     def _check(self, code: int, what: str) -> None:
         if code != 0:
@@ -154,5 +201,5 @@ class AOTILibrary:
         outs = (ctypes.c_void_p * self._outputs)()
         _yield_core()  # a thread the run's lock release wakes runs first (module docstring)
         self._check(self._run(self._handle, ins, ctypes.c_size_t(self._inputs), outs, ctypes.c_size_t(self._outputs),
-                              None, None), "run")
+                              self._stream(), None), "run")
         return pytree.tree_unflatten(_tensors(list(outs)), self._out_spec)

@@ -4,7 +4,7 @@ A :class:`PackagedPiece` is a :class:`~.static.StaticPieces` function at fixed
 input shapes, exported (``torch.export``) and compiled ahead of time into a
 shared library (``torch._inductor.aoti_compile_and_package``). Calling it
 runs the library directly: no guard evaluation, no Python between kernels,
-and on the CPU the interpreter lock released (``aoti_library.py``).
+and the interpreter lock released (``aoti_library.py``).
 
 * **The pool stays the one owner of K/V memory.** The pool's ``k`` and ``v``
   are the first two inputs of every package and are written in place.
@@ -91,10 +91,8 @@ class PackagedPiece:
             build_package(model, cache, name, steps, inputs, self.path)
         state = dict(module.named_parameters())
         state.update(module.named_buffers())
-        if model.device.type == "cpu":  # through the library's C interface: the interpreter lock is released
-            self._call = AOTILibrary(self.path, state)
-        else:  # torch's loader (it runs on the current CUDA stream, which a CUDA graph's capture needs)
-            self._call = _loaded(self.path, state)
+        # through the library's C interface: the interpreter lock is released
+        self._call = AOTILibrary(self.path, state, str(model.device))
 
     def __call__(self, *inputs: Tensor):
         return self._call(self.cache.k, self.cache.v, *inputs)
@@ -102,7 +100,8 @@ class PackagedPiece:
 
 def _loaded(path: pathlib.Path, state: dict[str, Tensor]):
     """``path`` through torch's package loader, its constants ``state``'s tensors: a callable on the
-    flat inputs (the loader's own call parses its layouts on every call; they are read once here)."""
+    flat inputs (the loader's own call parses its layouts on every call; they are read once here).
+    What a package gives through :class:`AOTILibrary` is checked against it."""
     runner = torch._inductor.aoti_load_package(str(path))
     names = runner.get_constant_fqns()
     check_constants(path, names, state)

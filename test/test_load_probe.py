@@ -1,0 +1,88 @@
+"""A compiled library that would crash the process is tried in a child first and refused with the reason.
+
+The libraries here are small C stand-ins for a package's library (the two
+functions the probe calls), built with the machine's C compiler: one that
+creates its container, one that crashes, one that crashes unless the C++
+runtime is preloaded (what an H200 machine's CUDA packages did), one that
+returns an error code. The engine-level test (a refused library: the engine
+runs eager and says why) is in test_compiled.py, on real packages.
+"""
+
+import os
+import shutil
+import subprocess
+
+import pytest
+
+from oxygen_ros.core.model import load_probe
+from oxygen_ros.core.model.load_probe import LibraryLoadError, check_library_loads, cxx_runtime
+
+STAND_IN = r"""
+#include <stdlib.h>
+#include <string.h>
+static int crash(void) { volatile int *p = 0; return *p; }
+int AOTInductorModelContainerCreateWithDevice(void **h, size_t n, const char *dev, const char *kernels) {
+    const char *pre = getenv("LD_PRELOAD");
+    if (BEHAVIOUR == 1) return crash();
+    if (BEHAVIOUR == 2 && !(pre && strstr(pre, "libstdc++"))) return crash();
+    if (BEHAVIOUR == 3) return 1;
+    *h = (void *)1;
+    return 0;
+}
+int AOTInductorModelContainerDelete(void *h) { return 0; }
+"""
+BEHAVIOURS = {"loads": 0, "crashes": 1, "crashes-unless-preloaded": 2, "error-code": 3}
+
+
+@pytest.fixture(scope="module")
+def stand_ins(tmp_path_factory):
+    compiler = shutil.which("cc") or shutil.which("gcc")
+    if compiler is None:
+        pytest.skip("no C compiler to build the stand-in libraries")
+    folder = tmp_path_factory.mktemp("stand_ins")
+    (folder / "lib.c").write_text(STAND_IN)
+    out = {}
+    for name, code in BEHAVIOURS.items():
+        out[name] = folder / f"{name}.so"
+        subprocess.run([compiler, "-shared", "-fPIC", f"-DBEHAVIOUR={code}", "-o", str(out[name]),
+                        str(folder / "lib.c")], check=True)
+    return out
+
+
+@pytest.fixture
+def probed_cpu(monkeypatch):
+    """Probe the CPU's libraries too (by default only CUDA's are), with no verdict yet."""
+    monkeypatch.setattr(load_probe, "PROBED_DEVICES", ("cpu",))
+    monkeypatch.setattr(load_probe, "_verdicts", {})
+    monkeypatch.delenv("LD_PRELOAD", raising=False)
+
+
+def test_a_library_that_loads_is_let_through(stand_ins, probed_cpu):
+    check_library_loads(stand_ins["loads"], "cpu", None)
+
+
+def test_a_library_that_crashes_is_refused_naming_the_signal_and_the_library(stand_ins, probed_cpu):
+    with pytest.raises(LibraryLoadError, match=r"crashes\.so: creating its model container on cpu killed a test "
+                                               r"process \(SIGSEGV\).*also with the C\+\+ runtime preloaded"):
+        check_library_loads(stand_ins["crashes"], "cpu", None)
+    # the verdict stands for the process: the next library is refused without another child
+    with pytest.raises(LibraryLoadError):
+        check_library_loads(stand_ins["loads"], "cpu", None)
+
+
+def test_a_library_that_loads_with_the_cxx_runtime_preloaded_says_how_to_start(stand_ins, probed_cpu):
+    runtime = cxx_runtime()
+    assert runtime and os.path.exists(runtime) and "libstdc++" in runtime  # torch brings it
+    with pytest.raises(LibraryLoadError) as refused:
+        check_library_loads(stand_ins["crashes-unless-preloaded"], "cpu", None)
+    assert str(refused.value).endswith(f"It loads with the C++ runtime preloaded: start with LD_PRELOAD={runtime}")
+
+
+def test_a_library_that_fails_without_crashing_is_left_to_say_why_itself(stand_ins, probed_cpu):
+    check_library_loads(stand_ins["error-code"], "cpu", None)  # the load in this process reports the error
+
+
+def test_only_the_probed_device_types_are_tried(stand_ins, monkeypatch):
+    monkeypatch.setattr(load_probe, "_verdicts", {})
+    assert "cpu" not in load_probe.PROBED_DEVICES and "cuda" in load_probe.PROBED_DEVICES
+    check_library_loads(stand_ins["crashes"], "cpu", None)  # not tried: CPU libraries load in-process
