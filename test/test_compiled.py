@@ -202,6 +202,16 @@ def test_a_decode_loop_chooses_the_tokens_of_step_by_step_greedy_decoding(lively
         assert torch.equal(static.k[:, b, :, n:], before[:, b, :, n:])
     with pytest.raises(ValueError, match="a decode runs at least one step, asked for 0"):
         pieces.decode(static, view, torch.tensor(tokens), torch.tensor(remaining), allowed, eos, 0)
+
+    # as on CUDA (a captured graph replays fixed work): one step a call, however many are asked for,
+    # over decode-step buckets
+    static.k.copy_(before)
+    one = CompiledVLA(lively_tiny, static, steps=3, max_observations=2, decode_steps=4, compile=False,
+                      decode_loop=False)
+    assert one.decode_steps == 1 and all(w.startswith("decode batch") and "steps" not in w
+                                         for w, name, _ in one._buckets() if name.startswith("decode"))
+    got = one.decode(static, view, torch.tensor(tokens), torch.tensor(remaining), allowed, eos, 9).tolist()
+    assert [row for row, on in zip(got, live) if on] == [row[:1] for row, on in zip(want, live) if on]
     with pytest.raises(ValueError, match="decode_steps must be >= 1, got 0"):
         CompiledVLA(lively_tiny, static, steps=3, max_observations=2, decode_steps=0, compile=False)
 

@@ -50,15 +50,18 @@ class CompiledVLA:
     the vision tower or the VLM over the slots it cannot fill.
     ``decode_steps`` K: the most decode steps one :meth:`decode` call runs.
     ``compile=False`` runs the same bucketed pieces eager (a test hook: the bucketing without
-    the compile time)."""
+    the compile time). ``decode_loop``: whether a decode call runs its steps as one loop graph
+    (None: everywhere but on CUDA, where a captured graph replays fixed work and a call runs
+    one step)."""
 
     def __init__(self, model: VLA, cache: KVCache, *, steps: int, max_observations: int,
-                 max_cameras: int | None = None, decode_steps: int = 1, compile: bool = True):
+                 max_cameras: int | None = None, decode_steps: int = 1, compile: bool = True,
+                 decode_loop: bool | None = None):
         self.model, self.cache, self.steps = model, cache, steps
         if decode_steps < 1:
             raise ValueError(f"decode_steps must be >= 1, got {decode_steps}")
-        #: whether decode steps run as one loop graph (not on CUDA: a CUDA graph replays fixed work)
-        self.loops = model.device.type != "cuda"
+        #: whether decode steps run as one loop graph
+        self.loops = model.device.type != "cuda" if decode_loop is None else decode_loop
         #: the most decode steps one :meth:`decode` call runs
         self.decode_steps = decode_steps if self.loops else 1
         slots = model.config.max_cameras
