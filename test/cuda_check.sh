@@ -7,15 +7,21 @@
 # $PYTHON (default python3); no ROS: only the ROS-free core runs. Run from the
 # repository root. Each step has a time limit, writes its log (and JSON, for
 # the benchmarks) into OUTDIR, and a failed or timed-out step does not stop
-# the next. Steps (default: all, in this order):
+# the next. Steps (default: the first four, in this order):
 #
 #   env          the GPU, torch and compiler versions (fails without a CUDA device)
+#   pi05-pieces  random pi05 weights, bfloat16, 3 cameras: the pieces alone,
+#                eager and compiled, and the prefill against plain matmuls
 #   tests        test/test_cuda_frames.py: compiled frames (CUDA graphs) = eager
 #   default      the embedded default model, float32: baseline and oxygen, eager
 #                and compiled side by side (the README's compiled-frames table)
-#   pi05-pieces  random pi05 weights, bfloat16, 3 cameras: the pieces alone,
-#                eager and compiled, and the prefill against plain matmuls
-#   pi05-frames  the same model's frames: baseline and oxygen, eager and compiled
+#   pi05-frames  the same pi05 model's frames: baseline and oxygen, eager and
+#                compiled (every bucket of a pi05 engine: a long compile)
+#
+# Seen on an H200 (16 cores), 2026-12-04: the pi05 eager pieces took 28 s; a
+# tiny-model package took about 25 s to build, a pi05 one 20 s or more. A
+# 15-minute lease in two calls of at most 10 minutes: `env pi05-pieces`, then
+# `tests default`.
 #
 # Compiling is the slow part; the compile cache is OUTDIR/compile-cache unless
 # OXYGEN_COMPILE_CACHE says otherwise. The exit status is the number of
@@ -26,11 +32,11 @@
 # AOTInductor CUDA library crashed the process that created its container
 # without it, and loaded with it (oxygen_ros/core/model/load_probe.py). With
 # CXX_PRELOAD=0 the compiled steps show what a user without it gets: the
-# engine runs eager and says why, and --pieces-only stops with the reason.
+# engine runs eager and says why, and --pieces-only gives eager and the reason.
 set -u
 out=${1:?usage: bash test/cuda_check.sh OUTDIR [STEP ...]}
 shift
-steps=${*:-env tests default pi05-pieces pi05-frames}
+steps=${*:-env pi05-pieces tests default}
 PYTHON=${PYTHON:-python3}
 mkdir -p "$out"
 export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1
@@ -63,10 +69,10 @@ print('python', sys.version.split()[0], 'torch', torch.__version__, 'cuda', torc
 print('device', torch.cuda.get_device_name(0) if torch.cuda.is_available() else 'NONE')
 print('g++', shutil.which('g++'), 'nvcc', shutil.which('nvcc'))
 sys.exit(0 if torch.cuda.is_available() else 'no CUDA device: the other steps cannot run here')" ;;
-    tests) step tests 420 "$PYTHON" -m pytest -q -rs -p no:cacheprovider test/test_cuda_frames.py ;;
-    default) step default 420 "${bench[@]}" --settings baseline,oxygen --compile on,off --frames 200 \
+    tests) step tests 300 "$PYTHON" -m pytest -q -rs -p no:cacheprovider test/test_cuda_frames.py ;;
+    default) step default 300 "${bench[@]}" --settings baseline,oxygen --compile on,off --frames 200 \
         --json "$out/default.json" ;;
-    pi05-pieces) step pi05-pieces 540 "${bench[@]}" --pieces-only --preset pi05 --dtype bfloat16 --cameras 3 \
+    pi05-pieces) step pi05-pieces 480 "${bench[@]}" --pieces-only --preset pi05 --dtype bfloat16 --cameras 3 \
         --threads 2 --compile on,off --repeats 10 --json "$out/pi05-pieces.json" ;;
     pi05-frames) step pi05-frames 540 "${bench[@]}" --preset pi05 --dtype bfloat16 --cameras 3 --threads 2 \
         --settings baseline,oxygen --compile on,off --frames 30 --warmup 5 --json "$out/pi05-frames.json" ;;

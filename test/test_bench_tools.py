@@ -217,6 +217,27 @@ def test_bench_pieces_only_times_the_pieces_against_their_matrix_products(tmp_pa
     assert "decode step, batch 8" in printed and "of the plain products'" in printed
 
 
+def test_bench_pieces_only_keeps_the_eager_figures_when_the_compiled_library_cannot_load(tmp_path, capsys,
+                                                                                       monkeypatch):
+    """Where a compiled library would crash the process (``load_probe.py``; here the CPU's are
+    probed and the child is killed), the eager figures still come out and the compiled mode
+    says why it did not run."""
+    from oxygen_ros.core.model import load_probe
+
+    monkeypatch.setenv("OXYGEN_COMPILE_CACHE", str(tmp_path / "cache"))
+    monkeypatch.setattr(load_probe, "PROBED_DEVICES", ("cpu",))
+    monkeypatch.setattr(load_probe, "_verdicts", {})
+    monkeypatch.setattr(load_probe, "_CHILD", "import os, signal; os.kill(os.getpid(), signal.SIGSEGV)")
+    out = tmp_path / "pieces.json"
+    assert bench.main(["--preset", "tiny", "--pieces-only", "--compile", "off,on", "--repeats", "2",
+                       "--json", str(out)]) == 0
+    result = json.loads(out.read_text())
+    assert list(result["pieces"]) == ["eager"] and result["pieces"]["eager"]["prefill_ms"] > 0
+    assert "killed a test process (SIGSEGV)" in result["not_run"]["compiled"]
+    printed = capsys.readouterr().out
+    assert "decode step, batch 8" in printed and "compiled: not run: " in printed
+
+
 def test_bench_tick_probe_reports_tick_lateness_beside_frames_with_and_without_the_guard(tmp_path, capsys):
     out = tmp_path / "ticks.json"
     assert bench.main(["--preset", "tiny", "--tick-probe", "0.5", "--compile", "off", "--settings", "oxygen",

@@ -396,6 +396,26 @@ def test_a_library_that_would_crash_the_process_is_refused_and_the_engine_runs_e
         assert engine.compiled is not None and engine.compiled.built == 0, engine.compile_reason
 
 
+def test_a_library_that_would_crash_the_process_stops_the_warm_up_before_the_other_buckets_are_built(
+        lively_tiny, tok, monkeypatch, tmp_path):
+    """On a probed device the first bucket is built and tried alone: on a machine where no library
+    can load, the node starts eager after one build, not after all of them."""
+    from oxygen_ros.core.model import load_probe
+
+    monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.setattr(load_probe, "PROBED_DEVICES", ("cpu",))
+    monkeypatch.setattr(load_probe, "_verdicts", {})
+    monkeypatch.setattr(load_probe, "_CHILD", "import os, signal; os.kill(os.getpid(), signal.SIGSEGV)")
+    engine = Engine(lively_tiny, tok, EngineConfig(setting="oxygen", max_decode=6, steps_per_frame=2,
+                                                   denoise_steps=2, max_active=3, max_observations_per_frame=1,
+                                                   language_every_n_frames=0, camera_names=("base",), compile="on"))
+    progress = []
+    engine.warm_up(lambda done, total, what: progress.append((done, total, what)))
+    assert engine.compiled is None and "killed a test process (SIGSEGV)" in engine.compile_reason
+    assert len(progress) == 1 and progress[0][:2] == (1, 5) and progress[0][2].endswith("(compiled)")
+    assert len(list((tmp_path / "cache" / "aoti").glob("*.pt2"))) == 1
+
+
 def test_packages_built_in_worker_processes_run_on_this_models_weights(lively_tiny, tok, monkeypatch, tmp_path):
     """A cold start builds its packages several at a time, each in a worker process on a model of the
     same sizes with random weights: loaded here, they run on this model's own weights and give what

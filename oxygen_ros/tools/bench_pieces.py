@@ -23,6 +23,7 @@ from ..core.benchmark import denoise_sweep, measure_components, synthetic_observ
 from ..core.engine_config import EngineConfig, slot_len
 from ..core.matmul_reference import flops, record_matmuls, time_matmuls
 from ..core.model.compile_setup import resolve_compile
+from ..core.model.load_probe import LibraryLoadError
 from ..core.observation import make_prefix_batch
 
 BATCHES = (1, 8)
@@ -43,16 +44,22 @@ def run_pieces(model, tokenizer, args: argparse.Namespace) -> dict:
     # the slot length of an engine with the default request sizes
     slots = slot_len(EngineConfig(max_decode=max(args.max_decode), max_cameras=args.cameras), c)
     modes = dict.fromkeys(resolve_compile(mode, args.device).enabled for mode in args.compile)  # in order, once
-    pieces = {("compiled" if compiled else "eager"): measure_components(
-        model, tokenizer, batch_sizes=BATCHES, cameras=args.cameras, repeats=args.repeats, denoise_steps=steps,
-        compile=compiled, slot_len=slots, warm_all=False) for compiled in modes}
+    pieces, not_run = {}, {}
+    for compiled in modes:
+        name = "compiled" if compiled else "eager"
+        try:
+            pieces[name] = measure_components(model, tokenizer, batch_sizes=BATCHES, cameras=args.cameras,
+                                              repeats=args.repeats, denoise_steps=steps, compile=compiled,
+                                              slot_len=slots, warm_all=False)
+        except LibraryLoadError as e:  # the other mode's figures still come out
+            not_run[name] = str(e)
     products = prefill_products(model, tokenizer, args.cameras)
     reference_ms = time_matmuls(products, repeats=args.repeats, device=args.device)
     work = flops(products)
     for p in pieces.values():
         p["prefill_gflops_per_s"] = work / (p["prefill_ms"] / 1e3) / 1e9
         p["prefill_vs_matmuls"] = reference_ms / p["prefill_ms"]
-    return {"pieces": pieces, "slot_len": slots, "denoise_steps": steps,
+    return {"pieces": pieces, "not_run": not_run, "slot_len": slots, "denoise_steps": steps,
             "prefill_matmuls": {"gflop": work / 1e9, "ms": reference_ms,
                                 "gflops_per_s": work / (reference_ms / 1e3) / 1e9, "shapes": len(products)}}
 
@@ -75,3 +82,5 @@ def print_pieces(result: dict) -> None:
     for m in modes:
         p = pieces[m]
         print(f"  {m}: {p['prefill_gflops_per_s']:.0f} GFLOP/s, {p['prefill_vs_matmuls']:.0%} of the plain products'")
+    for m, why in result.get("not_run", {}).items():
+        print(f"{m}: not run: {why}")

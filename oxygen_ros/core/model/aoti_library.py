@@ -113,6 +113,18 @@ def kernel_dir(package: pathlib.Path) -> pathlib.Path:
     return package.with_suffix(".kernels")
 
 
+def _kernels(package: pathlib.Path) -> pathlib.Path | None:
+    """The package's extracted kernel binaries (None: a CPU package's kernels are in its library)."""
+    folder = kernel_dir(package)
+    return folder if folder.is_dir() else None
+
+
+def probe_package(package: pathlib.Path, device: str | torch.device) -> None:
+    """Raise :class:`~.load_probe.LibraryLoadError` if ``package``'s library would crash this
+    process (see ``load_probe.py``); extracts it first."""
+    check_library_loads(extract_library(package), device, _kernels(package))
+
+
 def _write_atomically(target: pathlib.Path, data: bytes) -> None:
     fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=target.stem, suffix=".tmp")
     with os.fdopen(fd, "wb") as out:
@@ -128,8 +140,7 @@ class AOTILibrary:
     def __init__(self, package: pathlib.Path, constants: Mapping[str, Tensor], device: str = "cpu"):
         self.path = extract_library(pathlib.Path(package))
         self.device = torch.device(device)
-        kernels = kernel_dir(pathlib.Path(package))
-        kernels = kernels if kernels.is_dir() else None  # None: the CPU's kernels are in the library
+        kernels = _kernels(pathlib.Path(package))
         check_library_loads(self.path, self.device, kernels)  # a library that would crash this process is refused
         self._lib = lib = ctypes.CDLL(str(self.path))
         cubin_dir = None if kernels is None else str(kernels).encode()

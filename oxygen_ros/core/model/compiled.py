@@ -31,9 +31,11 @@ from collections.abc import Callable, Sequence
 import torch
 from torch import Tensor
 
+from .aoti_library import probe_package
 from .cache import KVCache, SlotView
 from .compile_setup import use_compile_cache
 from .cuda_graphs import CudaGraphs
+from .load_probe import probes
 from .package_builds import Build, build_packages
 from .packaged import PackagedPiece, package_path
 from .static import StaticPieces, batch_buckets, bucket_for, greedy_allowed, prompt_buckets
@@ -136,7 +138,13 @@ class CompiledVLA:
                           for what, name, inputs in buckets]
                 builds = [b for b in builds if not b.path.exists()]
                 fresh = {b.what for b in builds}
-                build_packages(self.model, self.cache, builds, lambda b: report(b.what, " (compiled)"))
+                # on a probed device the first is built and tried alone: a library that would crash
+                # this process stops the warm-up before the others are built (load_probe.py)
+                ahead = builds[:1] if probes(self.model.device) else []
+                build_packages(self.model, self.cache, ahead, lambda b: report(b.what, " (compiled)"))
+                for b in ahead:
+                    probe_package(b.path, self.model.device)
+                build_packages(self.model, self.cache, builds[len(ahead):], lambda b: report(b.what, " (compiled)"))
             self.built += len(builds)
         for what, name, inputs in buckets:
             self._run(name, *inputs)  # loads the package (built above, or found in the cache)

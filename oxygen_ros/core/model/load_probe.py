@@ -57,12 +57,17 @@ class LibraryLoadError(RuntimeError):
     """A compiled library would crash this process if loaded here."""
 
 
+def probes(device: str | torch.device) -> bool:
+    """Whether libraries for ``device`` are tried in a child before this process loads one."""
+    return torch.device(device).type in PROBED_DEVICES
+
+
 def check_library_loads(library: pathlib.Path, device: str | torch.device, kernels: pathlib.Path | None) -> None:
     """Raise :class:`LibraryLoadError` if creating ``library``'s model container on ``device``
     crashed a child process (for a device type in :data:`PROBED_DEVICES`; once per process)."""
-    kind = torch.device(device).type
-    if kind not in PROBED_DEVICES:
+    if not probes(device):
         return
+    kind = torch.device(device).type
     if kind not in _verdicts:
         _verdicts[kind] = _probe(pathlib.Path(library), str(device), kernels)
     if _verdicts[kind]:
