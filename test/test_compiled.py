@@ -443,3 +443,29 @@ def test_packages_built_in_worker_processes_run_on_this_models_weights(lively_ti
     torch.testing.assert_close(pieces.decode_step(static, view, tokens), lively_tiny.decode_step(eager, view, tokens),
                                atol=1e-5, rtol=0)
     assert pieces.graphs == 1 and pieces.built == 0  # loaded from the cache, not built again
+
+
+def test_a_gpu_packages_kernel_binaries_are_extracted_beside_its_library(tmp_path):
+    """A CUDA package keeps its kernels' machine code in files of its own (``*.cubin``), which its
+    library reads at its first run from the folder named to its container: they are extracted
+    once, with the library, into ``<package>.kernels``. A CPU package has none, and no folder."""
+    import zipfile
+
+    from oxygen_ros.core.model.aoti_library import _kernels, extract_library
+
+    gpu, cpu = tmp_path / "decode-gpu.pt2", tmp_path / "decode-cpu.pt2"
+    model = "decode-gpu.tmp/data/aotinductor/model/"
+    with zipfile.ZipFile(gpu, "w") as z:
+        z.writestr(model + "wrapper.so", b"library")
+        z.writestr(model + "triton_a.cubin", b"kernel a")
+        z.writestr(model + "triton_b.cubin", b"kernel b")
+        z.writestr(model + "wrapper.cpp", b"source")
+    with zipfile.ZipFile(cpu, "w") as z:
+        z.writestr("decode-cpu.tmp/data/aotinductor/model/wrapper.so", b"library")
+    assert extract_library(gpu) == tmp_path / "decode-gpu.so" and (tmp_path / "decode-gpu.so").read_bytes() == b"library"
+    assert _kernels(gpu) == tmp_path / "decode-gpu.kernels"
+    assert {p.name: p.read_bytes() for p in _kernels(gpu).iterdir()} == {"triton_a.cubin": b"kernel a",
+                                                                         "triton_b.cubin": b"kernel b"}
+    assert extract_library(cpu) == tmp_path / "decode-cpu.so" and _kernels(cpu) is None
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["decode-cpu.pt2", "decode-cpu.so", "decode-gpu.kernels",
+                                                          "decode-gpu.pt2", "decode-gpu.so"]  # no temporary left
