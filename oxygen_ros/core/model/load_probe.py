@@ -97,7 +97,8 @@ def _crash_in_child(library: pathlib.Path, device: str, kernels: pathlib.Path | 
     env["PYTHONPATH"] = os.pathsep.join(p for p in (package_root, env.get("PYTHONPATH", "")) if p)
     try:
         done = subprocess.run([sys.executable, "-c", _CHILD, str(library), device, str(kernels or "")], env=env,
-                              stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, timeout=PROBE_TIMEOUT_S)
+                              stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                              timeout=PROBE_TIMEOUT_S)
     except subprocess.TimeoutExpired:
         return None  # slow, not dead: nothing learned
     if done.returncode >= 0:
