@@ -22,7 +22,8 @@ see ``oxygen_ros.ros.robot_plan``.
 A node's overrides go to it as a parameters file of its own, written by
 ``overrides_file`` into a temporary folder, after ``params_file``: launch_ros
 refuses an empty list in a parameter dict, and a robot's merged parameters
-hold some (``compressed_image_topics: []``).
+hold some (``compressed_image_topics: []``). The folder is removed when the
+launch shuts down.
 
 Every node is required: when one exits (a bad parameter, a model that does not
 load, a crash), the launch logs which one and how, stops the others and exits
@@ -35,13 +36,14 @@ both start the same thing.
 """
 
 import os
+import shutil
 import tempfile
 from functools import partial
 
 from ament_index_python.packages import get_package_share_directory
 from launch import LaunchDescription
 from launch.actions import DeclareLaunchArgument, OpaqueFunction, RegisterEventHandler
-from launch.event_handlers import OnProcessExit
+from launch.event_handlers import OnProcessExit, OnShutdown
 from launch.substitutions import LaunchConfiguration
 from launch_ros.actions import Node
 
@@ -63,11 +65,16 @@ def _on_exit(name, event, context):
         raise NodeExited(message)
 
 
+def _remove(directory, event, context):
+    shutil.rmtree(directory, ignore_errors=True)
+
+
 def _nodes(context, *args, **kwargs):
     values = {a.name: LaunchConfiguration(a.name).perform(context) for a in ARGUMENTS}
     plan, params_file = resolve(values)  # ValueError: missing params_file, bad argument
-    actions = []
     overrides_dir = tempfile.mkdtemp(prefix='oxygen_launch_')
+    # the nodes read their files as they start; the folder goes when the launch ends
+    actions = [RegisterEventHandler(OnShutdown(on_shutdown=partial(_remove, overrides_dir)))]
     for item in plan:
         spec, label = item['spec'], node_label(item)
         parameters = [params_file]

@@ -56,6 +56,9 @@ def test_launch_file_structure():
     assert "'config', 'agent.yaml'" in LAUNCH_FILE.read_text()
     # the overrides as a file (launch_ros refuses a dict holding an empty list; see test_robot_plan)
     assert "parameters.append(overrides_file(item, overrides_dir))" in LAUNCH_FILE.read_text()
+    # ... in a folder removed when the launch shuts down
+    assert "RegisterEventHandler(OnShutdown(on_shutdown=partial(_remove, overrides_dir)))" in LAUNCH_FILE.read_text()
+    assert "shutil.rmtree(directory" in ast.unparse(functions["_remove"])
     # the plan and the params file come from resolve() (which refuses a missing file) ...
     (resolved,) = calls["resolve"]
     assert [a.id for a in resolved.args] == ["values"]
