@@ -21,7 +21,8 @@ On CUDA the same, with three differences: the package's kernel binaries
 run goes on the current CUDA stream (the one a CUDA graph's capture records);
 and it is the single-threaded run, since the other one waits on the previous
 run's event, which a capture does not allow. Before a GPU library is first
-loaded, a child process tries it (``load_probe.py``). Seen on an H200: a
+loaded, a child process tries it (``load_probe.py``). Seen on an H200, with
+the C++ runtime preloaded (without it every library crashed there): a
 decode package loaded this way gave eager's logits and replayed as a CUDA
 graph (``cuda_graphs.py``).
 
