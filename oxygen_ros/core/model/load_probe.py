@@ -11,8 +11,9 @@ the same packages loaded, gave eager's results and replayed as CUDA graphs.
 
 A segfault ends the node, and ``compile`` must never stop a node from
 starting. So before the first library of a probed device type is loaded in
-this process, :func:`check_library_loads` has a child Python, with the
-model's imports, create its container. If the child dies of a signal, it is
+this process, :func:`check_library_loads` has a child Python, with this
+process's native libraries (:func:`loaded_packages`) and the model's
+imports, create its container. If the child dies of a signal, it is
 tried once more with the C++ runtime preloaded, and :class:`LibraryLoadError`
 says what happened and whether preloading helps: the caller runs eager with
 that reason. A child that fails without crashing (an error code, a missing
@@ -37,10 +38,16 @@ PROBED_DEVICES = ("cuda",)
 #: seconds a child may take (importing torch and the model, starting the device)
 PROBE_TIMEOUT_S = 180
 
-# argv: library, device, kernel directory ("" for none). Exit 0: created; 3: the library's error code.
+# argv: library, device, kernel directory ("" for none), then the packages to import first (this
+# process's, in its order). Exit 0: created; 3: the library's error code.
 _CHILD = """
-import ctypes, sys
-import oxygen_ros.core.model.vla  # the libraries this process's model loads (torch, transformers)
+import ctypes, importlib, sys
+for name in sys.argv[4:]:
+    try:
+        importlib.import_module(name)
+    except Exception:
+        pass
+import oxygen_ros.core.model.vla  # the libraries the model loads (torch, transformers)
 lib = ctypes.CDLL(sys.argv[1])
 handle = ctypes.c_void_p()
 code = lib.AOTInductorModelContainerCreateWithDevice(ctypes.byref(handle), ctypes.c_size_t(1),
@@ -96,7 +103,8 @@ def _crash_in_child(library: pathlib.Path, device: str, kernels: pathlib.Path | 
     package_root = str(pathlib.Path(__file__).resolve().parents[3])  # the folder holding oxygen_ros
     env["PYTHONPATH"] = os.pathsep.join(p for p in (package_root, env.get("PYTHONPATH", "")) if p)
     try:
-        done = subprocess.run([sys.executable, "-c", _CHILD, str(library), device, str(kernels or "")], env=env,
+        done = subprocess.run([sys.executable, "-c", _CHILD, str(library), device, str(kernels or ""),
+                               *loaded_packages()], env=env,
                               stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                               timeout=PROBE_TIMEOUT_S)
     except subprocess.TimeoutExpired:
@@ -107,6 +115,18 @@ def _crash_in_child(library: pathlib.Path, device: str, kernels: pathlib.Path | 
         return signal.Signals(-done.returncode).name
     except ValueError:
         return f"signal {-done.returncode}"
+
+
+def loaded_packages() -> list[str]:
+    """The top-level packages of the extension modules this process has loaded, in the order they
+    were imported (rclpy's, in a node): the child imports them before it loads the library, so that
+    it holds the same native libraries, loaded in about the same order."""
+    out: dict[str, None] = {}
+    for name, module in list(sys.modules.items()):
+        if (getattr(module, "__file__", None) or "").endswith(".so"):
+            out.setdefault(name.partition(".")[0], None)
+    out.pop("__main__", None)
+    return list(out)
 
 
 def _preloaded(runtime: str) -> str:
