@@ -110,11 +110,29 @@ def install_sigterm_as_keyboard_interrupt() -> None:
     """Make SIGINT (Ctrl-C, and what launch sends first) and SIGTERM (sent by launch after
     SIGINT, and by `kill`) end the process with a KeyboardInterrupt. SIGINT is set too
     because a process started from a background job inherits it ignored, and would
-    then wait for launch's SIGTERM, seconds later."""
-
-    def handler(signum, frame):
-        raise KeyboardInterrupt
-
+    then wait for launch's SIGTERM, seconds later. A signal that comes while a finalizer
+    runs is delivered again just after (:func:`interrupt`)."""
     if threading.current_thread() is threading.main_thread():
-        signal.signal(signal.SIGINT, signal.default_int_handler)
-        signal.signal(signal.SIGTERM, handler)
+        signal.signal(signal.SIGINT, interrupt)
+        signal.signal(signal.SIGTERM, interrupt)
+
+
+#: how long after a finalizer a signal that came during it is delivered again (seconds)
+REDELIVERY_S = 0.01
+
+
+def interrupt(signum, frame) -> None:
+    """Raise KeyboardInterrupt where the main thread is, unless it is inside a finalizer
+    (``__del__``): Python swallows an exception raised there ("Exception ignored in ...",
+    with a traceback) and the interrupt would be lost, the process going on. Seen with
+    SIGINTs during the node's start, one landing in a ``Popen.__del__`` that the garbage
+    collector ran. Then the signal is sent again a moment later, to land outside it."""
+    f = frame
+    while f is not None:
+        if f.f_code.co_name == "__del__":
+            timer = threading.Timer(REDELIVERY_S, signal.raise_signal, (signum,))
+            timer.daemon = True
+            timer.start()
+            return
+        f = f.f_back
+    raise KeyboardInterrupt
