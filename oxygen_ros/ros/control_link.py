@@ -29,11 +29,9 @@ import subprocess
 import sys
 import tempfile
 import time
-from pathlib import Path
 from typing import Any, Optional
 
-import oxygen_ros
-
+from ..core.child_env import child_env
 from ..core.chunk_board import ChunkBoard
 from ..core.chunk_clock import COUNTS as CLOCK_COUNTS
 from ..core.chunk_clock import Chunk, ChunkClock
@@ -133,11 +131,9 @@ class ControlLink:
         fd, path = tempfile.mkstemp(prefix="oxygen_control_", suffix=".json")
         with os.fdopen(fd, "w") as f:
             json.dump(spec, f)
-        env = dict(os.environ)
-        package_root = str(Path(oxygen_ros.__file__).resolve().parent.parent)
-        env["PYTHONPATH"] = os.pathsep.join(filter(None, (package_root, env.get("PYTHONPATH"))))
         try:
-            self._process = subprocess.Popen([sys.executable, "-m", "oxygen_ros.ros.control_process", path], env=env,
+            self._process = subprocess.Popen([sys.executable, "-m", "oxygen_ros.ros.control_process", path],
+                                             env=child_env(),
                                              stdout=subprocess.DEVNULL)
             deadline = time.monotonic() + START_TIMEOUT_S
             while self.ticks.get("state") != READY:

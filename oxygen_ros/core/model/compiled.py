@@ -141,10 +141,11 @@ class CompiledVLA:
                 # on a probed device the first is built and tried alone: a library that would crash
                 # this process stops the warm-up before the others are built (load_probe.py)
                 ahead = builds[:1] if probes(self.model.device) else []
-                build_packages(self.model, self.cache, ahead, lambda b: report(b.what, " (compiled)"))
+                compiled = lambda b: report(b.what, " (compiled)")  # noqa: E731
+                build_packages(self.model, self.cache, ahead, compiled)
                 for b in ahead:
                     probe_package(b.path, self.model.device)
-                build_packages(self.model, self.cache, builds[len(ahead):], lambda b: report(b.what, " (compiled)"))
+                build_packages(self.model, self.cache, builds[len(ahead):], compiled)
             self.built += len(builds)
         for what, name, inputs in buckets:
             self._run(name, *inputs)  # loads the package (built above, or found in the cache)

@@ -32,6 +32,8 @@ import sys
 
 import torch
 
+from ..child_env import child_env
+
 #: device types whose libraries are tried in a child before this process loads one (the CPU's
 #: libraries have loaded in-process on every machine tried, and a child costs a second or two)
 PROBED_DEVICES = ("cuda",)
@@ -99,12 +101,9 @@ def _probe(library: pathlib.Path, device: str, kernels: pathlib.Path | None) -> 
 def _crash_in_child(library: pathlib.Path, device: str, kernels: pathlib.Path | None,
                     extra_env: dict[str, str]) -> str | None:
     """The signal that ended the child creating the container (None: it did not crash)."""
-    env = dict(os.environ, **extra_env)
-    package_root = str(pathlib.Path(__file__).resolve().parents[3])  # the folder holding oxygen_ros
-    env["PYTHONPATH"] = os.pathsep.join(p for p in (package_root, env.get("PYTHONPATH", "")) if p)
     try:
         done = subprocess.run([sys.executable, "-c", _CHILD, str(library), device, str(kernels or ""),
-                               *loaded_packages()], env=env,
+                               *loaded_packages()], env=child_env(extra_env),
                               stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                               timeout=PROBE_TIMEOUT_S)
     except subprocess.TimeoutExpired:
