@@ -19,9 +19,12 @@
 #                compiled (every bucket of a pi05 engine: a long compile)
 #
 # Seen on an H200 (16 cores), 2026-12-04: the pi05 eager pieces took 28 s; a
-# tiny-model package took about 25 s to build, a pi05 one 20 s or more. A
-# 15-minute lease in two calls of at most 10 minutes: `env pi05-pieces`, then
-# `tests default`.
+# tiny-model package took about 25 s to build, a pi05 one 20 s or more;
+# `tests` took 178 s. The pi05 denoise package of the whole 10-step loop did
+# not build in 8 minutes (on CUDA it is now one step's package). A 15-minute
+# lease in two calls of at most 10 minutes: `env pi05-pieces`, then `tests
+# default`, back to back (a machine goes back after 30 s idle), with
+# OXYGEN_COMPILE_CACHE outside OUTDIR (OUTDIR is emptied before each call).
 #
 # Compiling is the slow part; the compile cache is OUTDIR/compile-cache unless
 # OXYGEN_COMPILE_CACHE says otherwise. The exit status is the number of

@@ -135,6 +135,10 @@ def test_bucketed_denoise_and_decode_match_eager_as_the_batch_changes(lively_tin
     calls = []
     pieces.denoise(static, view, noise, before_step=lambda: calls.append(1))
     assert calls == [1]  # one pause point before the whole loop
+    # as on CUDA: one step's piece, called S times (the step an input)
+    stepped = CompiledVLA(lively_tiny, static, steps=3, max_observations=2, compile=False, denoise_loop=False)
+    torch.testing.assert_close(stepped.denoise(static, view, noise, 3), lively_tiny.denoise(eager, view, noise, 3),
+                               atol=1e-5, rtol=0)
     rng = np.random.default_rng(0)
     for live in ([True], [True, False, True], [False, True, True, True], [True, True], [True, False, False, True]):
         view = SlotView.of(0, lengths[: len(live)], live)
@@ -278,6 +282,41 @@ def test_compiled_engine_frames_match_eager_across_batch_sizes(lively_tiny, tok,
         np.testing.assert_allclose(a, b, atol=1e-5, rtol=0)
     if setting == "oxygen":
         assert len(set(compiled[2])) >= 2  # the decode batch changed during the run
+    assert engine.recompiles == 0
+
+
+@pytest.mark.parametrize("setting", ["parallel", "oxygen"])
+def test_the_pieces_as_cuda_runs_them_give_eager_frames_on_the_cpu(lively_tiny, tok, setting, monkeypatch,
+                                                                   tmp_path_factory):
+    """What a CUDA device runs, less the graph capture: decode one step a call and the denoise as
+    one step's package called S times. Compiled here, its frames are eager's."""
+    import functools
+
+    from oxygen_ros.core import model_runner
+
+    monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path_factory.getbasetemp() / "compile-cache"))
+    monkeypatch.setattr(model_runner, "CompiledVLA",
+                        functools.partial(CompiledVLA, decode_loop=False, denoise_loop=False))
+    lengths = [5, 6, 0, 4, 6, 2, 0, 5]
+    common = dict(setting=setting, max_decode=6, steps_per_frame=2, denoise_steps=2, max_active=3,
+                  max_observations_per_frame=1, language_every_n_frames=0, camera_names=("base",))
+    eager = frames_with_questions(Engine(lively_tiny, tok, EngineConfig(compile="off", **common)), lengths,
+                                  TINY.vision.image_size)
+    engine = Engine(lively_tiny, tok, EngineConfig(compile="on", **common))
+    progress = []
+    engine.warm_up(lambda done, total, what: progress.append(what))
+    assert engine.compiled is not None, engine.compile_reason
+    names = sorted(name for name, *_ in engine.compiled._pieces)
+    assert names == ["decode"] * 3 + ["denoise", "prefill"], progress
+    assert engine.compiled.graphs == 5  # one package per bucket: the denoise's is one step
+    packaged = {p.path.name.split("-")[0] for p in engine.compiled._pieces.values()
+                if hasattr(p, "path")} | {p.args[0].path.name.split("-")[0] for p in engine.compiled._pieces.values()
+                                          if isinstance(p, functools.partial)}
+    assert packaged == {"decode", "denoise_step", "prefill"}
+    compiled = frames_with_questions(engine, lengths, TINY.vision.image_size)
+    assert compiled[1] == eager[1]  # identical greedy tokens
+    for a, b in zip(compiled[0], eager[0]):
+        np.testing.assert_allclose(a, b, atol=1e-5, rtol=0)
     assert engine.recompiles == 0
 
 

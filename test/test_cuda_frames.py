@@ -5,6 +5,8 @@ CI has no GPU, so these run where one is (``bash test/cuda_check.sh``); the CPU
 suite checks the same bucketing and packages on the CPU (``test_compiled.py``).
 """
 
+import threading
+
 import numpy as np
 import pytest
 import torch
@@ -13,6 +15,7 @@ from conftest import lively
 from engine_harness import frames_with_questions
 
 from oxygen_ros.core.engine import SETTINGS, Engine, EngineConfig
+from oxygen_ros.core.model.cuda_graphs import CudaGraphs
 from oxygen_ros.core.model.config import TINY
 from oxygen_ros.core.model.vla import build_model
 
@@ -48,3 +51,39 @@ def test_cuda_graph_frames_match_eager_as_the_batch_changes(cuda_tiny, tok, sett
     if setting == "oxygen":
         assert len(set(compiled[2])) >= 2  # the decode batch changed during the run
     assert engine.recompiles == 0 and engine.compiled.cuda_graphs == captured  # nothing new in the frames
+
+
+def test_two_threads_replaying_one_graph_each_get_their_own_results():
+    """``parallel`` prefills on both of its threads, each on a CUDA stream of its own, through the
+    same captured graph: each call must get the result of its own inputs, not of the other's."""
+    torch.backends.cuda.matmul.allow_tf32 = False
+    w = torch.randn(1024, 1024, device="cuda") / 32
+
+    def work(x):  # long enough on the device that the two threads' calls overlap
+        for _ in range(30):
+            x = torch.tanh(x @ w)
+        return x
+
+    graphs = CudaGraphs(work)
+    inputs = [torch.randn(512, 1024, device="cuda") for _ in range(2)]
+    want = [work(x) for x in inputs]
+    graphs(inputs[0])  # captured here, before the threads
+    torch.cuda.synchronize()
+    results: list[list[torch.Tensor]] = [[], []]
+
+    def calls(i: int) -> None:
+        stream = torch.cuda.Stream()
+        with torch.cuda.stream(stream):
+            for _ in range(40):
+                results[i].append(graphs(inputs[i]))
+        stream.synchronize()
+
+    threads = [threading.Thread(target=calls, args=(i,)) for i in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert graphs.captured == 1
+    for i in range(2):
+        for got in results[i]:
+            torch.testing.assert_close(got, want[i], atol=1e-5, rtol=0)

@@ -15,7 +15,11 @@ Every package loaded is counted (:attr:`CompiledVLA.graphs`, of which
 steady state never does. Differences from eager, by design:
 
 * the whole denoise loop is one graph, so ``before_step`` (the engine's pause
-  point) is called once before the loop, not before each step;
+  point) is called once before the loop, not before each step. On CUDA the
+  package is one step (the step an input) and the loop around it is captured
+  as one CUDA graph, which replays as one launch all the same: a package of the
+  whole loop repeats each step's code S times, and π0.5's did not finish
+  compiling in 6 minutes on an H200 machine;
 * :meth:`CompiledVLA.decode` runs up to ``decode_steps`` K greedy decode steps
   as one graph, a loop whose length is an input (the tokens chosen in it), so
   that a frame's k <= K decode steps are one call, not k; its batch buckets
@@ -26,6 +30,7 @@ steady state never does. Differences from eager, by design:
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Sequence
 
 import torch
@@ -54,16 +59,19 @@ class CompiledVLA:
     ``compile=False`` runs the same bucketed pieces eager (a test hook: the bucketing without
     the compile time). ``decode_loop``: whether a decode call runs its steps as one loop graph
     (None: everywhere but on CUDA, where a captured graph replays fixed work and a call runs
-    one step)."""
+    one step). ``denoise_loop``: whether the denoise package holds the whole loop (None:
+    everywhere but on CUDA, where a package of one step is called S times in one captured graph)."""
 
     def __init__(self, model: VLA, cache: KVCache, *, steps: int, max_observations: int,
                  max_cameras: int | None = None, decode_steps: int = 1, compile: bool = True,
-                 decode_loop: bool | None = None):
+                 decode_loop: bool | None = None, denoise_loop: bool | None = None):
         self.model, self.cache, self.steps = model, cache, steps
         if decode_steps < 1:
             raise ValueError(f"decode_steps must be >= 1, got {decode_steps}")
         #: whether decode steps run as one loop graph
         self.loops = model.device.type != "cuda" if decode_loop is None else decode_loop
+        #: whether a denoise package runs the whole loop (else one step, called S times)
+        self.denoise_loops = model.device.type != "cuda" if denoise_loop is None else denoise_loop
         #: the most decode steps one :meth:`decode` call runs
         self.decode_steps = decode_steps if self.loops else 1
         slots = model.config.max_cameras
@@ -82,21 +90,58 @@ class CompiledVLA:
         self._pieces: dict[tuple, Callable[..., object]] = {}
         self._columns = torch.arange(self.decode_steps)  # its length is the loop's K (a graph input)
         self._scalars: dict[int, Tensor] = {}
+        self._step_numbers: list[Tensor] = []  # [step] on the device, one per denoise step: made once
 
     def _piece(self, name: str, inputs: tuple[Tensor, ...]) -> Callable[..., object]:
         """The graph of piece ``name`` at the shapes of ``inputs``: loaded (or built) on first use."""
-        if not self._compile:
-            return getattr(self._static, name)
         key = (name, *(tuple(t.shape) for t in inputs))
         piece = self._pieces.get(key)
         if piece is None:
-            with torch.inference_mode(False):  # export traces ordinary tensors
-                example = tuple(t.clone() for t in inputs)
-                packaged = PackagedPiece(self.model, self.cache, name, self.steps, example, self.cache_dir)
-            self.graphs += 1
-            self.built += packaged.built
-            piece = self._pieces[key] = CudaGraphs(packaged) if self.model.device.type == "cuda" else packaged
+            package, package_inputs = self._package(name, inputs)
+            piece = self._load(package, package_inputs)
+            if package == "denoise_step":
+                piece = functools.partial(self._stepped_denoise, piece)
+            if self._compile and self.model.device.type == "cuda":
+                piece = CudaGraphs(piece)
+            self._pieces[key] = piece
         return piece
+
+    def _package(self, name: str, inputs: tuple[Tensor, ...]) -> tuple[str, tuple[Tensor, ...]]:
+        """The package (piece and inputs) that runs piece ``name`` on ``inputs``."""
+        if name == "denoise" and not self.denoise_loops:
+            slots, lengths, noise = inputs
+            layers, final = self._modulations()
+            self._step_number(self.steps - 1)  # every step's number made now, outside any capture
+            return "denoise_step", (slots, lengths, noise, self._step_number(0), layers, final)
+        return name, inputs
+
+    def _load(self, name: str, inputs: tuple[Tensor, ...]) -> Callable[..., object]:
+        if not self._compile:
+            return getattr(self._static, name)
+        with torch.inference_mode(False):  # export traces ordinary tensors
+            example = tuple(t.clone() for t in inputs)
+            packaged = PackagedPiece(self.model, self.cache, name, self.steps, example, self.cache_dir)
+        self.graphs += 1
+        self.built += packaged.built
+        return packaged
+
+    def _stepped_denoise(self, step: Callable[..., Tensor], slots: Tensor, lengths: Tensor, noise: Tensor) -> Tensor:
+        """The denoise loop around a one-step piece (on CUDA, captured whole as one graph)."""
+        layers, final = self._modulations()
+        x = noise
+        for s in range(self.steps):
+            x = step(slots, lengths, x, self._step_number(s), layers, final)
+        return x
+
+    def _modulations(self) -> tuple[Tensor, Tensor]:
+        with torch.inference_mode():
+            return self.model.denoise_modulations(self.steps)
+
+    def _step_number(self, s: int) -> Tensor:
+        """``tensor([s])`` on the device: made before any capture, never during one."""
+        while len(self._step_numbers) <= s:
+            self._step_numbers.append(torch.tensor([len(self._step_numbers)], device=self.model.device))
+        return self._step_numbers[s]
 
     # ------------------------------------------------------------------ warm-up and counts
     @property
@@ -133,9 +178,10 @@ class CompiledVLA:
 
         if self._compile:
             with torch.inference_mode(False):  # export traces ordinary tensors
+                packages = [(what, *self._package(name, inputs)) for what, name, inputs in buckets]
                 builds = [Build(what, name, self.steps, tuple(t.clone() for t in inputs),
                                 package_path(self.cache_dir, self.model, name, self.steps, self.cache, inputs))
-                          for what, name, inputs in buckets]
+                          for what, name, inputs in packages]
                 builds = [b for b in builds if not b.path.exists()]
                 fresh = {b.what for b in builds}
                 # on a probed device the first is built and tried alone: a library that would crash

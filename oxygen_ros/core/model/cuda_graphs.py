@@ -7,12 +7,21 @@ calls with those shapes copy their inputs into the buffers and replay the
 graph: one launch for the whole piece. Tensors the function reads or writes
 that are not arguments (the weights, the KV pool) keep their addresses for the
 life of the process, which is what a captured graph needs.
+
+A graph's buffers serve one call at a time. Two threads may call the same
+graph (``parallel`` prefills on both, each thread on a CUDA stream of its
+own): a call holds the graph's lock from copying its inputs in to copying the
+outputs out, and its stream first waits for the previous call's copy-out, on
+whichever stream that ran. Without both, the second thread's inputs overwrote
+the first's on the device while its replay still read them (seen on an H200:
+``parallel`` gave other tokens than eager).
 """
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 from torch import Tensor
@@ -23,12 +32,16 @@ class _Captured:
     graph: "torch.cuda.CUDAGraph"
     inputs: tuple[Tensor, ...]
     output: object  # a tensor or a tuple of tensors, overwritten by each replay
+    lock: threading.Lock = field(default_factory=threading.Lock)
+    #: recorded on the calling stream after each call's copy-out (None before the first replay)
+    done: "torch.cuda.Event | None" = None
 
 
 class CudaGraphs:
     def __init__(self, fn: Callable[..., object]):
         self.fn = fn
         self._graphs: dict[tuple, _Captured] = {}
+        self._capturing = threading.Lock()
 
     @property
     def captured(self) -> int:
@@ -38,11 +51,21 @@ class CudaGraphs:
         key = tuple((a.shape, a.dtype) for a in args)
         entry = self._graphs.get(key)
         if entry is None:
-            entry = self._graphs[key] = self._capture(args)
-        for buffer, a in zip(entry.inputs, args):
-            buffer.copy_(a, non_blocking=True)
-        entry.graph.replay()
-        return _clone(entry.output)
+            with self._capturing:
+                entry = self._graphs.get(key)
+                if entry is None:
+                    entry = self._graphs[key] = self._capture(args)
+        with entry.lock:
+            stream = torch.cuda.current_stream()
+            if entry.done is not None:
+                stream.wait_event(entry.done)  # the previous call, maybe on another stream, is done with the buffers
+            for buffer, a in zip(entry.inputs, args):
+                buffer.copy_(a, non_blocking=True)
+            entry.graph.replay()
+            out = _clone(entry.output)
+            entry.done = torch.cuda.Event()
+            entry.done.record(stream)
+        return out
 
     def _capture(self, args: tuple[Tensor, ...]) -> _Captured:
         inputs = tuple(a.clone() for a in args)

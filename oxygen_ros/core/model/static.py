@@ -16,7 +16,8 @@ tensor shape depends only on the bucket, never on the data:
 * a denoise runs all ``S`` flow-matching steps (one graph for the loop) for
   ``B`` rows (an observation-count bucket); each row reads its slot's prefix
   over the whole slot length, masked past its length; padding rows read the
-  trash slot and are dropped;
+  trash slot and are dropped. A denoise step runs one of them (the step an
+  input), for a caller that loops over the steps itself (CUDA: ``compiled.py``);
 * a prefill embeds ``B`` observations (padded with copies of the first one)
   with the prompt cut to a prompt-length bucket, and writes row ``j``'s prefix
   into slot ``dest[j]`` (padding rows: the trash slot).
@@ -109,10 +110,17 @@ class StaticPieces:
 
     def denoise(self, slots: Tensor, lengths: Tensor, noise: Tensor) -> Tensor:
         """All denoise steps for the prefixes in ``slots`` [B] (``lengths`` [B]); noise [B, H, A] -> actions."""
-        depth = self.model.config.expert.depth
-        prefix = [(self.cache.k[i].index_select(0, slots), self.cache.v[i].index_select(0, slots))
-                  for i in range(depth)]
-        return self.model.denoise_from(prefix, lengths, noise, self.steps)
+        return self.model.denoise_from(self._prefixes(slots), lengths, noise, self.steps)
+
+    def denoise_step(self, slots: Tensor, lengths: Tensor, x_t: Tensor, step: Tensor, layers: Tensor,
+                     final: Tensor) -> Tensor:
+        """Denoise step ``step`` [1] long alone (``VLA.denoise_step``): x_t [B, H, A] -> the next x_t."""
+        return self.model.denoise_step(self._prefixes(slots), lengths, x_t, step, layers, final, self.steps)
+
+    def _prefixes(self, slots: Tensor) -> list[tuple[Tensor, Tensor]]:
+        """The keys and values of ``slots`` [B], per expert layer, over the whole slot length."""
+        return [(self.cache.k[i].index_select(0, slots), self.cache.v[i].index_select(0, slots))
+                for i in range(self.model.config.expert.depth)]
 
     def prefill(self, pixels: Tensor, image_mask: Tensor, tokens: Tensor, token_mask: Tensor,
                 dest: Tensor) -> tuple[Tensor, Tensor]:

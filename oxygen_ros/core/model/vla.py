@@ -52,15 +52,21 @@ class PrefillResult:
     logits: Tensor  # [B, vocab] at the last valid prefix token
 
 
+def flow_dt(steps: int, device: torch.device | str = "cpu") -> Tensor:
+    """The Euler step ``-1/steps``, a float32 scalar."""
+    if steps < 1:
+        raise ValueError(f"denoise steps must be >= 1, got {steps}")
+    # torch.full, not torch.tensor: a kernel, not a copy from the host (a CUDA graph may capture it)
+    return torch.full((), -1.0 / steps, dtype=torch.float32, device=device)
+
+
 def flow_times(steps: int, device: torch.device | str = "cpu") -> tuple[Tensor, Tensor]:
     """The Euler grid of openpi's π0.5 sampler: ``t`` starts at 1.0 and ``dt = -1/steps``
     is added in float32 each step (so t is 1.0, 0.89999998, 0.79999995, ... for 10 steps,
     not ``1 - k/steps``: the time embedding's shortest period amplifies the difference).
     Returns (times [steps] float32, dt, a float32 scalar)."""
-    if steps < 1:
-        raise ValueError(f"denoise steps must be >= 1, got {steps}")
-    dt = torch.tensor(-1.0 / steps, dtype=torch.float32, device=device)
-    t = torch.tensor(1.0, dtype=torch.float32, device=device)
+    dt = flow_dt(steps, device)
+    t = torch.full((), 1.0, dtype=torch.float32, device=device)
     times = []
     for _ in range(steps):
         times.append(t)
@@ -239,27 +245,51 @@ class VLA(nn.Module):
         """:meth:`denoise` over per-layer prefix keys/values [B, KV, L, D] whose row ``i``
         holds ``lengths[i]`` valid tokens (positions past them are masked)."""
         steps = steps or self.config.denoise_steps
-        b, horizon, _ = noise.shape
-        read = prefix[0][0].shape[2]
+        context = self._denoise_context(prefix, lengths, noise.shape[1])
+        x_t = noise.to(self.device, self.dtype)
+        layers, final = self.denoise_modulations(steps)
+        dt = flow_dt(steps, self.device)
+        for step in range(steps):
+            if before_step is not None:
+                before_step()
+            at = slice(step, step + 1)  # [.., 1, 3W]: broadcast over the rows
+            x_t = self._euler_step(x_t, layers[:, :, at], final[at], context, dt)
+        return x_t
+
+    def denoise_modulations(self, steps: int) -> tuple[Tensor, Tensor]:
+        """Every adaptive norm's scale, shift and gate at each of the ``steps`` flow times:
+        per layer [depth, 2 (input, post-attention), S, 3W] and the final norm's [S, 3W].
+
+        They depend on the step only, not on the rows: each norm's dense layer runs once
+        over all S steps' conditions, so the steps read none of their weights (in π0.5,
+        float32 layers of 3 * 1024 x 1024: about 40% of the bytes a step would read otherwise)."""
+        times, _ = flow_times(steps, self.device)
+        layers, final = self.expert.modulations(self.time_condition(times))
+        return torch.stack([torch.stack(pair) for pair in layers]), final
+
+    def denoise_step(self, prefix: list[tuple[Tensor, Tensor]], lengths: Tensor, x_t: Tensor, step: Tensor,
+                     layers: Tensor, final: Tensor, steps: int) -> Tensor:
+        """Step number ``step`` [1] long of :meth:`denoise_from`'s ``steps`` Euler steps, alone:
+        x_t [B, H, A] -> the next x_t. ``layers`` and ``final`` are :meth:`denoise_modulations`
+        of ``steps`` (every step's, picked here: one graph serves every step)."""
+        context = self._denoise_context(prefix, lengths, x_t.shape[1])
+        return self._euler_step(x_t, layers.index_select(2, step), final.index_select(0, step), context,
+                                flow_dt(steps, self.device))
+
+    def _denoise_context(self, prefix: list[tuple[Tensor, Tensor]], lengths: Tensor, horizon: int):
+        """What every step of one denoise reads besides x_t: the prefix and its masks, and the
+        action tokens' rotary table."""
+        b, read = lengths.shape[0], prefix[0][0].shape[2]
         pos = torch.arange(read, device=self.device)
         prefix_bias = self._bias((pos[None, :] < lengths[:, None])[:, None, :].expand(b, horizon, read))
         suffix_bias = self._bias(torch.ones(b, horizon, horizon, dtype=torch.bool, device=self.device))
         table = self._rotary(lengths[:, None] + torch.arange(horizon, device=self.device))
-        x_t = noise.to(self.device, self.dtype)
-        times, dt = flow_times(steps, self.device)
-        # The adaptive norms' scale, shift and gate depend on the step only, not on the
-        # rows: each norm's dense layer runs once over all S steps' conditions, so the
-        # loop reads none of their weights (in π0.5, float32 layers of 3 * 1024 x 1024:
-        # about 40% of the bytes a step would read otherwise).
-        layers, final = self.expert.modulations(self.time_condition(times))
-        for step in range(steps):
-            if before_step is not None:
-                before_step()
-            at = slice(step, step + 1)  # [1, 3W]: broadcast over the rows
-            v_t = self._velocity(x_t, [(pre[at], post[at]) for pre, post in layers], final[at], prefix,
-                                 prefix_bias, suffix_bias, table)
-            x_t = x_t + dt * v_t
-        return x_t
+        return prefix, prefix_bias, suffix_bias, table
+
+    def _euler_step(self, x_t: Tensor, layers: Tensor, final: Tensor, context, dt: Tensor) -> Tensor:
+        """x_t + dt * v_t, with one step's modulations ``layers`` [depth, 2, 1, 3W], ``final`` [1, 3W]."""
+        v_t = self._velocity(x_t, [(m[0], m[1]) for m in layers], final, *context)
+        return x_t + dt * v_t
 
     def _velocity(self, x_t, modulations, final, prefix, prefix_bias, suffix_bias, table) -> Tensor:
         x = self.action_in_proj(x_t)
