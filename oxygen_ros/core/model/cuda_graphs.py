@@ -33,8 +33,9 @@ class _Captured:
     inputs: tuple[Tensor, ...]
     output: object  # a tensor or a tuple of tensors, overwritten by each replay
     lock: threading.Lock = field(default_factory=threading.Lock)
-    #: recorded on the calling stream after each call's copy-out (None before the first replay)
-    done: "torch.cuda.Event | None" = None
+    #: recorded on the calling stream after each call's copy-out (waiting on it before the
+    #: first record waits for nothing)
+    done: "torch.cuda.Event" = field(default_factory=lambda: torch.cuda.Event())
 
 
 class CudaGraphs:
@@ -57,13 +58,11 @@ class CudaGraphs:
                     entry = self._graphs[key] = self._capture(args)
         with entry.lock:
             stream = torch.cuda.current_stream()
-            if entry.done is not None:
-                stream.wait_event(entry.done)  # the previous call, maybe on another stream, is done with the buffers
+            stream.wait_event(entry.done)  # the previous call, maybe on another stream, is done with the buffers
             for buffer, a in zip(entry.inputs, args):
                 buffer.copy_(a, non_blocking=True)
             entry.graph.replay()
             out = _clone(entry.output)
-            entry.done = torch.cuda.Event()
             entry.done.record(stream)
         return out
 
