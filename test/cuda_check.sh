@@ -17,6 +17,9 @@
 #                and compiled side by side (the README's compiled-frames table)
 #   pi05-frames  the same pi05 model's frames: baseline and oxygen, eager and
 #                compiled (every bucket of a pi05 engine: a long compile)
+#   no-preload   the default model's pieces, compiled, without the preload: on a
+#                machine whose libraries crash without it, the eager figures and
+#                "compiled: not run: ... LD_PRELOAD=..." (load_probe.py)
 #
 # Seen on an H200 (16 cores), 2026-12-04: the pi05 eager pieces took 28 s; a
 # tiny-model package took about 25 s to build, a pi05 one 20 s or more;
@@ -79,7 +82,9 @@ sys.exit(0 if torch.cuda.is_available() else 'no CUDA device: the other steps ca
         --threads 2 --compile on,off --repeats 10 --json "$out/pi05-pieces.json" ;;
     pi05-frames) step pi05-frames 540 "${bench[@]}" --preset pi05 --dtype bfloat16 --cameras 3 --threads 2 \
         --settings baseline,oxygen --compile on,off --frames 30 --warmup 5 --json "$out/pi05-frames.json" ;;
-    *) echo "unknown step $s (env tests default pi05-pieces pi05-frames)"; failed=$((failed + 1)) ;;
+    no-preload) step no-preload 150 env -u LD_PRELOAD OXYGEN_COMPILE_CACHE="$out/no-preload-cache" \
+        "${bench[@]}" --pieces-only --compile on,off --repeats 3 --json "$out/no-preload.json" ;;
+    *) echo "unknown step $s (env tests default pi05-pieces pi05-frames no-preload)"; failed=$((failed + 1)) ;;
     esac
 done
 echo "cuda_check: $failed step(s) failed"
