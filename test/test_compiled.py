@@ -17,6 +17,7 @@ from oxygen_ros.core.benchmark import synthetic_observations
 from oxygen_ros.core.engine import Engine, EngineConfig, SETTINGS
 from oxygen_ros.core.model.cache import KVCache, SlotView
 from oxygen_ros.core.model.compile_setup import compile_cache_dir, resolve_compile
+from oxygen_ros.core.model import compiled as compiled_module
 from oxygen_ros.core.model.compiled import CompiledVLA
 from oxygen_ros.core.model.config import TINY
 from oxygen_ros.core.model.static import batch_buckets, bucket_for, prompt_buckets
@@ -123,8 +124,9 @@ def test_the_engine_takes_at_most_max_cameras(lively_tiny, tok):
         EngineConfig(max_cameras=1, camera_names=("a", "b"))
 
 
-def test_bucketed_denoise_and_decode_match_eager_as_the_batch_changes(lively_tiny, tok):
+def test_bucketed_denoise_and_decode_match_eager_as_the_batch_changes(lively_tiny, tok, monkeypatch):
     eager, static, pieces = _twin(lively_tiny)
+    assert pieces.denoise_loops  # a small expert on a CPU: the whole loop in one package
     batch = make_prefix_batch(synthetic_observations(4, TINY.vision.image_size, seed=2), tok, TINY)
     lengths = lively_tiny.prefill(batch, eager, [[0], [1], [2], [3]]).lengths.tolist()
     pieces.prefill(batch, static, [[0], [1], [2], [3]])
@@ -135,8 +137,10 @@ def test_bucketed_denoise_and_decode_match_eager_as_the_batch_changes(lively_tin
     calls = []
     pieces.denoise(static, view, noise, before_step=lambda: calls.append(1))
     assert calls == [1]  # one pause point before the whole loop
-    # as on CUDA: one step's piece, called S times (the step an input)
-    stepped = CompiledVLA(lively_tiny, static, steps=3, max_observations=2, compile=False, denoise_loop=False)
+    # as on CUDA, and for a large expert: one step's piece, called S times (the step an input)
+    monkeypatch.setattr(compiled_module, "LOOP_EXPERT_LIMIT", 0)
+    stepped = CompiledVLA(lively_tiny, static, steps=3, max_observations=2, compile=False)
+    assert not stepped.denoise_loops
     torch.testing.assert_close(stepped.denoise(static, view, noise, 3), lively_tiny.denoise(eager, view, noise, 3),
                                atol=1e-5, rtol=0)
     rng = np.random.default_rng(0)

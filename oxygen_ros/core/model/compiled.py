@@ -14,12 +14,13 @@ Every package loaded is counted (:attr:`CompiledVLA.graphs`, of which
 :attr:`CompiledVLA.recompiles` counts those loaded after warm-up, which a
 steady state never does. Differences from eager, by design:
 
-* the whole denoise loop is one graph, so ``before_step`` (the engine's pause
-  point) is called once before the loop, not before each step. On CUDA the
-  package is one step (the step an input) and the loop around it is captured
-  as one CUDA graph, which replays as one launch all the same: a package of the
-  whole loop repeats each step's code S times, and π0.5's did not finish
-  compiling in 6 minutes on an H200 machine;
+* the whole denoise loop is one call, so ``before_step`` (the engine's pause
+  point) is called once before the loop, not before each step. For a small
+  expert on a CPU the package holds the loop. Otherwise (:func:`denoise_loops`)
+  the package is one step (the step an input) and the call runs it S times;
+  on CUDA the S calls are captured as one CUDA graph, which replays as one
+  launch all the same. A package of the loop repeats each step's code S
+  times: π0.5's did not finish compiling in 8 minutes on an H200 machine;
 * :meth:`CompiledVLA.decode` runs up to ``decode_steps`` K greedy decode steps
   as one graph, a loop whose length is an input (the tokens chosen in it), so
   that a frame's k <= K decode steps are one call, not k; its batch buckets
@@ -48,6 +49,20 @@ from .vla import VLA, PrefillResult, PrefixBatch
 
 Progress = Callable[[int, int, str], None]
 
+#: the largest action expert (parameters) whose denoise package holds the whole loop on a CPU
+LOOP_EXPERT_LIMIT = 100_000_000
+
+
+def denoise_loops(model: VLA) -> bool:
+    """Whether ``model``'s denoise package should hold the whole loop of S steps (else one step's
+    package is called S times). On CUDA never: the S calls are captured as one graph anyway. On a
+    CPU for a small expert only: the loop spares S - 1 calls of some 30 us each, which matters
+    beside a step of the default model's (0.16 ms) but not of π0.5's (over 100 ms), whose loop
+    package took 463 s to compile here against 44 s for one step's (bfloat16, S = 10)."""
+    if model.device.type == "cuda":
+        return False
+    return sum(p.numel() for p in model.expert.parameters()) <= LOOP_EXPERT_LIMIT
+
 
 class CompiledVLA:
     """``model``'s pieces on ``cache`` (the pool's storage), for ``steps`` denoise steps, decode
@@ -59,8 +74,8 @@ class CompiledVLA:
     ``compile=False`` runs the same bucketed pieces eager (a test hook: the bucketing without
     the compile time). ``decode_loop``: whether a decode call runs its steps as one loop graph
     (None: everywhere but on CUDA, where a captured graph replays fixed work and a call runs
-    one step). ``denoise_loop``: whether the denoise package holds the whole loop (None:
-    everywhere but on CUDA, where a package of one step is called S times in one captured graph)."""
+    one step). ``denoise_loop``: whether the denoise package holds the whole loop, else one
+    step's package is called S times (None: :func:`denoise_loops`)."""
 
     def __init__(self, model: VLA, cache: KVCache, *, steps: int, max_observations: int,
                  max_cameras: int | None = None, decode_steps: int = 1, compile: bool = True,
@@ -71,7 +86,7 @@ class CompiledVLA:
         #: whether decode steps run as one loop graph
         self.loops = model.device.type != "cuda" if decode_loop is None else decode_loop
         #: whether a denoise package runs the whole loop (else one step, called S times)
-        self.denoise_loops = model.device.type != "cuda" if denoise_loop is None else denoise_loop
+        self.denoise_loops = denoise_loops(model) if denoise_loop is None else denoise_loop
         #: the most decode steps one :meth:`decode` call runs
         self.decode_steps = decode_steps if self.loops else 1
         slots = model.config.max_cameras
