@@ -23,8 +23,9 @@
 #
 # Seen on an H200 (16 cores), 2026-12-04: the pi05 eager pieces took 28 s; a
 # tiny-model package took about 25 s to build, a pi05 one 20 s or more;
-# `tests` took 178 s. The pi05 denoise package of the whole 10-step loop did
-# not build in 8 minutes (on CUDA it is now one step's package). A 15-minute
+# `tests` took 178 s. The pi05 denoise package of the whole 10-step loop was
+# still compiling when pi05-pieces' 8 minutes ran out (on CUDA it is now one
+# step's package, as on the CPU, where it built in 44 s). A 15-minute
 # lease in two calls of at most 10 minutes: `env pi05-pieces`, then `tests
 # default`, back to back (a machine goes back after 30 s idle), with
 # OXYGEN_COMPILE_CACHE outside OUTDIR (OUTDIR is emptied before each call).

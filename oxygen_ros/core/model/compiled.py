@@ -20,7 +20,7 @@ steady state never does. Differences from eager, by design:
   the package is one step (the step an input) and the call runs it S times;
   on CUDA the S calls are captured as one CUDA graph, which replays as one
   launch all the same. A package of the loop repeats each step's code S
-  times: π0.5's did not finish compiling in 8 minutes on an H200 machine;
+  times: π0.5's was still compiling when an 8-minute run on an H200 machine ended;
 * :meth:`CompiledVLA.decode` runs up to ``decode_steps`` K greedy decode steps
   as one graph, a loop whose length is an input (the tokens chosen in it), so
   that a frame's k <= K decode steps are one call, not k; its batch buckets
