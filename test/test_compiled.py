@@ -264,29 +264,37 @@ def test_compile_cache_follows_the_environment(monkeypatch, tmp_path):
     assert compile_cache_dir() == tmp_path / "oxygen_ros" / "compile"
 
 
-@pytest.mark.parametrize("setting", SETTINGS)
-def test_compiled_engine_frames_match_eager_across_batch_sizes(lively_tiny, tok, setting, monkeypatch,
-                                                               tmp_path_factory):
-    monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path_factory.getbasetemp() / "compile-cache"))
+def _compiled_frames_checked_against_eager(model, tok, setting: str):
+    """A compiled engine, warmed up, and its frames, checked against an eager engine's: identical
+    greedy tokens, actions within 1e-5, nothing compiled after the warm-up. Returns the engine,
+    the warm-up's progress (done, total, what) and the compiled frames."""
     lengths = [5, 6, 0, 4, 6, 2, 0, 5]  # requests start and finish inside a bucket and across buckets
     # k = 2: a compiled decode call runs two steps, a request finishing between them
     common = dict(setting=setting, max_decode=6, steps_per_frame=2, denoise_steps=2, max_active=3,
                   max_observations_per_frame=1, language_every_n_frames=0, camera_names=("base",))
-    eager = frames_with_questions(Engine(lively_tiny, tok, EngineConfig(compile="off", **common)), lengths,
+    eager = frames_with_questions(Engine(model, tok, EngineConfig(compile="off", **common)), lengths,
                                   TINY.vision.image_size)
-    engine = Engine(lively_tiny, tok, EngineConfig(compile="on", **common))
+    engine = Engine(model, tok, EngineConfig(compile="on", **common))
     progress = []
     engine.warm_up(lambda done, total, what: progress.append((done, total, what)))
     assert engine.compiled is not None, engine.compile_reason
-    assert progress[-1][:2] == (5, 5) and any(w.startswith("decode batch 4 (up to 2 steps)") for _, _, w in progress)
-    assert all(w.endswith(("(compiled)", "(from the cache)")) for _, _, w in progress)
     compiled = frames_with_questions(engine, lengths, TINY.vision.image_size)
     assert compiled[1] == eager[1]  # identical greedy tokens
     for a, b in zip(compiled[0], eager[0]):
         np.testing.assert_allclose(a, b, atol=1e-5, rtol=0)
+    assert engine.recompiles == 0
+    return engine, progress, compiled
+
+
+@pytest.mark.parametrize("setting", SETTINGS)
+def test_compiled_engine_frames_match_eager_across_batch_sizes(lively_tiny, tok, setting, monkeypatch,
+                                                               tmp_path_factory):
+    monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path_factory.getbasetemp() / "compile-cache"))
+    _, progress, compiled = _compiled_frames_checked_against_eager(lively_tiny, tok, setting)
+    assert progress[-1][:2] == (5, 5) and any(w.startswith("decode batch 4 (up to 2 steps)") for _, _, w in progress)
+    assert all(w.endswith(("(compiled)", "(from the cache)")) for _, _, w in progress)
     if setting == "oxygen":
         assert len(set(compiled[2])) >= 2  # the decode batch changed during the run
-    assert engine.recompiles == 0
 
 
 @pytest.mark.parametrize("setting", ["parallel", "oxygen"])
@@ -302,24 +310,11 @@ def test_the_pieces_as_cuda_runs_them_give_eager_frames_on_the_cpu(lively_tiny, 
     monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(cache))
     monkeypatch.setattr(model_runner, "CompiledVLA",
                         functools.partial(CompiledVLA, decode_loop=False, denoise_loop=False))
-    lengths = [5, 6, 0, 4, 6, 2, 0, 5]
-    common = dict(setting=setting, max_decode=6, steps_per_frame=2, denoise_steps=2, max_active=3,
-                  max_observations_per_frame=1, language_every_n_frames=0, camera_names=("base",))
-    eager = frames_with_questions(Engine(lively_tiny, tok, EngineConfig(compile="off", **common)), lengths,
-                                  TINY.vision.image_size)
-    engine = Engine(lively_tiny, tok, EngineConfig(compile="on", **common))
-    progress = []
-    engine.warm_up(lambda done, total, what: progress.append(what))
-    assert engine.compiled is not None, engine.compile_reason
+    engine, progress, _ = _compiled_frames_checked_against_eager(lively_tiny, tok, setting)
     assert engine.compiled.graphs == 5, progress  # one package per bucket: the denoise's is one step
     packages = cache / "aoti"
     assert len(list(packages.glob("decode-*.pt2"))) == 3  # batches 1, 2, 4: one step each
     assert len(list(packages.glob("denoise_step-*.pt2"))) == 1
-    compiled = frames_with_questions(engine, lengths, TINY.vision.image_size)
-    assert compiled[1] == eager[1]  # identical greedy tokens
-    for a, b in zip(compiled[0], eager[0]):
-        np.testing.assert_allclose(a, b, atol=1e-5, rtol=0)
-    assert engine.recompiles == 0
 
 
 def test_a_second_engine_loads_every_package_from_the_cache_and_gives_the_same_frames(lively_tiny, tok,

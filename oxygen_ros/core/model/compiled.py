@@ -105,7 +105,8 @@ class CompiledVLA:
         self._pieces: dict[tuple, Callable[..., object]] = {}
         self._columns = torch.arange(self.decode_steps)  # its length is the loop's K (a graph input)
         self._scalars: dict[int, Tensor] = {}
-        self._step_numbers: list[Tensor] = []  # [step] on the device, one per denoise step: made once
+        # tensor([s]) on the device for each denoise step s: made here, never during a graph's capture
+        self._step_numbers = [torch.tensor([s], device=model.device) for s in range(steps)]
 
     def _piece(self, name: str, inputs: tuple[Tensor, ...]) -> Callable[..., object]:
         """The graph of piece ``name`` at the shapes of ``inputs``: loaded (or built) on first use."""
@@ -126,8 +127,7 @@ class CompiledVLA:
         if name == "denoise" and not self.denoise_loops:
             slots, lengths, noise = inputs
             layers, final = self._modulations()
-            self._step_number(self.steps - 1)  # every step's number made now, outside any capture
-            return "denoise_step", (slots, lengths, noise, self._step_number(0), layers, final)
+            return "denoise_step", (slots, lengths, noise, self._step_numbers[0], layers, final)
         return name, inputs
 
     def _load(self, name: str, inputs: tuple[Tensor, ...]) -> Callable[..., object]:
@@ -144,19 +144,13 @@ class CompiledVLA:
         """The denoise loop around a one-step piece (on CUDA, captured whole as one graph)."""
         layers, final = self._modulations()
         x = noise
-        for s in range(self.steps):
-            x = step(slots, lengths, x, self._step_number(s), layers, final)
+        for number in self._step_numbers:
+            x = step(slots, lengths, x, number, layers, final)
         return x
 
     def _modulations(self) -> tuple[Tensor, Tensor]:
         with torch.inference_mode():
             return self.model.denoise_modulations(self.steps)
-
-    def _step_number(self, s: int) -> Tensor:
-        """``tensor([s])`` on the device: made before any capture, never during one."""
-        while len(self._step_numbers) <= s:
-            self._step_numbers.append(torch.tensor([len(self._step_numbers)], device=self.model.device))
-        return self._step_numbers[s]
 
     # ------------------------------------------------------------------ warm-up and counts
     @property
