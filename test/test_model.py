@@ -255,3 +255,25 @@ def test_absent_cameras_skip_the_vision_tower(model64):
             hook.remove()
     assert seen == [3]  # 3 images present of 6
     assert vlm[0][:2] == (2, 2 * TINY.vision.tokens_per_image + 5)
+
+
+def test_the_compiled_form_of_the_activation_is_torchs_gelu_tanh():
+    """Traced for compilation the MLPs' GELU is written as x * sigmoid(2u) (faster compiled on a
+    CPU); it must be the same function as torch's tanh GELU, in both dtypes. The vision tower's
+    MLPs (transformers' modules) must use it too; the Gemma MLPs call it directly."""
+    from torch._dynamo.testing import EagerAndRecordGraphs
+
+    from oxygen_ros.core.model.gemma import GeluTanh, gelu_tanh
+
+    x = torch.linspace(-12, 12, 20001)
+    for dtype, tolerance in ((torch.float32, 2e-6), (torch.bfloat16, 2 ** -7)):
+        graphs = EagerAndRecordGraphs()
+        traced = torch.compile(gelu_tanh, backend=graphs, fullgraph=True)(x.to(dtype))
+        assert "sigmoid" in graphs.graphs[0].code and "gelu" not in graphs.graphs[0].code
+        expected = torch.nn.functional.gelu(x.to(dtype), approximate="tanh")
+        assert traced.dtype == dtype
+        scale = expected.float().abs().clamp(min=1.0)
+        assert float(((traced.float() - expected.float()).abs() / scale).max()) <= tolerance, dtype
+        assert torch.equal(gelu_tanh(x.to(dtype)), expected)  # eager: torch's own kernel
+    model = build_model(TINY)
+    assert all(isinstance(layer.mlp.activation_fn, GeluTanh) for layer in model.vision.tower.encoder.layers)

@@ -75,7 +75,34 @@ class GemmaMLP(nn.Module):
         self.down_proj = nn.Linear(hidden, width, bias=False)
 
     def forward(self, x: Tensor) -> Tensor:
-        return self.down_proj(F.gelu(self.gate_proj(x), approximate="tanh") * self.up_proj(x))
+        return self.down_proj(gelu_tanh(self.gate_proj(x)) * self.up_proj(x))
+
+
+#: 2 * sqrt(2 / pi): 0.5 * (1 + tanh(u)) = sigmoid(2 * u)
+_GELU_SIGMOID_SCALE = 2.0 * math.sqrt(2.0 / math.pi)
+
+
+def gelu_tanh(x: Tensor) -> Tensor:
+    """GELU, tanh approximation (Gemma's and SigLIP's activation): ``0.5 x (1 + tanh(u))``,
+    ``u = sqrt(2/pi) (x + 0.044715 x^3)``.
+
+    Eager it is torch's fused kernel. Traced for compilation (``torch.compile``, ``torch.export``)
+    it is written as the same function ``x * sigmoid(2u)``, computed in at least float32: the CPU
+    code generator's vectorised ``tanh`` is slow, and π0.5's gated MLP activation (790 x 16384 in
+    bfloat16) took 23.7 ms compiled with ``tanh`` against 7.6 ms with ``sigmoid`` on a 2-core
+    AVX-512 machine (18.3 ms eager).
+    """
+    if not torch.compiler.is_compiling():
+        return F.gelu(x, approximate="tanh")
+    w = _wide(x)
+    return (w * torch.sigmoid(_GELU_SIGMOID_SCALE * (w + 0.044715 * w * w * w))).to(x.dtype)
+
+
+class GeluTanh(nn.Module):
+    """:func:`gelu_tanh` as a module (the vision tower's MLP takes its activation as one)."""
+
+    def forward(self, x: Tensor) -> Tensor:
+        return gelu_tanh(x)
 
 
 class SelfAttentionProjections(nn.Module):

@@ -7,6 +7,7 @@ from torch import Tensor, nn
 from transformers import SiglipVisionConfig, SiglipVisionModel
 
 from .config import VisionConfig
+from .gemma import GeluTanh
 
 
 class VisionEncoder(nn.Module):
@@ -33,6 +34,8 @@ class VisionEncoder(nn.Module):
         )
         hf._attn_implementation = "sdpa"
         self.tower = SiglipVisionModel(hf)
+        for layer in self.tower.encoder.layers:  # the same function, faster compiled
+            layer.mlp.activation_fn = GeluTanh()
         self.projector = nn.Linear(cfg.hidden, out_width)
 
     def forward(self, pixels: Tensor) -> Tensor:
