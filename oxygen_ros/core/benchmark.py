@@ -96,6 +96,7 @@ class RunSpec:
     seed: int = 0
     compile: str = "off"  # EngineConfig.compile
     cameras: int | None = None  # EngineConfig.max_cameras: the observations' camera count
+    keep_freed_memory: bool = True  # EngineConfig.keep_freed_memory
 
 
 def run_setting(model: VLA, tokenizer: Tokenizer, spec: RunSpec, observations: list[Observation],
@@ -226,7 +227,7 @@ def engine_for(model: VLA, tokenizer: Tokenizer, spec: RunSpec) -> Engine:
                           denoise_steps=spec.denoise_steps, max_active=spec.max_active,
                           queue_limit=spec.queue_limit, max_observations_per_frame=spec.agents,
                           language_every_n_frames=0, seed=spec.seed, compile=spec.compile,
-                          max_cameras=spec.cameras)
+                          max_cameras=spec.cameras, keep_freed_memory=spec.keep_freed_memory)
     return Engine(model, tokenizer, config)
 
 

@@ -26,6 +26,8 @@ class EngineConfig:
     #: the compiled prefill runs over this many camera slots
     max_cameras: int | None = None
     compile: str = "auto"  # "on" | "off" | "auto" (CUDA: on, CPU: off): see core/model/compile_setup.py
+    #: keep the memory frames free in the process for the next frame (no page faults; see core/heap.py)
+    keep_freed_memory: bool = True
 
     def __post_init__(self) -> None:
         if self.compile not in COMPILE_CHOICES:

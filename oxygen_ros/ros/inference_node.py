@@ -143,6 +143,7 @@ class InferenceNode(InferenceDiagnostics, InferenceTicks, Node):
                               state_dim=getattr(normalizer, "state_dim", None), log=self.get_logger(),
                               robots=p["robots"] or [""], seed=p["seed"])
         self.counters = self.loop.counters
+        self.get_logger().info(self.engine.memory_note)
         compile_pieces(self.engine, p["compile"], self.get_logger())
         if p["warmup_frames"] > 0:
             ms = warm_up(self.engine, p["warmup_frames"], p["steps_per_frame"])

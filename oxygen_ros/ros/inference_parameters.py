@@ -179,6 +179,10 @@ PARAMETERS: tuple[ParamSpec, ...] = (
               "CUDA, eager on CPU, where a cold compile takes minutes). Where compiling is impossible the node "
               "says why and runs eager.", "str", one_of(COMPILE_CHOICES), constraints=" | ".join(COMPILE_CHOICES),
               bool_as=("off", "on")),
+    ParamSpec("keep_freed_memory", True, "Keep the memory a frame frees in the process for the next frame "
+              "(glibc: no trim, blocks up to 32 MB from the heap), so that a frame's large tensors do not fault "
+              "their pages in again each frame; the resident size stays at its high-water mark. false: the C "
+              "library's defaults. Process-wide.", "bool"),
     ParamSpec("warmup_frames", 2, "Frames run on a black image at start-up, before the first tick.", "int",
               non_negative, constraints=">= 0"),
     ParamSpec("control_frame", "", "header.frame_id of ActionChunk and JointTrajectory messages.", "str"),

@@ -54,7 +54,7 @@ def engine_config(p: dict) -> EngineConfig:
                             max_observations_per_frame=min(p["max_observations_per_frame"], max(1, len(p["robots"]))),
                             max_cameras=p["max_cameras"] or None,
                             language_every_n_frames=p["language_every_n_frames"], seed=p["seed"],
-                            compile=p["compile"])
+                            compile=p["compile"], keep_freed_memory=p["keep_freed_memory"])
     except ValueError as exc:  # a cross-check not covered by the parameter checks
         name = next((q.name for q in PARAMETERS if q.name in str(exc)), "setting")
         raise ParameterError(name, str(exc)) from exc

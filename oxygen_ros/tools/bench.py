@@ -45,7 +45,7 @@ from ..core.model.compile_setup import COMPILE_CHOICES, resolve_compile
 from ..core.model.load_probe import LibraryLoadError
 from ..core.piece_timing import PieceTimer
 from ..core.workloads import Workload
-from .common import add_model_args, load_model
+from .common import add_model_args, keeps_freed_memory, load_model
 
 
 def int_list(text: str) -> list[int]:
@@ -156,7 +156,7 @@ def main(argv=None) -> int:
     result = {"runs": runs, "upper_bound": bounds, "components": components.get(False),
               "components_compiled": components.get(True),
               "model": {"source": loaded.source, "preset": c.name, "device": args.device, "dtype": args.dtype,
-                        "threads": args.threads}}
+                        "threads": args.threads, "keep_freed_memory": keeps_freed_memory(args)}}
     print_table(runs, bounds)
     print_components(components)
     if args.json:
@@ -192,7 +192,8 @@ def tick_probe(model, tok, args: argparse.Namespace, source: str) -> int:
 def _write(result: dict, model, args: argparse.Namespace, source: str) -> int:
     """``result`` with the model's description, into ``--json`` if given."""
     result["model"] = {"source": source, "preset": model.config.name, "device": args.device, "dtype": args.dtype,
-                       "threads": args.threads, "cameras": args.cameras}
+                       "threads": args.threads, "cameras": args.cameras,
+                       "keep_freed_memory": keeps_freed_memory(args)}
     if args.json:
         args.json.parent.mkdir(parents=True, exist_ok=True)
         args.json.write_text(json.dumps(result, indent=2, default=str))
@@ -206,7 +207,8 @@ def run_all(model, tok, args: argparse.Namespace, obs: list, combos: list[tuple]
     the runs' ratios (speedups, and against the upper bound) are measured under the same load, on a
     machine whose speed drifts. Returns the runs and the pieces' medians {compiled: components}."""
     specs = [RunSpec(setting, n, k, S, args.frames, args.warmup, args.arrivals, agents=a,
-                     max_active=args.max_active, seed=args.seed, compile=mode, cameras=args.cameras)
+                     max_active=args.max_active, seed=args.seed, compile=mode, cameras=args.cameras,
+                     keep_freed_memory=keeps_freed_memory(args))
              for setting, n, k, S, mode, a in combos]
     rounds = args.frames + args.warmup
     stride = max(1, rounds // PIECE_SAMPLES)  # the samples spread over the whole run

@@ -29,6 +29,7 @@ from ..core.model.compile_setup import resolve_compile
 from ..core.tick_guard import SWITCH_INTERVAL_S, TickGuard
 from ..core.tick_probe import frames_beside_ticks, lateness_summary
 from ..core.workloads import Workload
+from .common import keeps_freed_memory
 
 SLICE_S = 1.0  # each row's turn
 REST_S = 0.005  # after each frame
@@ -43,7 +44,7 @@ class _Row:
         # the engine of the first run of ``oxygen-bench`` with these options (frames and warm-up unused)
         spec = RunSpec(args.settings[0], args.max_decode[0], args.steps_per_frame[0], steps, 0, 0, args.arrivals,
                        agents=args.agents[0], max_active=args.max_active, seed=args.seed, compile=mode,
-                       cameras=args.cameras)
+                       cameras=args.cameras, keep_freed_memory=keeps_freed_memory(args))
         self.engine = engine_for(model, tok, spec)
         self.engine.warm_up()
         self.mode, self.guard = mode, TickGuard() if guarded else None

@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import argparse
+import sys
 
 import torch
 
 from ..core import checkpoints
 from ..core.checkpoints import LoadedCheckpoint, SizesError, parse_sizes
 from ..core.checkpoints.given_sizes import parse_item
+from ..core.heap import keep_freed_memory
 from ..core.model.config import PRESETS
 
 
@@ -27,6 +29,10 @@ def add_model_args(parser: argparse.ArgumentParser) -> None:
     g.add_argument("--device", default="cpu", help="cpu or cuda[:N] (default cpu)")
     g.add_argument("--dtype", default="float32", choices=["float32", "bfloat16"])
     g.add_argument("--threads", type=int, default=1, help="torch intra-op threads (default 1)")
+    g.add_argument("--keep-freed-memory", choices=["on", "off"], default="on",
+                   help="keep memory freed between frames in the process for reuse, so that large tensors do not "
+                        "fault their pages in again each frame (glibc mallopt; default on, as the node's "
+                        "keep_freed_memory parameter)")
 
 
 def size_item(text: str) -> str:
@@ -47,6 +53,11 @@ def model_sizes(args: argparse.Namespace) -> dict:
         raise SystemExit(f"--size: {exc}") from None
 
 
+def keeps_freed_memory(args: argparse.Namespace) -> bool:
+    """Whether ``--keep-freed-memory`` is on (a namespace without it: on, the default)."""
+    return getattr(args, "keep_freed_memory", "on") == "on"
+
+
 def load_model(args: argparse.Namespace) -> LoadedCheckpoint:
     """The model, tokenizer and normaliser the options ask for (see
     :func:`oxygen_ros.core.checkpoints.load_model` for the precedence); a checkpoint
@@ -61,6 +72,8 @@ def load_model(args: argparse.Namespace) -> LoadedCheckpoint:
         raise SystemExit(f"--device {args.device}: this torch ({torch.__version__}) sees no CUDA device")
     sizes = model_sizes(args)
     torch.set_num_threads(args.threads)
+    if keeps_freed_memory(args):
+        print(keep_freed_memory(), file=sys.stderr)
     try:
         return checkpoints.load_model(args.model_path, preset=args.preset, device=args.device, dtype=args.dtype,
                                       tokenizer_path=args.tokenizer_path, norm_stats_path=args.norm_stats,

@@ -47,7 +47,7 @@ from ..core.model.compile_setup import COMPILE_CHOICES
 from ..core.observation import Observation
 from ..core.sim import scene as sim
 from ..core.training import EVAL_SEED_BASE
-from .common import add_model_args, load_model
+from .common import add_model_args, keeps_freed_memory, load_model
 from .eval_questions import ask_all, question_cases, scene_observation, summarise_questions
 
 CAMERA_NAMES = ("base", "left_wrist", "right_wrist")
@@ -183,14 +183,15 @@ def summarise(episodes: Sequence[Episode]) -> dict:
 def evaluate(model, tokenizer, normalizer, *, scenes: int = 200, seed: int = 0, setting: str = "oxygen",
              concurrency: int = 8, execute: int = 5, max_steps: int = 50, max_decode: int = 12,
              steps_per_frame: int = 5, denoise_steps: int | None = None, camera_size: int | None = None,
-             with_texts: bool = False, compile: str = "off", questions: bool = True) -> dict:
+             with_texts: bool = False, compile: str = "off", questions: bool = True,
+             keep_freed_memory: bool = True) -> dict:
     """Run the evaluation and return its figures (and, with ``with_texts``, every generated text and
     token: ``texts`` and ``tokens`` of the descriptions, ``question_tokens`` of the answers)."""
     steps = denoise_steps or model.config.denoise_steps
     config = EngineConfig(setting=setting, max_decode=max_decode, steps_per_frame=min(steps_per_frame, max_decode),
                           denoise_steps=steps, max_active=concurrency, queue_limit=4 * concurrency,
                           max_observations_per_frame=concurrency, language_every_n_frames=1, seed=seed,
-                          camera_names=CAMERA_NAMES, compile=compile)
+                          camera_names=CAMERA_NAMES, compile=compile, keep_freed_memory=keep_freed_memory)
     engine = Engine(model, tokenizer, config, normalizer=normalizer)
     if compile == "on" and engine.compiled is None:
         print(f"compile=on runs eager: {engine.compile_reason}", file=sys.stderr)
@@ -255,7 +256,7 @@ def main(argv: Sequence[str] | None = None) -> int:
               file=sys.stderr)
     kwargs = dict(scenes=args.scenes, seed=args.seed, concurrency=args.concurrency, execute=args.execute,
                   max_steps=args.max_steps, camera_size=args.camera_size, compile=args.compile,
-                  questions=not args.no_questions)
+                  questions=not args.no_questions, keep_freed_memory=keeps_freed_memory(args))
     report = evaluate(ckpt.model, ckpt.tokenizer, ckpt.normalizer, setting=args.setting, with_texts=True, **kwargs)
     settings = [s for s in (args.compare or []) if s != args.setting]
     if settings:
