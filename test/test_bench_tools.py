@@ -190,17 +190,26 @@ def test_matmul_reference_takes_the_faster_layout_of_each_product(monkeypatch):
     linear layer's weight); the faster one, times how often the piece makes it, counts."""
     from oxygen_ros.core import matmul_reference
 
-    seen = []
+    seen, sampled = [], []
 
     def fake_median_ms(call, repeats, warmup, device):
         out = call()
         seen.append(out.shape)
         return 3.0 if len(seen) % 2 else 2.0  # the transposed layout, timed second, is faster
 
+    def fake_elapsed_s(call, device):
+        sampled.append(call)
+        return 0.002
+
     monkeypatch.setattr(matmul_reference, "median_ms", fake_median_ms)
+    monkeypatch.setattr(matmul_reference, "elapsed_s", fake_elapsed_s)
     products = {("mm", 1, 6, 4, 5, torch.float32): 3, ("bmm", 2, 3, 7, 4, torch.float32): 1}
-    assert matmul_reference.time_matmuls(products) == 3 * 2.0 + 1 * 2.0
+    timer = matmul_reference.ProductTimer(products)
     assert seen == [(6, 5), (6, 5), (2, 3, 4), (2, 3, 4)]
+    assert timer.layouts == ["[N, K]", "[N, K]"]
+    assert timer.sample() == 3 * 2.0 + 1 * 2.0  # each shape's time, as often as the piece makes it
+    assert sampled == [c for _, c in timer.calls]  # one call of each shape, in the faster layout
+    assert matmul_reference.time_matmuls(products, repeats=3) == 8.0
 
 
 def test_bench_pieces_only_times_the_pieces_against_their_matrix_products(tmp_path, capsys):

@@ -3,15 +3,18 @@
 :func:`record_matmuls` runs a function once (eager) and records the shape and
 dtype of every matrix product it makes (linear layers, ``mm``, ``addmm``,
 ``bmm``, ``matmul``; the fused attention kernel's products are not counted,
-so the reference leaves attention out). :func:`time_matmuls` then times each distinct
-shape as a plain ``torch.mm`` / ``torch.bmm`` on fresh operands, as many times
-as the piece makes it, which is what the piece's arithmetic costs on this
-machine with nothing else around it. Each shape is timed with its second
-operand in both layouts, ``[K, N]`` and ``[N, K]`` transposed (a linear
-layer's weight), and the faster counts: which layout the BLAS library runs
-faster depends on the CPU (on one 2-core AVX-512 machine the transposed
-layout ran 1.5x faster in bfloat16), and the peak is the faster of the two.
-The benchmark reports a piece's achieved
+so the reference leaves attention out). :class:`ProductTimer` then times each
+distinct shape as a plain ``torch.mm`` / ``torch.bmm`` on fresh operands,
+counted as many times as the piece makes it: what the piece's arithmetic
+costs on this machine with nothing else around it. It takes one sample at a
+time, so that the benchmark times it in turn with the piece itself: this
+VM's speed drifts by several percent within minutes, and a reference timed
+after the piece moved the ratio by 7 points between two runs of the same
+compiled prefill. Each shape runs with its second operand in the faster of
+two layouts, ``[K, N]`` and ``[N, K]`` transposed (a linear layer's weight):
+which one the BLAS library runs faster depends on the CPU (on one 2-core
+AVX-512 machine the transposed layout ran 1.5x faster in bfloat16), and the
+peak is the faster of the two. The benchmark reports a piece's achieved
 FLOP/s against these products' (``oxygen-bench --pieces-only``): 1.0 means
 the piece runs its products at the speed of plain ones and spends nothing
 elsewhere.
@@ -20,17 +23,20 @@ elsewhere.
 from __future__ import annotations
 
 import collections
+import statistics
 from collections.abc import Callable
 
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from .timing import median_ms
+from .timing import elapsed_s, median_ms
 
 #: (op, batch, m, k, n, dtype) of one matrix product; batch is 1 for mm/addmm
 Product = tuple[str, int, int, int, int, torch.dtype]
 
 _aten = torch.ops.aten
+#: the two layouts of a product's second operand: stored [K, N], or stored [N, K] and transposed
+LAYOUTS = ("[K, N]", "[N, K]")
 
 
 class _Recorder(TorchDispatchMode):
@@ -73,17 +79,37 @@ def _product(op: str, a: torch.Tensor, b: torch.Tensor) -> Callable[[], object]:
     return (lambda: torch.mm(a, b)) if op == "mm" else (lambda: torch.bmm(a, b))
 
 
+class ProductTimer:
+    """``products`` as plain products, one timed sample at a time, so that they can be timed in
+    turn with the piece they come from (the machine's speed drifts between minutes). Each shape
+    runs in the faster of the two layouts of its second operand, chosen once here (the median
+    of 3 calls of each, after a warm-up call); a :meth:`sample` times every shape once."""
+
+    def __init__(self, products: collections.Counter[Product], device: str | torch.device = "cpu"):
+        self.device = device
+        self.calls: list[tuple[int, Callable[[], object]]] = []
+        #: the layout of each shape's second operand that was faster, in the order of ``products``
+        self.layouts: list[str] = []
+        with torch.inference_mode():
+            for (op, batch, m, k, n, dtype), count in products.items():
+                lead = () if op == "mm" else (batch,)
+                a = torch.randn(*lead, m, k, dtype=dtype, device=device)
+                rows = torch.randn(*lead, k, n, dtype=dtype, device=device)  # [K, N]
+                cols = torch.randn(*lead, n, k, dtype=dtype, device=device).transpose(-1, -2)  # [N, K] as [K, N]
+                layouts = [_product(op, a, b) for b in (rows, cols)]
+                times = [median_ms(call, 3, warmup=1, device=device) for call in layouts]
+                faster = times.index(min(times))
+                self.calls.append((count, layouts[faster]))
+                self.layouts.append(LAYOUTS[faster])
+
+    def sample(self) -> float:
+        """Milliseconds: each shape timed once, times how often the piece makes it, summed."""
+        with torch.inference_mode():
+            return sum(count * elapsed_s(call, self.device) for count, call in self.calls) * 1e3
+
+
 def time_matmuls(products: collections.Counter[Product], repeats: int = 5, device: str | torch.device = "cpu") -> float:
-    """Milliseconds that ``products`` take as plain products: for each shape, the median of
-    ``repeats`` timed calls in the faster of the two layouts of its second operand, times how
-    often the piece makes it."""
-    total = 0.0
-    with torch.inference_mode():
-        for (op, batch, m, k, n, dtype), count in products.items():
-            lead = () if op == "mm" else (batch,)
-            a = torch.randn(*lead, m, k, dtype=dtype, device=device)
-            rows = torch.randn(*lead, k, n, dtype=dtype, device=device)  # [K, N]
-            cols = torch.randn(*lead, n, k, dtype=dtype, device=device).transpose(-1, -2)  # [N, K] seen as [K, N]
-            layouts = (median_ms(_product(op, a, b), repeats, warmup=1, device=device) for b in (rows, cols))
-            total += count * min(layouts)
-    return total
+    """Milliseconds that ``products`` take as plain products: the median of ``repeats`` samples
+    of a :class:`ProductTimer` in a row."""
+    timer = ProductTimer(products, device)
+    return statistics.median(timer.sample() for _ in range(repeats))

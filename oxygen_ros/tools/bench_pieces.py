@@ -4,12 +4,13 @@ For each compile mode of ``--compile`` (``on,off`` for both), the median time
 of: the prefill of one observation (``--cameras`` cameras), one denoise step
 (the median of S steps in one call, divided by S) and one decode step at
 batch 1 and 8, on the slot length an engine with the default request sizes
-uses (:func:`~oxygen_ros.core.benchmark.measure_components`). Compiled, only
-these buckets are built (a π0.5-sized bucket takes a minute or more). Then
-the prefill's own matrix products, timed as plain ``torch.mm`` / ``bmm``
-calls in the same run (:mod:`~oxygen_ros.core.matmul_reference`): the
-prefill's achieved FLOP/s over theirs says how close it runs to this
-machine's practical peak. No frames are run, so a large model on a CPU takes
+uses (:class:`~oxygen_ros.core.piece_timing.PieceTimer`). Compiled, only
+these buckets are built (a π0.5-sized bucket takes a minute or more). And
+the prefill's own matrix products as plain ``torch.mm`` / ``bmm`` calls
+(:mod:`~oxygen_ros.core.matmul_reference`): the prefill's achieved FLOP/s
+over theirs says how close it runs to this machine's practical peak. Each of
+the ``--repeats`` samples times every mode's pieces once, then the plain
+products once, so that the ratio is measured at the same moments. No frames are run, so a large model on a CPU takes
 minutes, not hours::
 
     oxygen-bench --pieces-only --preset pi05 --dtype bfloat16 --cameras 3 --threads 2 --compile on,off
@@ -18,10 +19,11 @@ minutes, not hours::
 from __future__ import annotations
 
 import argparse
+import statistics
 
-from ..core.benchmark import denoise_sweep, measure_components, synthetic_observations
+from ..core.benchmark import denoise_sweep, piece_timer, synthetic_observations
 from ..core.engine_config import EngineConfig, slot_len
-from ..core.matmul_reference import flops, record_matmuls, time_matmuls
+from ..core.matmul_reference import ProductTimer, flops, record_matmuls
 from ..core.model.compile_setup import resolve_compile
 from ..core.model.load_probe import LibraryLoadError
 from ..core.observation import make_prefix_batch
@@ -44,23 +46,29 @@ def run_pieces(model, tokenizer, args: argparse.Namespace) -> dict:
     # the slot length of an engine with the default request sizes
     slots = slot_len(EngineConfig(max_decode=max(args.max_decode), max_cameras=args.cameras), c)
     modes = dict.fromkeys(resolve_compile(mode, args.device).enabled for mode in args.compile)  # in order, once
-    pieces, not_run = {}, {}
+    timers, not_run = {}, {}
     for compiled in modes:
         name = "compiled" if compiled else "eager"
         try:
-            pieces[name] = measure_components(model, tokenizer, batch_sizes=BATCHES, cameras=args.cameras,
-                                              repeats=args.repeats, denoise_steps=steps, compile=compiled,
-                                              slot_len=slots, warm_all=False)
+            timers[name] = piece_timer(model, tokenizer, batch_sizes=BATCHES, cameras=args.cameras,
+                                       denoise_steps=steps, compile=compiled, slot_len=slots, warm_all=False)
         except LibraryLoadError as e:  # the other mode's figures still come out
             not_run[name] = str(e)
     products = prefill_products(model, tokenizer, args.cameras)
-    reference_ms = time_matmuls(products, repeats=args.repeats, device=args.device)
+    reference = ProductTimer(products, device=args.device)
+    reference_samples = []
+    for _ in range(args.repeats):  # in turn: a sample of each mode's pieces, then of the plain products
+        for timer in timers.values():
+            timer.sample()
+        reference_samples.append(reference.sample())
+    pieces = {name: timer.result() for name, timer in timers.items()}
+    reference_ms = statistics.median(reference_samples)
     work = flops(products)
     for p in pieces.values():
         p["prefill_gflops_per_s"] = work / (p["prefill_ms"] / 1e3) / 1e9
         p["prefill_vs_matmuls"] = reference_ms / p["prefill_ms"]
     return {"pieces": pieces, "not_run": not_run, "slot_len": slots, "denoise_steps": steps,
-            "prefill_matmuls": {"gflop": work / 1e9, "ms": reference_ms,
+            "prefill_matmuls": {"gflop": work / 1e9, "ms": reference_ms, "layouts": reference.layouts,
                                 "gflops_per_s": work / (reference_ms / 1e3) / 1e9, "shapes": len(products)}}
 
 
