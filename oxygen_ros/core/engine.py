@@ -23,11 +23,11 @@ from . import scheduler
 from .cadence import LanguageCadence
 from .engine_config import EngineConfig, served_cameras, slot_len
 from .frame_result import FrameError, FrameResult, Question
+from .heap import keep_freed_memory
 from .kv_pool import SCRATCH, KVPool
 from .model.compiled import CompiledVLA, Progress
 from .model.vla import VLA
 from .model_runner import ModelRunner
-from .heap import keep_freed_memory
 from .observation import Observation, make_prefix_batch
 from .requests import FinishReason, Request, RequestManager, TokenEvent, finish_event
 from .tokenizer import Tokenizer
@@ -62,10 +62,10 @@ class Engine:
         #: S when a frame's plan gives none: the configured one, else the model's (the checkpoint's)
         self.default_denoise_steps = config.denoise_steps or model.config.denoise_steps
         self._denoise_steps = self.default_denoise_steps  # S of the running frame
-        #: runs the pieces: compiled graphs or the model eager
         #: what became of freed memory (``keep_freed_memory``), a line for the log
         self.memory_note = (keep_freed_memory() if config.keep_freed_memory
                             else "keep_freed_memory is off: the C library's own rules for freed memory")
+        #: runs the pieces: compiled graphs or the model eager
         self.runner = ModelRunner(model, cache, config, max_cameras=self.max_cameras,
                                   denoise_steps=self.default_denoise_steps,
                                   vocab_limit=usable_vocabulary(tokenizer.vocab_size, mc.vocab_size))

@@ -10,8 +10,8 @@ the prefill's own matrix products as plain ``torch.mm`` / ``bmm`` calls
 (:mod:`~oxygen_ros.core.matmul_reference`): the prefill's achieved FLOP/s
 over theirs says how close it runs to this machine's practical peak. Each of
 the ``--repeats`` samples times every mode's pieces once, then the plain
-products once, so that the ratio is measured at the same moments. No frames are run, so a large model on a CPU takes
-minutes, not hours::
+products once, so that the ratio is measured at the same moments. No frames
+are run, so a large model on a CPU takes minutes, not hours::
 
     oxygen-bench --pieces-only --preset pi05 --dtype bfloat16 --cameras 3 --threads 2 --compile on,off
 """
