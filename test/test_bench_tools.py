@@ -174,7 +174,7 @@ def test_interleaved_runs_compute_what_each_run_alone_does():
 def test_matmul_reference_counts_every_product_of_a_piece():
     """The products recorded are the ones made (linear layers under inference mode, batched
     products), with their FLOPs; timed as plain products they take some time."""
-    from oxygen_ros.core.matmul_reference import flops, record_matmuls, time_matmuls
+    from oxygen_ros.core.matmul_reference import ProductTimer, flops, record_matmuls
 
     lin = torch.nn.Linear(4, 5)
     x, a, b = torch.randn(2, 3, 4), torch.randn(6, 3, 7), torch.randn(6, 7, 2)
@@ -182,7 +182,7 @@ def test_matmul_reference_counts_every_product_of_a_piece():
     assert products == {("mm", 1, 6, 4, 5, torch.float32): 1, ("mm", 1, 3, 4, 5, torch.float32): 1,
                         ("bmm", 6, 3, 7, 2, torch.float32): 1, ("mm", 1, 3, 7, 2, torch.float32): 1}
     assert flops(products) == 2 * (6 * 4 * 5 + 3 * 4 * 5 + 6 * 3 * 7 * 2 + 3 * 7 * 2)
-    assert time_matmuls(products, repeats=2) > 0
+    assert ProductTimer(products).sample() > 0
 
 
 def test_matmul_reference_takes_the_faster_layout_of_each_product(monkeypatch):
@@ -209,7 +209,7 @@ def test_matmul_reference_takes_the_faster_layout_of_each_product(monkeypatch):
     assert timer.layouts == ["[N, K]", "[N, K]"]
     assert timer.sample() == 3 * 2.0 + 1 * 2.0  # each shape's time, as often as the piece makes it
     assert sampled == [c for _, c in timer.calls]  # one call of each shape, in the faster layout
-    assert matmul_reference.time_matmuls(products, repeats=3) == 8.0
+    assert timer.sample() == 8.0  # and again in the next sample
 
 
 def test_bench_pieces_only_times_the_pieces_against_their_matrix_products(tmp_path, capsys):

@@ -30,9 +30,9 @@ import threading
 
 #: mallopt parameters (glibc's malloc.h)
 M_TRIM_THRESHOLD = -1
+M_MMAP_THRESHOLD = -3
 #: blocks up to this size come from the heap (glibc refuses more than 32 MB on a 64-bit machine)
 MMAP_THRESHOLD = 32 << 20
-M_MMAP_THRESHOLD = -3
 
 _lock = threading.Lock()
 _result: str | None = None

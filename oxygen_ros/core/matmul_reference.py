@@ -23,7 +23,6 @@ elsewhere.
 from __future__ import annotations
 
 import collections
-import statistics
 from collections.abc import Callable
 
 import torch
@@ -106,10 +105,3 @@ class ProductTimer:
         """Milliseconds: each shape timed once, times how often the piece makes it, summed."""
         with torch.inference_mode():
             return sum(count * elapsed_s(call, self.device) for count, call in self.calls) * 1e3
-
-
-def time_matmuls(products: collections.Counter[Product], repeats: int = 5, device: str | torch.device = "cpu") -> float:
-    """Milliseconds that ``products`` take as plain products: the median of ``repeats`` samples
-    of a :class:`ProductTimer` in a row."""
-    timer = ProductTimer(products, device)
-    return statistics.median(timer.sample() for _ in range(repeats))
