@@ -9,12 +9,16 @@ from oxygen_ros.ros.process import install_sigterm_as_keyboard_interrupt
 
 
 @pytest.fixture
-def our_handlers():
+def saved_handlers():
     saved = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)}
-    install_sigterm_as_keyboard_interrupt()
     yield
     for s, handler in saved.items():
         signal.signal(s, handler)
+
+
+@pytest.fixture
+def our_handlers(saved_handlers):
+    install_sigterm_as_keyboard_interrupt()
 
 
 @pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM])
@@ -39,3 +43,38 @@ def test_an_interrupt_that_comes_during_a_finalizer_is_not_lost(our_handlers, ca
         _Dropped()  # made and dropped: its finalizer runs here
         time.sleep(1.0)  # the interrupt arrives here
     assert "Exception ignored" not in capfd.readouterr().err
+
+
+def test_a_node_that_closes_on_sigint_ignores_the_next_ones_but_not_sigterm(saved_handlers):
+    """The inference node's process (``sigint_once``): the SIGINT that interrupts it turns
+    SIGINT off in the handler itself, so the one ``ros2 launch`` forwards just after the
+    terminal's cannot interrupt the clean-up, even before the clean-up has begun. Seen in
+    CI: a second SIGINT landing between the first KeyboardInterrupt and the clean-up's own
+    call that ignores SIGINT cut the clean-up short. SIGTERM still ends it."""
+    install_sigterm_as_keyboard_interrupt(sigint_once=True)
+    with pytest.raises(KeyboardInterrupt):
+        signal.raise_signal(signal.SIGINT)
+        time.sleep(1.0)
+    signal.raise_signal(signal.SIGINT)  # the second one: nothing happens
+    time.sleep(0.05)
+    assert signal.getsignal(signal.SIGINT) is signal.SIG_IGN
+    with pytest.raises(KeyboardInterrupt):
+        signal.raise_signal(signal.SIGTERM)
+        time.sleep(1.0)
+
+
+def test_the_agent_stops_its_clean_up_on_a_second_ctrl_c(our_handlers):
+    """Without ``sigint_once`` (``oxygen-agent`` in a terminal), every Ctrl-C interrupts:
+    the second one stops the agent's clean-up at once, as it says."""
+    for _ in range(2):
+        with pytest.raises(KeyboardInterrupt):
+            signal.raise_signal(signal.SIGINT)
+            time.sleep(1.0)
+
+
+def test_a_sigint_once_that_comes_during_a_finalizer_still_interrupts_after_it(saved_handlers):
+    install_sigterm_as_keyboard_interrupt(sigint_once=True)
+    with pytest.raises(KeyboardInterrupt):
+        _Dropped()
+        time.sleep(1.0)
+    assert signal.getsignal(signal.SIGINT) is signal.SIG_IGN

@@ -48,7 +48,7 @@ def run_control_node(make_node: Callable, name: str, args: list[str] | None = No
     does not load, a fault outside the frames: printed with its cause), else 0."""
     from rclpy.executors import SingleThreadedExecutor
 
-    init_control_process(args)
+    init_control_process(args, sigint_once=True)  # a second SIGINT (launch's) never cuts the clean-up
     node = executor = None
     code = 0
     try:

@@ -86,13 +86,14 @@ def thaw_garbage_collector() -> None:
     gc.unfreeze()
 
 
-def init_control_process(args=None) -> None:
+def init_control_process(args=None, sigint_once: bool = False) -> None:
     """Set up a process that runs the inference node's control loop: the worker's Python
     code hands the interpreter lock over every 1 ms (so it never holds it through a
     tick), SIGTERM ends the process like Ctrl-C, and rclpy starts without its own signal
-    handlers (shutdown is ours: requests are cancelled first)."""
+    handlers (shutdown is ours: requests are cancelled first). ``sigint_once``: see
+    :func:`install_sigterm_as_keyboard_interrupt`."""
     sys.setswitchinterval(SWITCH_INTERVAL_S)
-    install_sigterm_as_keyboard_interrupt()
+    install_sigterm_as_keyboard_interrupt(sigint_once)
     rclpy.init(args=args, signal_handler_options=SignalHandlerOptions.NO)
 
 
@@ -106,14 +107,17 @@ def ignore_further_interrupts() -> None:
         signal.signal(signal.SIGINT, signal.SIG_IGN)
 
 
-def install_sigterm_as_keyboard_interrupt() -> None:
+def install_sigterm_as_keyboard_interrupt(sigint_once: bool = False) -> None:
     """Make SIGINT (Ctrl-C, and what launch sends first) and SIGTERM (sent by launch after
     SIGINT, and by `kill`) end the process with a KeyboardInterrupt. SIGINT is set too
     because a process started from a background job inherits it ignored, and would
     then wait for launch's SIGTERM, seconds later. A signal that comes while a finalizer
-    runs is delivered again just after (:func:`interrupt`)."""
+    runs is delivered again just after (:func:`interrupt`). With ``sigint_once`` the
+    SIGINT that interrupts also turns SIGINT off, in the handler itself: a second one
+    (launch forwards its own after the terminal's) cannot land in the clean-up before
+    :func:`ignore_further_interrupts` runs."""
     if threading.current_thread() is threading.main_thread():
-        signal.signal(signal.SIGINT, interrupt)
+        signal.signal(signal.SIGINT, interrupt_once if sigint_once else interrupt)
         signal.signal(signal.SIGTERM, interrupt)
 
 
@@ -127,12 +131,29 @@ def interrupt(signum, frame) -> None:
     with a traceback) and the interrupt would be lost, the process going on. Seen with
     SIGINTs during the node's start, one landing in a ``Popen.__del__`` that the garbage
     collector ran. Then the signal is sent again a moment later, to land outside it."""
+    if _redelivered_after_finalizer(signum, frame):
+        return
+    raise KeyboardInterrupt
+
+
+def interrupt_once(signum, frame) -> None:
+    """:func:`interrupt`, and SIGINT ignored from the moment it raises (handlers run on
+    the main thread, between two bytecodes: nothing of the clean-up has run yet)."""
+    if _redelivered_after_finalizer(signum, frame):
+        return
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    raise KeyboardInterrupt
+
+
+def _redelivered_after_finalizer(signum, frame) -> bool:
+    """True when the handler runs inside a finalizer: the signal is sent again a moment
+    later, to land outside it."""
     f = frame
     while f is not None:
         if f.f_code.co_name == "__del__":
             timer = threading.Timer(REDELIVERY_S, signal.raise_signal, (signum,))
             timer.daemon = True
             timer.start()
-            return
+            return True
         f = f.f_back
-    raise KeyboardInterrupt
+    return False

@@ -183,7 +183,7 @@ def main(argv: list[str] | None = None) -> int:
     from .process import init_control_process, settle_garbage_collector
     from .spinner import Spinner
 
-    init_control_process([])
+    init_control_process([], sigint_once=True)
     nodes: list = []
     spinner = None
     try:
