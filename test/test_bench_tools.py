@@ -182,7 +182,22 @@ def test_matmul_reference_counts_every_product_of_a_piece():
     assert products == {("mm", 1, 6, 4, 5, torch.float32): 1, ("mm", 1, 3, 4, 5, torch.float32): 1,
                         ("bmm", 6, 3, 7, 2, torch.float32): 1, ("mm", 1, 3, 7, 2, torch.float32): 1}
     assert flops(products) == 2 * (6 * 4 * 5 + 3 * 4 * 5 + 6 * 3 * 7 * 2 + 3 * 7 * 2)
-    assert ProductTimer(products).sample() > 0
+    ms = ProductTimer(products).sample()
+    assert ms["linear"] > 0 and ms["attention"] == 0
+
+
+def test_matmul_reference_counts_the_two_products_inside_a_fused_attention_call():
+    """A fused attention kernel makes two products per head: the scores (q @ k.T) and the
+    values (probabilities @ v); the reference counts both, apart from the linear layers'."""
+    from oxygen_ros.core.matmul_reference import ProductTimer, flops, record_matmuls
+
+    q, k, v = torch.randn(2, 3, 5, 8), torch.randn(2, 3, 7, 8), torch.randn(2, 3, 7, 4)
+    mask = torch.ones(2, 1, 1, 7, dtype=torch.bool)
+    products = record_matmuls(lambda: torch.nn.functional.scaled_dot_product_attention(q, k, v, attn_mask=mask))
+    assert products == {("attention", 6, 5, 8, 7, torch.float32): 1, ("attention", 6, 5, 7, 4, torch.float32): 1}
+    assert flops(products) == 2 * 6 * (5 * 8 * 7 + 5 * 7 * 4)
+    ms = ProductTimer(products).sample()
+    assert ms["attention"] > 0 and ms["linear"] == 0
 
 
 def test_matmul_reference_takes_the_faster_layout_of_each_product(monkeypatch):
@@ -207,9 +222,9 @@ def test_matmul_reference_takes_the_faster_layout_of_each_product(monkeypatch):
     timer = matmul_reference.ProductTimer(products)
     assert seen == [(6, 5), (6, 5), (2, 3, 4), (2, 3, 4)]
     assert timer.layouts == ["[N, K]", "[N, K]"]
-    assert timer.sample() == 3 * 2.0 + 1 * 2.0  # each shape's time, as often as the piece makes it
-    assert sampled == [c for _, c in timer.calls]  # one call of each shape, in the faster layout
-    assert timer.sample() == 8.0  # and again in the next sample
+    assert timer.sample() == {"linear": 3 * 2.0 + 1 * 2.0, "attention": 0.0}  # each shape's time, as often as made
+    assert sampled == [c for _, _, c in timer.calls]  # one call of each shape, in the faster layout
+    assert timer.sample()["linear"] == 8.0  # and again in the next sample
 
 
 def test_bench_pieces_only_times_the_pieces_against_their_matrix_products(tmp_path, capsys):
@@ -220,10 +235,13 @@ def test_bench_pieces_only_times_the_pieces_against_their_matrix_products(tmp_pa
     eager = result["pieces"]["eager"]
     assert set(eager["decode_step_ms"]) == {"1", "8"} and eager["cameras"] == 2 and not eager["compiled"]
     assert eager["prefill_ms"] > 0 and eager["denoise_step_ms"] > 0
-    assert result["prefill_matmuls"]["gflop"] > 0 and 0 < eager["prefill_vs_matmuls"]
+    ref = result["prefill_matmuls"]
+    assert ref["gflop"] > ref["attention_gflop"] > 0 and ref["ms"] > ref["linear_ms"] > 0 and ref["attention_ms"] > 0
+    assert 0 < eager["prefill_vs_linear_matmuls"] < eager["prefill_vs_matmuls"]
     assert "runs" not in result  # no frames were run
     printed = capsys.readouterr().out
     assert "decode step, batch 8" in printed and "of the plain products'" in printed
+    assert "of the linear layers' alone" in printed
 
 
 def test_bench_pieces_only_keeps_the_eager_figures_when_the_compiled_library_cannot_load(tmp_path, capsys,

@@ -2,8 +2,8 @@
 
 :func:`record_matmuls` runs a function once (eager) and records the shape and
 dtype of every matrix product it makes (linear layers, ``mm``, ``addmm``,
-``bmm``, ``matmul``; the fused attention kernel's products are not counted,
-so the reference leaves attention out). :class:`ProductTimer` then times each
+``bmm``, ``matmul``, and the two products of each fused attention call,
+scores and values, as ``attention``). :class:`ProductTimer` then times each
 distinct shape as a plain ``torch.mm`` / ``torch.bmm`` on fresh operands,
 counted as many times as the piece makes it: what the piece's arithmetic
 costs on this machine with nothing else around it. It takes one sample at a
@@ -30,8 +30,11 @@ from torch.utils._python_dispatch import TorchDispatchMode
 
 from .timing import elapsed_s, median_ms
 
-#: (op, batch, m, k, n, dtype) of one matrix product; batch is 1 for mm/addmm
+#: (op, batch, m, k, n, dtype) of one matrix product; batch is 1 for mm/addmm. op is "mm", "bmm"
+#: or "attention" (one of the two products inside a fused attention call, timed as a plain bmm)
 Product = tuple[str, int, int, int, int, torch.dtype]
+#: the kinds a :meth:`ProductTimer.sample` splits its time into
+KINDS = ("linear", "attention")
 
 _aten = torch.ops.aten
 #: the two layouts of a product's second operand: stored [K, N], or stored [N, K] and transposed
@@ -55,6 +58,12 @@ class _Recorder(TorchDispatchMode):
             a, b = args[0], args[1]
             batch = torch.broadcast_shapes(a.shape[:-2], b.shape[:-2]).numel()
             self._add("bmm" if batch > 1 else "mm", batch, a.shape[-2], a.shape[-1], b.shape[-1], a.dtype)
+        elif packet is _aten.scaled_dot_product_attention:  # what it is under inference mode, whatever kernel runs
+            # counted whole; a causal call (none in this model) would skip about half of it
+            q, k, v = args[0], args[1], args[2]  # [..., L, E], [..., S, E], [..., S, Ev]
+            heads = torch.broadcast_shapes(q.shape[:-2], k.shape[:-2]).numel()
+            self._add("attention", heads, q.shape[-2], q.shape[-1], k.shape[-2], q.dtype)  # scores: q @ k.T
+            self._add("attention", heads, q.shape[-2], k.shape[-2], v.shape[-1], q.dtype)  # probabilities @ v
         return func(*args, **(kwargs or {}))
 
     def _add(self, op: str, batch: int, m: int, k: int, n: int, dtype: torch.dtype) -> None:
@@ -74,6 +83,11 @@ def flops(products: collections.Counter[Product]) -> int:
     return sum(2 * batch * m * k * n * count for (_, batch, m, k, n, _), count in products.items())
 
 
+def kind(op: str) -> str:
+    """Which of :data:`KINDS` a product of ``op`` counts in."""
+    return "attention" if op == "attention" else "linear"
+
+
 def _product(op: str, a: torch.Tensor, b: torch.Tensor) -> Callable[[], object]:
     return (lambda: torch.mm(a, b)) if op == "mm" else (lambda: torch.bmm(a, b))
 
@@ -86,7 +100,8 @@ class ProductTimer:
 
     def __init__(self, products: collections.Counter[Product], device: str | torch.device = "cpu"):
         self.device = device
-        self.calls: list[tuple[int, Callable[[], object]]] = []
+        #: (kind, count, call) of each shape, in the order of ``products``
+        self.calls: list[tuple[str, int, Callable[[], object]]] = []
         #: the layout of each shape's second operand that was faster, in the order of ``products``
         self.layouts: list[str] = []
         with torch.inference_mode():
@@ -98,10 +113,14 @@ class ProductTimer:
                 layouts = [_product(op, a, b) for b in (rows, cols)]
                 times = [median_ms(call, 3, warmup=1, device=device) for call in layouts]
                 faster = times.index(min(times))
-                self.calls.append((count, layouts[faster]))
+                self.calls.append((kind(op), count, layouts[faster]))
                 self.layouts.append(LAYOUTS[faster])
 
-    def sample(self) -> float:
-        """Milliseconds: each shape timed once, times how often the piece makes it, summed."""
+    def sample(self) -> dict[str, float]:
+        """Milliseconds of each of :data:`KINDS`: each shape timed once, times how often the piece
+        makes it, summed."""
+        ms = dict.fromkeys(KINDS, 0.0)
         with torch.inference_mode():
-            return sum(count * elapsed_s(call, self.device) for count, call in self.calls) * 1e3
+            for what, count, call in self.calls:
+                ms[what] += count * elapsed_s(call, self.device) * 1e3
+        return ms

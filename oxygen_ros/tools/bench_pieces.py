@@ -7,8 +7,10 @@ batch 1 and 8, on the slot length an engine with the default request sizes
 uses (:class:`~oxygen_ros.core.piece_timing.PieceTimer`). Compiled, only
 these buckets are built (a π0.5-sized bucket takes a minute or more). And
 the prefill's own matrix products as plain ``torch.mm`` / ``bmm`` calls
-(:mod:`~oxygen_ros.core.matmul_reference`): the prefill's achieved FLOP/s
-over theirs says how close it runs to this machine's practical peak. Each of
+(:mod:`~oxygen_ros.core.matmul_reference`; its attention's products as
+batched ones): the prefill's achieved FLOP/s over theirs says how close it
+runs to this machine's practical peak (printed too against the linear
+layers' products alone, what the ratio counted until attention was in). Each of
 the ``--repeats`` samples times every mode's pieces once, then the plain
 products once, so that the ratio is measured at the same moments. No frames
 are run, so a large model on a CPU takes minutes, not hours::
@@ -19,11 +21,12 @@ are run, so a large model on a CPU takes minutes, not hours::
 from __future__ import annotations
 
 import argparse
+import collections
 import statistics
 
 from ..core.benchmark import denoise_sweep, piece_timer, synthetic_observations
 from ..core.engine_config import EngineConfig, slot_len
-from ..core.matmul_reference import ProductTimer, flops, record_matmuls
+from ..core.matmul_reference import KINDS, ProductTimer, flops, kind, record_matmuls
 from ..core.model.compile_setup import resolve_compile
 from ..core.model.load_probe import LibraryLoadError
 from ..core.observation import make_prefix_batch
@@ -56,20 +59,26 @@ def run_pieces(model, tokenizer, args: argparse.Namespace) -> dict:
             not_run[name] = str(e)
     products = prefill_products(model, tokenizer, args.cameras)
     reference = ProductTimer(products, device=args.device)
-    reference_samples = []
+    reference_samples = {what: [] for what in KINDS}
     for _ in range(args.repeats):  # in turn: a sample of each mode's pieces, then of the plain products
         for timer in timers.values():
             timer.sample()
-        reference_samples.append(reference.sample())
+        for what, ms in reference.sample().items():
+            reference_samples[what].append(ms)
     pieces = {name: timer.result() for name, timer in timers.items()}
-    reference_ms = statistics.median(reference_samples)
+    totals = [sum(parts) for parts in zip(*reference_samples.values())]
+    reference_ms, linear_ms = statistics.median(totals), statistics.median(reference_samples["linear"])
     work = flops(products)
     for p in pieces.values():
         p["prefill_gflops_per_s"] = work / (p["prefill_ms"] / 1e3) / 1e9
         p["prefill_vs_matmuls"] = reference_ms / p["prefill_ms"]
+        p["prefill_vs_linear_matmuls"] = linear_ms / p["prefill_ms"]
+    attention = collections.Counter({shape: n for shape, n in products.items() if kind(shape[0]) == "attention"})
     return {"pieces": pieces, "not_run": not_run, "slot_len": slots, "denoise_steps": steps,
             "prefill_matmuls": {"gflop": work / 1e9, "ms": reference_ms, "layouts": reference.layouts,
-                                "gflops_per_s": work / (reference_ms / 1e3) / 1e9, "shapes": len(products)}}
+                                "gflops_per_s": work / (reference_ms / 1e3) / 1e9, "shapes": len(products),
+                                "attention_gflop": flops(attention) / 1e9, "linear_ms": linear_ms,
+                                "attention_ms": statistics.median(reference_samples["attention"])}}
 
 
 def print_pieces(result: dict) -> None:
@@ -85,10 +94,12 @@ def print_pieces(result: dict) -> None:
         values = [get(pieces[m]) for m in modes]
         ratio = f"   {get(pieces['eager']) / get(pieces['compiled']):.2f}x" if both else ""
         print(f"{name:<22}" + "".join(f"{v:>12.3f}" for v in values) + ratio)
-    print(f"prefill: {ref['gflop']:.3g} GFLOP in {ref['shapes']} matrix-product shapes; as plain products "
-          f"{ref['ms']:.1f} ms ({ref['gflops_per_s']:.0f} GFLOP/s)")
+    print(f"prefill: {ref['gflop']:.3g} GFLOP in {ref['shapes']} matrix-product shapes ({ref['attention_gflop']:.3g} "
+          f"of them in attention); as plain products {ref['ms']:.1f} ms ({ref['gflops_per_s']:.0f} GFLOP/s; "
+          f"linear layers {ref['linear_ms']:.1f} ms, attention {ref['attention_ms']:.1f} ms)")
     for m in modes:
         p = pieces[m]
-        print(f"  {m}: {p['prefill_gflops_per_s']:.0f} GFLOP/s, {p['prefill_vs_matmuls']:.0%} of the plain products'")
+        print(f"  {m}: {p['prefill_gflops_per_s']:.0f} GFLOP/s, {p['prefill_vs_matmuls']:.0%} of the plain products' "
+              f"({p['prefill_vs_linear_matmuls']:.0%} of the linear layers' alone)")
     for m, why in result.get("not_run", {}).items():
         print(f"{m}: not run: {why}")
