@@ -102,7 +102,12 @@ class ControlLink:
         self._node, self._params, self._log = node, params, node.get_logger()
         self._topics = [[node.resolve_topic_name(t) for t in pair] for pair in topics]
         self.board = ChunkBoard(len(topics), horizon, action_dim)
-        self.ticks = TickBoard(len(topics))
+        try:
+            self.ticks = TickBoard(len(topics))
+        except BaseException:  # Ctrl-C between the two: the first block is not left behind
+            self.board.close()
+            self.board.unlink()
+            raise
         self.outputs: list[RemoteOutput] = []
         self._lateness_seen = self._missed_seen = 0
         self._process: Optional[subprocess.Popen] = None

@@ -149,8 +149,8 @@ class InferenceNode(InferenceDiagnostics, InferenceTicks, Node):
             ms = warm_up(self.engine, p["warmup_frames"], p["steps_per_frame"])
             self.get_logger().info(f"warmed up: {p['warmup_frames']} frames in {ms:.0f} ms")
         settle_garbage_collector()  # the model's and the compiled graphs' objects: before the first tick
-        self._link = self._control_link(p, action_dim)
         try:
+            self._open_link(p, action_dim)
             # frames yield to a tick sharing their process only
             self._tick_guard = TickGuard() if p["yield_to_ticks"] and self._link is None else None
             self.engine.pause_point = None if self._tick_guard is None else self._tick_guard.pause_point

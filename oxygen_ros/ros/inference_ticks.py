@@ -27,25 +27,26 @@ class InferenceTicks:
     _control: Optional[ControlThread] = None  # the control tick's thread, while active (no process)
     _link: Optional[ControlLink] = None  # the control process, while configured
 
-    def _control_link(self, p: dict, action_dim: int) -> Optional[ControlLink]:
-        """The control process, started (paused till activate), or None: the tick runs on a
-        thread of this process (``control_process`` false, simulated time, or it failed to start)."""
+    def _open_link(self, p: dict, action_dim: int) -> None:
+        """Start the control process (paused till activate) as ``_link``, or leave ``_link``
+        None: the tick runs on a thread of this process (``control_process`` false, simulated
+        time, or it failed to start). The link is the node's from the moment its shared memory
+        exists, so that :meth:`_close_link` frees it whatever stops the start (Ctrl-C while the
+        process comes up included)."""
         if not p["control_process"]:
-            return None
+            return
         if uses_sim_time(self):
             self.get_logger().info("control_process: the control tick stays in this process with use_sim_time "
                                    "(its ticks follow /clock)")
-            return None
+            return
         names = list(self.loop.robots)
-        link = ControlLink(self, p, [(robot_topic(n, p["actions_topic"]), robot_topic(n, p["trajectory_topic"]))
-                                     for n in names], self.horizon, action_dim)
+        self._link = ControlLink(self, p, [(robot_topic(n, p["actions_topic"]), robot_topic(n, p["trajectory_topic"]))
+                                           for n in names], self.horizon, action_dim)
         try:
-            link.start(self.loop.period_ns)
+            self._link.start(self.loop.period_ns)
         except ControlProcessError as exc:
-            link.close()
+            self._close_link()
             self.get_logger().error(f"control_process: {exc}; the control tick runs in this process instead")
-            return None
-        return link
 
     def _start_ticks(self) -> None:
         """Ticks from now on (activate)."""
