@@ -245,6 +245,52 @@ def test_compile_setting_says_why_it_runs_eager():
         EngineConfig(compile="fast")
 
 
+def test_a_compile_error_is_told_in_one_line_with_its_type():
+    """torch's compile errors carry whole graphs (hundreds of lines): the reason an engine logs
+    once keeps the error's type and its first lines. Seen with torch 2.11, which cannot trace
+    the CPU decode loop's in-place writes."""
+    from oxygen_ros.core.model.compile_setup import REASON_CHARS, failure_reason
+
+    graph = "\n".join(f"    %node_{i} : Tensor = placeholder[target=node_{i}]" for i in range(300))
+    exc = RuntimeError("This higher order operator doesn't work\n\nEncountered input mutation\n"
+                       f"  Higher Order Operator: torch.while_loop\n{graph}")
+    reason = failure_reason(exc)
+    assert reason == ("compilation failed: RuntimeError: This higher order operator doesn't work Encountered input "
+                      "mutation Higher Order Operator: torch.while_loop (more in the error's full text)")
+    assert "\n" not in failure_reason(RuntimeError("x" * 5000)) and len(failure_reason(RuntimeError("x" * 5000))) < \
+        REASON_CHARS + 60
+
+
+class Unpicklable(RuntimeError):
+    """An error holding a module, as one of torch 2.11's compile errors did."""
+
+    def __init__(self, message):
+        super().__init__(message)
+        self.module = torch
+
+
+def test_a_build_that_fails_in_a_worker_reaches_the_engine_with_its_type_and_text(monkeypatch):
+    """A worker process hands a failed build back pickled; one of torch's compile errors (holding a
+    module) could not be, and the engine's reason read "cannot pickle 'module' object". The worker
+    now sends the error's type and text, naming the build."""
+    import pickle
+
+    from oxygen_ros.core.model import package_builds
+
+    def failing_build(*args):
+        raise Unpicklable("Encountered input mutation during higher order op tracing")
+
+    monkeypatch.setattr(package_builds, "build_package", failing_build)
+    monkeypatch.setitem(package_builds._worker, "model", None)
+    monkeypatch.setitem(package_builds._worker, "cache", None)
+    with pytest.raises(package_builds.BuildFailed) as info:
+        package_builds._build_in_worker("decode_loop", 2, (), "/nonexistent/package")
+    back = pickle.loads(pickle.dumps(info.value))  # what the parent receives
+    assert str(back) == "building decode_loop: Unpicklable: Encountered input mutation during higher order op tracing"
+    with pytest.raises(TypeError, match="cannot pickle 'module' object"):
+        pickle.dumps(Unpicklable("the error itself"))
+
+
 def test_without_a_compiler_compile_on_says_why(no_compiler):
     assert "C++ compiler" in resolve_compile("on", "cpu").reason
 

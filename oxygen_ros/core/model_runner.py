@@ -17,7 +17,7 @@ import torch
 
 from .engine_config import EngineConfig
 from .model.cache import KVCache, SlotView
-from .model.compile_setup import resolve_compile
+from .model.compile_setup import failure_reason, resolve_compile
 from .model.compiled import CompiledVLA, Progress
 from .model.vla import VLA, PrefillResult, PrefixBatch
 
@@ -39,7 +39,7 @@ class ModelRunner:
                                             max_observations=config.max_observations_per_frame,
                                             max_cameras=max_cameras, decode_steps=max(1, config.steps_per_frame))
             except Exception as e:  # a torch that cannot compile here: run eager
-                self.compile_reason = f"compilation failed: {e!r}"
+                self.compile_reason = failure_reason(e)
 
     def warm_up(self, progress: Progress | None = None) -> None:
         """Compile every bucket (``progress(done, total, what)`` after each); nothing when eager.
@@ -51,7 +51,7 @@ class ModelRunner:
             try:
                 self.compiled.warm_up(progress)
             except Exception as e:
-                self.compiled, self.compile_reason = None, f"compilation failed: {e!r}"
+                self.compiled, self.compile_reason = None, failure_reason(e)
 
     @property
     def recompiles(self) -> int:

@@ -29,6 +29,20 @@ class CompileDecision:
     reason: str  # why compilation is off (empty when enabled)
 
 
+#: how much of a compile error :func:`failure_reason` keeps (torch's run to hundreds of lines: whole graphs)
+REASON_LINES, REASON_CHARS = 3, 400
+
+
+def failure_reason(exc: BaseException) -> str:
+    """Why compiling failed, in one log line: the error's type and the first lines of its message."""
+    lines = [line.strip() for line in str(exc).splitlines() if line.strip()]
+    text = " ".join(lines[:REASON_LINES])
+    if len(text) > REASON_CHARS:
+        text = text[: REASON_CHARS - 3] + "..."
+    more = " (more in the error's full text)" if len(lines) > REASON_LINES else ""
+    return f"compilation failed: {type(exc).__name__}: {text}{more}"
+
+
 def compile_unavailable(device: str | torch.device) -> str | None:
     """Why the pieces cannot be compiled on ``device`` on this machine (None: they can)."""
     device = torch.device(device)

@@ -93,5 +93,14 @@ def _start_worker(config: ModelConfig, dtype: str, cache_shape: tuple[int, ...])
     _worker["model"], _worker["cache"] = model, cache
 
 
+class BuildFailed(RuntimeError):
+    """A worker's build that failed, with the error's type and text: some of torch's compile
+    errors cannot be pickled back to the parent, which then saw only "cannot pickle 'module'
+    object"."""
+
+
 def _build_in_worker(name: str, steps: int, inputs: tuple[Tensor, ...], path: str) -> None:
-    build_package(_worker["model"], _worker["cache"], name, steps, inputs, pathlib.Path(path))
+    try:
+        build_package(_worker["model"], _worker["cache"], name, steps, inputs, pathlib.Path(path))
+    except Exception as e:
+        raise BuildFailed(f"building {name}: {type(e).__name__}: {e}") from None
