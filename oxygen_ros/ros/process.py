@@ -141,7 +141,7 @@ def interrupt_once(signum, frame) -> None:
     the main thread, between two bytecodes: nothing of the clean-up has run yet)."""
     if _redelivered_after_finalizer(signum, frame):
         return
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    ignore_further_interrupts()
     raise KeyboardInterrupt
 
 
