@@ -9,11 +9,13 @@ compiler never fails to start because of this setting.
 
 from __future__ import annotations
 
+import functools
 import os
 import pathlib
 from dataclasses import dataclass
 
 import torch
+from torch._higher_order_ops.while_loop import while_loop
 
 COMPILE_CHOICES = ("auto", "on", "off")
 #: device types on which ``auto`` compiles. Not CPU: there a cold start compiles for minutes
@@ -76,6 +78,42 @@ def resolve_compile(choice: str, device: str | torch.device) -> CompileDecision:
         return CompileDecision(False, f"compile=auto runs eager on {device.type}")
     reason = compile_unavailable(device)
     return CompileDecision(False, reason) if reason else CompileDecision(True, "")
+
+
+#: the first torch release seen to export a ``while_loop`` that writes a tensor in place (2.11 does not)
+LOOP_WRITES_FROM = (2, 13)
+
+
+@functools.cache
+def loops_can_write_in_place() -> bool:
+    """Whether this torch exports a ``while_loop`` whose body writes a tensor it does not own, as
+    the CPU's decode loop writes the pool (``static.StaticPieces.decode_loop``). Known for torch
+    >= 2.13; an older one is tried once per process on a four-number tensor (about 2 s): torch
+    2.11 refuses it ("input mutation"), and its decode then runs one step's package per call."""
+    release = tuple(int(part) for part in torch.__version__.split("+")[0].split(".")[:2])
+    return release >= LOOP_WRITES_FROM or small_loop_exports()
+
+
+class _WritingLoop(torch.nn.Module):
+    """``steps`` [1] turns of a ``while_loop`` that writes each turn's count into ``store``, in place."""
+
+    def forward(self, store: torch.Tensor, steps: torch.Tensor) -> torch.Tensor:
+        def turn(t: torch.Tensor, total: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+            store[t.view(1)] = total.view(1)
+            return t + 1, total + 1
+
+        start = torch.zeros((), dtype=torch.long)
+        return while_loop(lambda t, total: t < steps[0], turn, (start, torch.zeros(())))[1]
+
+
+def small_loop_exports() -> bool:
+    """Whether torch exports :class:`_WritingLoop` (three turns over four numbers)."""
+    try:
+        with torch.no_grad():
+            torch.export.export(_WritingLoop(), (torch.zeros(4), torch.tensor([3])), strict=False)
+    except Exception:  # torch's refusal has no public type of its own
+        return False
+    return True
 
 
 def compile_cache_dir() -> pathlib.Path:

@@ -25,7 +25,8 @@ steady state never does. Differences from eager, by design:
   as one graph, a loop whose length is an input (the tokens chosen in it), so
   that a frame's k <= K decode steps are one call, not k; its batch buckets
   are the warm-up's decode graphs (on CUDA, where a captured graph cannot loop
-  a data-dependent number of times: the step, once per call);
+  a data-dependent number of times, and with a torch that cannot export the
+  loop's writes to the pool (2.11): the step, once per call);
 * a question's tokens (``VLA.extend``) run eager: on demand, any length.
 """
 
@@ -39,7 +40,7 @@ from torch import Tensor
 
 from .aoti_library import probe_package
 from .cache import KVCache, SlotView
-from .compile_setup import use_compile_cache
+from .compile_setup import loops_can_write_in_place, use_compile_cache
 from .cuda_graphs import CudaGraphs
 from .load_probe import probes
 from .package_builds import Build, build_packages
@@ -84,7 +85,9 @@ class CompiledVLA:
         if decode_steps < 1:
             raise ValueError(f"decode_steps must be >= 1, got {decode_steps}")
         #: whether decode steps run as one loop graph
-        self.loops = model.device.type != "cuda" if decode_loop is None else decode_loop
+        if decode_loop is None:  # the loop needs a torch that can trace its writes to the pool (eager too)
+            decode_loop = model.device.type != "cuda" and loops_can_write_in_place()
+        self.loops = decode_loop
         #: whether a denoise package runs the whole loop (else one step, called S times)
         self.denoise_loops = denoise_loops(model) if denoise_loop is None else denoise_loop
         #: the most decode steps one :meth:`decode` call runs
@@ -176,7 +179,7 @@ class CompiledVLA:
         """Load every bucket's package, compiling those the cache lacks (several at a time, in
         worker processes: ``package_builds.py``); ``progress(done, total, what)`` after each (``what``
         names the bucket and says "compiled" or "from the cache"). Writes only the trash slot."""
-        buckets = [(what, name, self._prepared(inputs)) for what, name, inputs in self._buckets()]
+        buckets = [(what, name, self._prepared(inputs)) for what, name, inputs in self.buckets()]
         done, fresh = 0, set()
 
         def report(what: str, how: str) -> None:
@@ -208,7 +211,7 @@ class CompiledVLA:
                 report(what, " (from the cache)" if self._compile else "")
         self._graphs_at_warm = self.graphs
 
-    def _buckets(self) -> list[tuple[str, str, tuple[Tensor, ...]]]:
+    def buckets(self) -> list[tuple[str, str, tuple[Tensor, ...]]]:
         """Every bucket as (what, piece, the inputs a warm-up runs it on: they write the trash slot only)."""
         c, trash = self.model.config, self.cache.trash_slot
         if self.loops:

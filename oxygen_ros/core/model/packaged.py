@@ -116,14 +116,18 @@ def package_path(cache_dir: pathlib.Path, model: VLA, name: str, steps: int, cac
     return pathlib.Path(cache_dir) / "aoti" / f"{name}-{package_key(model, name, steps, cache, inputs)}.pt2"
 
 
+def export_piece(model: VLA, cache: KVCache, name: str, steps: int, inputs: tuple[Tensor, ...]):
+    """Piece ``name``'s graph at ``inputs``, with the pool's storage as inputs: what a package compiles."""
+    with torch.no_grad():
+        return torch.export.export(_Piece(model, name, steps), (cache.k, cache.v, *inputs), strict=False)
+
+
 def build_package(model: VLA, cache: KVCache, name: str, steps: int, inputs: tuple[Tensor, ...],
                   path: pathlib.Path) -> None:
     """Export and compile piece ``name`` at ``inputs`` into ``path`` (written under a temporary name,
     then renamed: a second process building the same package never reads half of one)."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    module, args = _Piece(model, name, steps), (cache.k, cache.v, *inputs)
-    with torch.no_grad():
-        program = torch.export.export(module, args, strict=False)
+    program = export_piece(model, cache, name, steps, inputs)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=path.stem, suffix=".tmp.pt2")
     os.close(fd)
     try:
