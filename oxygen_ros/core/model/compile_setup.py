@@ -80,7 +80,8 @@ def resolve_compile(choice: str, device: str | torch.device) -> CompileDecision:
     return CompileDecision(False, reason) if reason else CompileDecision(True, "")
 
 
-#: the first torch release seen to export a ``while_loop`` that writes a tensor in place (2.11 does not)
+#: the first torch release seen to export a ``while_loop`` that writes a tensor in place (2.13 and 2.14
+#: were checked; 2.11 does not; 2.15 has no wheel for this Python)
 LOOP_WRITES_FROM = (2, 13)
 
 
