@@ -91,8 +91,7 @@ def loops_can_write_in_place() -> bool:
     the CPU's decode loop writes the pool (``static.StaticPieces.decode_loop``). Known for torch
     >= 2.13; an older one is tried once per process on a four-number tensor (about 2 s): torch
     2.11 refuses it ("input mutation"), and its decode then runs one step's package per call."""
-    release = tuple(int(part) for part in torch.__version__.split("+")[0].split(".")[:2])
-    return release >= LOOP_WRITES_FROM or small_loop_exports()
+    return torch.__version__ >= LOOP_WRITES_FROM or small_loop_exports()  # a TorchVersion: compares to a tuple
 
 
 class _WritingLoop(torch.nn.Module):
