@@ -26,6 +26,7 @@ import hashlib
 import os
 import pathlib
 import tempfile
+import warnings
 
 import torch
 from torch import Tensor
@@ -116,6 +117,10 @@ def package_path(cache_dir: pathlib.Path, model: VLA, name: str, steps: int, cac
     return pathlib.Path(cache_dir) / "aoti" / f"{name}-{package_key(model, name, steps, cache, inputs)}.pt2"
 
 
+#: the start of a deprecation warning torch raises while it compiles a package
+LEAF_SPEC_WARNING = r"`isinstance\(treespec, LeafSpec\)` is deprecated"
+
+
 def export_piece(model: VLA, cache: KVCache, name: str, steps: int, inputs: tuple[Tensor, ...]):
     """Piece ``name``'s graph at ``inputs``, with the pool's storage as inputs: what a package compiles."""
     with torch.no_grad():
@@ -127,12 +132,17 @@ def build_package(model: VLA, cache: KVCache, name: str, steps: int, inputs: tup
     """Export and compile piece ``name`` at ``inputs`` into ``path`` (written under a temporary name,
     then renamed: a second process building the same package never reads half of one)."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    program = export_piece(model, cache, name, steps, inputs)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=path.stem, suffix=".tmp.pt2")
     os.close(fd)
     try:
-        # a copy: the compiler adds its own entries to the dict it is given
-        torch._inductor.aoti_compile_and_package(program, package_path=tmp, inductor_configs=dict(PACKAGE_OPTIONS))
+        with warnings.catch_warnings():
+            # torch's own deprecation, raised inside its compiler as it unpickles its graphs' tree
+            # specs (a dozen lines on a cold start, nothing the user can act on)
+            warnings.filterwarnings("ignore", message=LEAF_SPEC_WARNING, category=FutureWarning)
+            program = export_piece(model, cache, name, steps, inputs)
+            # a copy: the compiler adds its own entries to the dict it is given
+            torch._inductor.aoti_compile_and_package(program, package_path=tmp,
+                                                     inductor_configs=dict(PACKAGE_OPTIONS))
         os.replace(tmp, path)
     finally:
         if os.path.exists(tmp):
