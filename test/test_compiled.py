@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 import torch
 
-from engine_harness import frames_with_questions
+from engine_harness import frames_with_questions, prefix_batch
 
 from oxygen_ros.core.benchmark import synthetic_observations
 from oxygen_ros.core.engine import Engine, EngineConfig, SETTINGS
@@ -235,6 +235,9 @@ def test_bucketed_pieces_refuse_what_they_were_not_built_for(lively_tiny):
         pieces.decode_step(static, SlotView.of(2, [4]), torch.tensor([1]))
     with pytest.raises(ValueError, match="runs on the cache it was built for"):
         pieces.decode_step(eager, SlotView.of(0, [4]), torch.tensor([1]))
+    floats = prefix_batch(TINY, [4])  # pixels already in [-1, 1]: not what the graphs were built for
+    with pytest.raises(ValueError, match="takes the cameras' uint8 colour planes.*got pixels of torch.float32"):
+        pieces.prefill(floats, static, [[0]])
 
 
 def test_compile_setting_says_why_it_runs_eager():

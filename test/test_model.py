@@ -257,6 +257,22 @@ def test_absent_cameras_skip_the_vision_tower(model64):
     assert vlm[0][:2] == (2, 2 * TINY.vision.tokens_per_image + 5)
 
 
+def test_the_cameras_bytes_give_the_prefill_of_the_same_images_as_pixels_in_minus_one_to_one(model32):
+    """A batch may carry the cameras' uint8 colour planes (as make_prefix_batch builds it, and a
+    compiled prefill takes it) or floats already in [-1, 1]: the model gives the same prefix."""
+    from oxygen_ros.core.model.vision import planes_to_pixels
+
+    as_floats = make_batch([5, 7], [[1, 0, 1], [1, 1, 1]], dtype=torch.float32)
+    planes = torch.randint(0, 256, as_floats.pixels.shape, dtype=torch.uint8, generator=torch.Generator().manual_seed(3))
+    as_bytes = PrefixBatch(planes, as_floats.image_mask, as_floats.tokens, as_floats.token_mask)
+    as_floats = PrefixBatch(planes_to_pixels(planes), as_floats.image_mask, as_floats.tokens, as_floats.token_mask)
+    assert as_floats.pixels.min() >= -1 and as_floats.pixels.max() <= 1
+    caches = [model32.new_cache(2, 160) for _ in range(2)]
+    ours, floats = (model32.prefill(b, c, [[0], [1]]) for b, c in zip((as_bytes, as_floats), caches))
+    assert torch.equal(ours.logits, floats.logits) and torch.equal(ours.lengths, floats.lengths)
+    assert torch.equal(caches[0].k, caches[1].k) and torch.equal(caches[0].v, caches[1].v)
+
+
 def test_the_compiled_form_of_the_activation_is_torchs_gelu_tanh():
     """Traced for compilation the MLPs' GELU is written as x * sigmoid(2u) (faster compiled on a
     CPU); it must be the same function as torch's tanh GELU, in both dtypes. The vision tower's

@@ -18,7 +18,6 @@ import torch
 import torch.nn.functional as F
 
 from .model.config import ModelConfig
-from .model.vision import planes_to_pixels
 from .model.vla import PrefixBatch
 from .tokenizer import Tokenizer, tokenize_prompt
 
@@ -127,7 +126,7 @@ def make_prefix_batch(
                 image_mask[b, c] = True
         tokens[b], token_mask[b] = tokenize_prompt(tokenizer, obs.instruction, obs.state, max_len)
     return PrefixBatch(
-        pixels=planes_to_pixels(torch.from_numpy(pixels)),
+        pixels=torch.from_numpy(pixels),  # uint8: the model normalises them (in its graph, compiled)
         image_mask=torch.from_numpy(image_mask),
         tokens=torch.from_numpy(tokens),
         token_mask=torch.from_numpy(token_mask),

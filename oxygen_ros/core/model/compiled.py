@@ -231,7 +231,8 @@ class CompiledVLA:
                 for n in self.prompt_buckets:
                     mask = torch.zeros(b, n, dtype=torch.bool)
                     mask[:, 0] = True
-                    batch = PrefixBatch(torch.zeros(b, k, 3, size, size), torch.ones(b, k, dtype=torch.bool),
+                    batch = PrefixBatch(torch.zeros(b, k, 3, size, size, dtype=torch.uint8),
+                                        torch.ones(b, k, dtype=torch.bool),
                                         torch.zeros(b, n, dtype=torch.long), mask)
                     out.append((f"prefill observations {b} cameras {k} prompt {n}", "prefill",
                                 self._prefill_inputs(batch, torch.full((b,), trash))))
@@ -295,6 +296,9 @@ class CompiledVLA:
         """:meth:`VLA.prefill`: each observation's prefix is written into its first slot in the
         graph, then copied into its other slots (if any)."""
         self._check(cache)
+        if batch.pixels.dtype != torch.uint8:
+            raise ValueError(f"a compiled prefill takes the cameras' uint8 colour planes, as make_prefix_batch "
+                             f"builds them, got pixels of {batch.pixels.dtype}")
         if len(slots) != batch.size or any(len(d) == 0 for d in slots):
             raise ValueError(f"prefill needs one non-empty slot list per observation, got {list(slots)} "
                              f"for {batch.size}")

@@ -39,12 +39,17 @@ class VisionEncoder(nn.Module):
         self.projector = nn.Linear(cfg.hidden, out_width)
 
     def forward(self, pixels: Tensor) -> Tensor:
-        """pixels [N, 3, S, S] in [-1, 1] -> [N, tokens_per_image, out_width].
+        """pixels [N, 3, S, S], the camera's uint8 colour planes or floats already in [-1, 1]
+        -> [N, tokens_per_image, out_width].
 
+        uint8 planes are normalised here (:func:`planes_to_pixels`): a compiled prefill does
+        it inside its graph, and a GPU's copy of the images is a quarter of the floats'.
         The patch and position embeddings run in their own dtype (float32 when
         the model runs in bfloat16, as openpi keeps them); the encoder, its
         final norm and the projector run in the model dtype.
         """
+        if pixels.dtype == torch.uint8:
+            pixels = planes_to_pixels(pixels)
         tower = self.tower
         dtype = self.projector.weight.dtype
         embedded = tower.embeddings(pixels.to(tower.embeddings.patch_embedding.weight.dtype))

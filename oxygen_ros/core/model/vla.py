@@ -36,7 +36,7 @@ from .vision import VisionEncoder
 class PrefixBatch:
     """Model-ready prefix inputs (see ``observation.py`` for how they are built)."""
 
-    pixels: Tensor  # [B, C, 3, S, S] float in [-1, 1]
+    pixels: Tensor  # [B, C, 3, S, S] uint8 colour planes (make_prefix_batch), or float in [-1, 1]
     image_mask: Tensor  # [B, C] bool: camera present
     tokens: Tensor  # [B, L] long, right-padded
     token_mask: Tensor  # [B, L] bool
