@@ -257,6 +257,19 @@ def test_absent_cameras_skip_the_vision_tower(model64):
     assert vlm[0][:2] == (2, 2 * TINY.vision.tokens_per_image + 5)
 
 
+def test_a_view_is_kept_on_the_host_and_gives_its_rows_as_tensors():
+    view = SlotView.of(2, [4, 9, 1], [True, False, True])
+    assert (view.rows, view.stop, view.max_len) == (3, 5, 9)
+    assert view.lengths.tolist() == [4, 9, 1] and view.lengths.dtype == torch.long
+    assert view.live.tolist() == [True, False, True] and view.live.dtype == torch.bool
+    assert view.lengths is view.lengths  # made once
+    assert SlotView.of(0, [3]).live is None
+    with pytest.raises(ValueError, match="one live flag per row: 2 flags for 3 rows"):
+        SlotView.of(0, [4, 9, 1], [True, False])
+    with pytest.raises(ValueError, match="at least one row"):
+        SlotView.of(0, [])
+
+
 def test_the_cameras_bytes_give_the_prefill_of_the_same_images_as_pixels_in_minus_one_to_one(model32):
     """A batch may carry the cameras' uint8 colour planes (as make_prefix_batch builds it, and a
     compiled prefill takes it) or floats already in [-1, 1]: the model gives the same prefix."""

@@ -10,7 +10,9 @@ that are not live, so a fixed-shape batch never corrupts a real slot.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
+from functools import cached_property
 
 import torch
 from torch import Tensor
@@ -73,27 +75,42 @@ class KVCache:
 class SlotView:
     """A batch of consecutive slots ``start .. start + n`` read as one view.
 
-    ``lengths[i]`` is how many tokens slot ``start + i`` already holds;
-    ``max_len`` is their maximum as a host int (so no device sync is needed to
-    size the view). Rows whose ``live`` flag is False are padding: they are
-    computed but their writes go to the trash slot.
+    ``row_lengths[i]`` is how many tokens slot ``start + i`` already holds;
+    ``max_len`` is their maximum (so no device sync is needed to size the
+    view). Rows whose ``row_live`` flag is False are padding: they are
+    computed but their writes go to the trash slot. The view is kept on the
+    host; :attr:`lengths` and :attr:`live` are those rows as tensors on
+    ``device``, made the first time the eager model asks (a compiled piece
+    builds its padded inputs from the host lists).
     """
 
     start: int
-    lengths: Tensor
+    row_lengths: tuple[int, ...]
     max_len: int
-    live: Tensor | None = None
+    row_live: tuple[bool, ...] | None = None
+    device: torch.device | str = "cpu"
 
     @classmethod
-    def of(cls, start: int, lengths: list[int], live: list[bool] | None = None, device="cpu") -> "SlotView":
+    def of(cls, start: int, lengths: Sequence[int], live: Sequence[bool] | None = None, device="cpu") -> "SlotView":
         if not lengths:
             raise ValueError("a SlotView needs at least one row")
-        live_t = None if live is None else torch.tensor(live, dtype=torch.bool, device=device)
-        return cls(start, torch.tensor(lengths, dtype=torch.long, device=device), max(lengths), live_t)
+        if live is not None and len(live) != len(lengths):
+            raise ValueError(f"a SlotView has one live flag per row: {len(live)} flags for {len(lengths)} rows")
+        return cls(start, tuple(lengths), max(lengths), None if live is None else tuple(live), device)
+
+    @cached_property
+    def lengths(self) -> Tensor:
+        """[rows] long on ``device``."""
+        return torch.tensor(self.row_lengths, dtype=torch.long, device=self.device)
+
+    @cached_property
+    def live(self) -> Tensor | None:
+        """[rows] bool on ``device``, or None: every row live."""
+        return None if self.row_live is None else torch.tensor(self.row_live, dtype=torch.bool, device=self.device)
 
     @property
     def rows(self) -> int:
-        return self.lengths.shape[0]
+        return len(self.row_lengths)
 
     @property
     def stop(self) -> int:

@@ -272,8 +272,8 @@ class CompiledVLA:
         b = bucket_for(rows, self.decode_buckets, "a decode batch")
         if view is None:
             return torch.zeros(b, dtype=torch.long), torch.zeros(b, dtype=torch.long), torch.zeros(b, dtype=torch.bool)
-        live = [True] * rows if view.live is None else view.live
-        return (_padded(tokens, b, torch.long), _padded(view.lengths, b, torch.long), _padded(live, b, torch.bool))
+        live = [True] * rows if view.row_live is None else view.row_live
+        return (_padded(tokens, b, torch.long), _padded(view.row_lengths, b, torch.long), _padded(live, b, torch.bool))
 
     def denoise(self, cache: KVCache, view: SlotView, noise: Tensor, steps: int | None = None,
                 before_step: Callable[[], None] | None = None) -> Tensor:
@@ -289,7 +289,7 @@ class CompiledVLA:
         slots = torch.tensor([*range(view.start, view.stop), *[self.cache.trash_slot] * (b - view.rows)])
         if view.rows < b:
             noise = torch.cat([noise, noise.new_zeros(b - view.rows, *noise.shape[1:])])
-        lengths = _padded(view.lengths, b, torch.long)
+        lengths = _padded(view.row_lengths, b, torch.long)
         return self._run("denoise", *self._denoise_inputs(slots, lengths, noise))[: view.rows]
 
     def prefill(self, batch: PrefixBatch, cache: KVCache, slots: Sequence[Sequence[int]]) -> PrefillResult:
