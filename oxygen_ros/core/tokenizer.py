@@ -64,6 +64,7 @@ class Tokenizer:
         self.eos_id: int = int(self._sp.eos_id())
         self.pad_id: int = int(self._sp.pad_id()) if self._sp.pad_id() >= 0 else 0
         self.unk_id: int = int(self._sp.unk_id())
+        self._piece_bytes: dict[int, bytes] = {}  # each id's, the first time it is streamed
 
     @classmethod
     def default(cls) -> Tokenizer:
@@ -85,9 +86,16 @@ class Tokenizer:
         """The UTF-8 bytes this token contributes to decoded text.
 
         Empty for control tokens, one raw byte for a byte-fallback token, and
-        the piece with ``"▁"`` turned into a space otherwise.
+        the piece with ``"▁"`` turned into a space otherwise. Kept per id: a frame
+        streams each token's piece, which took four calls into SentencePiece.
         """
-        token_id = self._check_id(token_id)
+        known = self._piece_bytes.get(token_id)
+        if known is None:
+            token_id = self._check_id(token_id)
+            known = self._piece_bytes[token_id] = self._read_piece_bytes(token_id)
+        return known
+
+    def _read_piece_bytes(self, token_id: int) -> bytes:
         if self._sp.is_control(token_id):
             return b""
         if self._sp.is_byte(token_id):
