@@ -56,6 +56,7 @@ class Engine:
         self.pause_point: Callable[[str], None] | None = None
         self.last_observations: dict[str, Observation] = {}  # the newest of each robot
         self._noise_seeds: list[int] | None = None  # this frame's, one per observation
+        self._noise = torch.Generator()  # re-seeded for each observation's noise (only ``act`` uses it)
         self._result: FrameResult | None = None
         self._timing = threading.Lock()  # phase times are added from both threads of ``parallel``
         self._starting: list[Request] = []
@@ -220,7 +221,7 @@ class Engine:
         """Denoise action chunks for slots ``start .. start+count`` (read in place)."""
         t0 = time.perf_counter()
         mc = self.model.config
-        noise = torch.stack([self.noise(i) for i in observation_ids])
+        noise = self.noise(observation_ids)
         chunks = self.runner.denoise(self.pool.cache, self.pool.view(range(start, start + count)), noise,
                                      self._denoise_steps, None if self.pause_point is None else self._pause_denoise)
         out = [a for a in chunks.float().cpu().numpy()]
@@ -232,15 +233,17 @@ class Engine:
         assert all(a.shape[0] == mc.action_horizon for a in out)
         return out
 
-    def noise(self, observation_index: int) -> torch.Tensor:
-        """The frame's noise for one observation: the same in every setting; seeded by the
-        step's ``noise_seeds`` when given, else by the seed, the frame and the position."""
+    def noise(self, observation_ids: list[int]) -> torch.Tensor:
+        """The frame's noise for these observations, [n, H, D]: each the same in every setting;
+        seeded by the step's ``noise_seeds`` when given, else by the seed, the frame and the
+        position."""
         mc = self.model.config
         seeds = self._noise_seeds
-        seed = (seeds[observation_index] if seeds is not None
-                else self.config.seed * 1_000_003 + self.frame_id * 1_009 + observation_index)
-        g = torch.Generator().manual_seed(seed)
-        return torch.randn(mc.action_horizon, mc.action_dim, generator=g)
+        out = torch.empty(len(observation_ids), mc.action_horizon, mc.action_dim)
+        for row, i in zip(out, observation_ids):
+            seed = seeds[i] if seeds is not None else self.config.seed * 1_000_003 + self.frame_id * 1_009 + i
+            torch.randn(mc.action_horizon, mc.action_dim, generator=self._noise.manual_seed(seed), out=row)
+        return out
 
     def begin(self, request: Request, slot: int, logits: torch.Tensor) -> None:
         """Store a request whose prefix is in ``slot``; its question (if any) is
