@@ -65,6 +65,9 @@ def test_bucketed_prefill_writes_the_same_prefixes_and_logits(lively_tiny, tok):
     for slot in (0, 1, 2, 4):
         n = int(a.lengths[[0, 1, 2, 0][[0, 1, 2, 4].index(slot)]])
         torch.testing.assert_close(static.k[:, slot, :, :n], eager.k[:, slot, :, :n], atol=1e-5, rtol=0)
+    # a batch whose builder did not count its prompts: counted from the mask, the same result
+    uncounted = pieces.prefill(dataclasses.replace(batch, prompt_lengths=None), static, dests)
+    assert torch.equal(uncounted.lengths, b.lengths) and torch.equal(uncounted.logits, b.logits)
 
 
 def _mixed_cameras(tok, present):

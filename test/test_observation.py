@@ -71,6 +71,7 @@ def test_prefix_batch_places_cameras_by_name_and_masks_missing_ones(tok):
     assert (batch.pixels[0, 0] == 255).all() and (batch.pixels[1, 1] == 128).all()
     assert (batch.pixels[1, 0] == 0).all() and (batch.pixels[:, 2] == 0).all()  # absent: black
     n_a = int(batch.token_mask[0].sum())
+    assert batch.prompt_lengths == (n_a, int(batch.token_mask[1].sum()))
     text = tok.decode(batch.tokens[0, :n_a].tolist())
     assert text.startswith("Task: move to the red circle, State: ") and text.endswith(";\nAction: ")
     assert (batch.tokens[0, n_a:] == tok.pad_id).all()

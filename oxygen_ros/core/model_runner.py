@@ -81,7 +81,9 @@ class ModelRunner:
 
     def greedy(self, logits: torch.Tensor) -> torch.Tensor:
         """The most likely token among those the tokenizer can decode."""
-        return logits[..., : self.vocab_limit].argmax(dim=-1)
+        if self.vocab_limit < logits.shape[-1]:
+            logits = logits[..., : self.vocab_limit]
+        return logits.argmax(dim=-1)
 
     def _pieces(self) -> VLA | CompiledVLA:
         if self.compiled is not None and not self.compiled.warmed:

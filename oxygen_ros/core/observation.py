@@ -19,7 +19,7 @@ import torch.nn.functional as F
 
 from .model.config import ModelConfig
 from .model.vla import PrefixBatch
-from .tokenizer import Tokenizer, tokenize_prompt
+from .tokenizer import Tokenizer, fitted_prompt_ids
 
 MAX_STATE_DIM = 32
 
@@ -115,8 +115,9 @@ def make_prefix_batch(
     max_len = max_token_len or config.max_token_len
     pixels = np.zeros((len(observations), cams, 3, size, size), dtype=np.uint8)  # colour planes
     image_mask = np.zeros((len(observations), cams), dtype=bool)
-    tokens = np.zeros((len(observations), max_len), dtype=np.int64)
+    tokens = np.full((len(observations), max_len), tokenizer.pad_id, dtype=np.int64)  # right-padded
     token_mask = np.zeros((len(observations), max_len), dtype=bool)
+    prompt_lengths = []
     for b, obs in enumerate(observations):
         obs.check_cameras(cams, camera_names)
         names = list(camera_names) if camera_names is not None else list(obs.images)
@@ -124,12 +125,15 @@ def make_prefix_batch(
             if name in obs.images:
                 pixels[b, c] = resize_with_pad(obs.images[name], size).transpose(2, 0, 1)
                 image_mask[b, c] = True
-        tokens[b], token_mask[b] = tokenize_prompt(tokenizer, obs.instruction, obs.state, max_len)
+        ids = fitted_prompt_ids(tokenizer, obs.instruction, obs.state, max_len)
+        tokens[b, : len(ids)], token_mask[b, : len(ids)] = ids, True
+        prompt_lengths.append(len(ids))
     return PrefixBatch(
         pixels=torch.from_numpy(pixels),  # uint8: the model normalises them (in its graph, compiled)
         image_mask=torch.from_numpy(image_mask),
         tokens=torch.from_numpy(tokens),
         token_mask=torch.from_numpy(token_mask),
+        prompt_lengths=tuple(prompt_lengths),
     )
 
 

@@ -124,6 +124,9 @@ class Tokenizer:
         return token_id
 
 
+_UTF8_DECODER = codecs.getincrementaldecoder("utf-8")  # looked up once: a request starts a decoder
+
+
 class StreamDecoder:
     """Turns a stream of token ids into text as it arrives.
 
@@ -134,7 +137,7 @@ class StreamDecoder:
 
     def __init__(self, tok: Tokenizer) -> None:
         self._tok = tok
-        self._utf8 = codecs.getincrementaldecoder("utf-8")(errors="replace")
+        self._utf8 = _UTF8_DECODER(errors="replace")
 
     def push(self, token_id: int) -> str:
         return self._utf8.decode(self._tok.piece_bytes(token_id))
@@ -197,6 +200,19 @@ def prompt_ids(tok: Tokenizer, instruction: str, state: np.ndarray | Iterable[fl
     return tok.encode(text, bos=True)
 
 
+def fitted_prompt_ids(tok: Tokenizer, instruction: str, state: np.ndarray | Iterable[float] | None,
+                      max_len: int) -> list[int]:
+    """:func:`prompt_ids` cut to ``max_len`` tokens, with a warning (never an error)."""
+    if max_len <= 0:
+        raise ValueError(f"max_len must be > 0, got {max_len}")
+    ids = prompt_ids(tok, instruction, state)
+    if len(ids) > max_len:
+        message = f"prompt has {len(ids)} tokens, truncating to max_len={max_len}: {instruction!r}"
+        warnings.warn(message, stacklevel=3)  # the caller of tokenize_prompt or make_prefix_batch
+        ids = ids[:max_len]
+    return ids
+
+
 def tokenize_prompt(
     tok: Tokenizer,
     instruction: str,
@@ -208,13 +224,7 @@ def tokenize_prompt(
     Right-padded with ``tok.pad_id``; a prompt longer than ``max_len`` is cut to
     ``max_len`` tokens with a warning (never an error).
     """
-    if max_len <= 0:
-        raise ValueError(f"max_len must be > 0, got {max_len}")
-    ids = prompt_ids(tok, instruction, state)
-    if len(ids) > max_len:
-        message = f"prompt has {len(ids)} tokens, truncating to max_len={max_len}: {instruction!r}"
-        warnings.warn(message, stacklevel=2)
-        ids = ids[:max_len]
+    ids = fitted_prompt_ids(tok, instruction, state, max_len)
     tokens = np.full(max_len, tok.pad_id, dtype=np.int64)
     mask = np.zeros(max_len, dtype=bool)
     tokens[: len(ids)] = ids

@@ -159,13 +159,14 @@ class AOTILibrary:
         self._out_spec = pytree.treespec_loads(spec_out.value.decode())
         # a ctypes.CDLL call: the interpreter lock is released. On a GPU, the single-threaded run: the
         # other one waits on the previous run's event, which a CUDA graph's capture does not allow
-        self._run = lib.AOTInductorModelContainerRun if self.device.type == "cpu" else \
+        self._on_cpu = self.device.type == "cpu"
+        self._run = lib.AOTInductorModelContainerRun if self._on_cpu else \
             lib.AOTInductorModelContainerRunSingleThreaded
 
     def _stream(self) -> ctypes.c_void_p | None:
         """The stream a run's kernels go on: the current CUDA stream (the one a graph's capture
         records), None on the CPU."""
-        if self.device.type != "cuda":
+        if self._on_cpu:
             return None
         return ctypes.c_void_p(torch.cuda.current_stream(self.device).cuda_stream)  # a pointer, not a C int
 

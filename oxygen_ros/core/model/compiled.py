@@ -108,12 +108,13 @@ class CompiledVLA:
         self._pieces: dict[tuple, Callable[..., object]] = {}
         self._columns = torch.arange(self.decode_steps)  # its length is the loop's K (a graph input)
         self._scalars: dict[int, Tensor] = {}
+        self._slot_runs: dict[tuple[int, int, int], Tensor] = {}  # a denoise's slots, by (start, rows, bucket)
         # tensor([s]) on the device for each denoise step s: made here, never during a graph's capture
         self._step_numbers = [torch.tensor([s], device=model.device) for s in range(steps)]
 
     def _piece(self, name: str, inputs: tuple[Tensor, ...]) -> Callable[..., object]:
         """The graph of piece ``name`` at the shapes of ``inputs``: loaded (or built) on first use."""
-        key = (name, *(tuple(t.shape) for t in inputs))
+        key = (name, *[t.shape for t in inputs])  # torch.Size: a tuple
         piece = self._pieces.get(key)
         if piece is None:
             package, package_inputs = self._package(name, inputs)
@@ -286,7 +287,10 @@ class CompiledVLA:
         if before_step is not None:
             before_step()
         b = bucket_for(view.rows, self.observation_buckets, "a denoise batch")
-        slots = torch.tensor([*range(view.start, view.stop), *[self.cache.trash_slot] * (b - view.rows)])
+        slots = self._slot_runs.get((view.start, view.rows, b))
+        if slots is None:  # made once per run of slots (a graph reads its inputs and never writes them)
+            slots = self._slot_runs[view.start, view.rows, b] = torch.tensor(
+                [*range(view.start, view.stop), *[self.cache.trash_slot] * (b - view.rows)])
         if view.rows < b:
             noise = torch.cat([noise, noise.new_zeros(b - view.rows, *noise.shape[1:])])
         lengths = _padded(view.row_lengths, b, torch.long)
@@ -312,7 +316,9 @@ class CompiledVLA:
     def _prefill_part(self, batch: PrefixBatch, slots, lo: int, hi: int) -> PrefillResult:
         rows = hi - lo
         b = bucket_for(rows, self.observation_buckets, "a prefill batch")
-        n = bucket_for(max(batch.token_mask[lo:hi].sum(dim=1).tolist()), self.prompt_buckets, "a prompt")
+        counted = batch.prompt_lengths
+        longest = max(counted[lo:hi]) if counted is not None else max(batch.token_mask[lo:hi].sum(dim=1).tolist())
+        n = bucket_for(longest, self.prompt_buckets, "a prompt")
         cameras = batch.image_mask[lo:hi].tolist()  # the sizes are read on the host: no tensor operation each
         k = bucket_for(max(1, *map(sum, cameras)), self.camera_buckets, "cameras present")
         if rows == b and all(c == sorted(c, reverse=True) for c in cameras):  # no padding row, cameras first

@@ -40,6 +40,9 @@ class PrefixBatch:
     image_mask: Tensor  # [B, C] bool: camera present
     tokens: Tensor  # [B, L] long, right-padded
     token_mask: Tensor  # [B, L] bool
+    #: each row's prompt tokens (``token_mask``'s sums) where the batch's builder counted them:
+    #: a compiled prefill then sizes its bucket without a tensor operation
+    prompt_lengths: tuple[int, ...] | None = None
 
     @property
     def size(self) -> int:
