@@ -41,7 +41,8 @@ class PrefixBatch:
     tokens: Tensor  # [B, L] long, right-padded
     token_mask: Tensor  # [B, L] bool
     #: each row's prompt tokens (``token_mask``'s sums) where the batch's builder counted them:
-    #: a compiled prefill then sizes its bucket without a tensor operation
+    #: a compiled prefill then sizes its bucket without a tensor operation. A batch copied with
+    #: another ``token_mask`` must set it again (or to None: counted from the mask)
     prompt_lengths: tuple[int, ...] | None = None
 
     @property
