@@ -6,7 +6,8 @@ import torch
 from oxygen_ros.core.model.cache import SlotView
 from oxygen_ros.core.model.config import PI05, TINY, ModelConfig, VisionConfig, preset
 from oxygen_ros.core.model.reference import reference_actions, reference_generate
-from oxygen_ros.core.model.vla import PrefixBatch, build_model, flow_times
+from oxygen_ros.core.model.flow_time import flow_times
+from oxygen_ros.core.model.vla import PrefixBatch, build_model
 
 CAMS, SIZE, L = TINY.max_cameras, TINY.vision.image_size, TINY.max_token_len
 

@@ -13,7 +13,8 @@ from collections.abc import Sequence
 import torch
 from torch import Tensor
 
-from .vla import VLA, PrefixBatch, flow_times
+from .flow_time import flow_times
+from .vla import VLA, PrefixBatch
 
 
 def prefix_positions(valid: Tensor) -> Tensor:

@@ -17,7 +17,6 @@ against.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
@@ -26,6 +25,7 @@ from torch import Tensor, nn
 
 from .cache import KVCache, SlotView
 from .config import ModelConfig
+from .flow_time import flow_dt, flow_times, time_embedding
 from .gemma import GemmaStack, attend, attend_cached, attend_prefix, attention_bias, rope, rotary
 from .precision import TORCH_DTYPES, set_precision
 from .vision import VisionEncoder
@@ -54,38 +54,6 @@ class PrefixBatch:
 class PrefillResult:
     lengths: Tensor  # [B] valid prefix tokens written to each slot
     logits: Tensor  # [B, vocab] at the last valid prefix token
-
-
-def flow_dt(steps: int, device: torch.device | str = "cpu") -> Tensor:
-    """The Euler step ``-1/steps``, a float32 scalar."""
-    if steps < 1:
-        raise ValueError(f"denoise steps must be >= 1, got {steps}")
-    # torch.full, not torch.tensor: a kernel, not a copy from the host (a CUDA graph may capture it)
-    return torch.full((), -1.0 / steps, dtype=torch.float32, device=device)
-
-
-def flow_times(steps: int, device: torch.device | str = "cpu") -> tuple[Tensor, Tensor]:
-    """The Euler grid of openpi's π0.5 sampler: ``t`` starts at 1.0 and ``dt = -1/steps``
-    is added in float32 each step (so t is 1.0, 0.89999998, 0.79999995, ... for 10 steps,
-    not ``1 - k/steps``: the time embedding's shortest period amplifies the difference).
-    Returns (times [steps] float32, dt, a float32 scalar)."""
-    dt = flow_dt(steps, device)
-    t = torch.full((), 1.0, dtype=torch.float32, device=device)
-    times = []
-    for _ in range(steps):
-        times.append(t)
-        t = t + dt
-    return torch.stack(times), dt
-
-
-def time_embedding(t: Tensor, dim: int, min_period: float = 4e-3, max_period: float = 4.0) -> Tensor:
-    """Sinusoidal embedding of the flow-matching time t [B] -> [B, dim] (sin | cos)."""
-    if dim % 2:
-        raise ValueError(f"time embedding width must be even, got {dim}")
-    fraction = torch.linspace(0.0, 1.0, dim // 2, dtype=torch.float64, device=t.device)
-    period = min_period * (max_period / min_period) ** fraction
-    angle = t.to(torch.float64)[:, None] * (2.0 * math.pi / period)[None, :]
-    return torch.cat([angle.sin(), angle.cos()], dim=-1)
 
 
 class VLA(nn.Module):
