@@ -5,7 +5,8 @@ dropped, measures each camera's received rate over the last :data:`RATE_WINDOW_S
 seconds, and turns them into the ``/diagnostics`` figures, the status (level and
 message) and the throttled console warnings: a camera below ``min_camera_rate_hz``
 (including one that never delivered), rejected images and stale groups are logged
-where they happen.
+where they happen. After a stall of the node's own process (:data:`STALL_S`) the
+rates start again instead of reading the stall as a slow camera.
 """
 
 from __future__ import annotations
@@ -23,6 +24,13 @@ from oxygen_ros.core.throttle import Throttle
 RATE_WINDOW_S = 3.0
 #: Seconds between two console warnings about one camera's rate.
 RATE_WARN_PERIOD_S = 5.0
+#: A gap this long between two readings of the rates (the camera node reads them every second,
+#: so a reading half a second late) means this process took no messages for a while: another
+#: node of the same process was busy (``oxygen-agent`` runs the inference node's start, 1.6 s
+#: with a warm compile cache and a minute compiling at a cold one, in the camera's process). The
+#: rates then start again from that reading, with their grace. A shorter stall costs a 10 Hz
+#: camera at most 10 frames of a window, 5 of them queued: still above a 5 Hz minimum.
+STALL_S = 1.5
 
 
 class RateWindow:
@@ -31,6 +39,11 @@ class RateWindow:
     def __init__(self, start: float, window: float = RATE_WINDOW_S):
         self.start, self.window = start, window
         self._times: deque[float] = deque()
+
+    def restart(self, now: float) -> None:
+        """Measure from ``now`` on, as if just started."""
+        self.start = now
+        self._times.clear()
 
     def add(self, now: float) -> None:
         self._times.append(now)
@@ -60,6 +73,7 @@ class CameraStatus:
         self.received = [0] * len(topics)  # good frames per camera
         self._last_frame: list[float | None] = [None] * len(topics)
         self._rates = [RateWindow(start) for _ in topics]
+        self._last_reading = start  # of the rates (see STALL_S)
         self._previous: dict[str, int] = {}
         self._throttle = Throttle(RATE_WARN_PERIOD_S, clock)
 
@@ -74,7 +88,13 @@ class CameraStatus:
         self.rejected[reason] = self.rejected.get(reason, 0) + 1
 
     def rates(self) -> list[float]:
+        """Each camera's received rate (NaN while too short to tell: after start and after a stall,
+        see :data:`STALL_S`, when the frames that did not arrive were never taken, not lost)."""
         now = self._clock()
+        if now - self._last_reading > STALL_S:
+            for r in self._rates:
+                r.restart(now)
+        self._last_reading = now
         return [r.rate(now) for r in self._rates]
 
     def figures(self, instruction: str) -> dict[str, Any]:

@@ -1,0 +1,60 @@
+"""The camera node's rate figures and warnings (camera_status.py) on a clock the test moves."""
+
+import math
+
+from oxygen_ros.ros.camera_status import RATE_WINDOW_S, CameraStatus
+
+
+class Clock:
+    def __init__(self):
+        self.now = 100.0
+
+    def __call__(self):
+        return self.now
+
+
+def _run(status: CameraStatus, clock: Clock, seconds: float, rate_hz: float | None, min_rate_hz: float = 5.0):
+    """Frames at ``rate_hz`` (None: none) for ``seconds``, the rates read every second as the node
+    does; returns the warnings and the last rate read."""
+    warnings, rate = [], math.nan
+    step = 0.1
+    for i in range(round(seconds / step)):
+        clock.now += step
+        if rate_hz and (i * step * rate_hz) % 1 < step * rate_hz:
+            status.frame(0)
+        if (i + 1) % 10 == 0:
+            rate = status.figures("")["base.rate_hz"]
+            warnings += status.rate_warnings(min_rate_hz)
+    return warnings, rate
+
+
+def test_a_camera_at_its_rate_is_measured_and_a_slow_one_is_warned_about():
+    clock = Clock()
+    status = CameraStatus(["base"], ["/camera"], ("decode",), clock=clock)
+    warnings, rate = _run(status, clock, 6, 10.0)
+    assert not warnings and abs(rate - 10) < 0.5
+    warnings, rate = _run(status, clock, 6, 1.0)
+    assert rate < 2 and warnings and "below min_camera_rate_hz 5" in warnings[0]
+
+
+def test_a_stall_of_the_nodes_own_process_is_not_read_as_a_slow_camera():
+    """oxygen-agent compiles the inference node's buckets in the camera node's process: for a
+    minute no callback runs, then a burst of queued frames arrives. The rates start again."""
+    clock = Clock()
+    status = CameraStatus(["base"], ["/camera"], ("decode",), clock=clock)
+    _run(status, clock, 4, 10.0)
+    clock.now += 60.0  # the process is busy: no frame taken, no reading
+    for _ in range(3):
+        status.frame(0)  # the queued frames, at once
+    warnings, rate = _run(status, clock, RATE_WINDOW_S - 1, 10.0)
+    assert not warnings and math.isnan(rate)  # too short to tell, as after start
+    warnings, rate = _run(status, clock, 3, 10.0)
+    assert not warnings and abs(rate - 10) < 0.5
+
+
+def test_a_camera_that_stops_while_the_node_runs_is_still_warned_about():
+    clock = Clock()
+    status = CameraStatus(["base"], ["/camera"], ("decode",), clock=clock)
+    _run(status, clock, 4, 10.0)
+    warnings, rate = _run(status, clock, 4, None)  # the node reads every second: not a stall
+    assert rate == 0.0 and warnings and "below min_camera_rate_hz 5" in warnings[0]
