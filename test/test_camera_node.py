@@ -231,6 +231,41 @@ def test_state_instruction_cleaning_and_nan_state_rejected(stepped_ros):
     assert list(rig.observations[-1].state) == [0.5, 0.5]
 
 
+def test_a_missing_state_is_told_calmly_while_the_node_starts_then_warned_about(stepped_ros, monkeypatch):
+    """Publishers come up in any order: frames before the first state are held back with an
+    info line during the node's first seconds, and a warning once it has settled."""
+    from oxygen_ros.ros.camera_status import RATE_WINDOW_S
+
+    rig = _Rig(stepped_ros, state=True)
+    camera = camera_node(stepped_ros, state_topic=f"{stepped_ros.prefix}/joint_states")
+    lines = []
+    logger = camera.get_logger()
+
+    class Recorder:
+        def info(self, text, **kw):
+            lines.append(("info", text))
+
+        def warning(self, text, **kw):
+            lines.append(("warning", text))
+
+        def __getattr__(self, name):
+            return getattr(logger, name)
+
+    monkeypatch.setattr(camera, "get_logger", Recorder)
+    rig.wait_matched(camera)
+    frame = _solid(8, 8, (5, 5, 5))
+    assert camera.status.settling()
+    send = lambda: (rig.send_raw(frame), rig.send_jpeg(frame))  # noqa: E731 - both cameras make a group
+    assert stepped_ros.spin_until(lambda: camera.waiting_for_state >= 1, every=send)
+    waiting = [level for level, text in lines if "valid state" in text]
+    assert waiting and set(waiting) == {"info"}, lines
+    stepped_ros.spin_for(RATE_WINDOW_S)
+    assert not camera.status.settling()
+    assert stepped_ros.spin_until(lambda: ("warning", f"no valid state on {stepped_ros.prefix}/joint_states yet: "
+                                                      "not publishing") in lines, every=send), lines
+    assert rig.observations == []
+
+
 def test_parameters_validated_at_start_and_at_run_time(stepped_ros):
     from rclpy.parameter import Parameter
 

@@ -58,3 +58,14 @@ def test_a_camera_that_stops_while_the_node_runs_is_still_warned_about():
     _run(status, clock, 4, 10.0)
     warnings, rate = _run(status, clock, 4, None)  # the node reads every second: not a stall
     assert rate == 0.0 and warnings and "below min_camera_rate_hz 5" in warnings[0]
+
+
+def test_a_missing_state_is_expected_while_the_node_settles():
+    clock = Clock()
+    status = CameraStatus(["base"], ["/camera"], ("decode",), clock=clock)
+    assert status.settling()
+    _run(status, clock, RATE_WINDOW_S + 0.5, 10.0)
+    assert not status.settling()
+    clock.now += 30.0  # the process stalls; the next reading starts the grace again
+    _run(status, clock, 1, 10.0)
+    assert status.settling()

@@ -317,7 +317,12 @@ class CameraNode(Node):
             self._warn("stale", f"dropped a stale group (max_age {self.max_age} s): {ages}")
         elif decision.kind == NO_STATE:
             self.status.waiting_for_state += 1
-            self._warn("no_state", f"no valid state on {self.state_topic} yet: not publishing")
+            if self.status.settling():  # just started: the state's publisher may come up after the cameras'
+                if self._throttle("settling_no_state") is not None:
+                    self.get_logger().info(f"waiting for a valid state on {self.state_topic}: "
+                                           "not publishing until one arrives")
+            else:
+                self._warn("no_state", f"no valid state on {self.state_topic} yet: not publishing")
         elif decision.kind == PUBLISH:
             self._publish_group()
 

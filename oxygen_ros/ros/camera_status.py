@@ -74,8 +74,14 @@ class CameraStatus:
         self._last_frame: list[float | None] = [None] * len(topics)
         self._rates = [RateWindow(start) for _ in topics]
         self._last_reading = start  # of the rates (see STALL_S)
+        self._since = start  # the node's start, or the end of its process's last stall
         self._previous: dict[str, int] = {}
         self._throttle = Throttle(RATE_WARN_PERIOD_S, clock)
+
+    def settling(self) -> bool:
+        """Whether the node started, or its process stalled, less than :data:`RATE_WINDOW_S` ago:
+        publishers come up in any order, so a state missing then is expected, not a fault."""
+        return self._clock() - self._since < RATE_WINDOW_S
 
     def frame(self, index: int) -> None:
         """Camera ``index`` delivered a good frame."""
@@ -92,6 +98,7 @@ class CameraStatus:
         see :data:`STALL_S`, when the frames that did not arrive were never taken, not lost)."""
         now = self._clock()
         if now - self._last_reading > STALL_S:
+            self._since = now
             for r in self._rates:
                 r.restart(now)
         self._last_reading = now
