@@ -13,16 +13,17 @@ class Clock:
         return self.now
 
 
-def _run(status: CameraStatus, clock: Clock, seconds: float, rate_hz: float | None, min_rate_hz: float = 5.0):
-    """Frames at ``rate_hz`` (None: none) for ``seconds``, the rates read every second as the node
-    does; returns the warnings and the last rate read."""
+def _run(status: CameraStatus, clock: Clock, seconds: float, rate_hz: float | None, min_rate_hz: float = 5.0,
+         every: int = 10):
+    """Frames at ``rate_hz`` (None: none) for ``seconds``, the rates read every ``every`` tenths of
+    a second (every second, as the node does); returns the warnings and the last rate read."""
     warnings, rate = [], math.nan
     step = 0.1
     for i in range(round(seconds / step)):
         clock.now += step
         if rate_hz and (i * step * rate_hz) % 1 < step * rate_hz:
             status.frame(0)
-        if (i + 1) % 10 == 0:
+        if (i + 1) % every == 0:
             rate = status.figures("")["base.rate_hz"]
             warnings += status.rate_warnings(min_rate_hz)
     return warnings, rate
@@ -69,3 +70,10 @@ def test_a_missing_state_is_expected_while_the_node_settles():
     clock.now += 30.0  # the process stalls; the next reading starts the grace again
     _run(status, clock, 1, 10.0)
     assert status.settling()
+
+
+def test_a_node_that_reads_its_rates_less_often_is_not_taken_for_stalled():
+    clock = Clock()
+    status = CameraStatus(["base"], ["/camera"], ("decode",), clock=clock, reading_period=2.0)
+    warnings, rate = _run(status, clock, 8, 10.0, every=20)
+    assert not status.settling() and not warnings and abs(rate - 10) < 0.5

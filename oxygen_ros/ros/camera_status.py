@@ -5,8 +5,8 @@ dropped, measures each camera's received rate over the last :data:`RATE_WINDOW_S
 seconds, and turns them into the ``/diagnostics`` figures, the status (level and
 message) and the throttled console warnings: a camera below ``min_camera_rate_hz``
 (including one that never delivered), rejected images and stale groups are logged
-where they happen. After a stall of the node's own process (:data:`STALL_S`) the
-rates start again instead of reading the stall as a slow camera.
+where they happen. After a stall of the node's own process (:data:`STALL_READINGS`)
+the rates start again instead of reading the stall as a slow camera.
 """
 
 from __future__ import annotations
@@ -24,13 +24,13 @@ from oxygen_ros.core.throttle import Throttle
 RATE_WINDOW_S = 3.0
 #: Seconds between two console warnings about one camera's rate.
 RATE_WARN_PERIOD_S = 5.0
-#: A gap this long between two readings of the rates (the camera node reads them every second,
-#: so a reading half a second late) means this process took no messages for a while: another
-#: node of the same process was busy (``oxygen-agent`` runs the inference node's start, 1.6 s
-#: with a warm compile cache and a minute compiling at a cold one, in the camera's process). The
-#: rates then start again from that reading, with their grace. A shorter stall costs a 10 Hz
-#: camera at most 10 frames of a window, 5 of them queued: still above a 5 Hz minimum.
-STALL_S = 1.5
+#: A gap of this many reading periods between two readings of the rates (1.5 s: the camera node
+#: reads them every second, so a reading half a second late) means this process took no messages
+#: for a while: another node of the same process was busy (``oxygen-agent`` runs the inference
+#: node's start, 1.6 s with a warm compile cache and a minute compiling at a cold one, in the
+#: camera's process). The rates then start again from that reading, with their grace. A shorter
+#: stall costs a 10 Hz camera at most 10 frames of a window, 5 of them queued: still above 5 Hz.
+STALL_READINGS = 1.5
 
 
 class RateWindow:
@@ -62,18 +62,20 @@ class RateWindow:
 
 class CameraStatus:
     """Counters and per-camera figures of a camera node with cameras ``names`` on ``topics``
-    (resolved names); ``reasons``: every rejection reason counted."""
+    (resolved names); ``reasons``: every rejection reason counted; ``reading_period``: seconds
+    between the node's readings of the rates (its diagnostics)."""
 
     def __init__(self, names: list[str], topics: list[str], reasons: tuple[str, ...],
-                 clock: Callable[[], float] = time.monotonic):
+                 clock: Callable[[], float] = time.monotonic, reading_period: float = 1.0):
         self.names, self.topics, self._clock = names, topics, clock
+        self._stall_s = STALL_READINGS * reading_period
         start = clock()
         self.rejected: dict[str, int] = {r: 0 for r in reasons}
         self.published = self.dropped_stale = self.waiting_for_state = 0
         self.received = [0] * len(topics)  # good frames per camera
         self._last_frame: list[float | None] = [None] * len(topics)
         self._rates = [RateWindow(start) for _ in topics]
-        self._last_reading = start  # of the rates (see STALL_S)
+        self._last_reading = start  # of the rates (see STALL_READINGS)
         self._since = start  # the node's start, or the end of its process's last stall
         self._previous: dict[str, int] = {}
         self._throttle = Throttle(RATE_WARN_PERIOD_S, clock)
@@ -95,9 +97,9 @@ class CameraStatus:
 
     def rates(self) -> list[float]:
         """Each camera's received rate (NaN while too short to tell: after start and after a stall,
-        see :data:`STALL_S`, when the frames that did not arrive were never taken, not lost)."""
+        see :data:`STALL_READINGS`, when the frames that did not arrive were never taken, not lost)."""
         now = self._clock()
-        if now - self._last_reading > STALL_S:
+        if now - self._last_reading > self._stall_s:
             self._since = now
             for r in self._rates:
                 r.restart(now)
