@@ -217,11 +217,15 @@ class CameraNode(Node):
 
     # -- inputs -------------------------------------------------------------
 
-    def _warn(self, key: Any, text: str) -> None:
+    def _warn(self, key: Any, text: str, *, info: bool = False) -> None:
+        """Log ``text`` at most every 5 s per ``key`` (a warning; ``info``: an info line)."""
         suppressed = self._throttle(key)
         if suppressed is not None:
             more = f" ({suppressed} more since the last report)" if suppressed else ""
-            self.get_logger().warning(text + more)
+            if info:  # two call sites: rclpy refuses one site logging at two severities
+                self.get_logger().info(text + more)
+            else:
+                self.get_logger().warning(text + more)
 
     def _on_image(self, index: int, msg: Image | CompressedImage) -> None:
         topic = self.topics[index]
@@ -319,9 +323,8 @@ class CameraNode(Node):
         elif decision.kind == NO_STATE:
             self.status.waiting_for_state += 1
             if self.status.settling():  # just started: the state's publisher may come up after the cameras'
-                if self._throttle("settling_no_state") is not None:
-                    self.get_logger().info(f"waiting for a valid state on {self.state_topic}: "
-                                           "not publishing until one arrives")
+                self._warn("settling_no_state", f"waiting for a valid state on {self.state_topic}: "
+                                                "not publishing until one arrives", info=True)
             else:
                 self._warn("no_state", f"no valid state on {self.state_topic} yet: not publishing")
         elif decision.kind == PUBLISH:
