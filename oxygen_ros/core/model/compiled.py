@@ -107,8 +107,7 @@ class CompiledVLA:
         self._compile = compile
         self._pieces: dict[tuple, Callable[..., object]] = {}
         self._columns = torch.arange(self.decode_steps)  # its length is the loop's K (a graph input)
-        self._scalars: dict[int, Tensor] = {}
-        self._slot_runs: dict[tuple[int, int, int], Tensor] = {}  # a denoise's slots, by (start, rows, bucket)
+        self._constants: dict[tuple[int, ...], Tensor] = {}  # see _constant
         # tensor([s]) on the device for each denoise step s: made here, never during a graph's capture
         self._step_numbers = [torch.tensor([s], device=model.device) for s in range(steps)]
 
@@ -287,10 +286,7 @@ class CompiledVLA:
         if before_step is not None:
             before_step()
         b = bucket_for(view.rows, self.observation_buckets, "a denoise batch")
-        slots = self._slot_runs.get((view.start, view.rows, b))
-        if slots is None:  # made once per run of slots (a graph reads its inputs and never writes them)
-            slots = self._slot_runs[view.start, view.rows, b] = torch.tensor(
-                [*range(view.start, view.stop), *[self.cache.trash_slot] * (b - view.rows)])
+        slots = self._constant((*range(view.start, view.stop), *[self.cache.trash_slot] * (b - view.rows)))
         if view.rows < b:
             noise = torch.cat([noise, noise.new_zeros(b - view.rows, *noise.shape[1:])])
         lengths = _padded(view.row_lengths, b, torch.long)
@@ -362,13 +358,15 @@ class CompiledVLA:
 
     def _loop_inputs(self, tokens: Tensor, lengths: Tensor, live: Tensor, remaining: Tensor, allowed: Tensor,
                      eos_id: int, steps: int) -> tuple[Tensor, ...]:
-        return (tokens, lengths, live, remaining, allowed, self._scalar(eos_id), self._columns, self._scalar(steps))
+        return (tokens, lengths, live, remaining, allowed, self._constant((eos_id,)), self._columns,
+                self._constant((steps,)))
 
-    def _scalar(self, value: int) -> Tensor:
-        """``tensor([value])``, made once per value (a graph reads its inputs and never writes them)."""
-        t = self._scalars.get(value)
+    def _constant(self, values: tuple[int, ...]) -> Tensor:
+        """``tensor(values)``, made once per values (a graph reads its inputs and never writes them):
+        a loop's end-of-sequence id and step count, a denoise's run of slots."""
+        t = self._constants.get(values)
         if t is None:
-            t = self._scalars[value] = torch.tensor([value])
+            t = self._constants[values] = torch.tensor(values)
         return t
 
     def _denoise_inputs(self, slots: Tensor, lengths: Tensor, noise: Tensor) -> tuple[Tensor, ...]:
