@@ -6,6 +6,7 @@ sources under test are the ones run even before `make venv` reinstalled them.
 
 import io
 import json
+import re
 import subprocess
 import sys
 import time
@@ -147,7 +148,8 @@ def test_without_the_probe_the_monitor_measures_in_its_own_process(ros):
 
     prefix = unique_prefix()
     node = inference_node(ros, prefix)
-    monitor = Monitor(ros.node("oxygen_agent_monitor"), node, "none", out=io.StringIO(), measure=True)
+    out = io.StringIO()
+    monitor = Monitor(ros.node("oxygen_agent_monitor"), node, "none", out=out, measure=True)
     camera = ros.node("oxygen_test_camera")
     pub = camera.create_publisher(Observation, inference_topics(prefix)["observation_topic"], reliable(10))
     # the node's and the monitor's observation subscriptions; the monitor's ActionChunk subscription
@@ -163,6 +165,11 @@ def test_without_the_probe_the_monitor_measures_in_its_own_process(ros):
     assert report["actions_received"] > 0 and report["frames"] > 0
     for key in ("tick_jitter_p99_ms", "obs_to_action_p50_ms", "ros_overhead_p99_ms"):
         assert report[key] is not None and report[key] >= 0, (key, report[key])
+    # the status line shows the batch the requests decoded in (a request starts with each
+    # observation frame), not how many happened to be running when the diagnostics were taken
+    monitor.status()
+    batches = re.findall(r"decode batch (\S+)", out.getvalue())
+    assert batches and float(batches[-1]) >= 1.0, out.getvalue()
 
 
 FAILING_NODE = """
