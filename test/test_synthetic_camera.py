@@ -72,3 +72,21 @@ def test_synthetic_camera_pause_stops_its_images_until_resumed(stepped_ros):
     assert len(images) == paused_at
     sim.pause(False)
     assert stepped_ros.spin_until(lambda: len(images) >= paused_at + 2, timeout=15.0), "no image after resuming"
+
+
+def test_target_moves_are_logged_at_most_every_five_seconds_with_their_count(stepped_ros, capfd):
+    """A policy that works reaches several targets a second: the demo's console gets one
+    line about them every 5 s, which counts the moves since the line before."""
+    from oxygen_ros.ros.synthetic_camera import SyntheticCamera
+
+    p = stepped_ros.prefix
+    sim = stepped_ros.add(SyntheticCamera(context=stepped_ros.context, parameter_overrides=params(
+        rate_hz=50.0, image_size=16, image_topic=f"{p}/image", instruction_topic=f"{p}/instruction",
+        joint_state_topic=f"{p}/joint_states", action_topic=f"{p}/actions", retarget_every_s=0.01)))
+    stepped_ros.spin_for(6.0)  # a move every tick (every 20 ms)
+    lines = [line for line in capfd.readouterr().err.splitlines() if "oxygen_synthetic_camera" in line
+             and ": target " in line]
+    assert sim.retargets >= 50, sim.retargets
+    assert 2 <= len(lines) <= 3, lines  # the first move, then one line 5 s later
+    assert "target moved after" in lines[0] and "since the last line" not in lines[0]
+    assert "(0 reached and " in lines[1] and "moved since the last line)" in lines[1], lines[1]
