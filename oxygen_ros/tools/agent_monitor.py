@@ -3,14 +3,14 @@
 The :class:`Monitor` is a node of the agent process. It subscribes to the
 inference node's ``/diagnostics`` (the status line: action frequency f = H/T,
 chunk age, frame time, the mean decode batch of the last frame that decoded,
-tokens/s, underruns) and text topic (every finished language request:
-answers to questions always, periodic ones
-when their text changed, or all with ``--text all``), and keeps the
-measurement window of the report (:class:`.agent_report.Measurement`). It
-subscribes to the actions and observations only with ``measure`` (a report
-whose arrival probe could not start): every subscription here is one more
-callback, and for observations one more image deserialised, in the process
-that runs the control loop, at the moments the control path is busy.
+tokens/s, underruns) and text topic (every finished language request: answers
+to questions always, periodic ones when their text changed, or all with
+``--text all``), and keeps the measurement window of the report
+(:class:`.agent_report.Measurement`). It subscribes to the actions and
+observations only with ``measure`` (a report whose arrival probe could not
+start): every subscription here is one more callback, and for observations one
+more image deserialised, in the process that runs the control loop, at the
+moments the control path is busy.
 
 When the inference node serves several robots it takes every robot's text
 topic (``/<robot>/oxygen/text``; the printed texts name the robot) and each
@@ -141,14 +141,13 @@ class Monitor:
             robots = {r: dict(self.robot_diag.get(r) or (self.diag if len(self.robots) == 1 else {}))
                       for r in self.robots}
             partial = self.partial
+        frame = f"frame {_num(d.get('frame_latency_ms'), 1)} ms  decode batch {_num(d.get('decode_batch_mean'), 1)}"
         if not d:
             line = "waiting for the inference node's diagnostics ..."
         elif robots:
-            line = (f"frame {_num(d.get('frame_latency_ms'), 1)} ms  decode batch {_num(d.get('decode_batch_mean'), 1)}  "
-                    + "  ".join(_robot_status(r, rd) for r, rd in robots.items()) + f"  | {partial[-40:]!r}")
+            line = f"{frame}  " + "  ".join(_robot_status(r, rd) for r, rd in robots.items()) + f"  | {partial[-40:]!r}"
         else:
-            line = (f"f={_num(d.get('action_frequency_hz'))} Hz  chunk age {_num(d.get('chunk_age_ms'))} ms  "
-                    f"frame {_num(d.get('frame_latency_ms'), 1)} ms  decode batch {_num(d.get('decode_batch_mean'), 1)}  "
+            line = (f"f={_num(d.get('action_frequency_hz'))} Hz  chunk age {_num(d.get('chunk_age_ms'))} ms  {frame}  "
                     f"{_num(d.get('tokens_per_s'))} tok/s  underruns {d.get('underruns', '?')}  "
                     f"| {partial[-40:]!r}")
         if self.tty:
