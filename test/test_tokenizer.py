@@ -57,6 +57,15 @@ def test_shipped_model_ids(tok: Tokenizer) -> None:
 # ---------------------------------------------------------------- encode / decode
 
 
+def test_empty_text_encodes_to_nothing_but_the_markers_asked_for(tok: Tokenizer) -> None:
+    """A request without a question encodes "": nothing, or only BOS / EOS when asked."""
+    assert tok.encode("") == []
+    assert tok.encode("", bos=True) == [tok.bos_id]
+    assert tok.encode("", eos=True) == [tok.eos_id]
+    assert tok.encode("", bos=True, eos=True) == [tok.bos_id, tok.eos_id]
+    assert tok.decode(tok.encode("", bos=True, eos=True)) == ""
+
+
 @pytest.mark.parametrize(
     "text",
     [

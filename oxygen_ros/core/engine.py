@@ -124,8 +124,7 @@ class Engine:
             raise ValueError(f"a question needs an observation to answer from; none from {whose} has arrived yet")
         if q.max_tokens is not None and not 1 <= q.max_tokens <= c.max_decode:
             raise ValueError(f"question max_tokens must be in 1..{c.max_decode}, got {q.max_tokens}")
-        # a request without a question (the benchmarks' language task) skips SentencePiece
-        ids = self.tokenizer.encode(q.text)[: c.max_question_tokens] if q.text else []
+        ids = self.tokenizer.encode(q.text)[: c.max_question_tokens]
         idx = max((i for i, r in enumerate(names) if r == q.robot), default=None)
         return self.requests.new(self.frame_id, q.max_tokens or c.max_decode, client_id=q.client_id,
                                  robot=q.robot, question_ids=ids, observation=obs), idx
