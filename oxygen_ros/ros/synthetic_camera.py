@@ -12,6 +12,7 @@ gripper reaches the target, or every ``retarget_every_s``, the target moves
 
 from __future__ import annotations
 
+from collections import Counter
 from typing import Any
 
 import numpy as np
@@ -74,7 +75,7 @@ class SyntheticCamera(Node):
         self._last_retarget = self.get_clock().now()
         self._published_instruction: str | None = None
         self._throttle = Throttle(5.0)
-        self._retargets_unlogged = [0, 0]  # moved (timed), reached: since the last line that said so
+        self._moves_unlogged: Counter[str] = Counter()  # "reached" / "moved": since the last line about them
 
         self._image_pub = self.create_publisher(Image, p["image_topic"], DATA_QOS)
         self._instruction_pub = self.create_publisher(String, p["instruction_topic"], LATCHED_QOS)
@@ -130,14 +131,13 @@ class SyntheticCamera(Node):
     def _log_retarget(self, reached: bool, elapsed: float) -> None:
         """A line per target move, at most one every 5 s: a policy that works reaches
         several targets a second, and the line then counts the moves since the last one."""
-        self._retargets_unlogged[reached] += 1
+        self._moves_unlogged["reached" if reached else "moved"] += 1
         if self._throttle("retarget") is None:
             return
-        moved, hit = self._retargets_unlogged
-        self._retargets_unlogged = [0, 0]
+        moves, self._moves_unlogged = self._moves_unlogged, Counter()
         what = "reached" if reached else f"moved after {elapsed:.1f} s"
-        if moved + hit > 1:
-            what += f" ({hit} reached and {moved} moved since the last line)"
+        if moves.total() > 1:
+            what += f" ({moves['reached']} reached and {moves['moved']} moved since the last line)"
         target = self.sim.scene.target
         self.get_logger().info(f"target {what}: {target.name} now at {tuple(round(v, 2) for v in target.position)}")
 
