@@ -20,7 +20,7 @@ from oxygen_ros.core.model.compile_setup import compile_cache_dir, resolve_compi
 from oxygen_ros.core.model import compiled as compiled_module
 from oxygen_ros.core.model.compiled import CompiledVLA
 from oxygen_ros.core.model.config import TINY
-from oxygen_ros.core.model.static import batch_buckets, bucket_for, prompt_buckets
+from oxygen_ros.core.model.buckets import batch_buckets, bucket_for, prompt_buckets
 from oxygen_ros.core.observation import make_prefix_batch
 from oxygen_ros.core.tokenizer import Tokenizer
 

@@ -7,6 +7,7 @@ import torch
 from oxygen_ros.core import training, training_loss
 from oxygen_ros.core.model.cache import SlotView
 from oxygen_ros.core.model.config import TINY
+from oxygen_ros.core.model.joint import forward_joint
 from oxygen_ros.core.model.vla import build_model
 from oxygen_ros.core.normalization import load_norm_stats
 from oxygen_ros.core.observation import Observation, make_prefix_batch
@@ -140,8 +141,8 @@ def test_training_forward_is_what_serving_computes():
     noise = torch.randn(3, horizon, TINY.action_dim, dtype=torch.float64, generator=torch.Generator().manual_seed(0))
     lengths = valid_p.sum(1)
     with torch.no_grad():
-        h_vlm, h_act = model.forward_joint(
-            vlm_x, vlm_valid.long().cumsum(1) - 1, model.action_in_proj(noise), lengths[:, None] + torch.arange(horizon),
+        h_vlm, h_act = forward_joint(
+            model, vlm_x, vlm_valid.long().cumsum(1) - 1, model.action_in_proj(noise), lengths[:, None] + torch.arange(horizon),
             model.time_condition(torch.ones(3, dtype=torch.float64)), training_loss.joint_mask(valid_p, tb.text_mask, horizon))
         velocity = model.action_out_proj(h_act)
 

@@ -1,6 +1,6 @@
 """The training loss: text cross-entropy and flow matching over one joint sequence per example.
 
-One example is one joint sequence, run with :meth:`VLA.forward_joint`::
+One example is one joint sequence, run with :func:`~.model.joint.forward_joint`::
 
     [ base image + prompt (prefix) | description tokens (text) | action tokens ]
 
@@ -30,6 +30,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
+from .model.joint import forward_joint
 from .model.vla import VLA, PrefixBatch
 from .patch_loss import PatchHead, patch_loss
 from .sim import ACTION_DIMS
@@ -94,7 +95,7 @@ def losses(model: VLA, batch: TrainBatch, generator: torch.Generator, pad_action
     u = noise - actions
 
     allowed = joint_mask(valid_p, batch.text_mask, horizon)
-    h_vlm, h_act = model.forward_joint(vlm_x, vlm_pos, model.action_in_proj(x_t), act_pos,
+    h_vlm, h_act = forward_joint(model, vlm_x, vlm_pos, model.action_in_proj(x_t), act_pos,
                                        model.time_condition(t), allowed)
     v = model.action_out_proj(h_act)
 

@@ -39,13 +39,14 @@ import torch
 from torch import Tensor
 
 from .aoti_library import probe_package
+from .buckets import batch_buckets, bucket_for, fit_prefill, padded, prompt_buckets
 from .cache import KVCache, SlotView
 from .compile_setup import loops_can_write_in_place, use_compile_cache
 from .cuda_graphs import CudaGraphs
 from .load_probe import probes
 from .package_builds import Build, build_packages
 from .packaged import PackagedPiece, package_path
-from .static import StaticPieces, batch_buckets, bucket_for, greedy_allowed, prompt_buckets
+from .static import StaticPieces, greedy_allowed
 from .vla import VLA, PrefillResult, PrefixBatch
 
 Progress = Callable[[int, int, str], None]
@@ -263,7 +264,7 @@ class CompiledVLA:
         if not self.loops:
             logits = self._run_decode(*inputs)[: view.rows]
             return greedy_allowed(logits, allowed.to(logits.device))[:, None].cpu()
-        left = _padded(remaining, inputs[0].shape[0], torch.long)
+        left = padded(remaining, inputs[0].shape[0], torch.long)
         return self._run("decode_loop", *self._loop_inputs(*inputs, left, allowed, eos_id, n))[: view.rows, :n]
 
     def _decode_inputs(self, rows: int, view: SlotView | None = None, tokens: Tensor | None = None):
@@ -273,7 +274,7 @@ class CompiledVLA:
         if view is None:
             return torch.zeros(b, dtype=torch.long), torch.zeros(b, dtype=torch.long), torch.zeros(b, dtype=torch.bool)
         live = [True] * rows if view.row_live is None else view.row_live
-        return (_padded(tokens, b, torch.long), _padded(view.row_lengths, b, torch.long), _padded(live, b, torch.bool))
+        return (padded(tokens, b, torch.long), padded(view.row_lengths, b, torch.long), padded(live, b, torch.bool))
 
     def denoise(self, cache: KVCache, view: SlotView, noise: Tensor, steps: int | None = None,
                 before_step: Callable[[], None] | None = None) -> Tensor:
@@ -289,7 +290,7 @@ class CompiledVLA:
         slots = self._constant((*range(view.start, view.stop), *[self.cache.trash_slot] * (b - view.rows)))
         if view.rows < b:
             noise = torch.cat([noise, noise.new_zeros(b - view.rows, *noise.shape[1:])])
-        lengths = _padded(view.row_lengths, b, torch.long)
+        lengths = padded(view.row_lengths, b, torch.long)
         return self._run("denoise", *self._denoise_inputs(slots, lengths, noise))[: view.rows]
 
     def prefill(self, batch: PrefixBatch, cache: KVCache, slots: Sequence[Sequence[int]]) -> PrefillResult:
@@ -310,25 +311,9 @@ class CompiledVLA:
         return res
 
     def _prefill_part(self, batch: PrefixBatch, slots, lo: int, hi: int) -> PrefillResult:
+        part = fit_prefill(batch, lo, hi, self.observation_buckets, self.camera_buckets, self.prompt_buckets)
         rows = hi - lo
-        b = bucket_for(rows, self.observation_buckets, "a prefill batch")
-        counted = batch.prompt_lengths
-        longest = max(counted[lo:hi]) if counted is not None else max(batch.token_mask[lo:hi].sum(dim=1).tolist())
-        n = bucket_for(longest, self.prompt_buckets, "a prompt")
-        cameras = batch.image_mask[lo:hi].tolist()  # the sizes are read on the host: no tensor operation each
-        k = bucket_for(max(1, *map(sum, cameras)), self.camera_buckets, "cameras present")
-        if rows == b and all(c == sorted(c, reverse=True) for c in cameras):  # no padding row, cameras first
-            part = PrefixBatch(batch.pixels[lo:hi, :k], batch.image_mask[lo:hi, :k], batch.tokens[lo:hi, :n],
-                               batch.token_mask[lo:hi, :n])
-        else:
-            pick = torch.cat([torch.arange(lo, hi), torch.full((b - rows,), lo)])
-            present = batch.image_mask[pick]
-            # each row's present cameras first, in their order: the compacted prefix is unchanged
-            cams = torch.argsort((~present).to(torch.int8), dim=1, stable=True)[:, :k]
-            row = torch.arange(b)[:, None]
-            part = PrefixBatch(batch.pixels[pick][row, cams], present[row, cams], batch.tokens[pick, :n],
-                               batch.token_mask[pick, :n])
-        dest = torch.tensor([d[0] for d in slots[lo:hi]] + [self.cache.trash_slot] * (b - rows))
+        dest = torch.tensor([d[0] for d in slots[lo:hi]] + [self.cache.trash_slot] * (part.size - rows))
         lengths, logits = self._run("prefill", *self._prefill_inputs(part, dest))
         return PrefillResult(lengths=lengths[:rows], logits=logits[:rows])
 
@@ -383,8 +368,3 @@ def _copy_prefixes(cache: KVCache, lengths: Sequence[int], slots: Sequence[Seque
             cache.k[:, extra, :, :length] = cache.k[:, dest[0], :, :length]
             cache.v[:, extra, :, :length] = cache.v[:, dest[0], :, :length]
 
-
-def _padded(values: Tensor | Sequence, size: int, dtype: torch.dtype) -> Tensor:
-    """``values`` (a tensor or a list) followed by zeros up to ``size``, as one new host tensor."""
-    values = values.reshape(-1).tolist() if isinstance(values, Tensor) else list(values)
-    return torch.tensor(values + [0] * (size - len(values)), dtype=dtype)

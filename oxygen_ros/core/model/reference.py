@@ -14,6 +14,7 @@ import torch
 from torch import Tensor
 
 from .flow_time import flow_times
+from .joint import forward_joint
 from .vla import VLA, PrefixBatch
 
 
@@ -40,7 +41,7 @@ def reference_actions(model: VLA, batch: PrefixBatch, noise: Tensor, steps: int)
     for step in range(steps):
         t = times[step].expand(b)
         cond = model.time_condition(t)
-        _, h = model.forward_joint(x_p, pos_p, model.action_in_proj(x_t), pos_a, cond, allowed)
+        _, h = forward_joint(model, x_p, pos_p, model.action_in_proj(x_t), pos_a, cond, allowed)
         x_t = x_t + dt * model.action_out_proj(h)
     return x_t
 
@@ -78,7 +79,7 @@ def reference_generate(
             prefix_q = q_idx[:, None] < p
             allowed = key_valid[:, None, :] & causal[None] & ~(prefix_q & (q_idx[None, :] >= p))[None]
             pos = torch.cat([prefix_positions(vr), n_valid + torch.arange(d)[None]], dim=1)
-            h, _ = model.forward_joint(x, pos, None, None, None, allowed)
+            h, _ = forward_joint(model, x, pos, None, None, None, allowed)
             at = last if d == 0 else p + d - 1
             logits = model.language_model.logits(h[0, at]).float()
             token = int(logits.argmax())

@@ -36,37 +36,9 @@ from .cache import KVCache
 from .vla import VLA, PrefixBatch
 
 
-def batch_buckets(limit: int) -> tuple[int, ...]:
-    """Powers of two below ``limit``, then ``limit`` itself: 1, 2, 4, ..., limit."""
-    if limit < 1:
-        raise ValueError(f"a bucket limit must be >= 1, got {limit}")
-    out, b = [], 1
-    while b < limit:
-        out.append(b)
-        b *= 2
-    return (*out, limit)
-
-
-def prompt_buckets(max_token_len: int, smallest: int = 32) -> tuple[int, ...]:
-    """Prompt lengths a prefill is compiled for: ``smallest``, doubling, up to the model's maximum."""
-    out, n = [], smallest
-    while n < max_token_len:
-        out.append(n)
-        n *= 2
-    return (*out, max_token_len)
-
-
 def greedy_allowed(logits: Tensor, allowed: Tensor) -> Tensor:
     """Each row's most likely token among the ``allowed`` [vocab] ids."""
     return logits.masked_fill(~allowed, float("-inf")).argmax(dim=-1)
-
-
-def bucket_for(n: int, buckets: tuple[int, ...], what: str) -> int:
-    """The smallest bucket that holds ``n``."""
-    for b in buckets:
-        if b >= n:
-            return b
-    raise ValueError(f"{what} of {n} exceeds the largest compiled bucket {buckets[-1]}")
 
 
 class StaticPieces:

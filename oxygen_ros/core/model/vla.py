@@ -10,7 +10,7 @@ Three cached operations, each on storage the caller owns (:class:`KVCache`):
 * :meth:`VLA.extend` / :meth:`VLA.decode_step` - one or more new tokens per
   slot at per-row positions, appended to the slot in place.
 
-:meth:`VLA.forward_joint` is the uncached joint forward (both streams, any
+:func:`.joint.forward_joint` is the uncached joint forward (both streams, any
 mask) used for training and as the reference the cached paths are tested
 against.
 """
@@ -325,50 +325,6 @@ class VLA(nn.Module):
     def decode_step(self, cache: KVCache, view: SlotView, tokens: Tensor) -> Tensor:
         """One token per slot: append its K/V at ``lengths[i]``, return next-token logits."""
         return self.extend(cache, view, tokens.reshape(-1, 1))
-
-    # ------------------------------------------------------------------ reference
-    def forward_joint(
-        self,
-        vlm_x: Tensor | None,
-        vlm_positions: Tensor | None,
-        expert_x: Tensor | None,
-        expert_positions: Tensor | None,
-        cond: Tensor | None,
-        allowed: Tensor,
-    ) -> tuple[Tensor | None, Tensor | None]:
-        """Uncached joint forward of both streams under one attention mask.
-
-        ``allowed`` [B, Tv + Te, Tv + Te] over the concatenated sequence (VLM
-        tokens first). Returns the final-normed hidden states of each stream.
-        """
-        streams = [(s, x, p) for s, x, p in ((self.language_model, vlm_x, vlm_positions),
-                                              (self.expert, expert_x, expert_positions)) if x is not None]
-        xs = [x for _, x, _ in streams]
-        tables = [self._rotary(p) for _, _, p in streams]
-        bias = self._bias(allowed)
-        for i in range(self.config.vlm.depth):
-            qs, ks, vs, gates = [], [], [], []
-            for (stack, _, _), table, x in zip(streams, tables, xs):
-                c = cond if stack is self.expert else None
-                q, k, v, gate = stack.layers[i].pre_attention(x, c)
-                qs.append(rope(q, table))
-                ks.append(rope(k, table))
-                vs.append(v)
-                gates.append(gate)
-            attn = attend(torch.cat(qs, 2), [(torch.cat(ks, 2), torch.cat(vs, 2), bias)])
-            out, start = [], 0
-            for (stack, _, _), x, gate in zip(streams, xs, gates):
-                n = x.shape[1]
-                c = cond if stack is self.expert else None
-                out.append(stack.layers[i].post_attention(x, attn[:, :, start : start + n], gate, c))
-                start += n
-            xs = out
-        result = []
-        for (stack, _, _), x in zip(streams, xs):
-            result.append(stack.norm(x, cond if stack is self.expert else None)[0])
-        vlm_h = result[0] if vlm_x is not None else None
-        expert_h = result[-1] if expert_x is not None else None
-        return vlm_h, expert_h
 
 
 def build_model(config: ModelConfig, *, seed: int = 0, device: str = "cpu", dtype: str = "float32") -> VLA:
