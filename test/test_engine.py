@@ -141,6 +141,8 @@ def test_bad_configuration_is_refused():
         EngineConfig(setting="fast")
     with pytest.raises(ValueError, match="steps_per_frame"):
         EngineConfig(max_decode=4, steps_per_frame=5)
+    with pytest.raises(ValueError, match="max_question_tokens must be >= 1"):  # 0 would make every question empty
+        EngineConfig(max_question_tokens=0)
     with pytest.raises(ValueError, match="bad arrivals"):
         Workload.parse("burst:3")
 
@@ -170,6 +172,62 @@ def test_a_failed_frame_loses_nothing_and_the_next_one_runs(model, tok, setting)
     for cid, r in by_client.items():
         streamed = [e.token_id for e in events if e.client_id == cid]
         assert streamed == r.tokens and r.finish_reason.value in ("eos", "length")
+
+
+@pytest.mark.parametrize("setting", SETTINGS)
+def test_a_frame_that_fails_on_a_question_s_tokens_leaves_it_waiting_and_the_engine_running(model, tok, setting):
+    """The question's tokens are appended to its slot before the request is stored: a failure
+    there (out of memory...) fails that frame only; the question starts again in the next."""
+    from oxygen_ros.core.engine import FrameError
+
+    engine = Engine(model, tok, EngineConfig(setting=setting, max_decode=6, steps_per_frame=2,
+                                             language_every_n_frames=0))
+    obs = scene_observations(5)
+    engine.step([obs[0]])
+    model.extend = lambda *a, **kw: (_ for _ in ()).throw(RuntimeError("out of memory"))
+    try:
+        with pytest.raises(FrameError, match="out of memory") as err:
+            engine.step([obs[1]], [Question("where is the cube?", "q")])
+    finally:
+        del model.extend
+    assert engine.active_requests == 0 and all(engine.pool.owner(s) is None for s in range(engine.pool.capacity))
+    events, finished = list(err.value.result.tokens), list(err.value.result.finished)
+    run_to_the_end(engine, obs[2:], events, finished)
+    assert [r.client_id for r in finished] == ["q"] and finished[0].finish_reason.value in ("eos", "length")
+    assert [e.token_id for e in events if e.client_id == "q"] == finished[0].tokens
+
+
+def test_a_bad_question_is_refused_before_the_frame_changes_anything(model, tok):
+    engine = Engine(model, tok, EngineConfig(max_decode=6, language_every_n_frames=0))
+    obs = scene_observations(2)
+    with pytest.raises(ValueError, match="none from the robot has arrived yet"):
+        engine.step([], [Question("where?", "early")])
+    with pytest.raises(ValueError, match="none from robot 'left'"):
+        engine.step([obs[0]], [Question("where?", "other", robot="left")])
+    with pytest.raises(ValueError, match=r"max_tokens must be in 1..6 \(max_decode\), got 7"):
+        engine.step([obs[0]], [Question("where?", "long", max_tokens=7)])
+    assert engine.frame_id == 0 and not engine.last_observations and engine.queued_requests == 0
+    res = engine.step([obs[1]], [Question("where?", "ok", max_tokens=6)])  # a question on this frame's observation
+    assert res.frame_id == 1 and len(res.actions) == 1 and {e.client_id for e in res.tokens} == {"ok"}
+    engine.cancel_all()
+
+
+@pytest.mark.parametrize("setting", SETTINGS)
+def test_more_questions_in_one_frame_than_the_pool_has_slots_are_all_answered(model, tok, setting):
+    """Three slots (max_active 2 + one observation) and five questions at once: the isolated
+    settings take one slot at a time for them, the batched ones queue what does not fit."""
+    engine = Engine(model, tok, EngineConfig(setting=setting, max_active=2, max_observations_per_frame=1,
+                                             max_decode=4, steps_per_frame=2, language_every_n_frames=0))
+    assert engine.pool.capacity == 3
+    obs = scene_observations(6)
+    engine.step([obs[0]])
+    questions = [Question("where is the cube?", f"q{i}") for i in range(5)]
+    first = engine.step([obs[1]], questions)
+    assert len(first.actions) == 1
+    events, finished = list(first.tokens), list(first.finished)
+    run_to_the_end(engine, obs[2:], events, finished)
+    assert sorted(r.client_id for r in finished) == [f"q{i}" for i in range(5)]
+    assert all(r.finish_reason.value in ("eos", "length") for r in finished)
 
 
 def test_the_state_is_normalised_with_the_checkpoint_statistics_before_binning(model, tok):

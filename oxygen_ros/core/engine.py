@@ -14,7 +14,7 @@ import dataclasses
 import logging
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 
 import numpy as np
 import torch
@@ -86,7 +86,8 @@ class Engine:
         position, :meth:`noise`): a robot's actions then do not depend on who else
         shares its frames."""
         c = self.config
-        check_step(c, self.max_cameras, observations, denoise_steps, robots, noise_seeds)
+        check_step(c, self.max_cameras, observations, questions, denoise_steps, robots, noise_seeds,
+                   self.last_observations.keys())
         self._denoise_steps = denoise_steps or self.default_denoise_steps
         t0 = time.perf_counter()
         self.frame_id += 1
@@ -118,12 +119,7 @@ class Engine:
         """A question's request, on its robot's newest observation (and the index of that
         observation in this frame, whose prefix it shares, or None)."""
         c = self.config
-        obs = self.last_observations.get(q.robot)
-        if obs is None:
-            whose = f"robot {q.robot!r}" if q.robot else "the robot"
-            raise ValueError(f"a question needs an observation to answer from; none from {whose} has arrived yet")
-        if q.max_tokens is not None and not 1 <= q.max_tokens <= c.max_decode:
-            raise ValueError(f"question max_tokens must be in 1..{c.max_decode}, got {q.max_tokens}")
+        obs = self.last_observations[q.robot]  # there is one (check_step)
         ids = self.tokenizer.encode(q.text)[: c.max_question_tokens]
         idx = max((i for i, r in enumerate(names) if r == q.robot), default=None)
         return self.requests.new(self.frame_id, q.max_tokens or c.max_decode, client_id=q.client_id,
@@ -247,16 +243,19 @@ class Engine:
 
     def begin(self, request: Request, slot: int, logits: torch.Tensor) -> None:
         """Store a request whose prefix is in ``slot``; its question (if any) is
-        appended there; its first token comes from the last prompt position."""
-        self.requests.store(request, slot)
-        self._result.started.append(request.id)
+        appended there first; its first token comes from the last prompt position.
+        Stored only once the question is in: a failure before (the frame's) leaves the
+        request waiting and ``slot`` a scratch slot, both as the frame's recovery expects."""
         if request.question_ids:
             t0 = time.perf_counter()
             ids = torch.tensor([request.question_ids])
             logits = self.model.extend(self.pool.cache, self.pool.view(range(slot, slot + 1)), ids)[0]
             self.pool.advance(slot, len(request.question_ids))
             self._add_time("prefill_ms", t0)
-        self._emit(self.requests.update(request.id, int(self.runner.greedy(logits)), self.tokenizer.eos_id))
+        token = int(self.runner.greedy(logits))
+        self.requests.store(request, slot)
+        self._result.started.append(request.id)
+        self._emit(self.requests.update(request.id, token, self.tokenizer.eos_id))
 
     def decode(self, max_steps: int | None) -> None:
         """Advance every running request by one token per step, all in one batched
@@ -332,9 +331,11 @@ class Engine:
             self._result.finished.append(self.requests.remove(event.request_id))
 
 
-def check_step(c: EngineConfig, max_cameras: int, observations: Sequence[Observation], denoise_steps: int | None,
-               robots: Sequence[str] | None, noise_seeds: Sequence[int] | None) -> None:
-    """ValueError naming what is wrong with the arguments of one :meth:`Engine.step`."""
+def check_step(c: EngineConfig, max_cameras: int, observations: Sequence[Observation], questions: Sequence[Question],
+               denoise_steps: int | None, robots: Sequence[str] | None, noise_seeds: Sequence[int] | None,
+               observed: Collection[str]) -> None:
+    """ValueError naming what is wrong with the arguments of one :meth:`Engine.step`, raised
+    before the step changes anything (``observed``: the robots with an observation already)."""
     if denoise_steps is not None and denoise_steps < 1:
         raise ValueError(f"denoise_steps must be >= 1, got {denoise_steps}")
     if len(observations) > c.max_observations_per_frame:
@@ -345,6 +346,13 @@ def check_step(c: EngineConfig, max_cameras: int, observations: Sequence[Observa
             raise ValueError(f"{len(values)} {what} for {len(observations)} observations")
     for obs in observations:
         obs.check_cameras(max_cameras, c.camera_names)
+    names = set(robots) if robots is not None else {""} if observations else set()
+    for q in questions:
+        if q.max_tokens is not None and not 1 <= q.max_tokens <= c.max_decode:
+            raise ValueError(f"question max_tokens must be in 1..{c.max_decode} (max_decode), got {q.max_tokens}")
+        if q.robot not in names and q.robot not in observed:
+            whose = f"robot {q.robot!r}" if q.robot else "the robot"
+            raise ValueError(f"a question needs an observation to answer from; none from {whose} has arrived yet")
 
 
 def usable_vocabulary(tokenizer_size: int, model_size: int) -> int:

@@ -40,10 +40,10 @@ class EngineConfig:
             raise ValueError(f"max_cameras must be >= 1 (or None: the model's camera slots), got {self.max_cameras}")
         if self.max_cameras is not None and self.camera_names and len(self.camera_names) > self.max_cameras:
             raise ValueError(f"{len(self.camera_names)} camera_names but max_cameras is {self.max_cameras}")
-        for name in ("max_decode", "max_active", "max_observations_per_frame"):
+        for name in ("max_decode", "max_active", "max_observations_per_frame", "max_question_tokens"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
-        for name in ("steps_per_frame", "queue_limit", "max_question_tokens", "language_every_n_frames"):
+        for name in ("steps_per_frame", "queue_limit", "language_every_n_frames"):
             if getattr(self, name) < 0:
                 raise ValueError(f"{name} must be >= 0, got {getattr(self, name)}")
         if self.steps_per_frame > self.max_decode:

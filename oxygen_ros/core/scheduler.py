@@ -77,15 +77,14 @@ def _actions_isolated(engine: "Engine", observations: list["Observation"]) -> Ac
     return actions
 
 
-def _language_isolated(engine: "Engine", new: NewRequests, slots: list[int]) -> None:
-    for (request, _), slot in zip(new, slots):
+def _language_isolated(engine: "Engine", new: NewRequests) -> None:
+    """Each request in turn: its prefill into a slot taken just before, then all of its
+    decoding (the request, done, frees the slot): one slot at a time, however many start."""
+    for request, _ in new:
+        slot = engine.pool.allocate(SCRATCH)
         logits = engine.prefill([request.observation], [[slot]])
         engine.begin(request, slot, logits[0])
         engine.decode(None)
-
-
-def _claim_slots(engine: "Engine", new: NewRequests) -> list[int]:
-    return [engine.pool.allocate(SCRATCH) for _ in new]
 
 
 def _all_pending(engine: "Engine", new: NewRequests) -> NewRequests:
@@ -104,20 +103,18 @@ def _finish_interrupted(engine: "Engine") -> None:
 def baseline(engine: "Engine", observations, new: NewRequests, k: int) -> Actions:
     actions = _actions_isolated(engine, observations)
     _finish_interrupted(engine)
-    for item in _all_pending(engine, new):
-        _language_isolated(engine, [item], _claim_slots(engine, [item]))
+    _language_isolated(engine, _all_pending(engine, new))
     return actions
 
 
 def parallel(engine: "Engine", observations, new: NewRequests, k: int) -> Actions:
     new = _all_pending(engine, new)
-    slots = _claim_slots(engine, new)  # allocation stays on this thread
     failure: list[BaseException] = []
 
     def language() -> None:
         try:
             _on_own_stream(engine, _finish_interrupted, engine)
-            _on_own_stream(engine, _language_isolated, engine, new, slots)
+            _on_own_stream(engine, _language_isolated, engine, new)
         except BaseException as e:  # noqa: BLE001 - handed to the caller's thread below
             failure.append(e)
 
