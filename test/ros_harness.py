@@ -316,6 +316,33 @@ class InferenceClient:
         return [m for m in self.text if m.client_id == client_id and m.done]
 
 
+class AskClient:
+    """An ``Ask`` action client (a node of its own in ``ros``) on ``action``."""
+
+    def __init__(self, ros: Ros, action: str):
+        from oxygen_ros.action import Ask
+        from rclpy.action import ActionClient
+
+        self.Ask = Ask
+        self.node = ros.node("oxygen_test_ask_client")
+        self.client = ActionClient(self.node, Ask, action)
+        assert self.client.wait_for_server(timeout_sec=20.0), "no Ask server"
+
+    def send(self, question: str, max_tokens: int = 0):
+        """(goal handle, feedback list) once the goal was answered."""
+        feedback = []
+        future = self.client.send_goal_async(self.Ask.Goal(question=question, max_tokens=max_tokens),
+                                             feedback_callback=lambda m: feedback.append(m.feedback))
+        assert until(future.done, 20.0), "goal not answered"
+        return future.result(), feedback
+
+    @staticmethod
+    def result(handle):
+        future = handle.get_result_async()
+        assert until(future.done, 60.0), "no result"
+        return future.result()
+
+
 def check_chunks(chunks, *, horizon: int | None = None, period: float | None = None) -> None:
     """ActionChunk messages as published on one topic, in arrival order, are well formed:
     sizes agree, values finite, header stamps strictly increasing, and within a frame

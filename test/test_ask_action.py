@@ -3,32 +3,7 @@ client on real DDS: goal, feedback token by token, result, cancel, refusal."""
 
 from __future__ import annotations
 
-from ros_harness import InferenceClient, Ros, inference_node, unique_prefix, until
-
-from oxygen_ros.action import Ask
-
-
-class AskClient:
-    def __init__(self, ros: Ros, action: str):
-        from rclpy.action import ActionClient
-
-        self.node = ros.node("oxygen_test_ask_client")
-        self.client = ActionClient(self.node, Ask, action)
-        assert self.client.wait_for_server(timeout_sec=20.0), "no Ask server"
-
-    def send(self, question: str, max_tokens: int = 0):
-        """(goal handle, feedback list) once the goal was answered."""
-        feedback = []
-        future = self.client.send_goal_async(Ask.Goal(question=question, max_tokens=max_tokens),
-                                             feedback_callback=lambda m: feedback.append(m.feedback))
-        assert until(future.done, 20.0), "goal not answered"
-        return future.result(), feedback
-
-    @staticmethod
-    def result(handle):
-        future = handle.get_result_async()
-        assert until(future.done, 60.0), "no result"
-        return future.result()
+from ros_harness import AskClient, InferenceClient, Ros, inference_node, unique_prefix, until
 
 
 def _node(ros, random_tiny_dir, prefix):
@@ -83,14 +58,19 @@ def test_a_cancelled_goal_ends_its_request_and_frees_the_slot(ros_env, random_ti
                      every=topics.observe, period=0.1), "the cancelled request still holds its slot"
 
 
-def test_an_empty_question_is_aborted_as_rejected(ros_env, random_tiny_dir):
+def test_an_empty_question_or_more_tokens_than_max_decode_is_aborted_as_rejected(ros_env, random_tiny_dir):
+    """Refused goals end at once, and cost no frame: a goal asking for more tokens than the
+    node's max_decode (30 here) is refused, not run into a failing frame."""
     from action_msgs.msg import GoalStatus
 
     prefix = unique_prefix()
     with Ros() as ros:
-        _node(ros, random_tiny_dir, prefix)
+        node, _ = _node(ros, random_tiny_dir, prefix)
         ask = AskClient(ros, f"{prefix}/ask")
-        handle, feedback = ask.send("  ")
-        response = ask.result(handle)
-        assert response.status == GoalStatus.STATUS_ABORTED
-        assert response.result.finish_reason == "rejected" and response.result.tokens == 0 and feedback == []
+        for question, max_tokens in (("  ", 0), ("what do you see?", 31)):
+            handle, feedback = ask.send(question, max_tokens)
+            response = ask.result(handle)
+            assert response.status == GoalStatus.STATUS_ABORTED, question
+            assert response.result.finish_reason == "rejected" and response.result.tokens == 0 and feedback == []
+        assert node.counters["questions_rejected_empty"] == node.counters["questions_rejected_max_tokens"] == 1
+        assert node.counters["frame_errors"] == 0

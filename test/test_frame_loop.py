@@ -134,6 +134,21 @@ def test_questions_are_cleaned_refused_when_empty_or_without_observation(engine)
     assert [(q.client_id, q.text) for q in questions] == [("a", "what is this?")] and refused == []
 
 
+def test_a_question_asking_for_more_tokens_than_max_decode_is_refused_not_run(engine):
+    """An Ask goal's max_tokens above the node's max_decode ends the question ``rejected``:
+    it never reaches the engine, whose frame (and every other request in it) it would fail."""
+    loop = make_loop(engine)
+    n = engine.config.max_decode
+    loop.question_arrived("over", "what is this?", max_tokens=n + 1)
+    loop.question_arrived("at", "what is this?", max_tokens=n)
+    questions, refused = loop.questions(loop.next_job(0, 0), observed=[""])
+    assert [q.client_id for q in questions] == ["at"] and [q.client_id for q in refused] == ["over"]
+    assert loop.counters["questions_rejected_max_tokens"] == 1
+    res = engine.step([image_obs()], questions, start_language=False)  # the frame runs, the accepted one in it
+    assert {e.client_id for e in res.tokens} == {"at"}
+    engine.cancel_all()
+
+
 def test_questions_put_back_and_taken_at_shutdown(engine):
     loop = make_loop(engine)
     loop.question_arrived("a", "one")
@@ -146,13 +161,26 @@ def test_questions_put_back_and_taken_at_shutdown(engine):
 def test_instruction_is_cut_to_fit_the_prompt_and_the_state_checked(engine):
     loop = make_loop(engine)
     max_len = engine.model.config.max_token_len
-    obs = loop.fit_observation(image_obs("stack the red block " * 50, np.zeros(3, np.float32)), 3, seq=1)
+    obs = loop.fit_observation(image_obs("stack the red block " * 50, np.zeros(3, np.float32)), seq=1)
     assert len(prompt_ids(engine.tokenizer, obs.instruction, obs.state)) <= max_len
     assert 0 < len(obs.instruction) < 1000 and loop.counters["instructions_truncated"] == 1
-    short = loop.fit_observation(image_obs("go\nleft"), 3, seq=2)
+    short = loop.fit_observation(image_obs("go\nleft"), seq=2)
     assert short.instruction == "go left" and loop.counters["instructions_truncated"] == 1
     with pytest.raises(ObservationError, match="state"):
-        loop.fit_observation(image_obs("go", np.zeros(5, np.float32)), 3, seq=3)  # stats cover 4
+        loop.fit_observation(image_obs("go", np.zeros(5, np.float32)), seq=3)  # stats cover 4
+
+
+def test_cameras_are_checked_as_the_engine_checks_them(lively_tiny):
+    """An observation the engine would refuse (more cameras than max_cameras, a camera not in
+    camera_names) is refused here, alone, before it could fail a frame with others in it."""
+    engine = Engine(lively_tiny, Tokenizer.default(), EngineConfig(max_cameras=1, camera_names=("base",)))
+    loop = make_loop(engine)
+    image = np.zeros((32, 32, 3), np.uint8)
+    with pytest.raises(ObservationError, match="2 cameras given, at most 1 .*max_cameras"):
+        loop.fit_observation(Observation({"base": image, "wrist": image}, "go", None), seq=1)
+    with pytest.raises(ObservationError, match=r"unknown camera\(s\) \['wrist'\]"):
+        loop.fit_observation(Observation({"wrist": image}, "go", None), seq=2)
+    assert loop.fit_observation(image_obs("go"), seq=3).images.keys() == {"base"}
 
 
 def test_fitter_agrees_with_an_exhaustive_search_and_caches(engine):

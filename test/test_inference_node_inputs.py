@@ -42,7 +42,7 @@ def test_inference_node_refuses_bad_observations_and_cuts_long_instructions(ros,
     (tmp_path / "norm_stats.json").write_text(json.dumps(stats))
     prefix = unique_prefix()
     node = inference_node(ros, prefix, norm_stats_path=str(tmp_path / "norm_stats.json"), chunk_origin="frame_end",
-                          language_every_n_frames=0, frame_deadline_ms=5000.0)
+                          language_every_n_frames=0, frame_deadline_ms=5000.0, max_cameras=1)
     seen = _record_engine_inputs(node)
     client = InferenceClient(ros, prefix, "oxygen_test_reliability_client", node=node)
     client.observe()
@@ -58,12 +58,18 @@ def test_inference_node_refuses_bad_observations_and_cuts_long_instructions(ros,
         m.camera_names = ["base", "wrist"]
         return m
 
+    def two_cameras():  # the model has 3 camera slots, the node takes 1 (max_cameras)
+        m = observation_msg(client.seq, client.now())
+        m.images.append(m.images[0])
+        m.camera_names = ["base", "wrist"]
+        return m
+
     def bad_image():
         m = observation_msg(client.seq, client.now())
         m.images[0].step = 5
         return m
 
-    bad = [with_state([0.1, math.nan]), with_state([math.inf, 0.0]), names_mismatch(), bad_image(),
+    bad = [with_state([0.1, math.nan]), with_state([math.inf, 0.0]), names_mismatch(), two_cameras(), bad_image(),
            with_state([0.0] * 40),  # more than MAX_STATE_DIM
            with_state([0.1, 0.2, 0.3])]  # wider than the checkpoint's state statistics
     for msg in bad:
@@ -79,6 +85,7 @@ def test_inference_node_refuses_bad_observations_and_cuts_long_instructions(ros,
     assert until(lambda: node.counters["frames"] > frames + 1)
     assert node.counters["observations_invalid"] == len(bad)
     assert node.counters["instructions_truncated"] == 1
+    assert node.counters["frame_errors"] == 0  # each refused alone, before any frame
 
     observations = [o for o in seen if hasattr(o, "images")]
     assert observations and all(o.state is None or (np.all(np.isfinite(o.state)) and o.state.shape[0] <= 2)

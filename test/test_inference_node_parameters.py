@@ -156,3 +156,17 @@ def test_start_up_log_says_whose_denoise_steps_and_horizon():
     assert engine_config(p).denoise_steps is None  # the engine then uses the model's
     assert "S=4 denoise steps (parameter denoise_steps)" in startup_summary(loaded, {**p, "denoise_steps": 4})
     assert engine_config({**p, "denoise_steps": 4}).denoise_steps == 4
+
+
+def test_a_preset_that_cannot_apply_is_named_in_a_warning():
+    """``preset:=pi05`` with the embedded default model shipped: the default model loads, and
+    the start-up says the preset was not used instead of running another model silently."""
+    from oxygen_ros.core.checkpoints import default_model
+    from oxygen_ros.ros.inference_parameters import PARAMETERS
+    from oxygen_ros.ros.inference_setup import unused_preset
+
+    p = {s.name: s.default for s in PARAMETERS}
+    loaded = default_model()
+    assert unused_preset(p, loaded) is None
+    note = unused_preset({**p, "preset": "pi05"}, loaded)
+    assert note.startswith("preset 'pi05' not used: ") and "model_path is empty" in note

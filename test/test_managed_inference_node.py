@@ -8,7 +8,7 @@ from __future__ import annotations
 import time
 import weakref
 
-from ros_harness import InferenceClient, Ros, inference_topics, params, unique_prefix, until
+from ros_harness import AskClient, InferenceClient, Ros, inference_topics, params, unique_prefix, until
 
 
 def _node(ros, prefix, model_dir, **overrides):
@@ -90,6 +90,39 @@ def test_lifecycle_transitions_gate_publishing_and_own_the_pool(ros_env, random_
         assert life.change("configure") and life.state() == "inactive"  # configure again after cleanup
         assert node.engine.active_requests == 0
         assert life.change("inactive_shutdown") and life.state() == "finalized"
+
+
+def test_an_ask_goal_running_at_cleanup_gets_its_result_and_goals_wait_for_configure(ros_env, random_tiny_dir):
+    """A cleanup ends a running goal with a result (aborted, ``cancelled``: the client did not
+    cancel it) instead of leaving its client waiting; an unconfigured node rejects goals at
+    once; configured and active again, it answers them."""
+    from action_msgs.msg import GoalStatus
+
+    prefix = unique_prefix()
+    with Ros() as ros:
+        node = _node(ros, prefix, random_tiny_dir)
+        client = InferenceClient(ros, prefix)
+        life = Lifecycle(ros.node("oxygen_test_lifecycle"), node.get_fully_qualified_name())
+        assert until(lambda: client.chunks, 30.0, every=client.observe, period=0.1)
+        ask = AskClient(ros, f"{prefix}/ask")
+        handle, feedback = ask.send("describe everything you see in great detail")
+        assert handle.accepted
+        assert until(lambda: feedback, 30.0, every=client.observe, period=0.1), "no feedback"
+        assert life.change("deactivate") and life.change("cleanup")
+        response = ask.result(handle)
+        assert response.status == GoalStatus.STATUS_ABORTED and response.result.finish_reason == "cancelled"
+        assert 0 < response.result.tokens < 30
+
+        handle, _ = ask.send("what do you see?")
+        assert not handle.accepted, "an unconfigured node accepted a goal"
+
+        assert life.change("configure") and life.change("activate")
+        assert until(lambda: node.engine.frame_id > 0, 30.0,
+                     every=client.observe, period=0.1)
+        handle, _ = ask.send("what do you see?", max_tokens=3)
+        assert handle.accepted
+        response = ask.result(handle)
+        assert response.status == GoalStatus.STATUS_SUCCEEDED and 0 < response.result.tokens <= 3
 
 
 def test_a_configure_that_fails_names_the_cause_and_stays_unconfigured(ros_env, tmp_path):

@@ -242,10 +242,12 @@ class FrameLoop:
         return any(r.observation_due_soon(now_ns, language_ms) for r in self.robots.values())
 
     # ------------------------------------------------------------------ inputs for the model
-    def fit_observation(self, obs: Observation, max_cameras: int, seq: int) -> Observation:
+    def fit_observation(self, obs: Observation, seq: int) -> Observation:
         """The observation the model gets: cameras and state checked (ValueError when it
-        must not reach the model), the instruction cleaned and cut to the prompt."""
-        obs.check_cameras(max_cameras)
+        must not reach the model), the instruction cleaned and cut to the prompt. The
+        cameras are checked as the engine checks them (count and names), so that an
+        observation it would refuse fails here, alone, not the frame of every robot."""
+        obs.check_cameras(self.engine.max_cameras, self.engine.config.camera_names)
         if obs.state is not None and self.state_dim is not None and obs.state.shape[0] > self.state_dim:
             raise ObservationError("state", f"has {obs.state.shape[0]} values, the checkpoint's state "
                                    f"statistics cover {self.state_dim}")
@@ -265,10 +267,10 @@ class FrameLoop:
                        f"{fitted.kept} so that the prompt fits max_token_len={max_len} tokens")
 
     def questions(self, job: Job, observed: Iterable[str]) -> tuple[list[Question], list[WaitingQuestion]]:
-        """The job's questions the engine can take, and those refused (no text, or no
-        observation of their robot to answer from yet: ``observed`` names the robots
-        with an observation in this frame)."""
-        limit = self.engine.config.max_question_tokens
+        """The job's questions the engine can take, and those refused (no text, more tokens
+        asked for than ``max_decode``, or no observation of their robot to answer from yet:
+        ``observed`` names the robots with an observation in this frame)."""
+        limit, max_decode = self.engine.config.max_question_tokens, self.engine.config.max_decode
         seen = set(observed) | set(self.engine.last_observations)
         accepted, refused = [], []
         for q in job.questions:
@@ -277,6 +279,11 @@ class FrameLoop:
             if not fitted.text:
                 robot.count["questions_rejected_empty"] += 1
                 self._warn("empty", f"question from {q.client_id!r} refused: no text")
+                refused.append(q)
+            elif q.max_tokens is not None and not 1 <= q.max_tokens <= max_decode:
+                robot.count["questions_rejected_max_tokens"] += 1
+                self._warn("max_tokens", f"question from {q.client_id!r} refused: it asks for {q.max_tokens} "
+                           f"tokens, more than max_decode={max_decode}")
                 refused.append(q)
             elif q.robot not in seen:
                 robot.count["questions_rejected_no_observation"] += 1

@@ -7,8 +7,13 @@ tokens also streamed on ``/oxygen/text``. While it decodes, every token is sent
 as feedback (index, id, piece, the text so far). The result carries the whole
 text, the finish reason and the token count; the goal ends ``succeeded`` for
 ``eos`` and ``length``, ``aborted`` for ``rejected`` (no text, no observation
-yet, the queue full) and ``canceled`` when the client cancelled it, which ends
-the request at once and frees its KV slot.
+yet, the queue full, more tokens asked for than ``max_decode``) and ``canceled``
+when the client cancelled it, which ends the request at once and frees its KV slot.
+
+The server lives as long as the node, across lifecycle transitions: a cleanup
+ends every goal (``aborted``, finish reason ``cancelled``: the client did not ask
+for it) and its result still reaches the client; while the node is not
+configured, goals are refused (rejected at once, with a log line saying why).
 
 The goal's execute callback is a coroutine awaiting the request's end; the
 tokens reach :meth:`AskServer.on_events` from the frame worker's thread.
@@ -39,38 +44,59 @@ class _Goal:
 
 
 class AskServer:
-    """The ``Ask`` action server of an inference node. ``submit(client_id, text, max_tokens)``
-    starts a request (max_tokens None: the node's max_decode); ``cancel(client_id)`` ends it."""
+    """The ``Ask`` action server of an inference node on action ``name``: closed (refusing
+    goals) until :meth:`open`. ``submit(client_id, text, max_tokens)`` starts a request
+    (max_tokens None: the node's max_decode); ``cancel(client_id)`` ends it."""
 
-    def __init__(self, node, name: str, submit: Callable[[str, str, int | None], None],
-                 cancel: Callable[[str], None], callback_group=None):
-        self._submit, self._cancel = submit, cancel
+    def __init__(self, node, name: str, callback_group=None):
+        self._submit: Callable[[str, str, int | None], None] | None = None
+        self._cancel: Callable[[str], None] | None = None
         self._goals: dict[str, _Goal] = {}
         self._lock = threading.Lock()
+        self._log = node.get_logger()
         self._server = ActionServer(node, Ask, name, execute_callback=self._execute, callback_group=callback_group,
-                                    goal_callback=lambda goal: GoalResponse.ACCEPT,
-                                    cancel_callback=self._on_cancel)
+                                    goal_callback=self._on_goal, cancel_callback=self._on_cancel)
+
+    def open(self, submit: Callable[[str, str, int | None], None], cancel: Callable[[str], None]) -> None:
+        """Take goals from now on: each is submitted with ``submit``, cancelled with ``cancel``."""
+        self._submit, self._cancel = submit, cancel
+
+    def close(self) -> None:
+        """Refuse goals from now on (the node's cleanup: the goals running end with its
+        requests, through :meth:`on_events`)."""
+        self._submit = self._cancel = None
+
+    def _on_goal(self, goal) -> GoalResponse:
+        if self._submit is None:
+            self._log.warning("Ask goal refused: the inference node is not configured", throttle_duration_sec=5.0)
+            return GoalResponse.REJECT
+        return GoalResponse.ACCEPT
 
     @staticmethod
     def client_id(handle) -> str:
         return CLIENT_PREFIX + bytes(handle.goal_id.uuid).hex()
 
     async def _execute(self, handle) -> Ask.Result:
-        client, goal = self.client_id(handle), _Goal(handle)
+        client, goal, submit = self.client_id(handle), _Goal(handle), self._submit
+        if submit is None:  # accepted just before a cleanup
+            handle.abort()
+            return Ask.Result(finish_reason="rejected")
         with self._lock:
             self._goals[client] = goal
-        self._submit(client, handle.request.question, handle.request.max_tokens or None)
+        submit(client, handle.request.question, handle.request.max_tokens or None)
         reason, tokens = await goal.done
-        if reason == "cancelled":
+        if reason == "cancelled" and handle.is_cancel_requested:
             handle.canceled()
-        elif reason == "rejected":
+        elif reason in ("rejected", "cancelled"):  # cancelled by the node (its cleanup), not by the client
             handle.abort()
         else:
             handle.succeed()
         return Ask.Result(text="".join(goal.pieces), finish_reason=reason, tokens=tokens)
 
     def _on_cancel(self, handle) -> CancelResponse:
-        self._cancel(self.client_id(handle))
+        cancel = self._cancel
+        if cancel is not None:
+            cancel(self.client_id(handle))
         return CancelResponse.ACCEPT
 
     def on_events(self, events: Sequence[TokenEvent]) -> None:

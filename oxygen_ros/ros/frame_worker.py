@@ -38,10 +38,10 @@ class FrameWorker:
     after every engine step (the tick guard's)."""
 
     def __init__(self, *, cond: threading.Condition, loop: FrameLoop, robots: dict[str, RobotIO], text: TextRouter,
-                 params: dict, max_cameras: int, now_ros: Callable[[], int], logger: Any,
+                 params: dict, now_ros: Callable[[], int], logger: Any,
                  frame_done: Optional[Callable[[], None]] = None):
         self._cond, self.loop, self._robots, self._text = cond, loop, robots, text
-        self._params, self._max_cameras, self._now_ros, self._log = params, max_cameras, now_ros, logger
+        self._params, self._now_ros, self._log = params, now_ros, logger
         self._frame_done = frame_done
         self.counters = loop.counters
         self.busy = False  # a frame is running (read by the tick under the lock)
@@ -183,7 +183,7 @@ class FrameWorker:
         observations, kept = [], []
         for arrival in arrivals:
             try:
-                observations.append(self.loop.fit_observation(arrival.payload, self._max_cameras, arrival.seq))
+                observations.append(self.loop.fit_observation(arrival.payload, arrival.seq))
             except ValueError as exc:
                 self._refused(arrival.seq, exc, arrival.robot)
                 continue

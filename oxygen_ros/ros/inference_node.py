@@ -58,13 +58,22 @@ from ..core.stats import Rolling
 from ..core.tick_guard import TickGuard
 from . import conversions
 from .action_output import TickGrid
+from .ask_server import AskServer
 from .control_link import ControlLink
 from .control_thread import ControlThread
 from .frame_worker import FrameWorker
 from .inference_diagnostics import InferenceDiagnostics
 from .inference_ticks import InferenceTicks
 from .inference_parameters import IMPLICIT_PARAMETERS, PARAMETERS, SPECS
-from .inference_setup import compile_pieces, engine_config, load_model, model_load_error, startup_summary, warm_up
+from .inference_setup import (
+    compile_pieces,
+    engine_config,
+    load_model,
+    model_load_error,
+    startup_summary,
+    unused_preset,
+    warm_up,
+)
 from .inference_status import StatusReporter
 from .node_main import run_control_node
 from .parameters import ParameterError, changed_values, declare_parameters, parameter_callback
@@ -100,6 +109,7 @@ class InferenceNode(InferenceDiagnostics, InferenceTicks, Node):
         self._control: Optional[ControlThread] = None  # the control tick's thread, while active
         self._link: Optional[ControlLink] = None  # the control process, while configured (control_process)
         self._entities: list = []  # the publishers and subscriptions that configure() made
+        self._ask_servers: dict[str, AskServer] = {}  # by action name: they live as long as the node
         try:
             self.params = declare_parameters(self, PARAMETERS)
             unknown = sorted(n for n in getattr(self, "_parameter_overrides", {}) if n not in SPECS
@@ -121,7 +131,7 @@ class InferenceNode(InferenceDiagnostics, InferenceTicks, Node):
     # ------------------------------------------------------------------ configure / activate / ...
     def configure(self) -> None:
         """Load the model, build the engine and the frame loop, compile and warm up, make the
-        publishers, subscriptions and the Ask action server (nothing is published until activate)."""
+        publishers and subscriptions, and open the Ask action server (nothing is published until activate)."""
         p = self.params
         torch.set_num_threads(p["threads"])
         t0 = time.perf_counter()
@@ -132,6 +142,9 @@ class InferenceNode(InferenceDiagnostics, InferenceTicks, Node):
         except Exception as exc:  # torch / safetensors / out of memory: say which model and why
             raise model_load_error(p, exc) from exc
         self.get_logger().info(f"model loaded in {(time.perf_counter() - t0) * 1e3:.0f} ms")
+        note = unused_preset(p, self.loaded)
+        if note:
+            self.get_logger().warning(note)
         mc, normalizer = self.loaded.config, self.loaded.normalizer
         self.horizon = mc.action_horizon
         action_dim = normalizer.action_dim if normalizer is not None else mc.action_dim
@@ -169,10 +182,10 @@ class InferenceNode(InferenceDiagnostics, InferenceTicks, Node):
         self._cond = threading.Condition(threading.Lock())
         self.tick_lateness_ms = Rolling(60_000)  # 20 min at 50 Hz (the agent's report reads them all)
         self._grid = TickGrid(self.counters)
-        inputs, asks = MutuallyExclusiveCallbackGroup(), MutuallyExclusiveCallbackGroup()
+        inputs = MutuallyExclusiveCallbackGroup()
         self.robot_io = {name: RobotIO(self, robot, p, on_observation=self._on_observation,
                                        on_question=self._on_question, on_ask=self._on_ask,
-                                       on_cancel=self._cancel_ask, inputs_group=inputs, ask_group=asks,
+                                       on_cancel=self._cancel_ask, inputs_group=inputs, ask_server=self._ask_server,
                                        make_output=None if self._link is None else self._link.output)
                          for name, robot in self.loop.robots.items()}
         self.text = TextRouter(list(self.robot_io.values()))
@@ -184,8 +197,16 @@ class InferenceNode(InferenceDiagnostics, InferenceTicks, Node):
     def _new_worker(self) -> FrameWorker:
         return FrameWorker(
             cond=self._cond, loop=self.loop, robots=self.robot_io, text=self.text, params=self.params,
-            max_cameras=self.loaded.config.max_cameras, now_ros=self._now_ros, logger=self.get_logger(),
+            now_ros=self._now_ros, logger=self.get_logger(),
             frame_done=None if self._tick_guard is None else self._tick_guard.frame_done)
+
+    def _ask_server(self, action: str) -> AskServer:
+        """The node's Ask server on ``action``, made on first use (a cleanup closes it, and the
+        next configure opens it again: see :mod:`.ask_server`)."""
+        server = self._ask_servers.get(action)
+        if server is None:
+            server = self._ask_servers[action] = AskServer(self, action, MutuallyExclusiveCallbackGroup())
+        return server
 
     def activate(self) -> None:
         """Start the control tick, the diagnostics and the frame worker: actions and text go out."""
@@ -207,13 +228,14 @@ class InferenceNode(InferenceDiagnostics, InferenceTicks, Node):
         self.active = False
 
     def cleanup(self) -> None:
-        """Back to unconfigured: every request ends ``cancelled`` (published), the publishers,
-        subscriptions and action server go, and the engine and its KV pool are freed."""
+        """Back to unconfigured: every request ends ``cancelled`` (published; an Ask goal gets its
+        result), the publishers and subscriptions go, the Ask servers refuse goals, and the engine
+        and its KV pool are freed."""
         if self.active:
             self.deactivate()
-        self._announce_cancellations(self._cancel_everything(), "cleanup")
+        self._announce_cancellations(self._cancel_everything(), "cleanup")  # the goals' results go out
         for io in self.robot_io.values():
-            io.ask.destroy()
+            io.ask.close()  # the server stays (see ask_server.py): a goal's result needs it after this
         for entity in self._entities:
             (self.destroy_publisher if entity in set(self.publishers) else self.destroy_subscription)(entity)
         self._entities = []
@@ -327,6 +349,8 @@ class InferenceNode(InferenceDiagnostics, InferenceTicks, Node):
             if self._control is not None:
                 self._control.destroy()
             self._close_link()
+            for server in self._ask_servers.values():
+                server.destroy()
             super().destroy_node()
             # configure froze this node's objects, its context's among them: frozen, a context
             # is never freed, nor its DDS participant (a process that makes nodes one after

@@ -11,7 +11,7 @@ import torch
 from ..core import checkpoints
 from ..core.engine import Engine, EngineConfig
 from ..core.observation import Observation
-from .inference_parameters import PARAMETERS
+from .inference_parameters import PARAMETERS, SPECS
 from .parameters import ParameterError
 from .robots import robot_topic
 
@@ -37,6 +37,16 @@ def load_model(p: dict) -> checkpoints.LoadedCheckpoint:
         raise ParameterError("model_sizes" if p["model_sizes"] else "model_path", str(exc)) from exc
     except checkpoints.CheckpointError as exc:
         raise ParameterError("model_path", str(exc)) from exc
+
+
+def unused_preset(p: dict, loaded: checkpoints.LoadedCheckpoint) -> str | None:
+    """The warning for a ``preset`` other than the default that did not apply (a checkpoint
+    loaded: ``model_path``, or the embedded default model), else None."""
+    default = SPECS["preset"].default
+    if p["preset"] == default or loaded.layout == "random":
+        return None
+    return (f"preset {p['preset']!r} not used: {loaded.source} loaded. The preset (random weights) applies "
+            "only when model_path is empty and no default model is shipped")
 
 
 def model_load_error(p: dict, exc: BaseException) -> ModelLoadError:

@@ -42,11 +42,12 @@ class RobotIO:
     ``on_question(robot, msg)``, ``on_ask(robot, client, text, max_tokens)``, ``on_cancel(robot, client)``.
     ``make_output(counters, records, actions_topic=, trajectory_topic=)`` makes its action output
     (default: an :class:`~.action_output.ActionOutput` on ``node``; with the control process, a
-    :class:`~.control_link.RemoteOutput`)."""
+    :class:`~.control_link.RemoteOutput`). ``ask_server(action)``: the node's Ask server on that
+    action (it outlives this object: :mod:`.ask_server`), opened here."""
 
     def __init__(self, node, inputs: RobotInputs, params: dict, *,
                  on_observation: Callable, on_question: Callable, on_ask: Callable, on_cancel: Callable,
-                 inputs_group, ask_group, make_output: Optional[Callable] = None):
+                 inputs_group, ask_server: Callable[[str], AskServer], make_output: Optional[Callable] = None):
         self.name, self.inputs = inputs.name, inputs
         self.counters = inputs.count  # its counts, the node's totals beside them
         topic = {key: robot_topic(self.name, params[key]) for key in ROBOT_TOPICS}
@@ -54,8 +55,8 @@ class RobotIO:
         self.output = make_output(self.counters, inputs.records, actions_topic=topic["actions_topic"],
                                   trajectory_topic=topic["trajectory_topic"])
         self.text = TextOutput(node, topic["text_topic"], self.counters)
-        self.ask = AskServer(node, topic["ask_action"], partial(on_ask, self.name), partial(on_cancel, self.name),
-                             ask_group)
+        self.ask = ask_server(topic["ask_action"])
+        self.ask.open(partial(on_ask, self.name), partial(on_cancel, self.name))
         self.text.listener = self.ask.on_events  # the goals' feedback and results
         observations = node.create_subscription(ObservationMsg, topic["observation_topic"],
                                                 partial(on_observation, self.name), OBSERVATION_INPUT_QOS,
