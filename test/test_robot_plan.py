@@ -107,6 +107,22 @@ def test_camera_topic_applies_per_robot_after_the_prefix():
     assert plan["oxygen_inference"]["remappings"] == []
 
 
+def test_robots_set_in_the_parameters_file_plan_each_robot_s_nodes(tmp_path):
+    """The inference node reads ``robots`` from the file: without the argument, the plan takes
+    them from there too, so each robot gets its camera node on its own topics."""
+    text = YAML_FILE.read_text().replace("    robots: []\n", "    robots: [left, right]\n")
+    assert "robots: [left, right]" in text
+    path = _write(tmp_path, text)
+    plan = _plan({"demo": "true"}, path)
+    assert sorted(plan) == ["left/oxygen_camera", "left/oxygen_synthetic_camera", "oxygen_inference",
+                            "right/oxygen_camera", "right/oxygen_synthetic_camera"]
+    assert plan["left/oxygen_camera"]["parameters"]["observation_topic"] == "/left/oxygen/observation"
+    assert list(_plan({"robots": "a"}, path)) == ["a/oxygen_camera", "oxygen_inference"]  # the argument wins
+    bad = _write(tmp_path, text.replace("robots: [left, right]", "robots: [left, left]"))
+    with pytest.raises(ValueError, match=r"robots \(in .*agent.yaml\)': robot name 'left' is listed twice"):
+        _plan({}, bad)
+
+
 @pytest.mark.parametrize("robots, bad", [("left,2nd", "'2nd'"), ("left,,right", "''"), ("le-ft", "'le-ft'"),
                                          ("left,right,left", "'left' is listed twice"), ("a b", "'a b'")])
 def test_a_bad_robot_name_is_refused_naming_it(robots, bad, capsys):

@@ -27,7 +27,7 @@ from .plan_tables import (
     default_params_file,
     parse_bool,
 )
-from .robot_plan import robots_plan
+from .robot_plan import file_robots, robots_plan
 from .robots import parse_robots
 
 
@@ -35,14 +35,15 @@ def node_plan(values: dict[str, str], params_file: str | None = None) -> list[di
     """What to start for the given argument values (missing ones: defaults):
     ``[{spec, namespace, robot, parameters: {name: value}, remappings: [(from, to)]}]``
     (``namespace`` "" and ``robot`` None but with ``robots``: see :mod:`.robot_plan`,
-    which reads ``params_file``, by default the installed one)."""
+    which reads ``params_file``, by default the installed one). ``robots`` empty: the
+    inference node's ``robots`` in ``params_file`` (its nodes must be planned too)."""
     args = {a.name: a.default for a in ARGUMENTS}
     unknown = sorted(set(values) - set(args))
     if unknown:
         raise ValueError(f"unknown argument(s) {unknown}; known: {sorted(args)}")
     args.update(values)
     demo = parse_bool("demo", args["demo"])
-    robots = parse_robots(args["robots"])
+    robots = parse_robots(args["robots"]) or file_robots(params_file or default_params_file())
     if robots:
         return robots_plan(args, robots, demo, params_file or default_params_file())
     plan = []

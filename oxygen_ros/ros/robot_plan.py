@@ -35,9 +35,9 @@ from typing import Any
 
 from .plan_tables import CAMERA_TOPIC, DEMO_PARAMETERS, NODES, argument_overrides
 from .params_sections import node_parameters, read_sections
-from .robots import namespaced_topic, namespaced_value
+from .robots import namespaced_topic, namespaced_value, parse_robots
 
-CAMERA, SYNTHETIC = "oxygen_camera", "oxygen_synthetic_camera"
+CAMERA, SYNTHETIC, INFERENCE = "oxygen_camera", "oxygen_synthetic_camera", "oxygen_inference"
 
 #: The topic parameters of every robot-side node: each goes under ``/<robot>``.
 ROBOT_TOPICS: dict[str, tuple[str, ...]] = {
@@ -88,6 +88,17 @@ def robot_parameters(sections: list, node: str, robot: str, index: int, demo: bo
     return values
 
 
+def file_robots(params_file: str) -> tuple[str, ...]:
+    """The robots the inference node's sections of ``params_file`` name (its ``robots``
+    parameter; () when none does): a plan without the ``robots`` argument serves them,
+    since the node reads them from the file anyway. ValueError naming a bad value."""
+    robots = node_parameters(read_sections(params_file), f"/{INFERENCE}").get("robots", [])
+    if not isinstance(robots, list) or not all(isinstance(r, str) for r in robots):
+        raise ValueError(f"parameters file {params_file}: {INFERENCE}'s robots must be a list of names, "
+                         f"got {robots!r}")
+    return parse_robots(",".join(robots), f"robots (in {params_file})")
+
+
 def robots_plan(args: dict[str, str], robots: tuple[str, ...], demo: bool, params_file: str) -> list[dict]:
     """The plan items (see :func:`.plan.node_plan`) for ``robots``: the robot-side nodes of
     every robot in its namespace, then the inference node serving them all."""
@@ -113,4 +124,4 @@ def robots_plan(args: dict[str, str], robots: tuple[str, ...], demo: bool, param
     return plan
 
 
-__all__ = ["PARAMETER_TABLES", "ROBOT_TOPICS", "node_defaults", "robot_parameters", "robots_plan"]
+__all__ = ["PARAMETER_TABLES", "ROBOT_TOPICS", "file_robots", "node_defaults", "robot_parameters", "robots_plan"]
