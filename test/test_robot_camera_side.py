@@ -37,6 +37,7 @@ def _robot_side(executable, params_file, tmp_path):
 
 
 def test_a_robots_camera_side_in_its_own_processes_gets_actions_from_the_shared_inference_node(ros_env, tmp_path):
+    from diagnostic_msgs.msg import DiagnosticArray
     from oxygen_ros.msg import ActionChunk
     from oxygen_ros.ros.conversions import action_chunk_array
 
@@ -53,6 +54,9 @@ def test_a_robots_camera_side_in_its_own_processes_gets_actions_from_the_shared_
             chunks = []
             listener = ros.node("oxygen_test_robot_actions")
             listener.create_subscription(ActionChunk, f"{left}/actions", chunks.append, reliable(50))
+            statuses = []
+            listener.create_subscription(DiagnosticArray, "/diagnostics", lambda m: statuses.extend(m.status),
+                                         reliable(50))
             assert ros.wait_until(lambda: len({c.observation_seq for c in chunks}) >= 3, 60.0), \
                 _logs(tmp_path, procs, len(chunks))
             assert node.tick_counts("left")["published"] > 0
@@ -60,6 +64,9 @@ def test_a_robots_camera_side_in_its_own_processes_gets_actions_from_the_shared_
             # the camera side is the robot's: its nodes are in the namespace /left
             names = {n for n, ns in listener.get_node_names_and_namespaces() if ns == "/left"}
             assert {"oxygen_camera", "oxygen_synthetic_camera"} <= names, names
+            # ... and so is its camera status, told apart from other robots' by its name
+            mine = lambda: [s.name for s in statuses if f"{left}/camera" in s.hardware_id]  # noqa: E731
+            assert ros.wait_until(lambda: mine(), 10.0) and set(mine()) == {"left/oxygen_camera: cameras"}
         for proc in procs:
             assert proc.poll() is None, _logs(tmp_path, procs, 0)  # the camera side still runs
     finally:

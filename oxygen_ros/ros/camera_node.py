@@ -31,8 +31,9 @@
   ``qos_overrides.<topic>.subscription.reliability|depth`` parameters; a
   publisher whose QoS cannot match is named in a warning;
 * once a second it publishes a ``diagnostic_msgs/DiagnosticArray`` on
-  ``/diagnostics`` (status ``oxygen_camera: cameras``, see
-  :mod:`.camera_status`): every rejection counter (``rejected_<reason>``),
+  ``/diagnostics`` (status ``oxygen_camera: cameras``, in a robot's namespace
+  ``left/oxygen_camera: cameras``; see :mod:`.camera_status`): every rejection
+  counter (``rejected_<reason>``),
   groups published and dropped stale, frames received, the received rate and
   the age of the newest frame per camera; WARN when something was rejected or
   dropped since the last status, a camera is silent for longer than ``max_age``
@@ -298,7 +299,9 @@ class CameraNode(Node):
         try:
             d = self.diagnostics()
             level, message = self.diagnostic_status(d)
-            status = DiagnosticStatus(level=level, name=f"{self.get_name()}: cameras", message=message,
+            # named with the namespace: every robot's camera node has its own status (left/oxygen_camera)
+            status = DiagnosticStatus(level=level, name=f"{self.get_fully_qualified_name().lstrip('/')}: cameras",
+                                      message=message,
                                       hardware_id=",".join(self.topics))
             status.values = [KeyValue(key=k, value=(f"{v:.3f}" if isinstance(v, float) else str(v)))
                              for k, v in d.items()]
