@@ -3,6 +3,7 @@
     ros2 launch oxygen_ros agent.launch.py [params_file:=...] [model_path:=...] [model_sizes:=k=v,...] [preset:=...]
         [device:=cpu|cuda] [dtype:=float32|bfloat16] [setting:=...] [control_rate_hz:=...]
         [steps_per_frame:=...] [camera_topic:=/my/camera/image_raw] [demo:=true] [robots:=left,right]
+        [compile:=auto|on|off] [autostart:=true|false]
 
 Every node reads its section of ``params_file`` (default: the installed
 ``config/agent.yaml``); an argument left empty keeps the file's value, a

@@ -15,15 +15,15 @@ from .process import ignore_further_interrupts, init_control_process, report_lef
 
 def run_node(make_node: Callable, args: list[str] | None = None, until_done: bool = False) -> int:
     """Init rclpy, build the node, spin it (until ``node.done`` when asked), destroy it;
-    Ctrl-C and an external shutdown end it quietly. 1 when a parameter is bad (the node
-    has logged which), else 0."""
+    Ctrl-C and an external shutdown end it quietly. 2 when a parameter is bad (the node
+    has logged which: the status of every node's executable and of ``oxygen-agent``), else 0."""
     # rclpy.init() is a context manager from Kilted on; Jazzy's returns None: init and shut down by hand
     rclpy.init(args=args)
     try:
         try:
             node = make_node()
         except ParameterError:
-            return 1  # logged by the node
+            return 2  # logged by the node
         try:
             if until_done:
                 rclpy.spin_until_future_complete(node, node.done)

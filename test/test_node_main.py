@@ -1,0 +1,22 @@
+"""The nodes' executables as a user (or ros2 launch) starts them: a bad parameter ends each
+with one line naming it and the same exit status, 2, so that a launch or a supervisor can tell
+a configuration error from a crash (1). Real processes on real DDS."""
+
+import subprocess
+
+import pytest
+from ros_harness import checkout_env, installed_prefix
+
+CASES = [("camera_node", "image_size:=-3", "image_size"),
+         ("synthetic_camera", "rate_hz:=0.0", "rate_hz"),
+         ("inference_node", "steps_per_frame:=-1", "steps_per_frame")]
+
+
+@pytest.mark.parametrize("executable, parameter, name", CASES)
+def test_a_bad_parameter_ends_a_node_with_status_2_naming_it(ros_env, tmp_path, executable, parameter, name):
+    path = installed_prefix() / "lib" / "oxygen_ros" / executable
+    run = subprocess.run([str(path), "--ros-args", "-p", parameter], cwd=tmp_path, env=checkout_env(),
+                         capture_output=True, text=True, timeout=120)
+    out = run.stdout + run.stderr
+    assert run.returncode == 2, out[-2000:]
+    assert name in out and "Traceback" not in out, out[-2000:]
