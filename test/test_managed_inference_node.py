@@ -125,6 +125,28 @@ def test_an_ask_goal_running_at_cleanup_gets_its_result_and_goals_wait_for_confi
         assert response.status == GoalStatus.STATUS_SUCCEEDED and 0 < response.result.tokens <= 3
 
 
+def test_an_ask_goal_cancelled_while_the_node_is_inactive_ends_at_once(ros_env, random_tiny_dir):
+    """Deactivated, the node runs no frame; a client's cancel still ends its goal (canceled)
+    and frees the request's slot then, not at the next activate."""
+    from action_msgs.msg import GoalStatus
+
+    prefix = unique_prefix()
+    with Ros() as ros:
+        node = _node(ros, prefix, random_tiny_dir)
+        client = InferenceClient(ros, prefix)
+        life = Lifecycle(ros.node("oxygen_test_lifecycle"), node.get_fully_qualified_name())
+        assert until(lambda: client.chunks, 30.0, every=client.observe, period=0.1)
+        ask = AskClient(ros, f"{prefix}/ask")
+        handle, feedback = ask.send("describe everything you see in great detail")
+        assert until(lambda: feedback, 30.0, every=client.observe, period=0.1), "no feedback"
+        assert life.change("deactivate") and node.engine.active_requests == 1
+        cancel = handle.cancel_goal_async()
+        assert until(cancel.done, 20.0) and cancel.result().goals_canceling, "cancel refused"
+        response = ask.result(handle)
+        assert response.status == GoalStatus.STATUS_CANCELED and response.result.finish_reason == "cancelled"
+        assert life.state() == "inactive" and node.engine.active_requests == 0 and node.engine.pool.held == 0
+
+
 def test_a_configure_that_fails_names_the_cause_and_stays_unconfigured(ros_env, tmp_path):
     prefix = unique_prefix()
     with Ros() as ros:

@@ -47,6 +47,7 @@ from .chunk_clock import NS_PER_S, period_ns
 from .engine import Engine, FrameResult, Question
 from .input_fit import FittedInstruction, InstructionFitter, fit_question
 from .observation import Observation, ObservationError
+from .requests import TokenEvent
 from .robot_inputs import Arrival, RobotInputs, WaitingQuestion, stalest_first
 from .stats import Rolling
 from .throttle import Throttle
@@ -193,6 +194,23 @@ class FrameLoop:
             r.questions.clear()
         return out
 
+    def take_cancels(self) -> list[tuple[str, str]]:
+        """The cancels not yet taken by a job, of every robot, as (robot, client id) pairs."""
+        out = []
+        for robot in self.robots.values():
+            out += [(robot.name, client) for client in robot.cancels]
+            robot.cancels = []
+        return out
+
+    def end_requests(self, cancels: Sequence[tuple[str, str]]) -> list[TokenEvent]:
+        """End the engine's requests of ``cancels`` ((robot, client id) pairs) now: their
+        ``cancelled`` events. Only while no frame runs (a job's start; the owner while
+        its worker is idle or stopped)."""
+        events: list[TokenEvent] = []
+        for robot in dict.fromkeys(r for r, _ in cancels):
+            events += self.engine.requests.cancel_clients([c for r, c in cancels if r == robot], robot)
+        return events
+
     def put_back(self, job: Job) -> None:
         """A job that will not run: its questions and cancels wait again (at the head)."""
         for q in reversed(job.questions):
@@ -214,8 +232,7 @@ class FrameLoop:
         for robot in self.robots.values():
             job.questions += robot.questions
             robot.questions.clear()
-            job.cancels += [(robot.name, client) for client in robot.cancels]
-            robot.cancels = []
+        job.cancels = self.take_cancels()
         if job.observations or job.questions or job.cancels:
             return job
         if (self.settings.decode_when_idle and self.engine_has_work()

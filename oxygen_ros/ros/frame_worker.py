@@ -158,10 +158,7 @@ class FrameWorker:
 
     def _cancel(self, cancels: list) -> None:
         """End the requests of ``cancels`` ((robot, client) pairs) and announce their ends."""
-        requests, events = self.loop.engine.requests, []
-        for robot in {r for r, _ in cancels}:
-            events += requests.cancel_clients([c for r, c in cancels if r == robot], robot)
-        self._text.publish(events, self._now_ros())
+        self._text.publish(self.loop.end_requests(cancels), self._now_ros())
 
     def converted(self, msg, seq: int, robot: str = ""):
         """The Observation of a message as it arrives, or None (counted, logged) when it is refused:

@@ -290,11 +290,18 @@ class InferenceNode(InferenceDiagnostics, InferenceTicks, Node):
             self._cond.notify_all()
 
     def _cancel_ask(self, robot: str, client_id: str) -> None:
+        """A cancelled question ends at once: still waiting, here; decoding, in the engine, here
+        too when no frame runs (the worker idle, or stopped while the node is inactive: the
+        goal would otherwise stay canceling until activate), else at the worker's next job."""
         with self._cond:
-            ended_here = self.loop.cancel(client_id, robot)  # else the worker ends it in the engine
+            if self.loop.cancel(client_id, robot):
+                events = end_events([client_id], "cancelled", robot)
+            else:
+                idle = self.worker is not None and not self.worker.busy
+                events = self.loop.end_requests(self.loop.take_cancels()) if idle else []
             self._cond.notify_all()
-        if ended_here:
-            self.text.publish(end_events([client_id], "cancelled", robot), self._now_ros())
+        if events:
+            self.text.publish(events, self._now_ros())
 
     # ------------------------------------------------------------------ shutdown
     def _stop_worker(self, timeout: float = 60.0) -> bool:
