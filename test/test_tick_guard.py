@@ -111,3 +111,42 @@ def test_the_engine_offers_a_pause_point_before_every_piece_and_the_result_is_un
     for a, b in zip(with_points, plain):  # pausing changes nothing the frame produces
         np.testing.assert_array_equal(a.actions[0], b.actions[0])
         assert [(e.request_id, e.token_id) for e in a.tokens] == [(e.request_id, e.token_id) for e in b.tokens]
+
+
+def test_two_threads_pieces_are_timed_each_on_its_own():
+    """``parallel`` runs actions and language on two threads: a piece's length is the time
+    until its own thread's next piece, not the other thread's."""
+    clock = FakeClock()
+    guard = TickGuard(clock=clock)
+    start = dict(guard.work_ms)
+
+    steps = [(0, "actions", "prefill"), (1, "language", "decode"), (3, "actions", "denoise"),
+             (5, "language", "decode")]
+    gates = {name: threading.Event() for name in ("actions", "language")}
+    done = {name: threading.Event() for name in ("actions", "language")}
+    plan = {name: [(ms, work) for ms, who, work in steps if who == name] for name in gates}
+
+    def thread(name):
+        for ms, work in plan[name]:
+            gates[name].wait()
+            gates[name].clear()
+            guard.pause_point(work)
+            done[name].set()
+
+    threads = [threading.Thread(target=thread, args=(n,)) for n in gates]
+    for t in threads:
+        t.start()
+    for ms, who, work in steps:  # one step at a time, in this order, at these times
+        clock.now = ms * MS
+        done[who].clear()
+        gates[who].set()
+        assert done[who].wait(5.0)
+    for t in threads:
+        t.join(5.0)
+    # the prefill ran 0..3 ms on its thread (the language thread's decode at 1 ms is not its end)
+    assert guard.work_ms["prefill"] == pytest.approx(start["prefill"] + 0.2 * (3.0 - start["prefill"]))
+    # the first decode ran 1..5 ms on the other
+    assert guard.work_ms["decode"] == pytest.approx(start["decode"] + 0.2 * (4.0 - start["decode"]))
+    clock.now = 6 * MS
+    guard.frame_done()  # both threads' last pieces end with the frame
+    assert guard.work_ms["denoise"] == pytest.approx(start["denoise"] + 0.2 * (3.0 - start["denoise"]))

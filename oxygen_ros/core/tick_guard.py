@@ -19,7 +19,8 @@ steps aside for.
 The control-loop thread calls :meth:`tick_served` after each tick with the
 time the next one is due; the worker calls :meth:`pause_point` (through
 ``Engine.pause_point``) and :meth:`frame_done` after each frame. Times are
-``time.monotonic_ns``.
+``time.monotonic_ns``. The ``parallel`` setting runs two threads' pieces at once: each
+thread's piece is timed on its own.
 """
 
 from __future__ import annotations
@@ -48,9 +49,9 @@ class TickGuard:
         self._cond = threading.Condition()
         self._served = 0  # ticks served so far
         self._next_due: int | None = None  # when the next tick is due
-        self._waiting = False  # the worker waits for a tick
+        self._waiting = 0  # threads of the worker waiting for a tick
         self.work_ms = dict(INITIAL_WORK_MS)  # each kind of piece's length (moving average)
-        self._current: tuple[str, int] | None = None  # the piece running now and when it started
+        self._current: dict[int, tuple[str, int]] = {}  # by thread: the piece it runs now and when it started
         self.pauses = 0  # pauses made
         self.paused_ns = 0  # time spent in them
 
@@ -68,31 +69,34 @@ class TickGuard:
     # -- worker thread
     def pause_point(self, work: str) -> None:
         """Before a piece of ``work``: wait for the tick if the piece would hold it back too long."""
-        now = self.clock()
-        self._finish_current(now)
+        now, thread = self.clock(), threading.get_ident()
+        self._finish_current(thread, now)
         with self._cond:
             due, served = self._next_due, self._served
             expected_ns = round(self.work_ms.get(work, max(self.work_ms.values())) * 1e6)
             if due is not None and due - expected_ns + self.tolerance_ns <= now <= due + self.max_wait_ns:
                 deadline = max(now, due) + self.max_wait_ns
                 self.pauses += 1
-                self._waiting = True
+                self._waiting += 1
                 while self._served == served:
                     left = deadline - self.clock()
                     if left <= 0:
                         break
                     self._cond.wait(left / 1e9)
-                self._waiting = False
-        start = self.clock()
-        self.paused_ns += start - now
-        self._current = (work, start)
+                self._waiting -= 1
+            start = self.clock()
+            self.paused_ns += start - now
+            self._current[thread] = (work, start)
 
     def frame_done(self) -> None:
-        """The frame has ended: the length of its last piece is known now."""
-        self._finish_current(self.clock())
-        self._current = None
+        """The frame has ended: the length of its last pieces is known now."""
+        now = self.clock()
+        for thread in list(self._current):
+            self._finish_current(thread, now)
 
-    def _finish_current(self, now: int) -> None:
-        if self._current is not None:
-            work, start = self._current
-            self.work_ms[work] += SMOOTHING * ((now - start) / 1e6 - self.work_ms[work])
+    def _finish_current(self, thread: int, now: int) -> None:
+        with self._cond:
+            current = self._current.pop(thread, None)
+            if current is not None:
+                work, start = current
+                self.work_ms[work] += SMOOTHING * ((now - start) / 1e6 - self.work_ms[work])
