@@ -27,7 +27,8 @@ class ModelRunner:
                  denoise_steps: int, vocab_limit: int):
         self.model = model
         self.vocab_limit = vocab_limit
-        self._allowed = torch.arange(model.config.vocab_size) < vocab_limit  # the ids a compiled decode may choose
+        # the ids a compiled decode may choose, made on the model's device once (not copied there each call)
+        self._allowed = torch.arange(model.config.vocab_size, device=model.device) < vocab_limit
         self._warm_lock = threading.Lock()  # the two threads of ``parallel`` must not both compile
         decision = resolve_compile(config.compile, model.device)
         #: why the model runs eager ("" when compiled): for the caller to log once
