@@ -231,6 +231,48 @@ def test_state_instruction_cleaning_and_nan_state_rejected(stepped_ros):
     assert list(rig.observations[-1].state) == [0.5, 0.5]
 
 
+def test_state_joint_names_pick_joints_from_several_publishers_and_an_old_state_holds_groups_back(stepped_ros):
+    """An arm and a gripper publish on one JointState topic: with state_joint_names the state is
+    those joints in that order, whichever message came last; a state older than max_state_age
+    is none, so groups wait (a stopped driver's last state is not forwarded)."""
+    from sensor_msgs.msg import JointState
+
+    rig = _Rig(stepped_ros, state=True)
+    camera = camera_node(stepped_ros, state_topic=f"{stepped_ros.prefix}/joint_states",
+                         state_joint_names=["j0", "j1", "gripper"], max_state_age=1.0)
+    rig.wait_matched(camera)
+    frame = _solid(8, 8, (5, 5, 5))
+
+    def send():
+        rig.state.publish(JointState(name=["j1", "j0"], position=[1.0, 0.5]))  # the arm's driver
+        rig.state.publish(JointState(name=["gripper"], position=[0.04]))  # the gripper's
+        rig.send_raw(frame)
+        rig.send_jpeg(frame)
+
+    assert stepped_ros.spin_until(lambda: len(rig.observations) >= 3, every=send)
+    np.testing.assert_allclose(list(rig.observations[-1].state), [0.5, 1.0, 0.04], rtol=1e-6)
+    assert all(len(m.state) == 3 for m in rig.observations)  # never one publisher's joints alone
+
+    stepped_ros.spin_for(1.2)  # both drivers stop: their state grows older than max_state_age
+    assert camera.state is None
+    count, waiting = len(rig.observations), camera.waiting_for_state
+    assert stepped_ros.spin_until(lambda: camera.waiting_for_state > waiting,
+                                  every=lambda: (rig.send_raw(frame), rig.send_jpeg(frame)))
+    assert len(rig.observations) == count
+
+
+def test_an_instruction_from_a_volatile_publisher_arrives_too(stepped_ros):
+    """``ros2 topic pub`` and a plain publisher are volatile: a latched subscription alone would
+    refuse them as incompatible, and the node would run on default_instruction."""
+    from std_msgs.msg import String
+
+    camera = camera_node(stepped_ros)
+    pub = stepped_ros.node("oxygen_test_volatile").create_publisher(String, f"{stepped_ros.prefix}/instruction", 10)
+    assert stepped_ros.spin_until(lambda: pub.get_subscription_count() >= 1)
+    assert stepped_ros.spin_until(lambda: camera.instruction == "stack the cups",
+                                  every=lambda: pub.publish(String(data="stack the cups")))
+
+
 def test_a_missing_state_is_told_calmly_while_the_node_starts_then_warned_about(stepped_ros, monkeypatch):
     """Publishers come up in any order: frames before the first state are held back with an
     info line during the node's first seconds, and a warning once it has settled."""

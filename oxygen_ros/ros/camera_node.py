@@ -61,6 +61,7 @@ from sensor_msgs.msg import CompressedImage, Image, JointState
 from std_msgs.msg import Header, String
 
 from oxygen_ros.core.grouping import NO_STATE, PUBLISH, STALE, Decision, FrameGrouping
+from oxygen_ros.core.joint_state import StateTracker
 from oxygen_ros.core.text import clean_text
 from oxygen_ros.core.throttle import Throttle
 from oxygen_ros.msg import Observation as ObservationMsg
@@ -79,7 +80,7 @@ from oxygen_ros.ros.conversions import (
 )
 from oxygen_ros.ros.node_main import run_node
 from oxygen_ros.ros.parameters import ParameterError, changed_values, declare_parameters, parameter_callback
-from oxygen_ros.ros.qos import LATCHED_QOS, OBSERVATION_QOS, image_qos, is_reliable
+from oxygen_ros.ros.qos import LATCHED_QOS, OBSERVATION_QOS, image_qos, is_reliable, reliable
 
 NODE_NAME = "oxygen_camera"
 
@@ -110,6 +111,9 @@ class CameraNode(Node):
         try:
             p = declare_parameters(self, PARAMETERS)
             names = camera_names(p)
+            if len(p["state_joint_names"]) > self._core.MAX_STATE_DIM:
+                raise ParameterError("state_joint_names", f"{len(p['state_joint_names'])} joints, at most "
+                                     f"{self._core.MAX_STATE_DIM} supported")
         except ParameterError as exc:
             self.get_logger().fatal(str(exc))
             self.destroy_node()
@@ -124,12 +128,13 @@ class CameraNode(Node):
         self.max_image_bytes: int = p["max_image_bytes"]
         self.default_instruction: str = clean_text(p["default_instruction"])
         self.state_topic: str = p["state_topic"]
+        self.max_state_age: float = p["max_state_age"]
         self._instruction_topic: str = p["instruction_topic"]
 
 
         self.seq = 0
         self.instruction: str | None = None
-        self.state: np.ndarray | None = None
+        self._state = StateTracker(p["state_joint_names"], self._core.MAX_STATE_DIM)  # see core/joint_state.py
         self._frames: list[_Frame | None] = [None] * len(self.topics)
         self._grouping = FrameGrouping(len(self.topics), needs_state=bool(self.state_topic))  # when to publish
         self._throttle = Throttle(5.0)
@@ -162,8 +167,11 @@ class CameraNode(Node):
                 event_callbacks=SubscriptionEventCallbacks(incompatible_qos=partial(self._on_incompatible, index))))
         self.topics = [s.topic_name for s in self._images]  # as remapped: what the logs and diagnostics name
         self._inputs = list(self._images)
-        self._inputs.append(self.create_subscription(
-            String, p["instruction_topic"], self._on_instruction, LATCHED_QOS))
+        # two subscriptions: a latched one gets a transient-local publisher's instruction sent before
+        # this node started; a volatile one matches the volatile publishers (ros2 topic pub, a plain
+        # create_publisher), which a transient-local subscription refuses as incompatible
+        for qos in (LATCHED_QOS, reliable(1)):
+            self._inputs.append(self.create_subscription(String, p["instruction_topic"], self._on_instruction, qos))
         self._instruction_topic = self._inputs[-1].topic_name
         if self.state_topic:
             self._inputs.append(self.create_subscription(
@@ -252,7 +260,16 @@ class CameraNode(Node):
         self._act(self._grouping.frame_arrived(index, stamp_ns, self.get_clock().now().nanoseconds, self.max_age,
                                                self.state is not None))
 
+    @property
+    def state(self) -> np.ndarray | None:
+        """The state the next group gets now (None: none valid, a named joint missing, or too old)."""
+        return self._state.current(self.get_clock().now().nanoseconds, self._state_age_limit())
+
+    def _state_age_limit(self) -> float:
+        return self.max_state_age if self.max_state_age > 0 else float("inf")
+
     def _on_instruction(self, msg: String) -> None:
+        """An instruction (from a latched publisher, it comes on both subscriptions: the same text twice)."""
         text = clean_text(msg.data)
         if text != msg.data:
             self._warn("instruction_control", f"instruction had control characters, removed: "
@@ -267,20 +284,13 @@ class CameraNode(Node):
         self.instruction = text
 
     def _on_state(self, msg: JointState) -> None:
-        state = np.asarray(msg.position, dtype=np.float64)
-        if state.size == 0:
-            reason, text = "state_empty", "JointState has no position values"
-        elif len(msg.name) and len(msg.name) != state.size:
-            reason, text = "state_names_mismatch", f"{len(msg.name)} joint names for {state.size} positions"
-        elif state.size > self._core.MAX_STATE_DIM:
-            reason, text = "state_too_long", f"{state.size} positions, at most {self._core.MAX_STATE_DIM} supported"
-        elif not np.all(np.isfinite(state)):
-            reason, text = "state_not_finite", f"positions contain NaN or infinite values: {state.tolist()}"
-        else:
-            self.state = state.astype(np.float32)
-            self._act(self._grouping.state_arrived(self.get_clock().now().nanoseconds, self.max_age))
+        now_ns = self.get_clock().now().nanoseconds
+        refusal = self._state.update(list(msg.name), msg.position, now_ns)  # a refusal drops the state held
+        if refusal is None:
+            if self.state is not None:
+                self._act(self._grouping.state_arrived(now_ns, self.max_age))
             return
-        self.state = None  # never forward an older state as if it were current
+        reason, text = refusal
         self.status.reject(reason)
         self._warn((self.state_topic, reason), f"rejected state on {self.state_topic}: {text}")
 
@@ -325,11 +335,13 @@ class CameraNode(Node):
             self._warn("stale", f"dropped a stale group (max_age {self.max_age} s): {ages}")
         elif decision.kind == NO_STATE:
             self.status.waiting_for_state += 1
+            why = self._state.missing(self.get_clock().now().nanoseconds, self._state_age_limit())
             if self.status.settling():  # just started: the state's publisher may come up after the cameras'
-                self._warn("settling_no_state", f"waiting for a valid state on {self.state_topic}: "
-                                                "not publishing until one arrives", info=True)
+                self._warn("settling_no_state", f"waiting for a valid state on {self.state_topic}"
+                           f"{f' ({why})' if why else ''}: not publishing until one arrives", info=True)
             else:
-                self._warn("no_state", f"no valid state on {self.state_topic} yet: not publishing")
+                self._warn("no_state", f"no valid state on {self.state_topic}{f' ({why})' if why else ' yet'}: "
+                                       "not publishing")
         elif decision.kind == PUBLISH:
             self._publish_group()
 
@@ -340,7 +352,7 @@ class CameraNode(Node):
         observation = self._core.Observation(
             images={name: to_model_image(f.rgb, self.image_size) for name, f in zip(self.camera_names, frames)},
             instruction=instruction,
-            state=self.state,
+            state=self.state if self.state_topic else None,
             stamp=oldest / 1e9,
         )
         msg = observation_to_msg(

@@ -23,6 +23,12 @@ from oxygen_ros.ros.parameters import (
 from oxygen_ros.ros.qos import RELIABILITY
 
 
+def _joint_names(value: list, values=None) -> str | None:
+    if not all(value) or len(set(value)) != len(value):
+        return f"names must be unique and non-empty, got {value}"
+    return None
+
+
 def _image_size(value: int, values=None) -> str | None:
     return None if 1 <= value <= 4096 else f"must be between 1 and 4096 pixels, got {value}"
 
@@ -37,6 +43,13 @@ PARAMETERS: tuple[ParamSpec, ...] = (
               "str", topic_name),
     ParamSpec("state_topic", "", "sensor_msgs/JointState whose position is the robot state; empty: no state",
               "str", optional_topic_name),
+    ParamSpec("state_joint_names", [], "joints whose positions make the state, in this order, picked by name "
+              "from the JointState messages (several publishers on state_topic, an arm and a gripper, each "
+              "give theirs; other joints are ignored); empty: each message's positions in its order",
+              "str_list", _joint_names),
+    ParamSpec("max_state_age", 1.0, "seconds: a state older than this (by arrival; with state_joint_names, "
+              "its oldest joint) is no state, and no group goes out until a newer one; 0: no limit",
+              "float", non_negative, dynamic=True),
     ParamSpec("observation_topic", "/oxygen/observation", "oxygen_ros/Observation output topic", "str", topic_name),
     ParamSpec("image_size", 224, "side in pixels of the square images sent (the model's resolution)",
               "int", _image_size, dynamic=True),

@@ -1,0 +1,104 @@
+"""The robot state a camera node groups with its images, from JointState messages (no ROS).
+
+:class:`StateTracker` takes each message's joint names and positions and holds the
+state the next group gets:
+
+* without ``joint_names`` the state is each message's positions in the message's
+  order (one publisher on the topic);
+* with ``joint_names`` it is the positions of those joints, in that order. A
+  message gives the named joints it carries (an arm's driver and a gripper's on
+  one topic each give theirs; joints not named are ignored), and the state is
+  there once every named joint has a position. A message with none of them
+  changes nothing;
+* a state older than ``max_age`` (by arrival: drivers' header stamps are not
+  always set) is no state: a driver that stopped is not forwarded for ever;
+* a bad message (no positions, names and positions disagreeing, a named
+  position not finite, too many values) is refused with its reason, and the
+  state it would have replaced is dropped: an older state is never forwarded as
+  if it were current.
+
+Times are integer nanoseconds on one clock (the node's).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+
+
+class StateTracker:
+    """See the module doc; ``max_values``: the most positions a state may have."""
+
+    def __init__(self, joint_names: Sequence[str] = (), max_values: int = 32):
+        if len(set(joint_names)) != len(joint_names) or not all(joint_names):
+            raise ValueError(f"joint names must be unique and non-empty, got {list(joint_names)}")
+        self.joint_names = tuple(joint_names)
+        self.max_values = max_values
+        self._values: dict[str, tuple[float, int]] = {}  # joint -> (position, arrival)
+        self._state: tuple[np.ndarray, int] | None = None  # without names: (positions, arrival)
+
+    def update(self, names: Sequence[str], positions: Sequence[float], now_ns: int) -> tuple[str, str] | None:
+        """A message arrived: None when taken (or, with joint names, when it carries none of
+        them), else (reason, text) of its refusal."""
+        values = np.asarray(positions, dtype=np.float64)
+        refusal = self._check(list(names), values)
+        if refusal is not None:
+            self._values.clear()
+            self._state = None
+            return refusal
+        if not self.joint_names:
+            self._state = (values.astype(np.float32), now_ns)
+            return None
+        for name, value in zip(names, values.tolist()):
+            if name in self.joint_names:
+                self._values[name] = (value, now_ns)
+        return None
+
+    def _check(self, names: list[str], values: np.ndarray) -> tuple[str, str] | None:
+        if values.size == 0:
+            return "state_empty", "JointState has no position values"
+        if names and len(names) != values.size:
+            return "state_names_mismatch", f"{len(names)} joint names for {values.size} positions"
+        if self.joint_names and not names:
+            return "state_names_mismatch", "JointState has positions but no joint names; state_joint_names " \
+                                           "picks joints by name"
+        taken = values if not self.joint_names else np.array(
+            [v for n, v in zip(names, values.tolist()) if n in self.joint_names])
+        if not self.joint_names and values.size > self.max_values:
+            return "state_too_long", f"{values.size} positions, at most {self.max_values} supported"
+        if not np.all(np.isfinite(taken)):
+            return "state_not_finite", f"positions contain NaN or infinite values: {taken.tolist()}"
+        return None
+
+    def current(self, now_ns: int, max_age_s: float) -> np.ndarray | None:
+        """The state to group now (float32), or None: none yet, a named joint missing, or older
+        than ``max_age_s``."""
+        oldest = now_ns - max_age_s * 1e9  # float: max_age_s may be inf
+        if not self.joint_names:
+            if self._state is None or self._state[1] < oldest:
+                return None
+            return self._state[0]
+        if len(self._values) < len(self.joint_names):
+            return None
+        if min(arrival for _, arrival in self._values.values()) < oldest:
+            return None
+        return np.array([self._values[n][0] for n in self.joint_names], dtype=np.float32)
+
+    def missing(self, now_ns: int, max_age_s: float) -> str:
+        """Why there is no state now, for a log line ("" when there is one, or none ever came)."""
+        if self.current(now_ns, max_age_s) is not None:
+            return ""
+        oldest = now_ns - max_age_s * 1e9  # float: max_age_s may be inf
+        if self.joint_names:
+            absent = [n for n in self.joint_names if n not in self._values]
+            if absent:
+                return f"no position yet of joint(s) {absent}"
+            old = [n for n in self.joint_names if self._values[n][1] < oldest]
+            return f"joint(s) {old} older than {max_age_s:g} s"
+        if self._state is None:
+            return ""
+        return f"the newest state is {(now_ns - self._state[1]) / 1e9:.1f} s old (over {max_age_s:g} s)"
+
+
+__all__ = ["StateTracker"]

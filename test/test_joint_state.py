@@ -1,0 +1,67 @@
+"""StateTracker: the robot state a camera node groups, from JointState messages."""
+
+import math
+
+import numpy as np
+import pytest
+
+from oxygen_ros.core.joint_state import StateTracker
+
+S = 1_000_000_000
+
+
+def test_without_joint_names_each_message_is_the_state_in_its_order():
+    t = StateTracker()
+    assert t.update(["b", "a"], [1.0, 0.0], 0) is None
+    np.testing.assert_array_equal(t.current(0, 1.0), [1.0, 0.0])
+    assert t.update([], [0.5], 1) is None  # names are optional without joint names
+    np.testing.assert_array_equal(t.current(1, 1.0), [0.5])
+
+
+def test_joint_names_pick_and_order_joints_from_several_publishers():
+    """An arm's driver and a gripper's on one topic: the state is the named joints in the
+    named order, complete once both have spoken; other joints and order changes do not matter."""
+    t = StateTracker(["j0", "j1", "gripper"])
+    assert t.update(["j1", "j0", "wheel"], [1.0, 0.5, 9.0], 0) is None
+    assert t.current(0, 1.0) is None and "['gripper']" in t.missing(0, 1.0)
+    assert t.update(["gripper"], [0.04], 1) is None
+    np.testing.assert_allclose(t.current(1, 1.0), [0.5, 1.0, 0.04])
+    assert t.update(["j0", "j1"], [0.6, 1.1], 2) is None  # the arm again, the other order
+    np.testing.assert_allclose(t.current(2, 1.0), [0.6, 1.1, 0.04])
+    assert t.update(["wheel"], [3.0], 3) is None  # none of the named joints: nothing changes
+    np.testing.assert_allclose(t.current(3, 1.0), [0.6, 1.1, 0.04])
+
+
+def test_an_old_state_is_no_state():
+    t = StateTracker()
+    t.update(["a"], [1.0], 0)
+    assert t.current(S, 1.0) is not None and t.current(S + 1, 1.0) is None
+    assert "old (over 1 s)" in t.missing(2 * S, 1.0)
+    assert t.current(100 * S, math.inf) is not None  # no limit
+    named = StateTracker(["arm", "gripper"])
+    named.update(["arm", "gripper"], [0.0, 0.0], 0)
+    named.update(["arm"], [0.1], 2 * S)
+    assert named.current(2 * S, 1.0) is None and "['gripper'] older than 1 s" in named.missing(2 * S, 1.0)
+
+
+@pytest.mark.parametrize("names, positions, reason", [
+    ([], [], "state_empty"),
+    (["a", "b"], [1.0], "state_names_mismatch"),
+    (["a"], [math.nan], "state_not_finite"),
+    ([f"j{i}" for i in range(40)], [0.0] * 40, "state_too_long"),
+])
+def test_a_bad_message_is_refused_and_drops_the_state_held(names, positions, reason):
+    t = StateTracker()
+    t.update(["a"], [1.0], 0)
+    refusal = t.update(names, positions, 1)
+    assert refusal is not None and refusal[0] == reason
+    assert t.current(1, 1.0) is None  # never the older state instead
+
+
+def test_with_joint_names_only_the_named_joints_must_be_finite_and_names_are_needed():
+    t = StateTracker(["a"])
+    assert t.update(["a", "other"], [1.0, math.nan], 0) is None
+    np.testing.assert_array_equal(t.current(0, 1.0), [1.0])
+    assert t.update([], [2.0], 1)[0] == "state_names_mismatch"
+    with pytest.raises(ValueError, match="unique"):
+        StateTracker(["a", "a"])
