@@ -239,6 +239,29 @@ def test_player_without_subscribers_names_them_after_the_timeout_and_plays_anywa
     assert f"{p}/camera/image_raw" in warning.msg and f"{p}/oxygen/instruction" in warning.msg
 
 
+def test_a_bag_of_a_running_agent_plays_the_robot_s_inputs_not_the_stack_s_outputs(stepped_ros, tmp_path):
+    """``ros2 bag record -a`` of a running agent holds its ActionChunks (also a robot's, under
+    /left), /clock...: played, they would reach the robot and answer the lockstep's own images.
+    By default only the inputs play; listing a lockstep ActionChunk topic is refused."""
+    from oxygen_ros.msg import ActionChunk
+    from rosgraph_msgs.msg import Clock
+
+    from oxygen_ros.ros.bags import write_bag
+    from oxygen_ros.ros.parameters import ParameterError
+
+    p = stepped_ros.prefix
+    t = bag_recording(p, images=1)[-1][2]
+    outputs = [(f"{p}/oxygen/actions", ActionChunk(observation_seq=1008), t + 1),
+               (f"{p}/left/oxygen/actions", ActionChunk(observation_seq=7), t + 2), ("/clock", Clock(), t + 3)]
+    bag = write_bag(tmp_path / "bag", "mcap", bag_recording(p, images=1) + outputs)
+    player = _player(stepped_ros, bag, start_delay_s=60.0, lockstep=True, action_topic=f"{p}/oxygen/actions")
+    assert sorted(player.publishers_by_topic) == sorted([f"{p}/oxygen/instruction", f"{p}/camera/image_raw",
+                                                         f"{p}/joint_states"])
+    with pytest.raises(ParameterError, match="'topics'.*ActionChunks this player waits on"):
+        _player(stepped_ros, bag, topics=[f"{p}/camera/image_raw", f"{p}/oxygen/actions"],
+                action_topic=f"{p}/oxygen/actions")
+
+
 def test_player_refuses_bad_parameters(stepped_ros, tmp_path):
     from oxygen_ros.ros.bags import write_bag
     from oxygen_ros.ros.parameters import ParameterError

@@ -52,6 +52,17 @@ from oxygen_ros.ros.qos import ACTIONS_QOS, DATA_QOS, LATCHED_QOS
 from oxygen_ros.ros.robots import robot_names_check
 
 IMAGE_TYPES = ("sensor_msgs/msg/Image", "sensor_msgs/msg/CompressedImage")
+#: Topics a bag of a running agent holds (``ros2 bag record -a``) that are not the robot's inputs: the
+#: stack's own outputs and ROS's bookkeeping. Played, they would reach the robot beside the live ones
+#: (recorded actions), feed the inference node twice (recorded Observations) or answer the player's
+#: own lockstep; a recorded /clock disagrees with the restamped headers.
+OWN_TOPICS = ["/oxygen/actions", "/oxygen/joint_trajectory", "/oxygen/observation", "/oxygen/text", "/diagnostics",
+              "/rosout", "/parameter_events", "/clock"]
+
+
+def excluded(topic: str, exclude: list[str]) -> bool:
+    """Whether ``topic`` is one of ``exclude`` or one of them under a namespace (``/left/oxygen/actions``)."""
+    return any(topic == e or topic.endswith(e) for e in exclude)
 
 
 def _bag_path(value: str, values=None) -> str | None:
@@ -62,7 +73,10 @@ BAG_PLAYER_PARAMETERS: tuple[ParamSpec, ...] = (
     ParamSpec("bag_path", "", "rosbag2 directory (MCAP or SQLite3) or single .mcap/.db3 file", "str", _bag_path),
     ParamSpec("rate", 1.0, "playback speed: 1.0 = recorded timing, 2.0 = twice as fast", "float", positive,
               dynamic=True),
-    ParamSpec("topics", [], "topics to play; empty: all", "str_list", topic_list),
+    ParamSpec("topics", [], "topics to play; empty: all but exclude_topics", "str_list", topic_list),
+    ParamSpec("exclude_topics", OWN_TOPICS, "topics not played when topics is empty, also under a namespace "
+              "(/left/oxygen/actions): the stack's own outputs and ROS's bookkeeping, which a bag recorded "
+              "with -a of a running agent holds", "str_list", topic_list),
     ParamSpec("loop", False, "start again at the end", "bool", dynamic=True),
     ParamSpec("lockstep", False, "hold the next image until an ActionChunk for a newer observation arrives",
               "bool", dynamic=True),
@@ -202,7 +216,14 @@ class BagPlayer(Node):
 
     def _setup_topics(self, p: dict[str, Any]) -> None:
         recorded = bag_topics(self._reader)
-        wanted = p["topics"] or list(recorded)
+        wanted = p["topics"] or [t for t in recorded if not excluded(t, p["exclude_topics"])]
+        gated = set(gate_topics(p["action_topic"], p["lockstep_robots"]).values())
+        if set(p["topics"]) & gated:
+            self._fail("topics", f"{sorted(set(p['topics']) & gated)} carry the ActionChunks this player waits "
+                                 "on in lockstep: played, the bag's own chunks would answer its images")
+        left_out = sorted(set(recorded) - set(wanted)) if not p["topics"] else []
+        if left_out:
+            self.get_logger().info(f"not playing {left_out} (exclude_topics)")
         missing = [t for t in wanted if t not in recorded]
         if missing:
             self.get_logger().warning(f"topics {missing} are not in the bag (it has {sorted(recorded)})")
