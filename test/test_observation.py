@@ -61,6 +61,14 @@ def test_resize_keeps_aspect_with_black_padding():
     assert (out[12:20] == 200).all()
 
 
+def test_resize_truncates_sides_as_openpi_does():
+    """openpi's resize_with_pad: ratio = max(w / size, h / size), sides int(side / ratio), the
+    padding's odd row after: 848x480 -> 224x126 from row 49 (rounding gave 127 rows from 48)."""
+    out = resize_with_pad(np.full((480, 848, 3), 200, np.uint8), 224)
+    rows = np.flatnonzero(out[:, 112, 0])
+    assert (rows[0], rows[-1]) == (49, 174)  # 126 rows: (224 - 126) // 2 = 49 above, 49 below
+
+
 def test_prefix_batch_places_cameras_by_name_and_masks_missing_ones(tok):
     a = Observation({"base": img(value=255), "wrist": img(64, 48, 0)}, "move to the red circle", np.array([0.5, -0.5]))
     b = Observation({"wrist": img(value=128)}, "open the gripper")

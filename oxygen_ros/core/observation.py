@@ -82,12 +82,15 @@ class Observation:
 
 
 def resize_with_pad(image: np.ndarray, size: int) -> np.ndarray:
-    """Resize keeping the aspect ratio into a size x size black canvas (uint8 RGB)."""
+    """Resize keeping the aspect ratio into a size x size black canvas (uint8 RGB). The resized
+    sides are truncated and the padding split (the odd pixel after) as openpi's
+    ``resize_with_pad`` does: an 848x480 camera gives 126 rows there, not 127."""
     h, w, _ = image.shape
     if (h, w) == (size, size):
         return image
-    scale = size / max(h, w)
-    nh, nw = max(1, round(h * scale)), max(1, round(w * scale))
+    ratio = max(w / size, h / size)
+    scale = 1.0 / ratio
+    nh, nw = max(1, int(h / ratio)), max(1, int(w / ratio))
     x = torch.from_numpy(np.ascontiguousarray(image)).permute(2, 0, 1)[None].float()
     x = F.interpolate(x, size=(nh, nw), mode="bilinear", align_corners=False, antialias=scale < 1.0)
     out = np.zeros((size, size, 3), dtype=np.uint8)
