@@ -148,9 +148,11 @@ class BagPlayer(Node):
         if p["lockstep_robots"] and not p["action_topic"].startswith("/"):
             self._fail("action_topic", f"must be absolute with lockstep_robots (the robots' topics are "
                                        f"/<robot>{p['action_topic']}), got {p['action_topic']!r}")
-        self._gates = {key: LockstepGate(topic) for key, topic in gate_topics(p["action_topic"],
-                                                                              p["lockstep_robots"]).items()}
-        self._gate_of = {t: self._gates[gate_key(t, p["lockstep_robots"])] for t in self._publishers_by_topic}
+        robots = p["lockstep_robots"]
+        images = [t for t in self._publishers_by_topic if self._types[t] in IMAGE_TYPES]
+        self._gates = {key: LockstepGate(topic, tuple(t for t in images if gate_key(t, robots) == key))
+                       for key, topic in gate_topics(p["action_topic"], robots).items()}
+        self._gate_of = {t: self._gates[gate_key(t, robots)] for t in self._publishers_by_topic}
         self._action_subs = [self.create_subscription(ActionChunk, gate.action_topic, gate.on_actions, ACTIONS_QOS)
                              for gate in self._gates.values()]
 

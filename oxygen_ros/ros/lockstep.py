@@ -5,6 +5,12 @@ an image topic's next image out once an ActionChunk for an observation newer
 than the one at the last release arrived (or ``timeout_s`` passed), so that
 the model sees every recorded frame, one observation at a time. Each camera
 of a group sends one image per release (the images of one observation).
+An image waits only once every camera of the gate (:attr:`LockstepGate.image_topics`)
+has sent one since the release: cameras at different rates (30 and 10 Hz)
+would otherwise deadlock until the timeout, the faster one's next image held
+for an observation that the camera node forms only with the slower one's
+frame, which comes later in the bag. Until then the faster camera's images go
+on (the camera node keeps the newest of each camera).
 
 One gate serves one robot. With ``lockstep_robots: [left, right]`` the bag
 player has a gate per robot on ``/<robot>`` + ``action_topic``
@@ -21,8 +27,10 @@ from .robots import robot_topic
 class LockstepGate:
     """The lockstep state of one robot: the newest observation answered on ``action_topic``."""
 
-    def __init__(self, action_topic: str):
+    def __init__(self, action_topic: str, image_topics: tuple[str, ...] = ()):
         self.action_topic = action_topic
+        #: the image topics through this gate (a group is one image of each; empty: any one is a group)
+        self.image_topics = frozenset(image_topics)
         self.action_seq = -1  # highest ActionChunk.observation_seq seen
         self.timeouts = 0
         self._gate_seq = -1
@@ -34,8 +42,8 @@ class LockstepGate:
 
     def open(self, topic: str, now: float, timeout_s: float) -> tuple[bool, str | None]:
         """May ``topic``'s image go out now? Also a warning to log when the wait timed out."""
-        if topic not in self._images_since_release:
-            return True, None
+        if topic not in self._images_since_release or not self.image_topics <= self._images_since_release:
+            return True, None  # its first image since the release, or the group is not complete yet
         warning = None
         if self.action_seq > self._gate_seq:
             released = True

@@ -1,0 +1,34 @@
+"""The bag player's lockstep gate (no ROS): an image waits for the policy's answer only once
+a whole group (one image of every camera of the gate) went out since the last release."""
+
+from types import SimpleNamespace
+
+from oxygen_ros.ros.lockstep import LockstepGate
+
+
+def _send(gate, topic, now=0.0):
+    released, _ = gate.open(topic, now, timeout_s=5.0)
+    if released:
+        gate.sent(topic)
+    return released
+
+
+def test_cameras_at_different_rates_do_not_wait_for_an_observation_not_yet_formed():
+    """30 Hz and 10 Hz cameras: the fast one's next images go on until the slow one's frame
+    completes the group; then the next image waits for an ActionChunk of a newer observation."""
+    gate = LockstepGate("/oxygen/actions", ("/fast", "/slow"))
+    assert _send(gate, "/fast") and _send(gate, "/slow")  # group 0 out
+    assert not _send(gate, "/fast", 0.1)  # held: the policy has not answered group 0
+    gate.on_actions(SimpleNamespace(observation_seq=0))
+    assert _send(gate, "/fast", 0.2)
+    assert _send(gate, "/fast", 0.23) and _send(gate, "/fast", 0.26)  # no slow frame yet: no group to wait on
+    assert _send(gate, "/slow", 0.3)  # the group is complete
+    assert not _send(gate, "/fast", 0.33) and gate.timeouts == 0
+    assert _send(gate, "/fast", 5.5) and gate.timeouts == 1  # no answer: the timeout lets it out
+
+
+def test_a_gate_without_its_cameras_named_holds_every_camera_s_second_image():
+    gate = LockstepGate("/oxygen/actions")
+    assert _send(gate, "/a") and not _send(gate, "/a", 0.1)
+    gate.on_actions(SimpleNamespace(observation_seq=3))
+    assert _send(gate, "/a", 0.2)
