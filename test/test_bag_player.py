@@ -262,6 +262,23 @@ def test_a_bag_of_a_running_agent_plays_the_robot_s_inputs_not_the_stack_s_outpu
                 action_topic=f"{p}/oxygen/actions")
 
 
+def test_a_rate_change_keeps_the_wait_for_the_next_message(stepped_ros, tmp_path):
+    """Two messages 20 s apart: doubling the rate after the first leaves 10 s to wait, not none."""
+    from rclpy.parameter import Parameter
+    from std_msgs.msg import String
+
+    from oxygen_ros.ros.bags import write_bag
+
+    p = stepped_ros.prefix
+    notes = [(f"{p}/note", String(data="a"), 0), (f"{p}/note", String(data="b"), 20 * 10**9)]
+    bag = write_bag(tmp_path / "bag", "mcap", notes)
+    player = _player(stepped_ros, bag, wait_for_subscribers_s=0.0, start_delay_s=0.0)
+    assert stepped_ros.spin_until(lambda: player.published == 1)
+    assert player.set_parameters([Parameter("rate", value=2.0)])[0].successful
+    stepped_ros.spin_for(1.0)
+    assert player.published == 1  # the second is 10 s away at rate 2
+
+
 def test_player_refuses_bad_parameters(stepped_ros, tmp_path):
     from oxygen_ros.ros.bags import write_bag
     from oxygen_ros.ros.parameters import ParameterError

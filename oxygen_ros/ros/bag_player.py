@@ -259,8 +259,11 @@ class BagPlayer(Node):
     def _apply_parameters(self, params: list) -> None:
         for name, value in changed_values(BAG_PLAYER_PARAMETERS, params).items():
             if name == "rate" and self._pending is not None:
-                # keep the position in the bag: re-anchor the time base
-                self._t0_bag, self._t0_wall = self._pending[1], time.monotonic()
+                # keep the position in the bag: re-anchor the time base at the bag's present (the next
+                # message's wait goes on at the new rate; anchored at that message, it played at once)
+                now = time.monotonic()
+                present = self._t0_bag + (now - self._t0_wall) * self.rate * 1e9
+                self._t0_bag, self._t0_wall = min(present, self._pending[1]), now
             setattr(self, name, value)
         if self.finished and self.shutdown_when_done and not self.done.done():
             self.done.set_result(True)
