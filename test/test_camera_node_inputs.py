@@ -76,7 +76,7 @@ class CameraRig:
 
     def _on_diag(self, msg):
         for status in msg.status:
-            if status.name.startswith("oxygen_camera") and self.prefix in status.hardware_id:
+            if status.name.endswith("oxygen_camera: cameras") and self.prefix in status.hardware_id:
                 self.diagnostics.append(status)
 
     def _on_log(self, msg):

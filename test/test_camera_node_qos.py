@@ -52,7 +52,7 @@ class Rig:
 
     def _on_diag(self, msg) -> None:
         self.diagnostics += [s for s in msg.status
-                             if s.name.startswith("oxygen_camera") and self.prefix in s.hardware_id]
+                             if s.name.endswith("oxygen_camera: cameras") and self.prefix in s.hardware_id]
 
     def last_figures(self) -> dict:
         return {kv.key: kv.value for kv in self.diagnostics[-1].values} if self.diagnostics else {}
