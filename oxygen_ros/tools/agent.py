@@ -55,6 +55,7 @@ from ..ros.plan import parse_launch_args
 from ..ros.plan_tables import ARGUMENTS
 from ..ros.robots import robot_topic
 from .agent_robots_report import robot_names, summary_table
+from .arguments import output_file
 
 PROBE_PRIORITY = 0  # normal: at 40, the probe's reception of four robots' messages took the frames' core (docs/control_loop_timing.md)
 STARTED = time.monotonic()  # this process's start, as far as the report is concerned
@@ -69,7 +70,7 @@ def _parse_args(argv: list[str]) -> tuple[argparse.Namespace, dict[str, str]]:
         epilog=f"launch arguments: {names}")
     parser.add_argument("launch_args", nargs="*", metavar="name:=value", help="launch arguments")
     parser.add_argument("--duration", type=float, default=None, help="stop after this many seconds")
-    parser.add_argument("--report", type=Path, default=None, help="write the JSON report here at the end")
+    parser.add_argument("--report", type=output_file, default=None, help="write the JSON report here at the end")
     parser.add_argument("--probe-priority", type=int, default=PROBE_PRIORITY, metavar="N",
                         help=f"--report: run the arrival probe, which stands for a robot's controller, under "
                              f"SCHED_FIFO N where allowed, as a real-time controller runs (default {PROBE_PRIORITY}: "

@@ -5,6 +5,20 @@ inference node published .. :meth:`Measurement.freeze`, before the shutdown)
 with the node's counts at both ends; :meth:`Measurement.report` turns it into
 the JSON fields below (``None`` where nothing was measured):
 
+* ``duration_s`` - the measurement window's length; ``control_rate_hz``,
+  ``setting``, ``k`` (``steps_per_frame``), ``horizon`` (H) and ``model`` (where
+  it came from) - what ran;
+* ``frames`` - observation frames the node ran in the window;
+  ``frame_latency_mean_ms`` / ``frame_latency_p99_ms`` and
+  ``action_frequency_hz`` - the node's own ``/diagnostics`` figures at the end
+  of the window (frame latency over its recent frames; ``f = H / T`` with T
+  that frame latency, what the node could serve, not the chunks published:
+  with several robots each robot's ``action_frequency_hz`` is H x its chunks
+  per second, see :mod:`.agent_robots_report`);
+* ``observations_received`` and ``text_tokens_published_total`` - the node's
+  counts since its start (not the window's);
+* ``load_average`` - the machine's 1, 5 and 15 minute load averages at the end
+  (other work on the machine shows in every timing);
 * ``start_to_first_chunk_s`` - from the start of the ``oxygen-agent`` process
   to the first ActionChunk the inference node published (model loading,
   compiling with ``compile:=on``, warm-up, the first frame); added by the agent;
@@ -35,7 +49,8 @@ the JSON fields below (``None`` where nothing was measured):
   ``ros_overhead_with_pauses_*_ms`` counts them as ROS's), the wait for the worker
   (``queue_wait``: a frame was still running when the observation came) and
   the wait for the control tick that first publishes the chunk
-  (``tick_wait``: actions go out on the tick grid, at most one period). What
+  (``tick_wait``: actions go out on the tick grid, one period at most, plus
+  that tick's own lateness). What
   is left is DDS delivery both ways, the callbacks' scheduling and the message
   conversions (``conversion_*_ms``, the part inside the node). The three
   parts are reported too (``queue_wait_*``, ``tick_wait_*``, ``conversion_*``,

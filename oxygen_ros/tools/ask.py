@@ -24,27 +24,55 @@ from rclpy.action import ActionClient
 
 from oxygen_ros.action import Ask
 
+from .arguments import non_negative_int, positive_float
+
 DEFAULT_ACTION = "/oxygen/ask"
+#: what ends a goal ``rejected`` (the node's log line says which)
+REJECTED = ("no text, no observation yet, the node's queue full, or more tokens asked for than its max_decode; "
+            "its log says which")
+
+
+def action_name(text: str) -> str:
+    """An action name ROS accepts (checked as rcl will expand it)."""
+    from rclpy.expand_topic_name import expand_topic_name
+    from rclpy.validate_full_topic_name import validate_full_topic_name
+
+    try:
+        validate_full_topic_name(expand_topic_name(text, "oxygen_ask", "/"))
+    except Exception as exc:  # InvalidTopicNameException, or rcl's ValueError
+        raise argparse.ArgumentTypeError(f"{text!r} is not a valid action name: {str(exc).splitlines()[0]}") from None
+    return text
+
+
+def max_tokens(text: str) -> int:
+    value = non_negative_int(text)
+    if value >= 2**32:
+        raise argparse.ArgumentTypeError(f"expected at most {2**32 - 1}, got {text!r}")
+    return value
 
 
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="oxygen-ask", description=__doc__.split("\n\n")[0])
     parser.add_argument("question", help="the question, e.g. 'where is the target?'")
-    parser.add_argument("--action", default=DEFAULT_ACTION, help=f"the Ask action (default {DEFAULT_ACTION})")
-    parser.add_argument("--max-tokens", type=int, default=0, help="most tokens of the answer (0: the node's)")
-    parser.add_argument("--timeout", type=float, default=30.0, help="seconds to wait for the server and the answer")
+    parser.add_argument("--action", type=action_name, default=DEFAULT_ACTION,
+                        help=f"the Ask action (default {DEFAULT_ACTION})")
+    parser.add_argument("--max-tokens", type=max_tokens, default=0,
+                        help="most tokens of the answer (0: the node's max_decode; more than it is refused)")
+    parser.add_argument("--timeout", type=positive_float, default=30.0,
+                        help="seconds to wait for the server, then for the answer")
     parser.add_argument("--stream", action="store_true", help="print every token as it is decoded")
     return parser
 
 
 def ask(node, action: str, question: str, *, max_tokens: int = 0, timeout: float = 30.0,
         on_piece=None) -> tuple[str, str]:
-    """``(text, finish_reason)`` of the answer; ``finish_reason`` is ``"timeout"`` when no server
-    or no answer came in time. ``on_piece`` gets every token's text as it is decoded."""
+    """``(text, finish_reason)`` of the answer; ``finish_reason`` is ``"no server"`` when no Ask
+    server came within ``timeout``, ``"timeout"`` when no answer came within ``timeout`` after
+    that. ``on_piece`` gets every token's text as it is decoded."""
     client = ActionClient(node, Ask, action)
     try:
         if not client.wait_for_server(timeout_sec=timeout):
-            return "", "timeout"
+            return "", "no server"
         feedback = None if on_piece is None else (lambda m: on_piece(m.feedback.piece))
         sent = client.send_goal_async(Ask.Goal(question=question, max_tokens=max_tokens),
                                       feedback_callback=feedback)
@@ -79,7 +107,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     print("" if args.stream else text, flush=True)
     if reason in ("eos", "length"):
         return 0
-    print(f"oxygen-ask: no answer ({reason}) from {args.action}", file=sys.stderr)
+    why = {"no server": f"no Ask server on {args.action} within {args.timeout:g} s (is the agent running?)",
+           "timeout": f"no answer from {args.action} within {args.timeout:g} s",
+           "rejected": f"{args.action} refused the question ({REJECTED})"}.get(reason, f"no answer ({reason})")
+    print(f"oxygen-ask: {why}", file=sys.stderr)
     return 1
 
 

@@ -33,7 +33,6 @@ import argparse
 import dataclasses
 import itertools
 import json
-import pathlib
 import sys
 
 from tqdm import tqdm
@@ -45,6 +44,7 @@ from ..core.model.compile_setup import COMPILE_CHOICES, resolve_compile
 from ..core.model.load_probe import LibraryLoadError
 from ..core.piece_timing import PieceTimer
 from ..core.workloads import Workload
+from .arguments import output_dir, output_file
 from .common import add_model_args, keeps_freed_memory, load_model
 
 
@@ -94,8 +94,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--action-horizon", type=int, help="H: actions per chunk (default: the model's)")
     p.add_argument("--prompt-tokens", type=int, help="pad or cut each instruction to exactly this many "
                                                      "prompt tokens (default: as the scenes say it)")
-    p.add_argument("--json", type=pathlib.Path, help="write the results here")
-    p.add_argument("--plot", type=pathlib.Path, help="write PNG figures into this directory")
+    p.add_argument("--json", type=output_file, help="write the results here")
+    p.add_argument("--plot", type=output_dir, help="write PNG figures into this directory")
     p.add_argument("--pieces-only", action="store_true",
                    help="no frames: time the pieces alone under each --compile mode, and the prefill against "
                         "its own matrix products as plain ones (oxygen_ros/tools/bench_pieces.py)")
@@ -131,6 +131,8 @@ def main(argv=None) -> int:
     if args.action_horizon:  # the action expert takes any horizon: its suffix is H tokens
         model.config = dataclasses.replace(model.config, action_horizon=args.action_horizon)
     c = model.config
+    if args.cameras > c.max_cameras:
+        raise SystemExit(f"--cameras {args.cameras} exceeds the model's {c.max_cameras} camera slots")
     if args.prompt_tokens and args.prompt_tokens > c.max_token_len:
         raise SystemExit(f"--prompt-tokens {args.prompt_tokens} exceeds the model's max_token_len {c.max_token_len}")
     print(f"model: {loaded.source} ({c.name}), device {args.device}, dtype {args.dtype}, threads {args.threads}",
@@ -150,6 +152,9 @@ def main(argv=None) -> int:
         args.compile, denoise, args.max_decode, args.steps_per_frame, args.settings, args.agents) if k <= n]
     if not combos:
         raise SystemExit("no run: every --steps-per-frame exceeds every --max-decode")
+    skipped = sorted({(k, n) for n in args.max_decode for k in args.steps_per_frame if k > n})
+    if skipped:
+        print("not run (k > N): " + ", ".join(f"k={k} with N={n}" for k, n in skipped), file=sys.stderr)
     runs, components = run_all(model, tok, args, obs, combos)
     compare_agents(runs)
     bounds = upper_bounds(model, runs, components)
@@ -170,6 +175,8 @@ def main(argv=None) -> int:
         first = [r for r in runs if r["compile"] == args.compile[0] and r["agents"] == args.agents[0]]
         for path in write_plots(dict(result, runs=first), args.plot):
             print(f"wrote {path}", file=sys.stderr)
+        if "baseline" not in args.settings or len(args.settings) < 2:
+            print("no speedup figures: they need baseline and another setting in --settings", file=sys.stderr)
     return 0
 
 

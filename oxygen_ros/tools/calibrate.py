@@ -13,7 +13,6 @@ from __future__ import annotations
 import argparse
 import json
 import math
-import pathlib
 import sys
 
 import yaml
@@ -21,6 +20,7 @@ import yaml
 from ..core.benchmark import measure_components
 from ..core.model.compile_setup import COMPILE_CHOICES, resolve_compile
 from ..core.checkpoints.given_sizes import flat_items
+from .arguments import output_file, positive_float, positive_int
 from .common import add_model_args, load_model, model_sizes
 
 
@@ -30,12 +30,12 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--target-hz", type=float, required=True, help="required action frequency f = H / T")
     p.add_argument("--max-decode", type=int, default=30, help="N: tokens per language request")
     p.add_argument("--denoise-steps", type=int, default=None, help="S (default: the checkpoint's)")
-    p.add_argument("--arrivals-per-frame", type=float, default=1.0,
+    p.add_argument("--arrivals-per-frame", type=positive_float, default=1.0,
                    help="expected new language requests per frame (sets the steady-state batch)")
-    p.add_argument("--cameras", type=int, default=None, help="cameras per observation (default: model max)")
+    p.add_argument("--cameras", type=positive_int, default=None, help="cameras per observation (default: model max)")
     p.add_argument("--margin", type=float, default=0.9, help="use at most this fraction of the deadline")
     p.add_argument("--repeats", type=int, default=30, help="timed repetitions per measurement (median)")
-    p.add_argument("--out", type=pathlib.Path, required=True, help="parameters YAML to write")
+    p.add_argument("--out", type=output_file, required=True, help="parameters YAML to write")
     p.add_argument("--compile", default="auto", choices=COMPILE_CHOICES,
                    help="measure the compiled pieces (auto: on CUDA, eager on CPU)")
     add_model_args(p)
@@ -85,6 +85,8 @@ def main(argv=None) -> int:
     args = parse_args(argv)
     loaded = load_model(args)
     c = loaded.model.config
+    if args.cameras is not None and args.cameras > c.max_cameras:
+        raise SystemExit(f"--cameras {args.cameras} exceeds the model's {c.max_cameras} camera slots")
     sizes = sorted({1, 2, 4, 8, 16, steady_batch(args.max_decode, 1, args.arrivals_per_frame)})
     print(f"measuring {loaded.source} on {args.device} ({args.dtype}) ...", file=sys.stderr)
     s = args.denoise_steps or c.denoise_steps

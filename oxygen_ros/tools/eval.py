@@ -47,6 +47,8 @@ from ..core.model.compile_setup import COMPILE_CHOICES
 from ..core.observation import Observation
 from ..core.sim import scene as sim
 from ..core.training import EVAL_SEED_BASE
+from ..core.scheduler import SETTINGS
+from .arguments import output_file, positive_int
 from .common import add_model_args, keeps_freed_memory, load_model
 from .eval_questions import ask_all, question_cases, scene_observation, summarise_questions
 
@@ -187,6 +189,11 @@ def evaluate(model, tokenizer, normalizer, *, scenes: int = 200, seed: int = 0, 
              keep_freed_memory: bool = True) -> dict:
     """Run the evaluation and return its figures (and, with ``with_texts``, every generated text and
     token: ``texts`` and ``tokens`` of the descriptions, ``question_tokens`` of the answers)."""
+    horizon = model.config.action_horizon
+    if not 1 <= execute <= horizon:  # 0 executes nothing: no episode would ever end
+        raise ValueError(f"execute must be in 1..{horizon} (the model's action horizon), got {execute}")
+    if scenes < 1 or max_steps < 1:
+        raise ValueError(f"scenes and max_steps must be >= 1, got {scenes} and {max_steps}")
     steps = denoise_steps or model.config.denoise_steps
     config = EngineConfig(setting=setting, max_decode=max_decode, steps_per_frame=min(steps_per_frame, max_decode),
                           denoise_steps=steps, max_active=concurrency, queue_limit=4 * concurrency,
@@ -229,16 +236,17 @@ def compared(report: dict, other: dict) -> dict:
 
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="oxygen-eval", description=__doc__.split("\n\n")[0])
-    parser.add_argument("--scenes", type=int, default=200, help="held-out scenes (default 200)")
-    parser.add_argument("--setting", default="oxygen", help="engine setting: baseline, parallel, shared_kv, oxygen")
-    parser.add_argument("--compare", nargs="*", default=None, metavar="SETTING",
+    parser.add_argument("--scenes", type=positive_int, default=200, help="held-out scenes (default 200)")
+    parser.add_argument("--setting", default="oxygen", choices=SETTINGS, help="engine setting (default oxygen)")
+    parser.add_argument("--compare", nargs="*", default=None, metavar="SETTING", choices=SETTINGS,
                         help="also run these settings and check that every generated token is the same")
-    parser.add_argument("--json", default=None, help="write the figures to this file")
+    parser.add_argument("--json", type=output_file, default=None, help="write the figures to this file")
     parser.add_argument("--seed", type=int, default=0, help="evaluation seed (scenes and action noise)")
-    parser.add_argument("--concurrency", type=int, default=8, help="scenes in flight at once")
-    parser.add_argument("--execute", type=int, default=5, help="actions executed from each chunk")
-    parser.add_argument("--max-steps", type=int, default=50, help="action budget per scene")
-    parser.add_argument("--camera-size", type=int, default=None,
+    parser.add_argument("--concurrency", type=positive_int, default=8, help="scenes in flight at once")
+    parser.add_argument("--execute", type=positive_int, default=5,
+                        help="actions executed from each chunk (1 .. the model's action horizon)")
+    parser.add_argument("--max-steps", type=positive_int, default=50, help="action budget per scene")
+    parser.add_argument("--camera-size", type=positive_int, default=None,
                         help="resize the rendered image to this size first, as the camera node does (its "
                              "image_size, 224 in config/agent.yaml); default: the model's size, no resize")
     parser.add_argument("--no-questions", action="store_true", help="skip question_accuracy")
@@ -251,6 +259,8 @@ def _parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     ckpt = load_model(args)
+    if args.execute > ckpt.config.action_horizon:
+        raise SystemExit(f"--execute {args.execute}: the model's chunks have {ckpt.config.action_horizon} actions")
     if ckpt.normalizer is None:
         print(f"note: {ckpt.source} has no normalisation statistics; actions are used as the model outputs them",
               file=sys.stderr)
@@ -269,6 +279,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     for e_text, scene in list(zip(texts, held_out_scenes(min(5, args.scenes), args.seed))):
         print(f"  {sim.describe(scene)!r:45} -> {e_text!r}", file=sys.stderr)
     if args.json:
+        args.json.parent.mkdir(parents=True, exist_ok=True)
         with open(args.json, "w") as f:
             json.dump(report, f, indent=2)
             f.write("\n")

@@ -11,11 +11,15 @@ import matplotlib.pyplot as plt  # noqa: E402
 
 
 def write_plots(result: dict, out_dir: pathlib.Path) -> list[pathlib.Path]:
+    """The figures written: the trade-off always; the speedups over ``baseline`` only when the
+    runs include baseline and another setting (else they would be empty axes)."""
     out_dir.mkdir(parents=True, exist_ok=True)
     runs = result["runs"]
-    paths = [_tradeoff(runs, out_dir / "frequency_vs_throughput.png"),
-             _speedup(runs, out_dir / "speedup_vs_N.png", by="N"),
-             _speedup(runs, out_dir / "speedup_vs_k.png", by="k")]
+    paths = [_tradeoff(runs, out_dir / "frequency_vs_throughput.png")]
+    settings = {r["setting"] for r in runs}
+    if "baseline" in settings and len(settings) > 1:
+        paths += [_speedup(runs, out_dir / "speedup_vs_N.png", by="N"),
+                  _speedup(runs, out_dir / "speedup_vs_k.png", by="k")]
     return paths
 
 

@@ -14,13 +14,13 @@ from __future__ import annotations
 
 import argparse
 import json
-import pathlib
 import sys
 
 import torch
 
 from ..core.model.vla import PrefixBatch
 from ..core.plain_prefill import ATTENTION, compare_prefill
+from .arguments import output_file
 from .common import add_model_args, load_model
 
 
@@ -43,7 +43,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--padded", action="store_true",
                    help="also time ours without trimming (every camera slot, the padded prompt)")
     p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--json", help="write the results here")
+    p.add_argument("--json", type=output_file, help="write the results here")
     add_model_args(p)
     return p.parse_args(argv)
 
@@ -88,7 +88,8 @@ def main(argv=None) -> int:
         print(f"| {t.name} | {t.positions} | {t.median_s:.3f} | {t.median_s / ours.median_s:.2f}x | "
               f"{t.ms_per_position:.3f} | {t.ms_per_position / ours.ms_per_position:.2f}x | {diff} |")
     if args.json:
-        pathlib.Path(args.json).write_text(json.dumps({
+        args.json.parent.mkdir(parents=True, exist_ok=True)
+        args.json.write_text(json.dumps({
             "preset": model.config.name, "dtype": args.dtype, "threads": args.threads, "batch": args.batch,
             "present": present, "prompt_tokens": args.prompt_tokens,
             "runs": [{"name": t.name, "positions": t.positions, "median_s": t.median_s, "times_s": t.times_s,

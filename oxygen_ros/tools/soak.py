@@ -51,12 +51,12 @@ import json
 import math
 import sys
 import time
-from pathlib import Path
 from typing import Any
 
 from ..core.chunk_clock import recovery_ticks
 from ..ros.agent import Agent, run_agent
 from ..ros.plan import parse_launch_args
+from .arguments import output_file
 
 MEMORY_CHECK_MIN_S = 120.0
 MAX_GROWTH_PCT = 5.0
@@ -231,7 +231,7 @@ def _parse(argv: list[str]) -> tuple[argparse.Namespace, dict[str, str]]:
     parser.add_argument("launch_args", nargs="*", metavar="name:=value",
                         help="oxygen-agent launch arguments (demo is always true)")
     parser.add_argument("--duration", type=float, required=True, help="seconds to run")
-    parser.add_argument("--json", type=Path, default=None, help="also write the report here")
+    parser.add_argument("--json", type=output_file, default=None, help="also write the report here")
     parser.add_argument("--gap-every", type=float, default=30.0, help="seconds between camera gaps (default 30)")
     parser.add_argument("--gap-s", type=float, default=3.0, help="length of a camera gap in seconds (default 3)")
     parser.add_argument("--gap-grace", type=float, default=2.0,

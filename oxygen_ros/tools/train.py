@@ -10,8 +10,11 @@ and puts the figures into the card.
 
 Deterministic: the same seed, steps and thread count give the same weights.
 
-    oxygen-train                          # re-creates oxygen_ros/data/default_model
+    oxygen-train --out oxygen_ros/data/default_model   # re-creates it (from the checkout's root)
     oxygen-train --steps 200 --out /tmp/m --eval 0
+
+``--out`` has no default: one inside the installed package replaced, unannounced,
+the model every command loads.
 """
 
 from __future__ import annotations
@@ -19,7 +22,6 @@ from __future__ import annotations
 import argparse
 import hashlib
 import json
-import pathlib
 import platform
 import sys
 import time
@@ -27,12 +29,13 @@ from collections.abc import Sequence
 
 import torch
 
-from ..core.checkpoints.given_sizes import apply_sizes, parse_sizes
-from ..core.model.config import preset
+from ..core.checkpoints.given_sizes import SizesError, apply_sizes, parse_sizes
+from ..core.model.config import PRESETS, preset
 from ..core.tokenizer import Tokenizer, default_tokenizer_path
 from ..core.training import TrainConfig, config_dict, norm_stats, train
+from .arguments import non_negative_int, output_dir, positive_float, positive_int
+from .common import size_item
 
-DEFAULT_OUT = pathlib.Path(__file__).resolve().parent.parent / "data" / "default_model"
 #: The default model's sizes over the ``tiny`` preset: a 48 px image in 8 px patches (6x6), so that
 #: shapes show (the preset's 32 px / 4x4 patches barely tell a circle from a square).
 DEFAULT_SIZES = ("vision.image_size=48",)
@@ -70,7 +73,7 @@ def _card_intro(args, cfg: TrainConfig) -> list[str]:
         f"--seed {cfg.seed} --patch-shape-weight {cfg.patch_shape_weight} "
         f"--patch-target-weight {cfg.patch_target_weight} "
         f"{' '.join('--size ' + s for s in _sizes(args))} --threads {args.threads} "
-        f"--workers {args.workers}",
+        f"--workers {args.workers} --out oxygen_ros/data/default_model",
         "```",
         "",
         "(these are the defaults; `oxygen-train --out oxygen_ros/data/default_model` is the same). The loss log and",
@@ -176,7 +179,10 @@ def _card_evaluation(evaluation: dict) -> list[str]:
 
 
 def _sizes(args) -> list[str]:
-    return list(DEFAULT_SIZES) if args.size is None else list(args.size)
+    """The sizes over the preset: ``--size``, else the embedded default model's (tiny only)."""
+    if args.size is not None:
+        return list(args.size)
+    return list(DEFAULT_SIZES) if args.preset == "tiny" else []
 
 
 def _params(model_config):
@@ -188,9 +194,9 @@ def _params(model_config):
 def _parser() -> argparse.ArgumentParser:
     defaults = TrainConfig()
     parser = argparse.ArgumentParser(prog="oxygen-train", description=__doc__.split("\n\n")[0])
-    parser.add_argument("--steps", type=int, default=defaults.steps)
-    parser.add_argument("--batch-size", type=int, default=defaults.batch_size)
-    parser.add_argument("--lr", type=float, default=defaults.lr)
+    parser.add_argument("--steps", type=positive_int, default=defaults.steps)
+    parser.add_argument("--batch-size", type=positive_int, default=defaults.batch_size)
+    parser.add_argument("--lr", type=positive_float, default=defaults.lr)
     parser.add_argument("--seed", type=int, default=defaults.seed)
     parser.add_argument("--patch-shape-weight", type=float, default=defaults.patch_shape_weight,
                         help="weight of the training-only loss asking each image token which shape covers its "
@@ -198,15 +204,18 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--patch-target-weight", type=float, default=defaults.patch_target_weight,
                         help="weight of the training-only loss asking each of the VLM's last-layer image tokens "
                         f"whether its patch is on the target (default {defaults.patch_target_weight}; 0: off)")
-    parser.add_argument("--preset", default="tiny")
-    parser.add_argument("--size", action="append", default=None, metavar="KEY=VALUE",
-                        help=f"a model size over the preset (repeatable; default {' '.join(DEFAULT_SIZES)})")
-    parser.add_argument("--out", default=str(DEFAULT_OUT), help=f"output directory (default {DEFAULT_OUT})")
-    parser.add_argument("--threads", type=int, default=1,
+    parser.add_argument("--preset", default="tiny", choices=sorted(PRESETS))
+    parser.add_argument("--size", action="append", type=size_item, default=None, metavar="KEY=VALUE",
+                        help=f"a model size over the preset (repeatable; default for tiny: {' '.join(DEFAULT_SIZES)})")
+    parser.add_argument("--out", type=output_dir, required=True,
+                        help="output directory (checked before training; the embedded default model is "
+                             "oxygen_ros/data/default_model in the checkout)")
+    parser.add_argument("--threads", type=positive_int, default=1,
                         help="torch threads for the optimiser (default 1; results depend on it)")
-    parser.add_argument("--workers", type=int, default=1, help="data processes (0: render in this process)")
-    parser.add_argument("--log-every", type=int, default=100)
-    parser.add_argument("--eval", type=int, default=200, metavar="N", help="held-out scenes to evaluate (0: none)")
+    parser.add_argument("--workers", type=non_negative_int, default=1, help="data processes (0: render in this process)")
+    parser.add_argument("--log-every", type=positive_int, default=100)
+    parser.add_argument("--eval", type=non_negative_int, default=200, metavar="N",
+                        help="held-out scenes to evaluate (0: none)")
     return parser
 
 
@@ -234,7 +243,10 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     cfg = TrainConfig(steps=args.steps, batch_size=args.batch_size, lr=args.lr, seed=args.seed,
                       patch_shape_weight=args.patch_shape_weight, patch_target_weight=args.patch_target_weight)
-    model_config = apply_sizes(preset(args.preset), parse_sizes(_sizes(args)), "--size")
+    try:
+        model_config = apply_sizes(preset(args.preset), parse_sizes(_sizes(args)), "--size")
+    except SizesError as exc:
+        raise SystemExit(f"oxygen-train: {exc}") from None
     tokenizer = Tokenizer.default()
 
     def log(entry: dict) -> None:

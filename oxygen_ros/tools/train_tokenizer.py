@@ -32,6 +32,7 @@ from collections.abc import Iterator, Sequence
 
 from oxygen_ros.core.sim.questions import all_answers, all_questions
 from oxygen_ros.core.sim.scene import COLOURS, SHAPES, all_descriptions, all_instructions
+from oxygen_ros.tools.arguments import output_file
 
 DATA_DIR = pathlib.Path(__file__).resolve().parent.parent / "data"
 DEFAULT_CORPUS = DATA_DIR / "corpus.txt"
@@ -278,7 +279,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument(
         "--corpus", type=pathlib.Path, default=DEFAULT_CORPUS, help="corpus file, one sentence per line"
     )
-    parser.add_argument("--out", type=pathlib.Path, default=DEFAULT_MODEL, help="where to write the .model file")
+    parser.add_argument("--out", type=output_file, default=DEFAULT_MODEL, help="where to write the .model file")
     parser.add_argument("--vocab-size", type=int, default=DEFAULT_VOCAB_SIZE)
     parser.add_argument(
         "--write-corpus",

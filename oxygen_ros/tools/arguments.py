@@ -1,0 +1,81 @@
+"""Argument types the commands share: numbers in range, and output paths checked up front.
+
+Each is an ``argparse`` ``type``: a bad value ends the command at once with argparse's one
+line naming the option (``argument --out: ...``), before a model loads or a run starts, so
+that nothing produced is lost to a path found unusable at the end.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+from pathlib import Path
+
+
+def _number(text: str, kind: type, lowest: float, what: str):
+    try:
+        value = kind(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected {what}, got {text!r}") from None
+    if value < lowest:
+        raise argparse.ArgumentTypeError(f"expected {what}, got {text!r}")
+    return value
+
+
+def positive_int(text: str) -> int:
+    return _number(text, int, 1, "an integer >= 1")
+
+
+def non_negative_int(text: str) -> int:
+    return _number(text, int, 0, "an integer >= 0")
+
+
+def positive_float(text: str) -> float:
+    value = _number(text, float, 0.0, "a number > 0")
+    if value == 0:
+        raise argparse.ArgumentTypeError(f"expected a number > 0, got {text!r}")
+    return value
+
+
+def _creatable(path: Path) -> str | None:
+    """Why ``path`` (absent) could not be made: its nearest existing folder is a file or not
+    writable; None when it can."""
+    parent = path.parent
+    while not parent.exists():
+        parent = parent.parent
+    if not parent.is_dir():
+        return f"{parent} is a file, not a folder"
+    if not os.access(parent, os.W_OK | os.X_OK):
+        return f"{parent} is not writable"
+    return None
+
+
+def output_file(text: str) -> Path:
+    """A file the command will write (its folders made when it writes): not a folder, and in a
+    place this user can write."""
+    path = Path(text)
+    if path.is_dir():
+        raise argparse.ArgumentTypeError(f"{path} is a folder; give a file name")
+    why = (None if os.access(path, os.W_OK) else f"{path} is not writable") if path.exists() else _creatable(path)
+    if why:
+        raise argparse.ArgumentTypeError(why)
+    return path
+
+
+def output_dir(text: str) -> Path:
+    """A folder the command will write into (made when it writes): a folder or nothing yet,
+    in a place this user can write."""
+    path = Path(text)
+    if path.exists():
+        if not path.is_dir():
+            raise argparse.ArgumentTypeError(f"{path} is a file, not a folder")
+        if not os.access(path, os.W_OK | os.X_OK):
+            raise argparse.ArgumentTypeError(f"{path} is not writable")
+        return path
+    why = _creatable(path)
+    if why:
+        raise argparse.ArgumentTypeError(why)
+    return path
+
+
+__all__ = ["non_negative_int", "output_dir", "output_file", "positive_float", "positive_int"]

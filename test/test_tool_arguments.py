@@ -1,0 +1,93 @@
+"""The commands' arguments: a bad value ends a command at once, with argparse's one line naming
+the option, before a model loads or a run starts: an output path that cannot be written
+(nothing produced is lost to it at the end), a count out of range (``oxygen-eval --execute 0``
+looped for ever)."""
+
+import argparse
+
+import pytest
+
+from oxygen_ros.tools.arguments import output_dir, output_file, positive_float, positive_int
+
+
+@pytest.fixture
+def a_file(tmp_path):
+    path = tmp_path / "a_file"
+    path.write_text("")
+    return path
+
+
+def test_output_paths_are_checked_up_front(tmp_path, a_file):
+    assert output_file(str(tmp_path / "new" / "deeper" / "report.json")) == tmp_path / "new" / "deeper" / "report.json"
+    assert output_dir(str(tmp_path / "figures")) == tmp_path / "figures"
+    with pytest.raises(argparse.ArgumentTypeError, match="a_file is a file, not a folder"):
+        output_file(str(a_file / "report.json"))
+    with pytest.raises(argparse.ArgumentTypeError, match="is a folder; give a file name"):
+        output_file(str(tmp_path))
+    with pytest.raises(argparse.ArgumentTypeError, match="is a file, not a folder"):
+        output_dir(str(a_file))
+    with pytest.raises(argparse.ArgumentTypeError, match="a_file is a file"):
+        output_dir(str(a_file / "model"))
+
+
+def test_numbers_in_range():
+    assert positive_int("3") == 3 and positive_float("0.5") == 0.5
+    for bad in ("0", "-1", "x", "1.5"):
+        with pytest.raises(argparse.ArgumentTypeError, match="an integer >= 1"):
+            positive_int(bad)
+    with pytest.raises(argparse.ArgumentTypeError, match="a number > 0"):
+        positive_float("0")
+
+
+def _refused(parse, argv, capsys, *names):
+    with pytest.raises(SystemExit) as exit_:
+        parse(argv)
+    assert exit_.value.code == 2
+    err = capsys.readouterr().err
+    assert all(name in err for name in names), err
+
+
+def test_each_command_refuses_an_unusable_output_naming_it(capsys, a_file):
+    from oxygen_ros.tools import bench, calibrate, eval as eval_tool, prefill_bench, train, train_tokenizer
+
+    bad = str(a_file / "out.json")
+    _refused(bench.parse_args, ["--json", bad], capsys, "--json", "is a file")
+    _refused(bench.parse_args, ["--plot", str(a_file)], capsys, "--plot", "is a file")
+    _refused(calibrate.parse_args, ["--out", bad, "--target-hz", "50"], capsys, "--out")
+    _refused(eval_tool._parser().parse_args, ["--json", bad], capsys, "--json")
+    _refused(prefill_bench.parse_args, ["--json", bad], capsys, "--json")
+    _refused(train._parser().parse_args, ["--out", str(a_file / "model")], capsys, "--out", "is a file")
+    _refused(train._parser().parse_args, [], capsys, "--out")  # no default: the installed package's model
+    _refused(train_tokenizer.main, ["--out", bad], capsys, "--out")
+
+
+def test_ros_commands_refuse_bad_outputs_and_values_naming_them(capsys, a_file):
+    from oxygen_ros.tools import agent, ask, soak
+
+    _refused(agent._parse_args, ["--report", str(a_file / "r.json")], capsys, "--report")
+    _refused(soak.main, ["--json", str(a_file / "s.json")], capsys, "--json")
+    _refused(ask._parser().parse_args, ["--max-tokens", "-1", "q?"], capsys, "--max-tokens")
+    _refused(ask._parser().parse_args, ["--action", "bad//name", "q?"], capsys, "--action", "not a valid action")
+    _refused(ask._parser().parse_args, ["--timeout", "0", "q?"], capsys, "--timeout")
+
+
+def test_eval_and_train_refuse_counts_out_of_range(capsys, tmp_path):
+    from oxygen_ros.tools import eval as eval_tool, train
+
+    for option in ("--execute", "--scenes", "--concurrency", "--max-steps", "--camera-size"):
+        _refused(eval_tool._parser().parse_args, [option, "0"], capsys, option)
+    _refused(eval_tool._parser().parse_args, ["--setting", "fast"], capsys, "--setting")
+    out = ["--out", str(tmp_path / "m")]
+    for option, value in (("--steps", "-1"), ("--batch-size", "0"), ("--lr", "-1"), ("--log-every", "0"),
+                          ("--threads", "0"), ("--workers", "-1"), ("--preset", "foo"), ("--size", "foo=1")):
+        _refused(train._parser().parse_args, [*out, option, value], capsys, option)
+
+
+def test_evaluate_refuses_an_execute_count_outside_the_chunk(lively_tiny):
+    from oxygen_ros.core.tokenizer import Tokenizer
+    from oxygen_ros.tools.eval import evaluate
+
+    horizon = lively_tiny.config.action_horizon
+    for execute in (0, horizon + 1):
+        with pytest.raises(ValueError, match=f"execute must be in 1..{horizon}"):
+            evaluate(lively_tiny, Tokenizer.default(), None, scenes=1, execute=execute)
