@@ -1,5 +1,7 @@
 """The engine under the four settings: same tokens, same actions, admission, independence."""
 
+import contextlib
+
 import numpy as np
 import pytest
 from engine_harness import run_to_the_end, scene_observations
@@ -147,6 +149,16 @@ def test_bad_configuration_is_refused():
         Workload.parse("burst:3")
 
 
+@contextlib.contextmanager
+def _failing(model, method: str, message: str):
+    """``model.<method>`` raises RuntimeError(message) inside the block (the model's own after)."""
+    setattr(model, method, lambda *a, **kw: (_ for _ in ()).throw(RuntimeError(message)))
+    try:
+        yield
+    finally:
+        delattr(model, method)
+
+
 @pytest.mark.parametrize("setting", SETTINGS)
 def test_a_failed_frame_loses_nothing_and_the_next_one_runs(model, tok, setting):
     from oxygen_ros.core.engine import FrameError
@@ -156,12 +168,8 @@ def test_a_failed_frame_loses_nothing_and_the_next_one_runs(model, tok, setting)
     obs = scene_observations(5)
     first = engine.step([obs[0]], [Question("", "early")])
     original = model.denoise
-    model.denoise = lambda *a, **kw: (_ for _ in ()).throw(RuntimeError("device lost"))
-    try:
-        with pytest.raises(FrameError, match="device lost") as err:
-            engine.step([obs[1]], [Question("", "during")])
-    finally:
-        del model.denoise
+    with _failing(model, "denoise", "device lost"), pytest.raises(FrameError, match="device lost") as err:
+        engine.step([obs[1]], [Question("", "during")])
     assert model.denoise == original
     assert all(engine.pool.owner(s) != "scratch" for s in range(engine.pool.capacity))
     events = first.tokens + err.value.result.tokens
@@ -184,12 +192,8 @@ def test_a_frame_that_fails_on_a_question_s_tokens_leaves_it_waiting_and_the_eng
                                              language_every_n_frames=0))
     obs = scene_observations(5)
     engine.step([obs[0]])
-    model.extend = lambda *a, **kw: (_ for _ in ()).throw(RuntimeError("out of memory"))
-    try:
-        with pytest.raises(FrameError, match="out of memory") as err:
-            engine.step([obs[1]], [Question("where is the cube?", "q")])
-    finally:
-        del model.extend
+    with _failing(model, "extend", "out of memory"), pytest.raises(FrameError, match="out of memory") as err:
+        engine.step([obs[1]], [Question("where is the cube?", "q")])
     assert engine.active_requests == 0 and all(engine.pool.owner(s) is None for s in range(engine.pool.capacity))
     events, finished = list(err.value.result.tokens), list(err.value.result.finished)
     run_to_the_end(engine, obs[2:], events, finished)

@@ -92,6 +92,20 @@ def test_lifecycle_transitions_gate_publishing_and_own_the_pool(ros_env, random_
         assert life.change("inactive_shutdown") and life.state() == "finalized"
 
 
+def _goal_decoding(ros, prefix, model_dir):
+    """An active managed node, its lifecycle client, an observation client and an Ask client
+    whose long goal decodes now: (node, client, life, ask, handle)."""
+    node = _node(ros, prefix, model_dir)
+    client = InferenceClient(ros, prefix)
+    life = Lifecycle(ros.node("oxygen_test_lifecycle"), node.get_fully_qualified_name())
+    assert until(lambda: client.chunks, 30.0, every=client.observe, period=0.1)
+    ask = AskClient(ros, f"{prefix}/ask")
+    handle, feedback = ask.send("describe everything you see in great detail")
+    assert handle.accepted
+    assert until(lambda: feedback, 30.0, every=client.observe, period=0.1), "no feedback"
+    return node, client, life, ask, handle
+
+
 def test_an_ask_goal_running_at_cleanup_gets_its_result_and_goals_wait_for_configure(ros_env, random_tiny_dir):
     """A cleanup ends a running goal with a result (aborted, ``cancelled``: the client did not
     cancel it) instead of leaving its client waiting; an unconfigured node rejects goals at
@@ -100,14 +114,7 @@ def test_an_ask_goal_running_at_cleanup_gets_its_result_and_goals_wait_for_confi
 
     prefix = unique_prefix()
     with Ros() as ros:
-        node = _node(ros, prefix, random_tiny_dir)
-        client = InferenceClient(ros, prefix)
-        life = Lifecycle(ros.node("oxygen_test_lifecycle"), node.get_fully_qualified_name())
-        assert until(lambda: client.chunks, 30.0, every=client.observe, period=0.1)
-        ask = AskClient(ros, f"{prefix}/ask")
-        handle, feedback = ask.send("describe everything you see in great detail")
-        assert handle.accepted
-        assert until(lambda: feedback, 30.0, every=client.observe, period=0.1), "no feedback"
+        node, client, life, ask, handle = _goal_decoding(ros, prefix, random_tiny_dir)
         assert life.change("deactivate") and life.change("cleanup")
         response = ask.result(handle)
         assert response.status == GoalStatus.STATUS_ABORTED and response.result.finish_reason == "cancelled"
@@ -132,13 +139,7 @@ def test_an_ask_goal_cancelled_while_the_node_is_inactive_ends_at_once(ros_env, 
 
     prefix = unique_prefix()
     with Ros() as ros:
-        node = _node(ros, prefix, random_tiny_dir)
-        client = InferenceClient(ros, prefix)
-        life = Lifecycle(ros.node("oxygen_test_lifecycle"), node.get_fully_qualified_name())
-        assert until(lambda: client.chunks, 30.0, every=client.observe, period=0.1)
-        ask = AskClient(ros, f"{prefix}/ask")
-        handle, feedback = ask.send("describe everything you see in great detail")
-        assert until(lambda: feedback, 30.0, every=client.observe, period=0.1), "no feedback"
+        node, client, life, ask, handle = _goal_decoding(ros, prefix, random_tiny_dir)
         assert life.change("deactivate") and node.engine.active_requests == 1
         cancel = handle.cancel_goal_async()
         assert until(cancel.done, 20.0) and cancel.result().goals_canceling, "cancel refused"
