@@ -124,6 +124,18 @@ def parse_args(argv=None) -> argparse.Namespace:
     return args
 
 
+def run_combinations(args, denoise: list) -> list[tuple]:
+    """Every (setting, N, k, S, compile, agents) run of the options, but those with k > N (said)."""
+    combos = [(s, n, k, S, m, a) for m, S, n, k, s, a in itertools.product(
+        args.compile, denoise, args.max_decode, args.steps_per_frame, args.settings, args.agents) if k <= n]
+    if not combos:
+        raise SystemExit("no run: every --steps-per-frame exceeds every --max-decode")
+    skipped = sorted({(k, n) for n in args.max_decode for k in args.steps_per_frame if k > n})
+    if skipped:
+        print("not run (k > N): " + ", ".join(f"k={k} with N={n}" for k, n in skipped), file=sys.stderr)
+    return combos
+
+
 def main(argv=None) -> int:
     args = parse_args(argv)
     loaded = load_model(args)
@@ -147,14 +159,7 @@ def main(argv=None) -> int:
             obs = [with_prompt_tokens(o, tok, args.prompt_tokens) for o in obs]
         except ValueError as e:
             raise SystemExit(str(e)) from None
-    denoise = denoise_sweep(args.denoise_steps, c)
-    combos = [(s, n, k, S, m, a) for m, S, n, k, s, a in itertools.product(
-        args.compile, denoise, args.max_decode, args.steps_per_frame, args.settings, args.agents) if k <= n]
-    if not combos:
-        raise SystemExit("no run: every --steps-per-frame exceeds every --max-decode")
-    skipped = sorted({(k, n) for n in args.max_decode for k in args.steps_per_frame if k > n})
-    if skipped:
-        print("not run (k > N): " + ", ".join(f"k={k} with N={n}" for k, n in skipped), file=sys.stderr)
+    combos = run_combinations(args, denoise_sweep(args.denoise_steps, c))
     runs, components = run_all(model, tok, args, obs, combos)
     compare_agents(runs)
     bounds = upper_bounds(model, runs, components)
