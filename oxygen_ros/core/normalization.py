@@ -7,8 +7,9 @@ action dimensions. :class:`Normalizer` does both conversions:
 
 * :meth:`Normalizer.normalize_state`: robot units -> normalised, with the
   statistics sliced to the state's length (openpi's ``Normalize``). Values
-  are not clipped here: the prompt's discretisation clips to [-1, 1]
-  (``oxygen_ros.core.tokenizer.discretize_state``). π0.5 tokenizes the
+  are not clipped, here nor in the prompt's discretisation, as in openpi and
+  LeRobot (``oxygen_ros.core.tokenizer.discretize_state``: below -1 is bin
+  -1, from ``1 - 2/256`` up bin 255). π0.5 tokenizes the
   state at the robot's own dimension; :meth:`Normalizer.pad_state` zero-pads
   to the model's 32 dims where a padded vector is wanted (openpi's
   ``PadStatesAndActions``).

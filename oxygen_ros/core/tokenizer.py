@@ -159,10 +159,11 @@ def normalize_instruction(instruction: str) -> str:
 
 
 def discretize_state(state: np.ndarray | Iterable[float]) -> np.ndarray:
-    """Bin indices 0..255 of ``state`` clipped to ``[-1, 1]`` (pi0.5's 256 uniform bins).
+    """Bin indices of ``state`` in pi0.5's 256 uniform bins over ``[-1, 1]``, exactly as openpi
+    and LeRobot compute them (no clipping):
 
-    ``np.digitize(state, np.linspace(-1, 1, 257)[:-1]) - 1``: -1 -> 0, 0 -> 128,
-    values from ``1 - 2/256`` up to 1 -> 255.
+    ``np.digitize(state, np.linspace(-1, 1, 257)[:-1]) - 1``: -1 -> 0, 0 -> 128, values from
+    ``1 - 2/256`` up -> 255, values below -1 (a normalised state under its 1st percentile) -> -1.
     """
     return np.array(state_bins(state), dtype=np.int64)
 
@@ -175,7 +176,7 @@ def state_bins(state: np.ndarray | Iterable[float]) -> list[int]:
     values = flat.reshape(-1).tolist()
     if not all(map(math.isfinite, values)):
         raise ValueError(f"state must be finite, got {flat}")
-    return [max(0, bisect.bisect_right(_STATE_EDGES, v) - 1) for v in values]  # below -1: 0, 1 and above: 255
+    return [bisect.bisect_right(_STATE_EDGES, v) - 1 for v in values]  # below -1: -1; 1 - 2/256 and above: 255
 
 
 _STATE_EDGES = np.linspace(-1.0, 1.0, STATE_BINS + 1)[:-1].tolist()  # the bins' lower edges
