@@ -170,6 +170,25 @@ def test_instruction_is_cut_to_fit_the_prompt_and_the_state_checked(engine):
         loop.fit_observation(image_obs("go", np.zeros(5, np.float32)), seq=3)  # stats cover 4
 
 
+def test_the_instruction_is_cut_for_the_state_the_prompt_will_carry(lively_tiny):
+    """The prompt carries the state normalised with the checkpoint's statistics: its bins, and
+    so its length, are counted from that state, not the robot's raw one (here the raw zeros
+    bin to 128 and the normalised state, under its 1st percentile, to -1: more tokens)."""
+    from oxygen_ros.core.normalization import Normalizer
+
+    stats = {"mean": [0.0] * 4, "std": [1.0] * 4, "q01": [1.0] * 4, "q99": [2.0] * 4}  # 0 -> -3
+    engine = Engine(lively_tiny, Tokenizer.default(), EngineConfig(max_observations_per_frame=1),
+                    normalizer=Normalizer(stats, stats, mode="quantile"))
+    loop = make_loop(engine)
+    max_len, raw, text = engine.model.config.max_token_len, np.zeros(4, np.float32), "stack the red block " * 50
+    fitted = loop.fit_observation(image_obs(text, raw), seq=1)
+    prompt_state = engine.prompt_state(raw)
+    assert [round(float(v), 3) for v in prompt_state] == [-3.0] * 4
+    assert len(prompt_ids(engine.tokenizer, fitted.instruction, prompt_state)) <= max_len
+    as_raw = InstructionFitter(engine.tokenizer, max_len).fit(image_obs(text, raw)).observation.instruction
+    assert len(fitted.instruction) < len(as_raw)  # the raw state's shorter bins would have let more in
+
+
 def test_cameras_are_checked_as_the_engine_checks_them(lively_tiny):
     """An observation the engine would refuse (more cameras than max_cameras, a camera not in
     camera_names) is refused here, alone, before it could fail a frame with others in it."""

@@ -206,12 +206,18 @@ class Engine:
         return res.logits
 
     def _model_state(self, obs: Observation) -> Observation:
-        """The state as the model was trained on it: π0.5 normalises the robot's
-        state with the checkpoint's statistics before it is binned into the prompt."""
+        """``obs`` with its state as the model takes it (:meth:`prompt_state`)."""
+        state = self.prompt_state(obs.state)
+        return obs if state is obs.state else dataclasses.replace(obs, state=state)
+
+    def prompt_state(self, state: np.ndarray | None) -> np.ndarray | None:
+        """The state as the model was trained on it: π0.5 normalises the robot's state with
+        the checkpoint's statistics before it is binned into the prompt (``state`` itself
+        without statistics)."""
         n = self.normalizer
-        if n is None or obs.state is None or getattr(n, "state_stats", None) is None:
-            return obs
-        return dataclasses.replace(obs, state=n.normalize_state(obs.state).astype(np.float32))
+        if n is None or state is None or getattr(n, "state_stats", None) is None:
+            return state
+        return n.normalize_state(state).astype(np.float32)
 
     def act(self, start: int, count: int, observation_ids: list[int]) -> list[np.ndarray]:
         """Denoise action chunks for slots ``start .. start+count`` (read in place)."""

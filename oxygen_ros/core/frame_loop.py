@@ -268,7 +268,7 @@ class FrameLoop:
         if obs.state is not None and self.state_dim is not None and obs.state.shape[0] > self.state_dim:
             raise ObservationError("state", f"has {obs.state.shape[0]} values, the checkpoint's state "
                                    f"statistics cover {self.state_dim}")
-        fitted = self.fitter.fit(obs)
+        fitted = self.fitter.fit(obs, self.engine.prompt_state(obs.state))
         self._report_fit(fitted, len(obs.instruction), seq)
         return fitted.observation
 

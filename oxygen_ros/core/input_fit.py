@@ -43,13 +43,17 @@ class InstructionFitter:
         self.tokenizer, self.max_token_len = tokenizer, max_token_len
         self._cache: tuple[str, int, int] | None = None  # (instruction, state length, characters kept)
 
-    def fit(self, obs: Observation) -> FittedInstruction:
+    def fit(self, obs: Observation, prompt_state=None) -> FittedInstruction:
+        """``obs`` with its instruction cut to fit. ``prompt_state``: the state as the prompt will
+        carry it (normalised with the checkpoint's statistics: its bins, hence its digits, are
+        what the prompt's length depends on); None: ``obs.state`` as it is."""
         original, max_len = obs.instruction, self.max_token_len
         text = clean_text(original[:max_len * CHARS_PER_TOKEN])
-        n_state = 0 if obs.state is None else obs.state.shape[0]
+        state = obs.state if prompt_state is None else prompt_state
+        n_state = 0 if state is None else state.shape[0]
 
         def fits(n: int) -> bool:
-            return len(prompt_ids(self.tokenizer, text[:n], obs.state)) <= max_len
+            return len(prompt_ids(self.tokenizer, text[:n], state)) <= max_len
 
         keep, overflow = len(text), False
         if not fits(keep):
