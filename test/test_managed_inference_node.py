@@ -8,6 +8,7 @@ from __future__ import annotations
 import time
 import weakref
 
+import pytest
 from ros_harness import AskClient, InferenceClient, Ros, inference_topics, params, unique_prefix, until
 
 
@@ -90,6 +91,32 @@ def test_lifecycle_transitions_gate_publishing_and_own_the_pool(ros_env, random_
         assert life.change("configure") and life.state() == "inactive"  # configure again after cleanup
         assert node.engine.active_requests == 0
         assert life.change("inactive_shutdown") and life.state() == "finalized"
+
+
+@pytest.mark.parametrize("control_process", [True, False], ids=["control process", "tick thread"])
+def test_nothing_computed_before_a_deactivate_goes_out_after_the_next_activate(ros_env, random_tiny_dir,
+                                                                              control_process):
+    """The frame in flight at deactivate still ends, but its chunk, and every chunk before it,
+    is dropped: after activate, without a new observation, no ActionChunk is published, not
+    replayed from its first row (chunk_origin frame_end) nor held at its last (hold_action last).
+    The time inactive is no missed tick."""
+    prefix = unique_prefix()
+    with Ros() as ros:
+        node = _node(ros, prefix, random_tiny_dir, chunk_origin="frame_end", hold_action="last",
+                     control_process=control_process)
+        client = InferenceClient(ros, prefix)
+        life = Lifecycle(ros.node("oxygen_test_lifecycle"), node.get_fully_qualified_name())
+        assert until(lambda: len(client.chunks) > 5, 30.0, every=client.observe, period=0.05)
+        client.observe()  # a frame is likely in flight now
+        assert life.change("deactivate")
+        time.sleep(0.5)
+        assert life.change("activate")
+        time.sleep(0.3)  # what was in flight before the activate has arrived
+        seen = len(client.chunks)
+        time.sleep(1.0)  # 50 ticks, and no new observation
+        assert len(client.chunks) == seen, [(m.frame_id, m.offset) for m in client.chunks[seen:]][:10]
+        assert until(lambda: len(client.chunks) > seen, 30.0, every=client.observe, period=0.1)  # fresh ones go
+        assert node.counters["missed_ticks"] == 0
 
 
 def _goal_decoding(ros, prefix, model_dir):

@@ -75,6 +75,7 @@ class ControlProcess:
                         for (actions, trajectory), counters in zip(spec["robots"], self.counters)]
         self._versions = [0] * robots
         self._stopped = [False] * robots  # the node stopped the robot's output (its slot holds no chunk)
+        self._was_running = False
         self._missed: collections.Counter = collections.Counter()
         self._grid = TickGrid(self._missed)
         self.control = ControlThread(self.node, spec["period_ns"], self._tick, spec["priority"], self.node.get_logger())
@@ -82,7 +83,14 @@ class ControlProcess:
     def _tick(self, scheduled_ns: int, actual_ns: int) -> None:
         if not self.report.get("running"):  # the node is not active: no tick, none counted missed
             self._grid.rate_changed()
+            self._was_running = False
             return
+        if not self._was_running:  # activated: the node emptied the slots at deactivate; they wait for
+            self._was_running = True  # their next chunk (underruns till then), not stopped
+            for slot, output in enumerate(self.outputs):
+                if self.board.version(slot) != self._versions[slot]:
+                    self._take(slot, output)
+            self._stopped = [False] * len(self._stopped)
         now = time.monotonic_ns()
         period = self.report.get("period_ns") or self.control.period_ns
         if period != self.control.period_ns:  # control_rate_hz changed: from the next tick on

@@ -220,11 +220,16 @@ class InferenceNode(InferenceDiagnostics, InferenceTicks, Node):
 
     def deactivate(self) -> None:
         """Stop publishing: the tick and diagnostics timers go, the worker stops after its frame.
-        Requests stay as they are (they go on after activate); inputs are still received."""
+        Requests stay as they are (they go on after activate); inputs are still received.
+        Every robot's chunk is dropped once the worker has stopped (the frame in flight's too):
+        after the next activate no action computed before it goes out, not even held."""
         self._stop_ticks()
         self.destroy_timer(self._diag_timer)
         self._own_timers = []
         self._stop_worker()
+        with self._cond:
+            for io in self.robot_io.values():
+                io.output.drop()
         self.active = False
 
     def cleanup(self) -> None:

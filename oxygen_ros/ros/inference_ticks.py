@@ -49,7 +49,9 @@ class InferenceTicks:
             self.get_logger().error(f"control_process: {exc}; the control tick runs in this process instead")
 
     def _start_ticks(self) -> None:
-        """Ticks from now on (activate)."""
+        """Ticks from now on (activate); the time inactive is no missed tick."""
+        with self._cond:
+            self._grid.rate_changed()
         if self._link is not None:
             self._link.run(True)
             return
