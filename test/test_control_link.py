@@ -151,8 +151,29 @@ def test_a_control_process_that_dies_is_reported_as_an_error(ros):
     assert until(lambda: all(len(c.chunks) >= 3 for c in robots.values()))
     os.kill(node.control_pid, signal.SIGKILL)
     assert until(lambda: node.control_failure is not None, timeout=10.0)
-    assert "exited with code -9" in node.control_failure
+    assert "killed by signal 9" in node.control_failure
     level, message = node.diagnostic_status()
     assert level == DiagnosticStatus.ERROR and "control tick stopped" in message, message
     for r in ROBOTS:  # every robot's status says so: none of them gets actions
         assert node.diagnostic_status(robot=r)[0] == DiagnosticStatus.ERROR
+
+
+def test_a_control_process_that_stops_ticking_without_exiting_is_reported_as_an_error(ros):
+    """SIGSTOP: the process neither ticks nor exits, and counts no underrun; the node says, within
+    a few seconds, that its control tick is silent (an ERROR), and all is well once it ticks again."""
+    import signal
+
+    from diagnostic_msgs.msg import DiagnosticStatus
+
+    node, client, robots = _served(ros)
+    _observe(robots, 0.5)
+    assert until(lambda: all(len(c.chunks) >= 3 for c in robots.values()))
+    os.kill(node.control_pid, signal.SIGSTOP)
+    try:
+        assert until(lambda: node.diagnostic_status()[0] == DiagnosticStatus.ERROR, timeout=10.0)
+        level, message = node.diagnostic_status()
+        assert "control tick silent for" in message and node.control_failure is None, message
+    finally:
+        os.kill(node.control_pid, signal.SIGCONT)
+    assert until(lambda: node.diagnostics()["control_silent_s"] < 0.5, timeout=10.0)
+    assert "control tick silent" not in node.diagnostic_status()[1]

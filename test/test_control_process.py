@@ -133,3 +133,20 @@ def _zombie(pid: int) -> bool:
             return f.read().rsplit(")", 1)[1].split()[0] == "Z"
     except OSError:
         return True
+
+
+def test_a_control_process_whose_node_is_already_gone_does_not_start(ros_env, tmp_path):
+    """The node's pid comes in the spec: a node that ended before the process looked at its
+    parent (it would then see init's pid and never notice) leaves no process ticking."""
+    board, ticks = ChunkBoard(1, H, D), TickBoard(1)
+    try:
+        path = _spec(tmp_path, board, ticks, [f"{unique_prefix()}/actions"])
+        spec = json.loads(path.read_text())
+        path.write_text(json.dumps({**spec, "parent": os.getpid() + 10**6}))  # not this process's parent
+        run = subprocess.run([sys.executable, "-m", "oxygen_ros.ros.control_process", str(path)],
+                             env=checkout_env(), capture_output=True, text=True, timeout=60)
+        assert run.returncode == 1 and "ready" not in run.stdout, run.stdout + run.stderr
+    finally:
+        for block in (board, ticks):
+            block.close()
+            block.unlink()

@@ -119,6 +119,27 @@ def test_nothing_computed_before_a_deactivate_goes_out_after_the_next_activate(r
         assert node.counters["missed_ticks"] == 0
 
 
+def test_an_activate_without_a_control_process_fails_and_the_node_stays_inactive(ros_env, random_tiny_dir):
+    """The control process died while the node was inactive: activate cannot tick, so the
+    transition fails (instead of an active node that publishes nothing); cleanup and configure
+    start a new one."""
+    import os
+    import signal
+
+    prefix = unique_prefix()
+    with Ros() as ros:
+        node = _node(ros, prefix, random_tiny_dir)
+        life = Lifecycle(ros.node("oxygen_test_lifecycle"), node.get_fully_qualified_name())
+        assert life.change("deactivate")
+        pid = node.control_pid
+        os.kill(pid, signal.SIGKILL)
+        assert until(lambda: node.tick_unavailable() is not None, 10.0)
+        assert not life.change("activate") and life.state() == "inactive"
+        assert "killed by signal 9" in node.tick_unavailable()
+        assert life.change("cleanup") and life.change("configure") and life.change("activate")
+        assert node.control_pid not in (None, pid) and life.state() == "active"
+
+
 def _goal_decoding(ros, prefix, model_dir):
     """An active managed node, its lifecycle client, an observation client and an Ask client
     whose long goal decodes now: (node, client, life, ask, handle)."""

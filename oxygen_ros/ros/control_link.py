@@ -111,6 +111,7 @@ class ControlLink:
         self.outputs: list[RemoteOutput] = []
         self._lateness_seen = self._missed_seen = 0
         self._process: Optional[subprocess.Popen] = None
+        self._running, self._ticked_at = False, time.monotonic()
 
     def output(self, counters, records: FrameRecords, *, actions_topic: str, trajectory_topic: str) -> RemoteOutput:
         """The next robot's output (in the order of the board's slots), as RobotIO asks for it."""
@@ -132,7 +133,8 @@ class ControlLink:
         spec = {"board": self.board.name, "ticks": self.ticks.name, "horizon": self.board.horizon,
                 "action_dim": self.board.action_dim, "period_ns": int(period_ns), "priority": p["control_priority"],
                 "node": node.get_name(), "namespace": node.get_namespace(), "domain_id": node.context.get_domain_id(),
-                "params": {k: p[k] for k in ("hold_action", "control_frame", "joint_names")}, "robots": self._topics}
+                "params": {k: p[k] for k in ("hold_action", "control_frame", "joint_names")}, "robots": self._topics,
+                "parent": os.getpid()}
         fd, path = tempfile.mkstemp(prefix="oxygen_control_", suffix=".json")
         with os.fdopen(fd, "w") as f:
             json.dump(spec, f)
@@ -158,6 +160,14 @@ class ControlLink:
     def run(self, running: bool) -> None:
         """Tick (the node is active) or not."""
         self.ticks.set("running", int(running))
+        self._running = running
+        self._ticked_at = time.monotonic()  # the silence is counted from here (see silent_s)
+
+    def silent_s(self) -> float:
+        """Seconds since the control process last ticked, as of the last :meth:`sync`, while it
+        should tick (0 when paused): a process stopped (SIGSTOP), deadlocked or starved of
+        CPU neither ticks nor exits, and counts no underrun either."""
+        return time.monotonic() - self._ticked_at if self._running else 0.0
 
     def set_period(self, period_ns: int) -> None:
         self.ticks.set("period_ns", period_ns)
@@ -173,7 +183,10 @@ class ControlLink:
     def failure(self) -> Optional[str]:
         """Why the control process is gone (None while it runs, or before it started)."""
         code = None if self._process is None else self._process.poll()
-        return None if code is None else f"the control process exited with code {code}"
+        if code is None:
+            return None
+        return (f"the control process was killed by signal {-code}" if code < 0
+                else f"the control process exited with code {code}")
 
     def sync(self, lateness: Rolling, counters) -> None:
         """Bring back what the ticks did since the last call (the node's lock held): each
@@ -181,6 +194,8 @@ class ControlLink:
         for out in self.outputs:
             out.take(self.ticks)
         self._lateness_seen, values = self.ticks.lateness_since(self._lateness_seen)
+        if len(values):
+            self._ticked_at = time.monotonic()
         for ms in values.tolist():
             lateness.add(ms)
         missed = self.ticks.get("missed_ticks")

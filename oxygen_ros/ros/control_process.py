@@ -151,7 +151,9 @@ def main(argv: list[str] | None = None) -> int:
     realtime_priority(spec["priority"])  # before rclpy starts its threads: they inherit it (a refusal:
     # the control thread asks again and says why)
     rclpy.init(args=[], domain_id=spec.get("domain_id"), signal_handler_options=SignalHandlerOptions.NO)
-    parent = os.getppid()
+    parent = spec.get("parent", os.getppid())  # the node's pid: a node gone before this line is seen
+    if os.getppid() != parent:
+        return 1  # the node ended while this process started: nothing to tick for
     process = ControlProcess(spec)
     try:
         settle_garbage_collector()  # a full collection here would hold a tick for about 20 ms

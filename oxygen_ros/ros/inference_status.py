@@ -30,7 +30,10 @@ NO_OBSERVATION_WARN_S = 5.0
 CONSOLE_PERIOD_S = 5.0
 #: Problems that are also warned on the console (throttled): the ones a user must see without
 #: watching /diagnostics. Frame failures and a stopped action output are logged where they happen.
-CONSOLE = ("underruns", "no_observation", "observation_age", "missed_ticks", "recompiles", "control_failure")
+CONSOLE = ("underruns", "no_observation", "observation_age", "missed_ticks", "recompiles", "control_failure",
+           "control_silent")
+#: Seconds the control process may go without a tick while active before the status is ERROR.
+CONTROL_SILENT_S = 1.0
 
 
 def _problems(d: dict, new: dict, max_observation_age: float) -> list[tuple[str, str]]:
@@ -38,6 +41,10 @@ def _problems(d: dict, new: dict, max_observation_age: float) -> list[tuple[str,
     problems = []
     if d.get("control_failure"):
         problems.append(("control_failure", f"control tick stopped: {d['control_failure']}; no action goes out"))
+    elif d.get("control_silent_s", 0.0) > CONTROL_SILENT_S:
+        problems.append(("control_silent", f"control tick silent for {d['control_silent_s']:.1f} s: the control "
+                                           "process runs but does not tick (stopped, or starved of CPU); no "
+                                           "action goes out"))
     if d["faulted"]:
         problems.append(("faulted", f"action output stopped: {d['consecutive_failures']} frames failed in a row "
                                     f"(last: {d['last_failure']})"))
@@ -102,7 +109,7 @@ class StatusReporter:
         new = {key: d[key] - self._previous.get(key, 0) for key in NEW_SINCE_LAST}
         self._previous = {key: d[key] for key in NEW_SINCE_LAST}
         self._problems = problems = _problems(d, new, max_observation_age)
-        if d["faulted"] or d.get("control_failure"):
+        if d["faulted"] or d.get("control_failure") or d.get("control_silent_s", 0.0) > CONTROL_SILENT_S:
             level = DiagnosticStatus.ERROR
         else:
             level = DiagnosticStatus.WARN if problems else DiagnosticStatus.OK

@@ -108,6 +108,15 @@ class InferenceTicks:
         return self._control
 
     @property
+    def control_silent_s(self) -> float:
+        """Seconds the control process has not ticked while it should (0: it ticks, or no process)."""
+        return 0.0 if self._link is None or not self.active else round(self._link.silent_s(), 3)
+
+    def tick_unavailable(self) -> Optional[str]:
+        """Why ticks cannot start (activate): the control process is gone; None when they can."""
+        return None if self._link is None else self._link.failure
+
+    @property
     def control_pid(self) -> Optional[int]:
         """The control process's pid (None: the tick runs on a thread of this process)."""
         return None if self._link is None else self._link.pid

@@ -60,6 +60,10 @@ class ManagedInferenceNode(LifecycleNodeMixin, InferenceNode):
         return SUCCESS
 
     def on_activate(self, state) -> TransitionCallbackReturn:
+        why = self.tick_unavailable()
+        if why is not None:  # no action could go out: the transition fails, the node stays inactive
+            self.get_logger().error(f"activate refused: {why}; clean up and configure again to start a new one")
+            return FAILURE
         self.activate()
         self.get_logger().info("active: publishing actions and text")
         return SUCCESS
