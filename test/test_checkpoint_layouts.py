@@ -255,3 +255,28 @@ def test_sharded_safetensors_with_index(tmp_path, small_variants, small_model):
     loaded = load_checkpoint(tmp_path)
     want = small_model.state_dict()
     assert all(torch.equal(v, want[k]) for k, v in loaded.model.state_dict().items())
+
+
+def _lerobot_config(directory, **changes):
+    meta = json.loads((directory / "config.json").read_text())
+    (directory / "config.json").write_text(json.dumps(meta | changes))
+
+
+def test_a_lerobot_checkpoint_of_relative_actions_is_refused_naming_the_field(tmp_path, small_variants, small_model):
+    """Its actions are deltas from the state (LeRobot's processor adds the state back): published
+    as they are, a robot would take them for positions."""
+    write_lerobot(tmp_path, foreign_state(small_model, prefix="model.", embed="both"))
+    _lerobot_config(tmp_path, use_relative_actions=True)
+    with pytest.raises(CheckpointError, match="use_relative_actions is true"):
+        load_checkpoint(tmp_path)
+
+
+def test_lerobot_empty_cameras_listed_among_the_features_count_once(tmp_path, small_variants, small_model):
+    """LeRobot saves ``observation.images.empty_camera_<i>`` among its input features: with
+    ``empty_cameras: 1`` and two real cameras the model has 3 camera slots, not 4."""
+    write_lerobot(tmp_path, foreign_state(small_model, prefix="model.", embed="both"))
+    visual = {"type": "VISUAL", "shape": [3, 28, 28]}
+    features = {"observation.images.cam0": visual, "observation.images.cam1": visual,
+                "observation.images.empty_camera_0": visual, "observation.state": {"type": "STATE", "shape": [8]}}
+    _lerobot_config(tmp_path, empty_cameras=1, input_features=features)
+    assert load_checkpoint(tmp_path).config.max_cameras == 3

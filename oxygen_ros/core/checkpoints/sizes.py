@@ -111,6 +111,11 @@ def _layout_values(src: Mapping[str, Any], kind: str | None, where: str, vision:
     if kind == "openpi":
         values.update({k: int(src[k]) for k in ("action_dim", "action_horizon") if k in src})
     elif kind == "lerobot":
+        if src.get("use_relative_actions"):
+            raise CheckpointError(
+                f"{where}: use_relative_actions is true: the policy predicts actions relative to the state, "
+                "which LeRobot's processor turns back into absolute ones; this node publishes the model's "
+                "actions as they are, so a robot would take the deltas for positions")
         for ours, theirs in LEROBOT_FIELDS.items():
             if theirs in src:
                 values[ours] = int(src[theirs])
@@ -126,9 +131,12 @@ def _layout_values(src: Mapping[str, Any], kind: str | None, where: str, vision:
 
 
 def _lerobot_cameras(src: Mapping[str, Any]) -> int:
+    """The camera slots: the VISUAL input features, and the ``empty_cameras`` not among them
+    (LeRobot adds ``observation.images.empty_camera_<i>`` to the features it saves)."""
     features = src.get("input_features") or {}
     visual = [k for k, v in features.items() if isinstance(v, Mapping) and v.get("type") == "VISUAL"]
-    return len(visual) + int(src.get("empty_cameras", 0) or 0)
+    listed = sum("empty_camera" in k for k in visual)
+    return len(visual) + max(0, int(src.get("empty_cameras", 0) or 0) - listed)
 
 
 class _Needs:
