@@ -142,9 +142,9 @@ def test_training_forward_is_what_serving_computes():
     lengths = valid_p.sum(1)
     with torch.no_grad():
         h_vlm, h_act = forward_joint(
-            model, vlm_x, vlm_valid.long().cumsum(1) - 1, model.action_in_proj(noise), lengths[:, None] + torch.arange(horizon),
+            model, vlm_x, vlm_valid.long().cumsum(1) - 1, model.embed_actions(noise), lengths[:, None] + torch.arange(horizon),
             model.time_condition(torch.ones(3, dtype=torch.float64)), training_loss.joint_mask(valid_p, tb.text_mask, horizon))
-        velocity = model.action_out_proj(h_act)
+        velocity = model.actions_out(h_act)
 
     observations = [Observation({"base": e.image}, e.instruction, e.state) for e in examples]
     batch = make_prefix_batch(observations, tok, TINY, CAMERA_NAMES)

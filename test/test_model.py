@@ -184,7 +184,11 @@ def test_bfloat16_runs_end_to_end():
     assert cache.k.dtype == torch.bfloat16
     res = model.prefill(batch, cache, [[0]])
     actions = model.denoise(cache, SlotView.of(0, res.lengths.tolist()), torch.randn(1, TINY.action_horizon, 32))
-    assert actions.dtype == torch.bfloat16 and torch.isfinite(actions.float()).all()
+    # the actions, their projections and the time MLP stay float32, as in openpi: only the transformers
+    # run in bfloat16, and the flow's x_t is integrated in float32
+    assert actions.dtype == torch.float32 and torch.isfinite(actions).all()
+    assert model.dtype == torch.bfloat16 and model.action_dtype == torch.float32
+    assert {p.dtype for n, p in model.named_parameters() if n.startswith(("action_", "time_mlp"))} == {torch.float32}
 
 
 def test_pi05_preset_builds_on_meta_with_published_sizes():

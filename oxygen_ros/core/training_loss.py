@@ -87,17 +87,17 @@ def losses(model: VLA, batch: TrainBatch, generator: torch.Generator, pad_action
     horizon = batch.actions.shape[1]
     act_pos = prefix_len[:, None] + torch.arange(horizon)
 
-    actions = batch.actions.to(model.dtype)
-    noise = torch.randn(actions.shape, generator=generator, dtype=torch.float32).to(model.dtype)
+    actions = batch.actions.to(model.action_dtype)
+    noise = torch.randn(actions.shape, generator=generator, dtype=torch.float32).to(model.action_dtype)
     t = sample_time(b, generator)
-    tt = t.to(model.dtype)[:, None, None]
+    tt = t.to(model.action_dtype)[:, None, None]
     x_t = tt * noise + (1 - tt) * actions
     u = noise - actions
 
     allowed = joint_mask(valid_p, batch.text_mask, horizon)
-    h_vlm, h_act = forward_joint(model, vlm_x, vlm_pos, model.action_in_proj(x_t), act_pos,
+    h_vlm, h_act = forward_joint(model, vlm_x, vlm_pos, model.embed_actions(x_t), act_pos,
                                        model.time_condition(t), allowed)
-    v = model.action_out_proj(h_act)
+    v = model.actions_out(h_act)
 
     # Logit rows: the last valid prompt token predicts the first description
     # token, then each description token predicts the next (the last one EOS).

@@ -355,7 +355,7 @@ class CompiledVLA:
         return t
 
     def _denoise_inputs(self, slots: Tensor, lengths: Tensor, noise: Tensor) -> tuple[Tensor, ...]:
-        return slots, lengths, noise.to(self.model.dtype)
+        return slots, lengths, noise.to(self.model.action_dtype)
 
     def _prefill_inputs(self, batch: PrefixBatch, dest: Tensor) -> tuple[Tensor, ...]:
         return batch.pixels, batch.image_mask, batch.tokens, batch.token_mask, dest

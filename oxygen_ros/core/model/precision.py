@@ -14,12 +14,18 @@ TORCH_DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float64":
 #: ``to_bfloat16_for_selected_params`` does: the vision patch and position
 #: embeddings and every Gemma norm (RMSNorm weights; the adaRMS dense layers of
 #: the expert). SigLIP's own LayerNorms follow the model dtype, as in openpi.
+#: The action projections and the time MLP stay float32 too: openpi converts only
+#: the VLM and the expert, and integrates the flow's ``x_t`` in float32.
 FLOAT32_IN_BF16 = (
     "vision.tower.embeddings.",
     "input_layernorm.",
     "post_attention_layernorm.",
     "language_model.norm.",
     "expert.norm.",
+    "action_in_proj.",
+    "action_out_proj.",
+    "time_mlp_in.",
+    "time_mlp_out.",
 )
 
 

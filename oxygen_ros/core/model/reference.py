@@ -36,13 +36,13 @@ def reference_actions(model: VLA, batch: PrefixBatch, noise: Tensor, steps: int)
     is_action_query = is_action_key
     # prefix queries see valid prefix keys; action queries see valid prefix keys and all actions
     allowed = key_valid[:, None, :] & (is_action_query[:, :, None] | ~is_action_key[:, None, :])
-    x_t = noise.to(model.dtype)
+    x_t = noise.to(model.action_dtype)
     times, dt = flow_times(steps)
     for step in range(steps):
         t = times[step].expand(b)
         cond = model.time_condition(t)
-        _, h = forward_joint(model, x_p, pos_p, model.action_in_proj(x_t), pos_a, cond, allowed)
-        x_t = x_t + dt * model.action_out_proj(h)
+        _, h = forward_joint(model, x_p, pos_p, model.embed_actions(x_t), pos_a, cond, allowed)
+        x_t = x_t + dt * model.actions_out(h)
     return x_t
 
 

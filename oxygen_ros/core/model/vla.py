@@ -75,7 +75,21 @@ class VLA(nn.Module):
     # ------------------------------------------------------------------ helpers
     @property
     def dtype(self) -> torch.dtype:
+        """The dtype the transformers run in (the KV cache's, the activations')."""
+        return self.expert.layers[0].self_attn.q_proj.weight.dtype
+
+    @property
+    def action_dtype(self) -> torch.dtype:
+        """The dtype of the actions and the flow's ``x_t`` (float32 under bfloat16, as openpi's)."""
         return self.action_in_proj.weight.dtype
+
+    def embed_actions(self, x_t: Tensor) -> Tensor:
+        """Noisy actions [B, H, A] -> the expert's input tokens (in the model's dtype)."""
+        return self.action_in_proj(x_t.to(self.action_dtype)).to(self.dtype)
+
+    def actions_out(self, h: Tensor) -> Tensor:
+        """The expert's final hidden states -> the velocity [B, H, A] (in the actions' dtype)."""
+        return self.action_out_proj(h.to(self.action_dtype))
 
     @property
     def device(self) -> torch.device:
@@ -126,7 +140,7 @@ class VLA(nn.Module):
         return out
 
     def time_condition(self, t: Tensor) -> Tensor:
-        emb = time_embedding(t, self.config.expert.width).to(self.dtype)
+        emb = time_embedding(t, self.config.expert.width).to(self.time_mlp_in.weight.dtype)
         emb = nn.functional.silu(self.time_mlp_in(emb))
         return nn.functional.silu(self.time_mlp_out(emb))
 
@@ -218,7 +232,7 @@ class VLA(nn.Module):
         holds ``lengths[i]`` valid tokens (positions past them are masked)."""
         steps = steps or self.config.denoise_steps
         context = self._denoise_context(prefix, lengths, noise.shape[1])
-        x_t = noise.to(self.device, self.dtype)
+        x_t = noise.to(self.device, self.action_dtype)
         layers, final = self.denoise_modulations(steps)
         dt = flow_dt(steps, self.device)
         for step in range(steps):
@@ -264,14 +278,14 @@ class VLA(nn.Module):
         return x_t + dt * v_t
 
     def _velocity(self, x_t, modulations, final, prefix, prefix_bias, suffix_bias, table) -> Tensor:
-        x = self.action_in_proj(x_t)
+        x = self.embed_actions(x_t)
         for (kp, vp), layer, (pre, post) in zip(prefix, self.expert.layers, modulations):
             q, k, v, gate = layer.pre_attention(x, None, pre)
             q, k = rope(q, table), rope(k, table)
             attn = attend(q, [(kp, vp, prefix_bias), (k, v, suffix_bias)])
             x = layer.post_attention(x, attn, gate, None, post)
         h, _ = self.expert.norm(x, modulation=final)
-        return self.action_out_proj(h)
+        return self.actions_out(h)
 
     # ------------------------------------------------------------------ language
     @torch.inference_mode()
