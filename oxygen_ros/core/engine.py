@@ -22,7 +22,7 @@ import torch
 from . import scheduler
 from .cadence import LanguageCadence
 from .engine_config import EngineConfig, served_cameras, slot_len
-from .frame_result import FrameError, FrameResult, Question
+from .frame_result import FrameError, FrameResult, Question, tokens_beyond
 from .heap import keep_freed_memory
 from .kv_pool import SCRATCH, KVPool
 from .model.compiled import CompiledVLA, Progress
@@ -354,7 +354,7 @@ def check_step(c: EngineConfig, max_cameras: int, observations: Sequence[Observa
         obs.check_cameras(max_cameras, c.camera_names)
     names = set(robots) if robots is not None else {""} if observations else set()
     for q in questions:
-        if q.max_tokens is not None and not 1 <= q.max_tokens <= c.max_decode:
+        if tokens_beyond(q.max_tokens, c.max_decode):
             raise ValueError(f"question max_tokens must be in 1..{c.max_decode} (max_decode), got {q.max_tokens}")
         if q.robot not in names and q.robot not in observed:
             whose = f"robot {q.robot!r}" if q.robot else "the robot"

@@ -45,6 +45,7 @@ from .budget import DecodeBudget
 from .cadence import LanguageCadence
 from .chunk_clock import NS_PER_S, period_ns
 from .engine import Engine, FrameResult, Question
+from .frame_result import tokens_beyond
 from .input_fit import FittedInstruction, InstructionFitter, fit_question
 from .observation import Observation, ObservationError
 from .requests import TokenEvent
@@ -297,7 +298,7 @@ class FrameLoop:
                 robot.count["questions_rejected_empty"] += 1
                 self._warn("empty", f"question from {q.client_id!r} refused: no text")
                 refused.append(q)
-            elif q.max_tokens is not None and not 1 <= q.max_tokens <= max_decode:
+            elif tokens_beyond(q.max_tokens, max_decode):
                 robot.count["questions_rejected_max_tokens"] += 1
                 self._warn("max_tokens", f"question from {q.client_id!r} refused: it asks for {q.max_tokens} "
                            f"tokens, more than max_decode={max_decode}")

@@ -20,6 +20,12 @@ class Question:
     robot: str = ""  # answered from this robot's newest observation ("": the only robot)
 
 
+def tokens_beyond(max_tokens: int | None, max_decode: int) -> bool:
+    """Whether a question's ``max_tokens`` is outside what the engine decodes (1..max_decode;
+    None: max_decode itself)."""
+    return max_tokens is not None and not 1 <= max_tokens <= max_decode
+
+
 class FrameError(RuntimeError):
     """A frame failed. ``result`` holds what it produced before the failure (tokens
     already decoded must still reach their clients); the engine is consistent and
