@@ -102,8 +102,10 @@ def test_nothing_computed_before_a_deactivate_goes_out_after_the_next_activate(r
     The time inactive is no missed tick."""
     prefix = unique_prefix()
     with Ros() as ros:
+        # an observation still waiting at deactivate is served after activate while fresher than
+        # max_observation_age (as designed): 0.3 s, so that the 0.5 s pause leaves none
         node = _node(ros, prefix, random_tiny_dir, chunk_origin="frame_end", hold_action="last",
-                     control_process=control_process)
+                     control_process=control_process, max_observation_age=0.3)
         client = InferenceClient(ros, prefix)
         life = Lifecycle(ros.node("oxygen_test_lifecycle"), node.get_fully_qualified_name())
         assert until(lambda: len(client.chunks) > 5, 30.0, every=client.observe, period=0.05)
