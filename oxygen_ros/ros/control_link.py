@@ -111,7 +111,7 @@ class ControlLink:
         self.outputs: list[RemoteOutput] = []
         self._lateness_seen = self._missed_seen = 0
         self._process: Optional[subprocess.Popen] = None
-        self._running, self._ticked_at = False, time.monotonic()
+        self._ticked_at = time.monotonic()
 
     def output(self, counters, records: FrameRecords, *, actions_topic: str, trajectory_topic: str) -> RemoteOutput:
         """The next robot's output (in the order of the board's slots), as RobotIO asks for it."""
@@ -160,14 +160,13 @@ class ControlLink:
     def run(self, running: bool) -> None:
         """Tick (the node is active) or not."""
         self.ticks.set("running", int(running))
-        self._running = running
         self._ticked_at = time.monotonic()  # the silence is counted from here (see silent_s)
 
     def silent_s(self) -> float:
         """Seconds since the control process last ticked, as of the last :meth:`sync`, while it
         should tick (0 when paused): a process stopped (SIGSTOP), deadlocked or starved of
         CPU neither ticks nor exits, and counts no underrun either."""
-        return time.monotonic() - self._ticked_at if self._running else 0.0
+        return time.monotonic() - self._ticked_at if self.ticks.get("running") else 0.0
 
     def set_period(self, period_ns: int) -> None:
         self.ticks.set("period_ns", period_ns)

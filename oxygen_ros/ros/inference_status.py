@@ -34,6 +34,8 @@ CONSOLE = ("underruns", "no_observation", "observation_age", "missed_ticks", "re
            "control_silent")
 #: Seconds the control process may go without a tick while active before the status is ERROR.
 CONTROL_SILENT_S = 1.0
+#: Problems that make the status ERROR (no action goes out); the others make it WARN.
+ERRORS = ("control_failure", "control_silent", "faulted")
 
 
 def _problems(d: dict, new: dict, max_observation_age: float) -> list[tuple[str, str]]:
@@ -109,7 +111,7 @@ class StatusReporter:
         new = {key: d[key] - self._previous.get(key, 0) for key in NEW_SINCE_LAST}
         self._previous = {key: d[key] for key in NEW_SINCE_LAST}
         self._problems = problems = _problems(d, new, max_observation_age)
-        if d["faulted"] or d.get("control_failure") or d.get("control_silent_s", 0.0) > CONTROL_SILENT_S:
+        if any(kind in ERRORS for kind, _ in problems):
             level = DiagnosticStatus.ERROR
         else:
             level = DiagnosticStatus.WARN if problems else DiagnosticStatus.OK

@@ -45,7 +45,7 @@ from ..core.model.load_probe import LibraryLoadError
 from ..core.piece_timing import PieceTimer
 from ..core.workloads import Workload
 from .arguments import output_dir, output_file
-from .common import add_model_args, keeps_freed_memory, load_model
+from .common import add_model_args, check_cameras, keeps_freed_memory, load_model
 
 
 def int_list(text: str) -> list[int]:
@@ -143,8 +143,7 @@ def main(argv=None) -> int:
     if args.action_horizon:  # the action expert takes any horizon: its suffix is H tokens
         model.config = dataclasses.replace(model.config, action_horizon=args.action_horizon)
     c = model.config
-    if args.cameras > c.max_cameras:
-        raise SystemExit(f"--cameras {args.cameras} exceeds the model's {c.max_cameras} camera slots")
+    check_cameras(args.cameras, c.max_cameras)
     if args.prompt_tokens and args.prompt_tokens > c.max_token_len:
         raise SystemExit(f"--prompt-tokens {args.prompt_tokens} exceeds the model's max_token_len {c.max_token_len}")
     print(f"model: {loaded.source} ({c.name}), device {args.device}, dtype {args.dtype}, threads {args.threads}",

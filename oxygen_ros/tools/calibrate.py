@@ -21,7 +21,7 @@ from ..core.benchmark import measure_components
 from ..core.model.compile_setup import COMPILE_CHOICES, resolve_compile
 from ..core.checkpoints.given_sizes import flat_items
 from .arguments import output_file, positive_float, positive_int
-from .common import add_model_args, load_model, model_sizes
+from .common import add_model_args, check_cameras, load_model, model_sizes
 
 
 def parse_args(argv=None) -> argparse.Namespace:
@@ -85,8 +85,7 @@ def main(argv=None) -> int:
     args = parse_args(argv)
     loaded = load_model(args)
     c = loaded.model.config
-    if args.cameras is not None and args.cameras > c.max_cameras:
-        raise SystemExit(f"--cameras {args.cameras} exceeds the model's {c.max_cameras} camera slots")
+    check_cameras(args.cameras, c.max_cameras)
     sizes = sorted({1, 2, 4, 8, 16, steady_batch(args.max_decode, 1, args.arrivals_per_frame)})
     print(f"measuring {loaded.source} on {args.device} ({args.dtype}) ...", file=sys.stderr)
     s = args.denoise_steps or c.denoise_steps

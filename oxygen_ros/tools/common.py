@@ -58,6 +58,12 @@ def keeps_freed_memory(args: argparse.Namespace) -> bool:
     return getattr(args, "keep_freed_memory", "on") == "on"
 
 
+def check_cameras(cameras: int | None, slots: int) -> None:
+    """End the command naming ``--cameras`` when it asks for more than the model's camera ``slots``."""
+    if cameras is not None and cameras > slots:
+        raise SystemExit(f"--cameras {cameras} exceeds the model's {slots} camera slots")
+
+
 def load_model(args: argparse.Namespace) -> LoadedCheckpoint:
     """The model, tokenizer and normaliser the options ask for (see
     :func:`oxygen_ros.core.checkpoints.load_model` for the precedence); a checkpoint

@@ -182,6 +182,13 @@ def summarise(episodes: Sequence[Episode]) -> dict:
     }
 
 
+def check_execute(execute: int, horizon: int) -> None:
+    """ValueError unless ``execute`` actions of each chunk can be run (0 runs none: no episode
+    would ever end)."""
+    if not 1 <= execute <= horizon:
+        raise ValueError(f"execute must be in 1..{horizon} (the model's action horizon), got {execute}")
+
+
 def evaluate(model, tokenizer, normalizer, *, scenes: int = 200, seed: int = 0, setting: str = "oxygen",
              concurrency: int = 8, execute: int = 5, max_steps: int = 50, max_decode: int = 12,
              steps_per_frame: int = 5, denoise_steps: int | None = None, camera_size: int | None = None,
@@ -189,9 +196,7 @@ def evaluate(model, tokenizer, normalizer, *, scenes: int = 200, seed: int = 0, 
              keep_freed_memory: bool = True) -> dict:
     """Run the evaluation and return its figures (and, with ``with_texts``, every generated text and
     token: ``texts`` and ``tokens`` of the descriptions, ``question_tokens`` of the answers)."""
-    horizon = model.config.action_horizon
-    if not 1 <= execute <= horizon:  # 0 executes nothing: no episode would ever end
-        raise ValueError(f"execute must be in 1..{horizon} (the model's action horizon), got {execute}")
+    check_execute(execute, model.config.action_horizon)
     if scenes < 1 or max_steps < 1:
         raise ValueError(f"scenes and max_steps must be >= 1, got {scenes} and {max_steps}")
     steps = denoise_steps or model.config.denoise_steps
@@ -259,8 +264,10 @@ def _parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     ckpt = load_model(args)
-    if args.execute > ckpt.config.action_horizon:
-        raise SystemExit(f"--execute {args.execute}: the model's chunks have {ckpt.config.action_horizon} actions")
+    try:
+        check_execute(args.execute, ckpt.config.action_horizon)
+    except ValueError as exc:
+        raise SystemExit(f"--execute: {exc}") from None
     if ckpt.normalizer is None:
         print(f"note: {ckpt.source} has no normalisation statistics; actions are used as the model outputs them",
               file=sys.stderr)
