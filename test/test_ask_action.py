@@ -6,9 +6,9 @@ from __future__ import annotations
 from ros_harness import AskClient, InferenceClient, Ros, inference_node, unique_prefix, until
 
 
-def _node(ros, random_tiny_dir, prefix):
+def _node(ros, random_tiny_dir, prefix, **overrides):
     node = inference_node(ros, prefix, model_path=random_tiny_dir, ask_action=f"{prefix}/ask", max_decode=30,
-                          language_every_n_frames=0, warmup_frames=0)  # only the goals' requests
+                          language_every_n_frames=0, warmup_frames=0, **overrides)  # only the goals' requests
     client = InferenceClient(ros, prefix, node=node)
     client.publish_observations(0.5, rate_hz=10.0)  # an observation to answer from
     assert until(lambda: client.chunks, 30.0)
@@ -74,3 +74,26 @@ def test_an_empty_question_or_more_tokens_than_max_decode_is_aborted_as_rejected
             assert response.result.finish_reason == "rejected" and response.result.tokens == 0 and feedback == []
         assert node.counters["questions_rejected_empty"] == node.counters["questions_rejected_max_tokens"] == 1
         assert node.counters["frame_errors"] == 0
+
+
+def test_oxygen_ask_cancels_a_question_it_stops_waiting_for(ros_env, random_tiny_dir):
+    """``oxygen-ask``'s client gives up after its timeout, and cancels the goal: the node
+    stops decoding it and frees its KV slot, instead of answering no one. Here no observation
+    comes after the first ones and no language-only frame runs, so the answer cannot end
+    before the timeout."""
+    import rclpy
+
+    from oxygen_ros.tools.ask import ask
+
+    prefix = unique_prefix()
+    with Ros() as ros:
+        node, _ = _node(ros, random_tiny_dir, prefix, decode_when_idle=False)
+        client = rclpy.create_node("oxygen_test_ask_tool", context=ros.context)
+        try:
+            text, reason = ask(client, f"{prefix}/ask", "describe everything you see in detail", timeout=1.0)
+        finally:
+            client.destroy_node()
+        assert reason == "timeout" and text == ""
+        assert until(lambda: node.counters.get("questions_cancelled", 0) == 1, 10.0), node.counters
+        assert until(lambda: node.engine.active_requests == 0 and node.engine.pool.held == 0, 10.0), \
+            "the abandoned question still holds its slot"

@@ -8,7 +8,9 @@ Sends the question as a goal of the inference node's Ask action
 newest observation in the same continuous batch as the periodic descriptions,
 and prints the answer when it ends (``--stream``: every token as it comes).
 Exit status 0 when the answer ended (``eos`` or ``length``), 1 when it was
-refused or cancelled or no answer came within ``--timeout`` seconds. The
+refused or cancelled or no answer came within ``--timeout`` seconds; a question
+left without its answer (the timeout, Ctrl-C) is cancelled, so that the node
+stops decoding it and frees its slot. The
 ``ros2`` command does the same with ``ros2 action send_goal --feedback
 /oxygen/ask oxygen_ros/action/Ask "{question: '...'}"``.
 """
@@ -17,16 +19,21 @@ from __future__ import annotations
 
 import argparse
 import sys
+import time
 from collections.abc import Sequence
 
 import rclpy
 from rclpy.action import ActionClient
+from rclpy.executors import SingleThreadedExecutor
+from rclpy.signals import SignalHandlerOptions
 
 from oxygen_ros.action import Ask
 
 from .arguments import non_negative_int, positive_float
 
 DEFAULT_ACTION = "/oxygen/ask"
+#: seconds given to the cancel of a goal abandoned on a timeout or Ctrl-C
+CANCEL_WAIT_S = 2.0
 #: what ends a goal ``rejected`` (the node's log line says which)
 REJECTED = ("no text, no observation yet, the node's queue full, or more tokens asked for than its max_decode; "
             "its log says which")
@@ -59,7 +66,8 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--max-tokens", type=max_tokens, default=0,
                         help="most tokens of the answer (0: the node's max_decode; more than it is refused)")
     parser.add_argument("--timeout", type=positive_float, default=30.0,
-                        help="seconds to wait for the server, then for the answer")
+                        help="seconds to wait for the server, then for the whole answer (default 30); "
+                             "a question not answered by then is cancelled")
     parser.add_argument("--stream", action="store_true", help="print every token as it is decoded")
     return parser
 
@@ -67,31 +75,57 @@ def _parser() -> argparse.ArgumentParser:
 def ask(node, action: str, question: str, *, max_tokens: int = 0, timeout: float = 30.0,
         on_piece=None) -> tuple[str, str]:
     """``(text, finish_reason)`` of the answer; ``finish_reason`` is ``"no server"`` when no Ask
-    server came within ``timeout``, ``"timeout"`` when no answer came within ``timeout`` after
-    that. ``on_piece`` gets every token's text as it is decoded."""
+    server came within ``timeout``, ``"not accepted"`` when the server refused the goal (the
+    node is not configured), ``"timeout"`` when no answer came within ``timeout`` after that.
+    ``on_piece`` gets every token's text as it is decoded. A goal still running when this
+    returns or is interrupted (the timeout, Ctrl-C) is cancelled, so that the node stops
+    decoding an answer no one waits for. ``node`` must not be spinning elsewhere."""
+    executor = SingleThreadedExecutor(context=node.context)
+    executor.add_node(node)
     client = ActionClient(node, Ask, action)
+    running = None  # the goal, while accepted and not ended
     try:
         if not client.wait_for_server(timeout_sec=timeout):
             return "", "no server"
+        deadline = time.monotonic() + timeout
         feedback = None if on_piece is None else (lambda m: on_piece(m.feedback.piece))
         sent = client.send_goal_async(Ask.Goal(question=question, max_tokens=max_tokens),
                                       feedback_callback=feedback)
-        rclpy.spin_until_future_complete(node, sent, timeout_sec=timeout)
-        if not sent.done():
+        if not _spin_until(executor, sent, deadline):
             return "", "timeout"
-        result = sent.result().get_result_async()
-        rclpy.spin_until_future_complete(node, result, timeout_sec=timeout)
-        if not result.done():
+        goal = sent.result()
+        if not goal.accepted:
+            return "", "not accepted"
+        running = goal
+        result = goal.get_result_async()
+        if not _spin_until(executor, result, deadline):
             return "", "timeout"
+        running = None
         answer = result.result().result
         return answer.text, answer.finish_reason
     finally:
+        if running is not None:
+            _spin_until(executor, running.cancel_goal_async(), time.monotonic() + CANCEL_WAIT_S)
         client.destroy()
+        executor.remove_node(node)
+        executor.shutdown()
+
+
+def _spin_until(executor, future, deadline: float) -> bool:
+    """Spin ``executor`` until ``future`` is done (True) or the monotonic ``deadline`` passed."""
+    while not future.done():
+        left = deadline - time.monotonic()
+        if left <= 0:
+            return False
+        executor.spin_once(timeout_sec=min(left, 0.1))
+    return True
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
-    rclpy.init()
+    # Ctrl-C raises KeyboardInterrupt here, instead of rclpy shutting the context down under
+    # the client: ask() still cancels the question it was waiting for
+    rclpy.init(signal_handler_options=SignalHandlerOptions.NO)
     try:
         node = rclpy.create_node("oxygen_ask")
         try:
@@ -101,6 +135,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         finally:
             node.destroy_node()
     except KeyboardInterrupt:
+        print("\noxygen-ask: interrupted (a question being answered is cancelled)", file=sys.stderr)
         return 1
     finally:
         rclpy.try_shutdown()
@@ -108,7 +143,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     if reason in ("eos", "length"):
         return 0
     why = {"no server": f"no Ask server on {args.action} within {args.timeout:g} s (is the agent running?)",
-           "timeout": f"no answer from {args.action} within {args.timeout:g} s",
+           "timeout": f"no answer from {args.action} within {args.timeout:g} s (the question was cancelled)",
+           "not accepted": f"{args.action} took no question (is its inference node configured and active?)",
            "rejected": f"{args.action} refused the question ({REJECTED})"}.get(reason, f"no answer ({reason})")
     print(f"oxygen-ask: {why}", file=sys.stderr)
     return 1
