@@ -90,6 +90,21 @@ def test_k_shrinks_under_the_deadline_and_has_one_owner(engine):
     assert list(loop.k_history) == [(1, 5, True)] and loop.last_k == 2  # frames that ran: (id, k, obs?)
 
 
+def test_with_k_zero_language_only_frames_still_decode_one_step(engine):
+    """steps_per_frame 0 (what oxygen-calibrate writes when no k meets the rate): observation
+    frames decode nothing, language-only frames one step each, so requests still finish."""
+    loop = make_loop(engine, steps_per_frame=0)
+    assert loop.plan(True).decode_steps == 0
+    assert loop.plan(False).decode_steps == 1
+    engine.step([image_obs()], start_language=True, decode_steps=0)
+    for _ in range(engine.config.max_decode + 1):
+        if not engine.active_requests:
+            break
+        plan = loop.plan(False)
+        engine.step([], start_language=False, decode_steps=plan.decode_steps)
+    assert engine.active_requests == 0 and engine.pool.held == 0
+
+
 def test_deadline_follows_rate_and_parameter(engine):
     loop = make_loop(engine, control_rate_hz=50.0)
     assert loop.deadline_ms() == pytest.approx(10 / 50 * 1e3 / 2)

@@ -55,6 +55,7 @@ OUT_OF_RANGE = [
     ("hold_action", "previous"),
     ("frame_deadline_ms", -1.0),
     ("max_consecutive_failures", 0),
+    ("steps_per_frame", 0, {"decode_when_idle": False}),  # no frame would ever decode a second token
 ]
 
 
@@ -141,6 +142,15 @@ def test_run_time_changes_are_validated_with_a_reason(ros):
     assert node.set_parameters([Parameter("hold_action", value="last")])[0].successful
     assert node.set_parameters([Parameter("max_consecutive_failures", value=7)])[0].successful
     assert node.params["max_consecutive_failures"] == 7
+    # k = 0 leaves decoding to language-only frames: turning those off as well is refused, either way round
+    assert node.set_parameters([Parameter("steps_per_frame", value=0)])[0].successful
+    result = node.set_parameters([Parameter("decode_when_idle", value=False)])[0]
+    assert not result.successful and "steps_per_frame" in result.reason
+    assert node.set_parameters([Parameter("steps_per_frame", value=2)])[0].successful
+    assert node.set_parameters([Parameter("decode_when_idle", value=False)])[0].successful
+    result = node.set_parameters([Parameter("steps_per_frame", value=0)])[0]
+    assert not result.successful and "decode_when_idle" in result.reason
+    assert node.loop.settings.steps_per_frame == 2 and node.loop.settings.decode_when_idle is False
 
 
 def test_start_up_log_says_whose_denoise_steps_and_horizon():

@@ -323,10 +323,10 @@ class FrameLoop:
         s = self.settings
         start_language = self.cadence.next(has_observation)
         k = self.budget.next_k() if s.decode_budget else self.budget.k_max
-        if not has_observation and self.budget.k_max > 0:
+        if not has_observation:
             # a language-only frame has no action to protect (it only runs when the
             # next observation is not due before it ends): at least one step, so
-            # text never starves once the budget has shrunk to zero
+            # text never starves once the budget has shrunk to zero, or with k_max 0
             k = max(1, k)
         self.last_k = k
         return FramePlan(start_language, k, s.denoise_steps)

@@ -51,9 +51,20 @@ def _control_rate(value: float, values: Mapping | None = None) -> str | None:
 def _steps_per_frame(value: int, values: Mapping | None = None) -> str | None:
     if value < 0:
         return f"must be >= 0, got {value!r}"
-    max_decode = (values or {}).get("max_decode")
+    values = values or {}
+    max_decode = values.get("max_decode")
     if isinstance(max_decode, int) and value > max_decode:
         return f"must not exceed max_decode ({max_decode}), got {value!r}"
+    if value == 0 and values.get("decode_when_idle") is False and values.get("setting", "oxygen") == "oxygen":
+        return ("0 with decode_when_idle false would never decode past a request's first token (with 0, "
+                "only language-only frames decode): set decode_when_idle true or steps_per_frame >= 1")
+    return None
+
+
+def _decode_when_idle(value: bool, values: Mapping | None = None) -> str | None:
+    values = values or {}
+    if not value and values.get("steps_per_frame") == 0 and values.get("setting", "oxygen") == "oxygen":
+        return "false with steps_per_frame 0 would never decode past a request's first token: set steps_per_frame >= 1"
     return None
 
 
@@ -88,7 +99,8 @@ PARAMETERS: tuple[ParamSpec, ...] = (
               "0..1000 (0: the checkpoint's)"),
     ParamSpec("max_decode", 30, "Maximum new tokens per language request (N).", "int", at_least_one,
               constraints=">= 1"),
-    ParamSpec("steps_per_frame", 5, "Decode steps per frame for every running request (k; oxygen setting).",
+    ParamSpec("steps_per_frame", 5, "Decode steps per frame for every running request (k; oxygen setting); "
+              "0: only language-only frames decode (one step each, see decode_when_idle).",
               "int", _steps_per_frame, True, "0..max_decode"),
     ParamSpec("max_active", 8, "Language requests decoding at once (KV slots held).", "int", at_least_one,
               constraints=">= 1"),
@@ -173,7 +185,7 @@ PARAMETERS: tuple[ParamSpec, ...] = (
     ParamSpec("decode_when_idle", True, "Run language-only frames (at most one per control period, never "
               "when the next observation is due before one would end) while requests are decoding and no new "
               "observation arrives. false: text advances only with observation frames (deterministic "
-              "replays).", "bool", dynamic=True),
+              "replays).", "bool", _decode_when_idle, dynamic=True),
     ParamSpec("compile", "auto", "Run prefill, the denoise loop and a frame's decode steps as compiled graphs, "
               "one per shape bucket, all compiled at start-up (CUDA graphs on a GPU): on | off | auto (auto: on for "
               "CUDA, eager on CPU, where a cold compile takes minutes). Where compiling is impossible the node "
