@@ -253,6 +253,27 @@ def test_frame_failures_one_survived_repeated_stop_the_actions_then_recovery(ros
     check_text(client.text)
 
 
+def test_a_fault_in_language_work_loses_no_action(ros, feeder_factory):
+    """Every decode step fails: each frame is a failed frame (counted, logged), yet its action
+    chunk, denoised before the fault, is published, and the action output never stops."""
+    prefix = unique_prefix()
+    node = _node(ros, prefix, max_consecutive_failures=2, chunk_origin="frame_end")
+    client = InferenceClient(ros, prefix, "oxygen_test_fault_client", node=node)
+
+    def broken(*args, **kwargs):
+        raise RuntimeError("injected decode fault")
+
+    node.engine.model.decode_step = broken
+    feed = feeder_factory(client)
+    feed.on.set()
+    assert until(lambda: node.counters["frame_errors"] >= 6 and node.counters["frames"] >= 6)
+    assert not node.diagnostics()["faulted"], "the action output stopped for a language fault"
+    published = node.counters["actions_published"]
+    assert until(lambda: node.counters["actions_published"] > published + 10)
+    check_chunks(list(client.chunks), horizon=H)
+    assert node.engine.pool.held <= node.engine.config.max_active
+
+
 def test_non_finite_actions_are_never_published(ros, feeder_factory):
     prefix = unique_prefix()
     node = _node(ros, prefix, max_consecutive_failures=3, language_every_n_frames=0, chunk_origin="frame_end")

@@ -80,7 +80,9 @@ def test_a_failure_on_the_language_thread_reaches_the_caller_and_no_request_is_l
         engine.step([obs[0]], [Question("", "during", max_tokens=6)])
     engine.pause_point = None
     assert failed == ["oxygen-language"]
-    assert err.value.result.actions == [], "a failed frame publishes no chunk"
+    healthy = engine_for(lively_tiny, tok, "parallel", max_decode=6).step([obs[0]], [])
+    (chunk,) = err.value.result.actions  # the language thread's fault costs no action
+    assert (chunk == healthy.actions[0]).all()
     events, finished = list(err.value.result.tokens), list(err.value.result.finished)
     run_to_the_end(engine, obs[1:], events, finished)
     assert [r.client_id for r in finished] == ["during"], "the interrupted request finishes"
@@ -110,7 +112,14 @@ def test_a_fault_in_any_piece_of_any_setting_is_a_frame_error_and_every_request_
     with pytest.raises(FrameError, match=f"fault in {piece}") as err:
         engine.step([obs[1]], [Question("", "during", max_tokens=6)])
     engine.pause_point = None
-    assert err.value.result.actions == []
+    actions = err.value.result.actions
+    if piece == "denoise" or (piece == "prefill" and setting != "parallel"):
+        assert actions == [], "no chunk from a fault before the actions were done"
+    elif piece == "decode":  # after the actions: the chunk is the one a healthy frame gives
+        healthy = engine_for(lively_tiny, tok, setting, max_decode=6, steps_per_frame=2)
+        healthy.step([obs[0]], [Question("", "early", max_tokens=6)])
+        (chunk,) = actions
+        assert (chunk == healthy.step([obs[1]], []).actions[0]).all()
     events += err.value.result.tokens
     finished += err.value.result.finished
     run_to_the_end(engine, obs[2:], events, finished)

@@ -58,7 +58,7 @@ class Engine:
         self._noise_seeds: list[int] | None = None  # this frame's, one per observation
         self._noise = torch.Generator()  # re-seeded for each observation's noise (only ``act`` uses it)
         self._result: FrameResult | None = None
-        self._timing = threading.Lock()  # phase times are added from both threads of ``parallel``
+        self._timing = threading.Lock()  # phase times and chunks are added from both threads of ``parallel``
         self._starting: list[Request] = []
         #: S when a frame's plan gives none: the configured one, else the model's (the checkpoint's)
         self.default_denoise_steps = config.denoise_steps or model.config.denoise_steps
@@ -108,7 +108,7 @@ class Engine:
             # no autograd in a frame: its many small tensor operations (and the compiled graphs'
             # operators) skip the dispatcher's autograd bookkeeping
             with torch.inference_mode():
-                self._result.actions = scheduler.run_frame(c.setting, self, list(observations), new, k)
+                scheduler.run_frame(c.setting, self, list(observations), new, k)
         except Exception as e:
             res = self._finish_frame(t0, copies0)
             self._recover(new)
@@ -219,8 +219,9 @@ class Engine:
             return state
         return n.normalize_state(state).astype(np.float32)
 
-    def act(self, start: int, count: int, observation_ids: list[int]) -> list[np.ndarray]:
-        """Denoise action chunks for slots ``start .. start+count`` (read in place)."""
+    def act(self, start: int, count: int, observation_ids: list[int]) -> None:
+        """Denoise action chunks for slots ``start .. start+count`` (read in place) into the
+        frame's result (its ``actions``, in the order of the frame's observations)."""
         t0 = time.perf_counter()
         mc = self.model.config
         noise = self.noise(observation_ids)
@@ -231,9 +232,10 @@ class Engine:
             # a non-finite chunk is passed on as it is (the caller must refuse it);
             # unnormalising it would raise and lose the frame's text with it
             out = [self.normalizer.unnormalize_actions(a) if np.isfinite(a).all() else a for a in out]
-        self._add_time("denoise_ms", t0)
         assert all(a.shape[0] == mc.action_horizon for a in out)
-        return out
+        with self._timing:
+            self._result.actions += out
+        self._add_time("denoise_ms", t0)
 
     def noise(self, observation_ids: list[int]) -> torch.Tensor:
         """The frame's noise for these observations, [n, H, D]: each the same in every setting;

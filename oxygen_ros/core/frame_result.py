@@ -27,9 +27,11 @@ def tokens_beyond(max_tokens: int | None, max_decode: int) -> bool:
 
 
 class FrameError(RuntimeError):
-    """A frame failed. ``result`` holds what it produced before the failure (tokens
-    already decoded must still reach their clients); the engine is consistent and
-    the next frame can run."""
+    """A frame failed. ``result`` holds what it produced before the failure: the action
+    chunks of the observations already denoised (for the first ``len(result.actions)``
+    observations; a fault in language work loses no action) and the tokens already
+    decoded, which must still reach their clients. The engine is consistent and the
+    next frame can run."""
 
     def __init__(self, message: str, result: "FrameResult"):
         super().__init__(message)

@@ -12,9 +12,10 @@
   batched forward per step; requests live across frames in their slots.
 
 Every setting uses the engine's primitives over the same pool; they differ
-only in when those run and over which slots. No setting copies K/V. Each
-returns the frame's action chunks (one per observation); the tokens reach the
-frame's result through the engine's primitives.
+only in when those run and over which slots. No setting copies K/V. The
+action chunks (one per observation, in their order) and the tokens reach the
+frame's result through the engine's primitives, as each is made: a frame that
+fails after its actions were denoised still has them.
 
 Threads: ``parallel`` runs the language task on a second thread. The two
 threads share only the pool, whose bookkeeping is locked, and the engine's
@@ -32,7 +33,6 @@ from typing import TYPE_CHECKING, Protocol
 from .kv_pool import SCRATCH, KVPool
 
 if TYPE_CHECKING:  # pragma: no cover
-    import numpy as np
     import torch
 
     from .observation import Observation
@@ -46,7 +46,7 @@ class Engine(Protocol):
     model: "torch.nn.Module"
 
     def prefill(self, observations: list["Observation"], dests: list[list[int]]) -> "torch.Tensor": ...
-    def act(self, start: int, count: int, observation_ids: list[int]) -> list["np.ndarray"]: ...
+    def act(self, start: int, count: int, observation_ids: list[int]) -> None: ...
     def begin(self, request: "Request", slot: int, logits: "torch.Tensor") -> None: ...
     def decode(self, max_steps: int | None) -> None: ...
     def admit(self, new: list["Request"], *, unlimited: bool = False) -> list["Request"]: ...
@@ -54,27 +54,24 @@ class Engine(Protocol):
 SETTINGS = ("baseline", "parallel", "shared_kv", "oxygen")
 
 NewRequests = list[tuple["Request", "int | None"]]
-Actions = list["np.ndarray"]
 
 
 def run_frame(setting: str, engine: "Engine", observations: list["Observation"], new: NewRequests,
-              k: int) -> Actions:
-    """One frame of ``setting``; returns the action chunk of every observation."""
-    return {"baseline": baseline, "parallel": parallel, "shared_kv": shared_kv, "oxygen": oxygen}[setting](
+              k: int) -> None:
+    """One frame of ``setting``: the action chunk of every observation, and the tokens."""
+    {"baseline": baseline, "parallel": parallel, "shared_kv": shared_kv, "oxygen": oxygen}[setting](
         engine, observations, new, k)
 
 
 # ---------------------------------------------------------------------- isolated tasks
-def _actions_isolated(engine: "Engine", observations: list["Observation"]) -> Actions:
-    actions = []
+def _actions_isolated(engine: "Engine", observations: list["Observation"]) -> None:
     for i, obs in enumerate(observations):
         slot = engine.pool.allocate(SCRATCH)
         try:
             engine.prefill([obs], [[slot]])
-            actions += engine.act(slot, 1, [i])
+            engine.act(slot, 1, [i])
         finally:
             engine.pool.release(slot)
-    return actions
 
 
 def _language_isolated(engine: "Engine", new: NewRequests) -> None:
@@ -100,14 +97,13 @@ def _finish_interrupted(engine: "Engine") -> None:
     engine.decode(None)
 
 
-def baseline(engine: "Engine", observations, new: NewRequests, k: int) -> Actions:
-    actions = _actions_isolated(engine, observations)
+def baseline(engine: "Engine", observations, new: NewRequests, k: int) -> None:
+    _actions_isolated(engine, observations)
     _finish_interrupted(engine)
     _language_isolated(engine, _all_pending(engine, new))
-    return actions
 
 
-def parallel(engine: "Engine", observations, new: NewRequests, k: int) -> Actions:
+def parallel(engine: "Engine", observations, new: NewRequests, k: int) -> None:
     new = _all_pending(engine, new)
     failure: list[BaseException] = []
 
@@ -121,12 +117,11 @@ def parallel(engine: "Engine", observations, new: NewRequests, k: int) -> Action
     thread = threading.Thread(target=language, name="oxygen-language")
     thread.start()
     try:
-        actions = _on_own_stream(engine, _actions_isolated, engine, observations)
+        _on_own_stream(engine, _actions_isolated, engine, observations)
     finally:
         thread.join()
     if failure:
         raise failure[0]
-    return actions
 
 
 def _on_own_stream(engine: "Engine", fn, *args):
@@ -151,7 +146,7 @@ def _shared_prefill(engine: "Engine", observations, starting: list["Request"], i
     starting requests that read an older observation), denoise the run, and
     hand each observation's slot to its first starting request.
 
-    Returns the action chunks and (request, slot, logits row) for every starting request.
+    Returns (request, slot, logits row) for every starting request.
     """
     pool = engine.pool
     n = len(observations)
@@ -176,28 +171,27 @@ def _shared_prefill(engine: "Engine", observations, starting: list["Request"], i
             dests.append([slot])
     if n or extra_obs:
         logits = engine.prefill(list(observations) + extra_obs, dests)
-    actions = engine.act(run, n, list(range(n))) if n else []
+    if n:
+        engine.act(run, n, list(range(n)))
     for i in range(n):
         if i not in claimed:
             pool.release(run + i)
-    return actions, [(r, slot, logits[row]) for r, slot, row in rows]
+    return [(r, slot, logits[row]) for r, slot, row in rows]
 
 
-def _shared_frame(engine: "Engine", observations, new: NewRequests, decode_steps: int | None) -> Actions:
+def _shared_frame(engine: "Engine", observations, new: NewRequests, decode_steps: int | None) -> None:
     index = {r.id: i for r, i in new}
     starting = engine.admit([r for r, _ in new])
-    actions, starts = _shared_prefill(engine, observations, starting, index)
-    for r, slot, logits in starts:
+    for r, slot, logits in _shared_prefill(engine, observations, starting, index):
         engine.begin(r, slot, logits)
     engine.decode(decode_steps)
-    return actions
 
 
-def shared_kv(engine: "Engine", observations, new: NewRequests, k: int) -> Actions:
+def shared_kv(engine: "Engine", observations, new: NewRequests, k: int) -> None:
     """The frame's new requests decode to completion (``decode(None)``)."""
-    return _shared_frame(engine, observations, new, None)
+    _shared_frame(engine, observations, new, None)
 
 
-def oxygen(engine: "Engine", observations, new: NewRequests, k: int) -> Actions:
+def oxygen(engine: "Engine", observations, new: NewRequests, k: int) -> None:
     """Every active request advances ``k`` tokens."""
-    return _shared_frame(engine, observations, new, k)
+    _shared_frame(engine, observations, new, k)

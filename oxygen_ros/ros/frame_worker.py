@@ -22,6 +22,7 @@ import numpy as np
 from ..core.chunk_clock import NS_PER_S, Chunk, chunk_origin
 from ..core.frame_loop import Arrival, FrameLoop, FramePlan, Job
 from ..core.frame_records import FrameRecord
+from ..core.frame_result import FrameError
 from ..core.stats import Rolling, WindowRate
 from . import conversions
 from .process import lower_thread_priority
@@ -93,12 +94,7 @@ class FrameWorker:
             try:
                 self._run_frame(job)
             except Exception as exc:  # keep serving; the error is reported
-                robots = [a.robot for a in job.observations] or list(self._robots)
-                for robot in robots:
-                    self._robots[robot].counters["frame_errors"] += 1
-                self._log.error(f"frame failed: {exc}\n{traceback.format_exc()}", throttle_duration_sec=2.0)
-                for robot in robots:
-                    self._frame_failed(f"{type(exc).__name__}: {exc}", robot)
+                self._frame_error(job, exc)
             finally:
                 ended = time.monotonic()
                 self.load.add(ended, ended - began)
@@ -135,12 +131,13 @@ class FrameWorker:
         with self._cond:
             plan = self.loop.plan(bool(observations))
         started = time.monotonic_ns()
-        result = self._step(observations, questions, plan, arrivals)
+        result, error = self._step(observations, questions, plan, arrivals)
         finished, now_ros = time.monotonic_ns(), self._now_ros()
-        with self._cond:
-            self.loop.frame_ran(plan, result, bool(observations))
-        pushed = 0
-        for arrival, actions in zip(arrivals, result.actions):
+        if error is None:  # a failed frame's times say nothing of the next one's
+            with self._cond:
+                self.loop.frame_ran(plan, result, bool(observations))
+        pushed = set()
+        for arrival, actions in zip(arrivals, result.actions):  # a failed frame's: those denoised
             if not np.all(np.isfinite(actions)):
                 self._robots[arrival.robot].counters["actions_non_finite"] += 1
                 self._frame_failed(f"frame {result.frame_id} (observation {arrival.seq}): non-finite actions, "
@@ -149,12 +146,27 @@ class FrameWorker:
             record = FrameRecord(result.frame_id, arrival.seq, arrival.received_ns, dequeued, started, finished,
                                  result.total_ms, result.paused_ms)
             self._push_chunk(arrival, actions, result, record, now_ros, len(arrivals))
-            pushed += 1
-        if pushed:  # the engine time of a frame that gave a chunk (once, however many robots it served)
+            pushed.add(arrival.robot)
+        if pushed and error is None:  # the engine time of a frame that gave a chunk (once, however many robots)
             self.frame_ms.add(result.total_ms)
         if result.batch_sizes:
             self.last_batch = sum(result.batch_sizes) / len(result.batch_sizes)
-        self._text.publish(result.tokens, now_ros)
+        self._text.publish(result.tokens, now_ros)  # a failed frame's: tokens already decoded
+        if error is not None:
+            self._frame_error(job, error, delivered=pushed)
+
+    def _frame_error(self, job: Job, exc: Exception, delivered: set[str] = frozenset()) -> None:
+        """Count and log a failed frame for every robot of ``job``; those whose chunk was
+        ``delivered`` all the same (the fault came after their actions) keep their action output."""
+        robots = [a.robot for a in job.observations] or list(self._robots)
+        for robot in robots:
+            self._robots[robot].counters["frame_errors"] += 1
+        kept = f" (the action chunks of {len(delivered)} robot(s) were published)" if delivered else ""
+        trace = "".join(traceback.format_exception(exc))
+        self._log.error(f"frame failed{kept}: {exc}\n{trace}", throttle_duration_sec=2.0)
+        for robot in robots:
+            if robot not in delivered:
+                self._frame_failed(f"{type(exc).__name__}: {exc}", robot)
 
     def _cancel(self, cancels: list) -> None:
         """End the requests of ``cancels`` ((robot, client) pairs) and announce their ends."""
@@ -188,18 +200,15 @@ class FrameWorker:
         return observations, kept
 
     def _step(self, observations: list, questions: list, plan: FramePlan, arrivals: list[Arrival]):
+        """(the frame's result, None), or for a frame that failed (what it produced before
+        failing, its FrameError): chunks already denoised and tokens already decoded still go out."""
         try:
             return self.loop.engine.step(observations, questions, start_language=plan.start_language,
                                          decode_steps=plan.decode_steps, denoise_steps=plan.denoise_steps,
                                          robots=[a.robot for a in arrivals],
-                                         noise_seeds=[a.noise_seed for a in arrivals])
-        except Exception as exc:
-            # the engine's FrameError carries what the frame produced before failing:
-            # tokens already decoded still go to their clients
-            partial = getattr(exc, "result", None)
-            if partial is not None and partial.tokens:
-                self._text.publish(partial.tokens, self._now_ros())
-            raise
+                                         noise_seeds=[a.noise_seed for a in arrivals]), None
+        except FrameError as exc:
+            return exc.result, exc
         finally:
             if self._frame_done is not None:
                 self._frame_done()
