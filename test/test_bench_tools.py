@@ -58,6 +58,11 @@ def test_bench_refuses_bad_options(capsys):
     with pytest.raises(SystemExit):
         bench.main(["--arrivals", "burst:2"])
     assert "bad arrivals spec" in capsys.readouterr().err
+    for spec, says in (("uniform:nan", "finite number"), ("poisson:inf", "finite number"),
+                       ("random-length:20-30", "more than N = 10")):  # before any model is built
+        with pytest.raises(SystemExit):
+            bench.main(["--max-decode", "10,40", "--arrivals", spec])
+        assert says in capsys.readouterr().err, spec
 
 
 def test_calibrate_writes_a_parameters_file(tmp_path):
@@ -169,6 +174,20 @@ def test_interleaved_runs_compute_what_each_run_alone_does():
     assert [{f: r[f] for f in untimed} for r in together] == [{f: r[f] for f in untimed} for r in alone]
     assert [r["observations_per_frame"] for r in together] == [1, 3]
     assert all(r["requests_finished"] > 0 and r["avg_request_latency_ms"] > 0 for r in together)
+
+
+def test_the_mean_batch_counts_the_frames_that_decode_nothing():
+    """B of tau = B*k/T is the batch per frame: a request every 4th frame that lives 2 frames
+    keeps the pool idle half the time, and B shows it (every decode step has batch 1)."""
+    from oxygen_ros.core.benchmark import RunSpec, run_setting, synthetic_observations
+    from oxygen_ros.core.model.config import TINY
+    from oxygen_ros.core.model.vla import build_model
+    from oxygen_ros.core.tokenizer import Tokenizer
+
+    model, tok = build_model(TINY), Tokenizer.default()
+    spec = RunSpec("oxygen", 4, 2, 2, frames=24, warmup=0, arrivals="uniform:0.25")
+    run = run_setting(model, tok, spec, synthetic_observations(4, TINY.vision.image_size))
+    assert 0.0 < run["avg_batch_size"] <= 0.5 + 1e-9, run["avg_batch_size"]
 
 
 def test_matmul_reference_counts_every_product_of_a_piece():

@@ -210,6 +210,8 @@ def test_a_bad_question_is_refused_before_the_frame_changes_anything(model, tok)
         engine.step([obs[0]], [Question("where?", "other", robot="left")])
     with pytest.raises(ValueError, match=r"max_tokens must be in 1..6 \(max_decode\), got 7"):
         engine.step([obs[0]], [Question("where?", "long", max_tokens=7)])
+    with pytest.raises(ValueError, match="decode_steps must be >= 0, got -3"):
+        engine.step([obs[0]], decode_steps=-3)
     assert engine.frame_id == 0 and not engine.last_observations and engine.queued_requests == 0
     res = engine.step([obs[1]], [Question("where?", "ok", max_tokens=6)])  # a question on this frame's observation
     assert res.frame_id == 1 and len(res.actions) == 1 and {e.client_id for e in res.tokens} == {"ok"}

@@ -163,7 +163,7 @@ class Run:
             self.latencies.append(res.total_ms)
             self.served.append(len(res.actions))
             self.tokens += sum(1 for e in res.tokens if e.token_id >= 0)
-            self.batches += res.batch_sizes
+            self.batches.append(statistics.fmean(res.batch_sizes) if res.batch_sizes else 0.0)  # B: 0 when idle
             self.copies.append(res.copy_bytes)
             self.measured_ids.update(res.started)
             self.finished += [r for r in res.finished if r.id in self.measured_ids]

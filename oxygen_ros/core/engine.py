@@ -86,7 +86,7 @@ class Engine:
         position, :meth:`noise`): a robot's actions then do not depend on who else
         shares its frames."""
         c = self.config
-        check_step(c, self.max_cameras, observations, questions, denoise_steps, robots, noise_seeds,
+        check_step(c, self.max_cameras, observations, questions, decode_steps, denoise_steps, robots, noise_seeds,
                    self.last_observations.keys())
         self._denoise_steps = denoise_steps or self.default_denoise_steps
         t0 = time.perf_counter()
@@ -340,10 +340,12 @@ class Engine:
 
 
 def check_step(c: EngineConfig, max_cameras: int, observations: Sequence[Observation], questions: Sequence[Question],
-               denoise_steps: int | None, robots: Sequence[str] | None, noise_seeds: Sequence[int] | None,
-               observed: Collection[str]) -> None:
+               decode_steps: int | None, denoise_steps: int | None, robots: Sequence[str] | None,
+               noise_seeds: Sequence[int] | None, observed: Collection[str]) -> None:
     """ValueError naming what is wrong with the arguments of one :meth:`Engine.step`, raised
     before the step changes anything (``observed``: the robots with an observation already)."""
+    if decode_steps is not None and decode_steps < 0:
+        raise ValueError(f"decode_steps must be >= 0, got {decode_steps}")
     if denoise_steps is not None and denoise_steps < 1:
         raise ValueError(f"denoise_steps must be >= 1, got {denoise_steps}")
     if len(observations) > c.max_observations_per_frame:

@@ -7,7 +7,8 @@ token budget of each. Specs, as given on the command line:
 * ``uniform:R``        - R requests per frame on average, evenly spaced
   (``uniform:1`` one per frame, ``uniform:0.5`` one every other frame);
 * ``poisson:L``        - a Poisson number of requests per frame with mean L;
-* ``random-length:A-B`` - one request per frame, its length uniform in [A, B].
+* ``random-length:A-B`` - one request per frame, its length uniform in [A, B]
+  (B capped at the run's N; A must not exceed N).
 """
 
 from __future__ import annotations
@@ -40,17 +41,23 @@ class Workload:
                 raise ValueError(kind)
         except ValueError:
             raise ValueError(f"bad arrivals spec {spec!r}: use uniform:R, poisson:L or random-length:A-B") from None
-        if kind != "random-length" and w.rate < 0:
-            raise ValueError(f"arrival rate must be >= 0 in {spec!r}")
+        if kind != "random-length" and not (math.isfinite(w.rate) and w.rate >= 0):
+            raise ValueError(f"arrival rate must be a finite number >= 0 in {spec!r}")
         if kind == "random-length" and not 1 <= w.low <= w.high:
             raise ValueError(f"random-length needs 1 <= A <= B in {spec!r}")
         return w
+
+    def check(self, max_tokens: int) -> None:
+        """ValueError when runs with ``max_tokens`` (N) cannot draw this workload's lengths."""
+        if self.kind == "random-length" and self.low > max_tokens:
+            raise ValueError(f"{self} asks for at least {self.low} tokens, more than N = {max_tokens} (max_decode)")
 
     def __str__(self) -> str:
         return f"{self.kind}:{self.low}-{self.high}" if self.kind == "random-length" else f"{self.kind}:{self.rate:g}"
 
     def schedule(self, frames: int, max_tokens: int, seed: int = 0) -> list[list[int]]:
         """For each frame, the token budgets of the requests arriving in it."""
+        self.check(max_tokens)
         rng = np.random.default_rng(seed)
         out: list[list[int]] = []
         for t in range(frames):

@@ -108,9 +108,11 @@ def parse_args(argv=None) -> argparse.Namespace:
     add_model_args(p)
     args = p.parse_args(argv)
     try:
-        Workload.parse(args.arrivals)
+        workload = Workload.parse(args.arrivals)
+        for n in args.max_decode:
+            workload.check(n)
     except ValueError as e:
-        p.error(str(e))
+        p.error(f"--arrivals: {e}")
     for name in ("tick_probe", "tick_period_ms"):
         if getattr(args, name) is not None and getattr(args, name) <= 0:
             p.error(f"--{name.replace('_', '-')} must be > 0")
