@@ -316,6 +316,35 @@ class InferenceClient:
         return [m for m in self.text if m.client_id == client_id and m.done]
 
 
+class Lifecycle:
+    """A client of a node's lifecycle services."""
+
+    def __init__(self, node, full_name: str):
+        from lifecycle_msgs.srv import ChangeState, GetState
+
+        self.node, self.name = node, full_name
+        self._get = node.create_client(GetState, f"{full_name}/get_state")
+        self._change = node.create_client(ChangeState, f"{full_name}/change_state")
+        assert self._get.wait_for_service(timeout_sec=20.0) and self._change.wait_for_service(timeout_sec=20.0)
+
+    def _call(self, client, request):
+        future = client.call_async(request)
+        assert until(future.done, 60.0), f"{self.name}: no answer"
+        return future.result()
+
+    def state(self) -> str:
+        from lifecycle_msgs.srv import GetState
+
+        return self._call(self._get, GetState.Request()).current_state.label
+
+    def change(self, transition: str) -> bool:
+        from lifecycle_msgs.msg import Transition
+        from lifecycle_msgs.srv import ChangeState
+
+        request = ChangeState.Request(transition=Transition(id=getattr(Transition, f"TRANSITION_{transition.upper()}")))
+        return self._call(self._change, request).success
+
+
 class AskClient:
     """An ``Ask`` action client (a node of its own in ``ros``) on ``action``."""
 

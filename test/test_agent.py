@@ -7,6 +7,7 @@ sources under test are the ones run even before `make venv` reinstalled them.
 import io
 import json
 import re
+import signal
 import subprocess
 import sys
 import time
@@ -14,7 +15,8 @@ from pathlib import Path
 
 import pytest
 from message_builders import observation_msg
-from ros_harness import Ros, checkout_env, inference_node, inference_topics, installed_script, reliable, unique_prefix
+from ros_harness import (Lifecycle, Ros, checkout_env, inference_node, inference_topics, installed_script, reliable,
+                         unique_prefix)
 
 REPORT_KEYS = ("tick_rate_hz", "tick_jitter_p50_ms", "tick_jitter_p99_ms", "underruns", "obs_to_action_p50_ms",
                "obs_to_action_p99_ms", "ros_overhead_p99_ms", "actions_published", "text_tokens_published")
@@ -105,6 +107,52 @@ def test_demo_is_off_by_default(ros_env, tmp_path):
     assert "oxygen_synthetic_camera" not in out
     data = json.loads(report.read_text())
     assert data["observations_received"] == 0 and data["actions_published"] == 0
+
+
+def test_with_autostart_false_the_agent_waits_for_the_lifecycle_transitions(ros_env, tmp_path):
+    """autostart:=false: the inference node waits, unconfigured, and the agent with it (saying
+    so); configured and activated through its lifecycle services, it acts (deactivated and
+    activated again on the way), and the agent's report counts from its first chunk."""
+    report = tmp_path / "out.json"
+    proc = subprocess.Popen([_agent(), "demo:=true", "autostart:=false", "--duration", "120", "--report", str(report)],
+                            cwd=tmp_path, env=checkout_env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                            text=True)
+    try:
+        with Ros() as ros:
+            probe = ros.node("oxygen_test_lifecycle")
+            assert ros.wait_until(lambda: "oxygen_inference" in {n for n, _ in probe.get_node_names_and_namespaces()},
+                                  60.0), "no inference node"
+            life = Lifecycle(probe, "/oxygen_inference")
+            chunks = []
+            from oxygen_ros.msg import ActionChunk
+            probe.create_subscription(ActionChunk, "/oxygen/actions", chunks.append, reliable(50))
+            time.sleep(2.0)
+            assert life.state() == "unconfigured" and chunks == []
+            assert life.change("configure") and life.change("activate")
+            assert ros.wait_until(lambda: len(chunks) > 20, 60.0), "no actions after activate"
+            assert life.change("deactivate")  # a stopped worker is no failure of the run
+            time.sleep(1.5)
+            assert proc.poll() is None, "the agent ended when its inference node was deactivated"
+            seen = len(chunks)
+            assert life.change("activate") and ros.wait_until(lambda: len(chunks) > seen + 20, 60.0)
+        proc.send_signal(signal.SIGINT)  # the run ends as a user ends it
+        out, _ = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert proc.returncode == 0, out[-3000:]
+    assert "waiting for the configure and activate transitions" in out
+    data = json.loads(report.read_text())
+    assert data["actions_published"] > 0 and data["start_to_first_chunk_s"] > 2.0
+
+
+def test_an_agent_whose_inference_node_is_never_configured_ends_saying_so(ros_env, tmp_path):
+    proc = subprocess.run([_agent(), "autostart:=false", "--duration", "3", "--report", str(tmp_path / "out.json")],
+                          cwd=tmp_path, env=checkout_env(), capture_output=True, text=True, timeout=90)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "no figures: the inference node was not configured" in proc.stderr
+    assert not (tmp_path / "out.json").exists()
 
 
 def _thread_niceness(pid: int) -> list[int]:

@@ -9,7 +9,7 @@ import time
 import weakref
 
 import pytest
-from ros_harness import AskClient, InferenceClient, Ros, inference_topics, params, unique_prefix, until
+from ros_harness import AskClient, InferenceClient, Lifecycle, Ros, inference_topics, params, unique_prefix, until
 
 
 def _node(ros, prefix, model_dir, **overrides):
@@ -18,35 +18,6 @@ def _node(ros, prefix, model_dir, **overrides):
     values = {**inference_topics(prefix), "ask_action": f"{prefix}/ask", "model_path": model_dir,
               "language_every_n_frames": 0, "max_decode": 30, "warmup_frames": 0, **overrides}
     return ros.add(ManagedInferenceNode(context=ros.context, namespace=prefix, parameter_overrides=params(**values)))
-
-
-class Lifecycle:
-    """A client of a node's lifecycle services."""
-
-    def __init__(self, node, full_name: str):
-        from lifecycle_msgs.srv import ChangeState, GetState
-
-        self.node, self.name = node, full_name
-        self._get = node.create_client(GetState, f"{full_name}/get_state")
-        self._change = node.create_client(ChangeState, f"{full_name}/change_state")
-        assert self._get.wait_for_service(timeout_sec=20.0) and self._change.wait_for_service(timeout_sec=20.0)
-
-    def _call(self, client, request):
-        future = client.call_async(request)
-        assert until(future.done, 60.0), f"{self.name}: no answer"
-        return future.result()
-
-    def state(self) -> str:
-        from lifecycle_msgs.srv import GetState
-
-        return self._call(self._get, GetState.Request()).current_state.label
-
-    def change(self, transition: str) -> bool:
-        from lifecycle_msgs.msg import Transition
-        from lifecycle_msgs.srv import ChangeState
-
-        request = ChangeState.Request(transition=Transition(id=getattr(Transition, f"TRANSITION_{transition.upper()}")))
-        return self._call(self._change, request).success
 
 
 def test_lifecycle_transitions_gate_publishing_and_own_the_pool(ros_env, random_tiny_dir):

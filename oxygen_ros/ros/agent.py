@@ -86,7 +86,7 @@ class Agent:
         if self.spinner is not None and (failure := self.children.failure()) is not None:
             return failure
         worker = getattr(self.inference, "worker", None)
-        if self.spinner is not None and worker is not None and not worker.alive:
+        if self.spinner is not None and worker is not None and worker.died:
             return f"{INFERENCE}: its frame worker stopped"
         control = getattr(self.inference, "control_failure", None)
         if self.spinner is not None and control is not None:

@@ -67,6 +67,12 @@ class FrameWorker:
         return self._thread.is_alive()
 
     @property
+    def died(self) -> bool:
+        """The thread was started and ended without :meth:`stop` (a fault): not merely not
+        started yet (a configured, inactive node) or stopped (deactivated)."""
+        return self._thread.ident is not None and not self._thread.is_alive() and not self._stop
+
+    @property
     def stopped(self) -> bool:
         """:meth:`stop` was called (a worker runs once: a new one takes over)."""
         return self._stop

@@ -37,8 +37,8 @@ class InferenceDiagnostics:
 
     @property
     def robot_names(self) -> tuple:
-        """The robots served ("" for the only one, when ``robots`` is empty)."""
-        return tuple(self.robot_io)
+        """The robots served ("" for the only one, when ``robots`` is empty), configured or not."""
+        return tuple(self.params["robots"] or [""])
 
     def _io(self, robot: Optional[str]):
         return next(iter(self.robot_io.values())) if robot is None else self.robot_io[robot]

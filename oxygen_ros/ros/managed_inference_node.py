@@ -48,6 +48,9 @@ class ManagedInferenceNode(LifecycleNodeMixin, InferenceNode):
             except BaseException:  # a failed configure, or Ctrl-C while starting: nothing left running
                 super().destroy_node()
                 raise
+        else:
+            self.get_logger().info(f"unconfigured (autostart false): waiting for the configure and activate "
+                                   f"transitions, e.g. `ros2 lifecycle set {self.get_fully_qualified_name()} configure`")
 
     def on_configure(self, state) -> TransitionCallbackReturn:
         try:

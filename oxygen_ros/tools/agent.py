@@ -178,6 +178,9 @@ def main(argv: list[str] | None = None) -> int:
             ns.report.parent.mkdir(parents=True, exist_ok=True)
             ns.report.write_text(json.dumps(report, indent=2) + "\n")
             print(f"oxygen-agent: report written to {ns.report}", flush=True)
+    elif session.monitor is not None:
+        print("oxygen-agent: no figures: the inference node was not configured at the end of the run "
+              "(autostart:=false and no configure transition, or a cleanup)", file=sys.stderr, flush=True)
     return code
 
 

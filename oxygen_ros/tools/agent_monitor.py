@@ -82,8 +82,9 @@ class Monitor:
         """End the measurement window (before the nodes shut down)."""
         self.measurement.freeze()
 
-    def report(self, probed: dict[str, Any] | None = None) -> dict[str, Any]:
-        """The report's figures; ``probed``: what the arrival probe recorded, or None."""
+    def report(self, probed: dict[str, Any] | None = None) -> dict[str, Any] | None:
+        """The report's figures; ``probed``: what the arrival probe recorded, or None. None when
+        the inference node is not configured at the end (nothing of its run can be read)."""
         with self.lock:
             text_received = self.text_received
         return self.measurement.report(probed, text_received)
@@ -142,7 +143,9 @@ class Monitor:
                       for r in self.robots}
             partial = self.partial
         frame = f"frame {_num(d.get('frame_latency_ms'), 1)} ms  decode batch {_num(d.get('decode_batch_mean'), 1)}"
-        if not d:
+        if not d and not self.inference.configured:
+            line = "the inference node is not configured (autostart:=false): waiting for its configure transition ..."
+        elif not d:
             line = "waiting for the inference node's diagnostics ..."
         elif robots:
             line = f"{frame}  " + "  ".join(_robot_status(r, rd) for r, rd in robots.items()) + f"  | {partial[-40:]!r}"

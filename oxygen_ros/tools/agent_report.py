@@ -108,7 +108,7 @@ class Measurement:
     def poll(self) -> None:
         """Start the window at the first ActionChunk the node published (called by the
         agent's main loop; with ``measure``, the first one received starts it)."""
-        if self.start is None and total_ticks(self.inference, self.robots)["published"] > 0:
+        if self.start is None and self.inference.configured and total_ticks(self.inference, self.robots)["published"] > 0:
             with self.lock:
                 self._start_window(time.monotonic())
 
@@ -137,8 +137,12 @@ class Measurement:
                     self.latencies.append((int(msg.frame_id), int(msg.observation_seq), (t - t_obs) * 1e3))
 
     def freeze(self) -> None:
-        """End the window: keep the node's counts as they are now."""
+        """End the window: keep the node's counts as they are now (none, with no report to
+        come, when the node is not configured now: a lifecycle node never configured, or
+        cleaned up)."""
         node = self.inference
+        if not node.configured:
+            return
         with self.lock:
             per_robot = robot_ticks(node, self.robots)  # one snapshot: the totals are its sums
             self.end = {"t": time.monotonic(), "ticks": total_ticks(node, self.robots, per_robot),
@@ -147,12 +151,14 @@ class Measurement:
                         "robot_diag": robot_diagnostics(node, self.robots),
                         "lateness_total": node.tick_lateness_ms.total, "actions": len(self.actions)}
 
-    def report(self, probed: dict[str, Any] | None = None, text_received: int = 0) -> dict[str, Any]:
+    def report(self, probed: dict[str, Any] | None = None, text_received: int = 0) -> dict[str, Any] | None:
         """The figures described in the module doc. ``probed``: what :mod:`.arrival_probe`
         recorded in its own process, by robot ("" for one robot); ``text_received``:
-        TextTokens the agent received."""
+        TextTokens the agent received. None when the node is not configured at the end."""
         if self.end is None:
             self.freeze()
+        if self.end is None:
+            return None
         with self.lock:
             end, start = self.end, self.start
             arrivals = [t for t, _, _ in self.actions[:end["actions"]]]
