@@ -100,6 +100,19 @@ def test_shipped_norm_stats_scale_actions_by_max_step(default):
     assert default.normalizer.action_dim == 2
 
 
+def test_serving_gives_the_prompt_and_actions_training_used(default):
+    """The shipped statistics, as loaded, do what training did: the state goes into the prompt's
+    bins unchanged (a gripper at 0, a bin edge, stays in bin 128), actions are n * max_step."""
+    from oxygen_ros.core.tokenizer import state_bins
+
+    n = default.normalizer
+    edges = np.array([[0.0, 0.5], [-0.5, 0.25], [1 / 128, -1 / 128]])
+    for state in edges:
+        assert state_bins(n.normalize_state(state).astype(np.float32)) == state_bins(state.astype(np.float32))
+    chunk = np.linspace(-1, 1, 2 * TINY.action_horizon).reshape(-1, 2)
+    np.testing.assert_allclose(n.unnormalize_actions(chunk), chunk * training.sim.MAX_STEP, rtol=1e-12, atol=1e-15)
+
+
 def test_training_is_deterministic_for_a_seed():
     tok = Tokenizer.default()
     cfg = training.TrainConfig(steps=3, batch_size=4, seed=5, warmup_steps=1)
@@ -163,3 +176,17 @@ def test_training_forward_is_what_serving_computes():
         rows = tb.text_mask[:, j]
         want = model.language_model.logits(h_vlm[rows, p + j]).float()
         torch.testing.assert_close(out[rows], want, rtol=1e-6, atol=1e-5)
+
+
+def test_a_training_run_s_card_says_what_ran(tmp_path):
+    """A short run off the defaults: its card neither claims to be the default run nor averages
+    more steps than there were."""
+    from oxygen_ros.tools import train as train_tool
+
+    out = tmp_path / "model"
+    assert train_tool.main(["--steps", "3", "--batch-size", "4", "--eval", "0", "--workers", "0",
+                            "--out", str(out)]) == 0
+    card = (out / "card.md").read_text()
+    assert "these are the defaults" not in card
+    assert "mean of the last 3 steps" in card
+    assert "--steps 3 --batch-size 4" in card

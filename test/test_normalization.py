@@ -133,6 +133,36 @@ def test_openpi_norm_stats_json(tmp_path):
         load_norm_stats(bad)
 
 
+BROKEN = [
+    ({"state": STATE, "actions": [1, 2]}, "norm_stats.actions: expected a mapping"),
+    ({"actions": {"mean": ["a", "b"], "std": [1, 1]}}, "norm_stats.actions.mean: expected a list of numbers"),
+    ({"actions": {"mean": [0, 0], "std": {"x": 1}}}, "norm_stats.actions.std: expected a list of numbers"),
+    ({"actions": {"mean": [], "std": []}}, "norm_stats.actions.mean is empty"),
+    ({"actions": ACTIONS, "oxygen_ros_eps": "x"}, None),  # an unknown key: ignored
+]
+
+
+@pytest.mark.parametrize("stats, says", BROKEN)
+def test_a_malformed_statistics_file_is_refused_naming_the_fault(tmp_path, stats, says):
+    path = tmp_path / "norm_stats.json"
+    path.write_text(json.dumps({"norm_stats": stats}))
+    if says is None:
+        assert load_norm_stats(path).action_dim == 2
+        return
+    with pytest.raises(NormStatsError, match=says):
+        load_norm_stats(path)
+
+
+@pytest.mark.parametrize("ours, says", [({"eps": "small"}, "eps must be a number >= 0"),
+                                        ({"eps": -1.0}, "eps must be a number >= 0"),
+                                        ({"mode": "minmax"}, "mode must be one of")])
+def test_a_bad_oxygen_ros_entry_is_refused_naming_it(tmp_path, ours, says):
+    path = tmp_path / "norm_stats.json"
+    path.write_text(json.dumps({"norm_stats": {"state": STATE, "actions": ACTIONS}, "oxygen_ros": ours}))
+    with pytest.raises(NormStatsError, match=says):
+        load_norm_stats(path)
+
+
 def test_lerobot_processor_stats(tmp_path):
     flat = {f"observation.state.{k}": np.array(v, dtype=np.float32) for k, v in STATE.items()}
     flat |= {f"action.{k}": np.array(v, dtype=np.float32) for k, v in ACTIONS.items()}

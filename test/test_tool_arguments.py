@@ -7,7 +7,7 @@ import argparse
 
 import pytest
 
-from oxygen_ros.tools.arguments import output_dir, output_file, positive_float, positive_int
+from oxygen_ros.tools.arguments import non_negative_float, output_dir, output_file, positive_float, positive_int
 
 
 @pytest.fixture
@@ -37,6 +37,12 @@ def test_numbers_in_range():
             positive_int(bad)
     with pytest.raises(argparse.ArgumentTypeError, match="a number > 0"):
         positive_float("0")
+    assert non_negative_float("0") == 0.0
+    for bad in ("nan", "inf", "-inf", "-0.5"):  # float() takes "nan" and "inf": they are not numbers in range
+        with pytest.raises(argparse.ArgumentTypeError):
+            non_negative_float(bad)
+        with pytest.raises(argparse.ArgumentTypeError):
+            positive_float(bad)
 
 
 def _refused(parse, argv, capsys, *names):
@@ -91,3 +97,17 @@ def test_evaluate_refuses_an_execute_count_outside_the_chunk(lively_tiny):
     for execute in (0, horizon + 1):
         with pytest.raises(ValueError, match=f"execute must be in 1..{horizon}"):
             evaluate(lively_tiny, Tokenizer.default(), None, scenes=1, execute=execute)
+
+
+def test_training_and_evaluation_numbers_are_checked_up_front(capsys, tmp_path):
+    """Values that used to end in a traceback after the start (lr nan, seeds out of range) or be
+    dropped silently (a negative loss weight turned the loss off while the card printed it)."""
+    from oxygen_ros.tools import eval as eval_tool, train
+
+    out = ["--out", str(tmp_path / "model")]
+    _refused(train._parser().parse_args, out + ["--lr", "nan"], capsys, "--lr")
+    _refused(train._parser().parse_args, out + ["--seed", "1000000"], capsys, "--seed", "held out")
+    _refused(train._parser().parse_args, out + ["--seed", "-1"], capsys, "--seed")
+    _refused(train._parser().parse_args, out + ["--patch-shape-weight", "-5"], capsys, "--patch-shape-weight")
+    _refused(eval_tool._parser().parse_args, ["--seed", "-1"], capsys, "--seed")
+    _refused(eval_tool._parser().parse_args, ["--steps-per-frame", "0"], capsys, "--steps-per-frame")

@@ -71,13 +71,21 @@ class Stats:
 
     @classmethod
     def from_mapping(cls, data: Mapping[str, Any], where: str = "stats") -> "Stats":
+        if not isinstance(data, Mapping):
+            raise NormStatsError(f"{where}: expected a mapping of mean, std (q01, q99), got {type(data).__name__}")
+
         def vec(name: str, required: bool) -> np.ndarray | None:
             value = data.get(name)
             if value is None:
                 if required:
                     raise NormStatsError(f"{where}: missing '{name}'")
                 return None
-            arr = np.asarray(value, dtype=np.float64).reshape(-1)
+            try:
+                arr = np.asarray(value, dtype=np.float64).reshape(-1)
+            except (TypeError, ValueError):
+                raise NormStatsError(f"{where}.{name}: expected a list of numbers, got {value!r:.80}") from None
+            if arr.size == 0:
+                raise NormStatsError(f"{where}.{name} is empty")
             if not np.all(np.isfinite(arr)):
                 raise NormStatsError(f"{where}.{name} contains NaN or infinite values")
             return arr
@@ -289,18 +297,32 @@ def _load_openpi_json(p: pathlib.Path, mode: str | None) -> Normalizer:
         data = json.loads(p.read_text())
     except ValueError as exc:
         raise NormStatsError(f"{p} is not valid JSON: {exc}") from exc
+    return openpi_normalizer(data, str(p), mode)
+
+
+def openpi_normalizer(data: Any, where: str = "norm_stats.json", mode: str | None = None) -> Normalizer:
+    """The Normalizer of an openpi ``norm_stats.json``'s content (with this package's optional
+    ``oxygen_ros`` entry: mode, action_mode, convention, eps), or NormStatsError naming the fault."""
     if not isinstance(data, dict) or not isinstance(data.get("norm_stats"), dict):
-        raise NormStatsError(f"{p}: expected openpi's form {{\"norm_stats\": {{\"state\": {{...}}, "
+        raise NormStatsError(f"{where}: expected openpi's form {{\"norm_stats\": {{\"state\": {{...}}, "
                              "\"actions\": {...}}}")
     stats = data["norm_stats"]
     if "actions" not in stats:
-        raise NormStatsError(f"{p}: norm_stats has no 'actions' entry (keys: {sorted(stats)})")
+        raise NormStatsError(f"{where}: norm_stats has no 'actions' entry (keys: {sorted(stats)})")
     ours = data.get("oxygen_ros", {}) if isinstance(data.get("oxygen_ros"), dict) else {}
-    state = Stats.from_mapping(stats["state"], f"{p}: norm_stats.state") if "state" in stats else None
-    actions = Stats.from_mapping(stats["actions"], f"{p}: norm_stats.actions")
-    return Normalizer(state, actions, mode or ours.get("mode", "quantile"),
-                      action_mode=None if mode else ours.get("action_mode"),
-                      convention=ours.get("convention", "openpi"), eps=ours.get("eps"))
+    state = Stats.from_mapping(stats["state"], f"{where}: norm_stats.state") if "state" in stats else None
+    actions = Stats.from_mapping(stats["actions"], f"{where}: norm_stats.actions")
+    eps = ours.get("eps")
+    if eps is not None and not (isinstance(eps, (int, float)) and not isinstance(eps, bool) and eps >= 0):
+        raise NormStatsError(f"{where}: oxygen_ros.eps must be a number >= 0, got {eps!r}")
+    try:
+        return Normalizer(state, actions, mode or ours.get("mode", "quantile"),
+                          action_mode=None if mode else ours.get("action_mode"),
+                          convention=ours.get("convention", "openpi"), eps=eps)
+    except NormStatsError:
+        raise
+    except ValueError as exc:  # an unknown mode or convention in the oxygen_ros entry
+        raise NormStatsError(f"{where}: {exc}") from None
 
 
 def _lerobot_step_config(d: pathlib.Path, state_file: str) -> dict[str, Any]:

@@ -68,8 +68,12 @@ class TrainConfig:
     def __post_init__(self) -> None:
         if not 0 <= self.seed < EVAL_SEED_BASE:
             raise ValueError(f"seed must be in [0, {EVAL_SEED_BASE}) (higher seeds are held out for evaluation)")
-        if self.steps < 0 or self.batch_size <= 0 or self.lr <= 0:
-            raise ValueError("steps must be >= 0, batch_size and lr > 0")
+        if self.steps < 0 or self.batch_size <= 0 or not self.lr > 0 or not math.isfinite(self.lr):
+            raise ValueError(f"steps must be >= 0, batch_size and lr > 0 (finite), got {self.steps}, "
+                             f"{self.batch_size}, {self.lr}")
+        for name in ("patch_shape_weight", "patch_target_weight"):
+            if not (math.isfinite(getattr(self, name)) and getattr(self, name) >= 0):
+                raise ValueError(f"{name} must be a finite number >= 0 (0: off), got {getattr(self, name)}")
         if len(self.question_kind_weights) != len(questions.KINDS) or min(self.question_kind_weights) < 0 \
                 or sum(self.question_kind_weights) <= 0:
             raise ValueError(f"question_kind_weights needs {len(questions.KINDS)} weights >= 0 (one per kind of "
@@ -86,12 +90,16 @@ def norm_stats(max_step: float = sim.MAX_STEP) -> dict:
 
     ``mean = 0``, ``std = q99 = -q01 = scale``: both openpi normalisations
     (``(x - mean) / std`` and ``2 (x - q01) / (q99 - q01) - 1``) divide by ``scale``.
+    The ``oxygen_ros`` entry makes serving do exactly what training did: the state
+    passes through (``identity``: openpi's ``eps`` would move states at a bin edge
+    of the prompt into the bin below) and the actions' scale has no ``eps`` added.
     """
 
     def stats(scale: float, dims: int) -> dict:
         return {"mean": [0.0] * dims, "std": [scale] * dims, "q01": [-scale] * dims, "q99": [scale] * dims}
 
-    return {"norm_stats": {"state": stats(1.0, sim.STATE_DIMS), "actions": stats(float(max_step), sim.ACTION_DIMS)}}
+    return {"norm_stats": {"state": stats(1.0, sim.STATE_DIMS), "actions": stats(float(max_step), sim.ACTION_DIMS)},
+            "oxygen_ros": {"mode": "identity", "action_mode": "quantile", "convention": "openpi", "eps": 0.0}}
 
 
 # --------------------------------------------------------------------------

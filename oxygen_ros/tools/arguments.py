@@ -8,6 +8,7 @@ that nothing produced is lost to a path found unusable at the end.
 from __future__ import annotations
 
 import argparse
+import math
 import os
 from pathlib import Path
 
@@ -17,7 +18,7 @@ def _number(text: str, kind: type, lowest: float, what: str):
         value = kind(text)
     except ValueError:
         raise argparse.ArgumentTypeError(f"expected {what}, got {text!r}") from None
-    if value < lowest:
+    if not math.isfinite(value) or value < lowest:  # nan, inf
         raise argparse.ArgumentTypeError(f"expected {what}, got {text!r}")
     return value
 
@@ -28,6 +29,10 @@ def positive_int(text: str) -> int:
 
 def non_negative_int(text: str) -> int:
     return _number(text, int, 0, "an integer >= 0")
+
+
+def non_negative_float(text: str) -> float:
+    return _number(text, float, 0.0, "a number >= 0")
 
 
 def positive_float(text: str) -> float:

@@ -48,7 +48,7 @@ from ..core.observation import Observation
 from ..core.sim import scene as sim
 from ..core.training import EVAL_SEED_BASE
 from ..core.scheduler import SETTINGS
-from .arguments import output_file, positive_int
+from .arguments import non_negative_int, output_file, positive_int
 from .common import add_model_args, keeps_freed_memory, load_model
 from .eval_questions import ask_all, question_cases, scene_observation, summarise_questions
 
@@ -246,11 +246,13 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--compare", nargs="*", default=None, metavar="SETTING", choices=SETTINGS,
                         help="also run these settings and check that every generated token is the same")
     parser.add_argument("--json", type=output_file, default=None, help="write the figures to this file")
-    parser.add_argument("--seed", type=int, default=0, help="evaluation seed (scenes and action noise)")
+    parser.add_argument("--seed", type=non_negative_int, default=0, help="evaluation seed (scenes and action noise)")
     parser.add_argument("--concurrency", type=positive_int, default=8, help="scenes in flight at once")
     parser.add_argument("--execute", type=positive_int, default=5,
                         help="actions executed from each chunk (1 .. the model's action horizon)")
     parser.add_argument("--max-steps", type=positive_int, default=50, help="action budget per scene")
+    parser.add_argument("--steps-per-frame", type=positive_int, default=5,
+                        help="decode steps per frame (k) under oxygen (default 5; a description has at most 12 tokens)")
     parser.add_argument("--camera-size", type=positive_int, default=None,
                         help="resize the rendered image to this size first, as the camera node does (its "
                              "image_size, 224 in config/agent.yaml); default: the model's size, no resize")
@@ -272,7 +274,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"note: {ckpt.source} has no normalisation statistics; actions are used as the model outputs them",
               file=sys.stderr)
     kwargs = dict(scenes=args.scenes, seed=args.seed, concurrency=args.concurrency, execute=args.execute,
-                  max_steps=args.max_steps, camera_size=args.camera_size, compile=args.compile,
+                  max_steps=args.max_steps, steps_per_frame=args.steps_per_frame, camera_size=args.camera_size,
+                  compile=args.compile,
                   questions=not args.no_questions, keep_freed_memory=keeps_freed_memory(args))
     report = evaluate(ckpt.model, ckpt.tokenizer, ckpt.normalizer, setting=args.setting, with_texts=True, **kwargs)
     settings = [s for s in (args.compare or []) if s != args.setting]

@@ -32,8 +32,8 @@ import torch
 from ..core.checkpoints.given_sizes import SizesError, apply_sizes, parse_sizes
 from ..core.model.config import PRESETS, preset
 from ..core.tokenizer import Tokenizer, default_tokenizer_path
-from ..core.training import TrainConfig, config_dict, norm_stats, train
-from .arguments import non_negative_int, output_dir, positive_float, positive_int
+from ..core.training import EVAL_SEED_BASE, TrainConfig, config_dict, norm_stats, train
+from .arguments import non_negative_float, non_negative_int, output_dir, positive_float, positive_int
 from .common import size_item
 
 #: The default model's sizes over the ``tiny`` preset: a 48 px image in 8 px patches (6x6), so that
@@ -76,10 +76,31 @@ def _card_intro(args, cfg: TrainConfig) -> list[str]:
         f"--workers {args.workers} --out oxygen_ros/data/default_model",
         "```",
         "",
-        "(these are the defaults; `oxygen-train --out oxygen_ros/data/default_model` is the same). The loss log and",
-        "the full configuration are in `training.json`.",
+        ("(these are the defaults; `oxygen-train --out oxygen_ros/data/default_model` is the same). "
+         if _all_defaults(args, cfg) else "") + "The loss log and the full configuration are in `training.json`.",
         "",
     ]
+
+
+def _all_defaults(args, cfg: TrainConfig) -> bool:
+    """The run is the one ``oxygen-train --out DIR`` makes (its card may say so)."""
+    return (cfg == TrainConfig() and args.preset == "tiny" and args.size is None and args.threads == 1
+            and args.workers == 1)
+
+
+def _last_logged_steps(history: list[dict]) -> int:
+    """The steps the last loss-log entry averages (the log's period, or fewer at the end)."""
+    if not history:
+        return 0
+    return history[-1]["step"] - (history[-2]["step"] if len(history) > 1 else 0)
+
+
+def _seed(text: str) -> int:
+    value = non_negative_int(text)
+    if value >= EVAL_SEED_BASE:
+        raise argparse.ArgumentTypeError(f"expected a seed below {EVAL_SEED_BASE} (higher ones are held out for "
+                                         f"evaluation), got {text!r}")
+    return value
 
 
 def _card_model(model_config, digest: str) -> list[str]:
@@ -135,7 +156,7 @@ def _card_training(args, cfg: TrainConfig, history: list[dict], train_s: float) 
         "and on the VLM's last-layer image tokens whether the target does; training only, not in the checkpoint)",
         f"- wall time {train_s / 60:.1f} min on {platform.machine()} ({args.threads} torch thread(s), "
         f"{args.workers} data worker(s)), torch {torch.__version__}",
-        f"- final losses (mean of the last {min(len(history), 1) and args.log_every} steps): text "
+        f"- final losses (mean of the last {_last_logged_steps(history)} steps): text "
         f"{last.get('text')}, action {last.get('action')}, teacher-forced text accuracy (descriptions and answers) "
         f"{last.get('seq_acc')}",
         "",
@@ -197,11 +218,13 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--steps", type=positive_int, default=defaults.steps)
     parser.add_argument("--batch-size", type=positive_int, default=defaults.batch_size)
     parser.add_argument("--lr", type=positive_float, default=defaults.lr)
-    parser.add_argument("--seed", type=int, default=defaults.seed)
-    parser.add_argument("--patch-shape-weight", type=float, default=defaults.patch_shape_weight,
+    parser.add_argument("--seed", type=_seed, default=defaults.seed,
+                        help=f"seed of the data, initialisation and noise, below {EVAL_SEED_BASE} (higher ones are "
+                             "held out for evaluation)")
+    parser.add_argument("--patch-shape-weight", type=non_negative_float, default=defaults.patch_shape_weight,
                         help="weight of the training-only loss asking each image token which shape covers its "
                         f"patch (default {defaults.patch_shape_weight}; 0: off)")
-    parser.add_argument("--patch-target-weight", type=float, default=defaults.patch_target_weight,
+    parser.add_argument("--patch-target-weight", type=non_negative_float, default=defaults.patch_target_weight,
                         help="weight of the training-only loss asking each of the VLM's last-layer image tokens "
                         f"whether its patch is on the target (default {defaults.patch_target_weight}; 0: off)")
     parser.add_argument("--preset", default="tiny", choices=sorted(PRESETS))
@@ -222,11 +245,10 @@ def _parser() -> argparse.ArgumentParser:
 def _evaluate(model, tokenizer, cfg: TrainConfig, scenes: int) -> dict:
     """The evaluation on ``scenes`` held-out scenes under ``oxygen``, with ``shared_kv`` and ``baseline``
     compared against it (same tokens or not)."""
-    from ..core.normalization import Normalizer
+    from ..core.normalization import openpi_normalizer
     from .eval import TEXT_KEYS, compared, evaluate
 
-    stats = norm_stats(cfg.max_step)["norm_stats"]
-    normalizer = Normalizer(stats["state"], stats["actions"], "quantile")
+    normalizer = openpi_normalizer(norm_stats(cfg.max_step), "training statistics")
     evaluation = evaluate(model, tokenizer, normalizer, scenes=scenes, with_texts=True)
     evaluation["compare"] = {
         setting: compared(evaluation, evaluate(model, tokenizer, normalizer, scenes=scenes, setting=setting,
