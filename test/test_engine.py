@@ -216,6 +216,9 @@ def test_a_bad_question_is_refused_before_the_frame_changes_anything(model, tok)
     res = engine.step([obs[1]], [Question("where?", "ok", max_tokens=6)])  # a question on this frame's observation
     assert res.frame_id == 1 and len(res.actions) == 1 and {e.client_id for e in res.tokens} == {"ok"}
     engine.cancel_all()
+    later = engine.step([], [Question("where?", "later", max_tokens=6)])  # frame 2 answers from frame 1's observation
+    assert later.frame_id == 2 and {e.frame_id for e in later.tokens} == {1}
+    engine.cancel_all()
 
 
 @pytest.mark.parametrize("setting", SETTINGS)

@@ -234,6 +234,7 @@ def test_question_fit_and_text_cleaning(engine):
     assert fitted.truncated and len(fitted.text) <= 32 * CHARS_PER_TOKEN
     assert fit_question(tok, " \x00 ", 32).text == ""
     assert clean_text("a\tb\nc\x07d\ud800") == "a b cd?"
+    assert clean_text("pick\x85the\u2028cup\u2029now") == "pick the cup now"  # every line break a space
 
 
 def test_failures_stop_the_output_after_the_limit_and_resume(engine):

@@ -100,6 +100,11 @@ def test_non_ascii_uses_byte_fallback(tok: Tokenizer) -> None:
     assert [tok.piece_bytes(i) for i in ids] == [b"\xc3", b"\xa9"]
 
 
+def test_text_that_is_not_utf8_is_refused_naming_where(tok: Tokenizer) -> None:
+    with pytest.raises(ValueError, match="lone surrogate at character 5"):
+        tok.encode("move \ud800 left")
+
+
 def test_decode_skips_control_tokens(tok: Tokenizer) -> None:
     ids = [tok.bos_id] + tok.encode("open the drawer") + [tok.eos_id, tok.pad_id, tok.pad_id]
     assert tok.decode(ids) == "open the drawer"

@@ -55,6 +55,7 @@ class Engine:
         #: for a moment (the ROS node lets its control tick run there); None: never
         self.pause_point: Callable[[str], None] | None = None
         self.last_observations: dict[str, Observation] = {}  # the newest of each robot
+        self._observed_in: dict[str, int] = {}  # the frame each robot's newest observation came in
         self._noise_seeds: list[int] | None = None  # this frame's, one per observation
         self._noise = torch.Generator()  # re-seeded for each observation's noise (only ``act`` uses it)
         self._result: FrameResult | None = None
@@ -97,6 +98,7 @@ class Engine:
         self._noise_seeds = None if noise_seeds is None else list(noise_seeds)
         for name, obs in zip(names, observations):
             self.last_observations[name] = obs
+            self._observed_in[name] = self.frame_id
         due = self.cadence.next(bool(observations)) if start_language is None else start_language
         new: list[tuple[Request, int | None]] = []  # (request, index of its observation in this frame)
         if due:
@@ -122,12 +124,13 @@ class Engine:
         obs = self.last_observations[q.robot]  # there is one (check_step)
         ids = self.tokenizer.encode(q.text)[: c.max_question_tokens]
         idx = max((i for i, r in enumerate(names) if r == q.robot), default=None)
-        return self.requests.new(self.frame_id, q.max_tokens or c.max_decode, client_id=q.client_id,
+        return self.requests.new(self._observed_in[q.robot], q.max_tokens or c.max_decode, client_id=q.client_id,
                                  robot=q.robot, question_ids=ids, observation=obs), idx
 
     def forget_observations(self) -> None:
         """No question is answered from the observations seen so far (after a warm-up)."""
         self.last_observations.clear()
+        self._observed_in.clear()
 
     def _finish_frame(self, t0: float, copies0: int) -> FrameResult:
         res, self._result = self._result, None

@@ -5,12 +5,17 @@ from __future__ import annotations
 import unicodedata
 
 
+#: what becomes a space: tabs and everything ``str.splitlines`` breaks a line at (U+0085, U+2028, ...)
+SPACES = frozenset("\t" + "".join(ch for ch in map(chr, range(0x2030)) if len(f"a{ch}b".splitlines()) == 2))
+
+
 def clean_text(text: str) -> str:
-    """Tabs and newlines become spaces, other control characters (category Cc) are
-    removed, and anything that is not valid UTF-8 (lone surrogates) is replaced."""
+    """Tabs and line breaks (all that ``str.splitlines`` breaks at) become spaces, other
+    control characters (category Cc) are removed, and anything that is not valid UTF-8
+    (lone surrogates) is replaced."""
     out = []
     for ch in text:
-        if ch in "\t\n\r\v\f":
+        if ch in SPACES:
             out.append(" ")
         elif unicodedata.category(ch) != "Cc":
             out.append(ch)

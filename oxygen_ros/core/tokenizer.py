@@ -78,7 +78,15 @@ class Tokenizer:
         """Token ids of ``text``, optionally with BOS first and/or EOS last."""
         if not text:  # a request without a question: SentencePiece's call costs some 15 us even so
             return [self.bos_id] * bos + [self.eos_id] * eos
-        return list(self._sp.encode(text, out_type=int, add_bos=bos, add_eos=eos))
+        try:
+            return list(self._sp.encode(text, out_type=int, add_bos=bos, add_eos=eos))
+        except RuntimeError:  # SentencePiece's binding cannot take a str that is not valid UTF-8
+            try:
+                text.encode("utf-8")
+            except UnicodeEncodeError as exc:
+                raise ValueError(f"text is not valid UTF-8 (a lone surrogate at character {exc.start}); "
+                                 "oxygen_ros.core.text.clean_text replaces it") from None
+            raise
 
     def decode(self, ids: Iterable[int] | np.ndarray) -> str:
         """The text of ``ids``; control tokens (pad, BOS, EOS) contribute nothing."""

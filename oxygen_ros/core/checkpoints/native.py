@@ -9,8 +9,9 @@ A native checkpoint is a directory::
     norm_stats.json     (optional) state/action statistics, openpi's norm_stats.json form
     <extra files>       (optional) e.g. card.md, training.json
 
-Tensors are stored in the dtype they have in the model, so a saved model
-loads back bit-identically.
+Tensors are stored in the dtype they have in the model, so a saved model's
+weights load back bit-identically (in the loader's ``dtype``: float32 unless
+asked otherwise, whatever ``config.json``'s ``dtype`` says).
 """
 
 from __future__ import annotations
