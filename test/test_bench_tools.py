@@ -74,6 +74,11 @@ def test_calibrate_writes_a_parameters_file(tmp_path):
     assert params["denoise_steps"] == 0  # none given: the node uses the checkpoint's
     assert params["compile"] == "auto"  # the node runs the way k was measured
     assert "S=10," in out.read_text()  # the tiny preset's own
+    # a preset is not what the node runs: the file says so and puts none of its sizes on that model
+    assert calibrate.main(["--preset", "tiny", "--size", "max_token_len=48", "--target-hz", "50", "--max-decode", "12",
+                           "--repeats", "3", "--out", str(out)]) == 0
+    assert "which the inference node does not run" in out.read_text()
+    assert "model_sizes" not in yaml.safe_load(out.read_text())["oxygen_inference"]["ros__parameters"]
 
 
 def test_choose_k_takes_the_largest_budget_within_the_deadline():

@@ -24,6 +24,12 @@ from .arguments import output_file, positive_float, positive_int
 from .common import add_model_args, check_cameras, load_model, model_sizes
 
 
+#: said (and written) when the model measured is a random-weights preset
+PRESET_NOTE = ("measured the preset {preset} with random weights, which the inference node does not run (it "
+               "runs model_path, or the shipped default model): the k written is for a checkpoint of the preset's "
+               "shapes; set model_path to one (the preset's model_sizes are left out of the file)")
+
+
 def parse_args(argv=None) -> argparse.Namespace:
     p = argparse.ArgumentParser(prog="oxygen-calibrate", description=__doc__.split("\n")[0],
                                 formatter_class=argparse.ArgumentDefaultsHelpFormatter)
@@ -105,14 +111,19 @@ def main(argv=None) -> int:
     else:
         print(f"chosen k = {k} (frame {table[k - 1]['frame_ms']:.2f} ms at batch {table[k - 1]['batch']}, "
               f"deadline {deadline:.1f} ms x margin {args.margin})")
+    preset_only = bool(args.preset) and not args.model_path
+    if preset_only:
+        print("note: " + PRESET_NOTE.format(preset=args.preset), file=sys.stderr)
     params = {"oxygen_inference": {"ros__parameters": {
         "setting": "oxygen", "steps_per_frame": k, "max_decode": args.max_decode,
         "denoise_steps": args.denoise_steps or 0, "device": args.device, "dtype": args.dtype,
         "compile": args.compile,
         **({"model_path": str(args.model_path)} if args.model_path else {}),
-        **({"model_sizes": flat_items(model_sizes(args))} if args.size else {}),  # the model measured
+        # the model measured; a preset's sizes would be put on the model the node runs instead
+        **({"model_sizes": flat_items(model_sizes(args))} if args.size and not preset_only else {}),
     }}}
-    header = (f"# written by oxygen-calibrate for {loaded.source} on {args.device} ({args.dtype})\n"
+    note = f"# {PRESET_NOTE.format(preset=args.preset)}\n" if preset_only else ""
+    header = (f"# written by oxygen-calibrate for {loaded.source} on {args.device} ({args.dtype})\n{note}"
               f"# target {args.target_hz} Hz, H={c.action_horizon}, S={s}, N={args.max_decode}\n"
               f"# measured: {json.dumps({k2: v for k2, v in comp.items()}, default=str)}\n")
     args.out.parent.mkdir(parents=True, exist_ok=True)
