@@ -18,6 +18,7 @@ from ros_harness import REPO, Ros, executables, installed_prefix
 
 LAUNCH_FILE = REPO / "launch" / "agent.launch.py"
 YAML_FILE = REPO / "config" / "agent.yaml"
+BAG_PLAYER_YAML = REPO / "config" / "bag_player.yaml"
 IMPLICIT = {"use_sim_time", "start_type_description_service"}  # declared by rclpy itself
 
 
@@ -196,7 +197,8 @@ def test_every_executable_is_installed():
 
 def test_launch_and_config_are_installed():
     share = installed_prefix() / "share" / "oxygen_ros"
-    for rel, source in (("launch/agent.launch.py", LAUNCH_FILE), ("config/agent.yaml", YAML_FILE)):
+    for rel, source in (("launch/agent.launch.py", LAUNCH_FILE), ("config/agent.yaml", YAML_FILE),
+                        ("config/bag_player.yaml", BAG_PLAYER_YAML)):
         installed = share / rel
         assert installed.is_file(), f"{installed} missing (run `make venv`)"
         assert installed.read_text() == source.read_text(), f"{installed} is stale (run `make venv`)"
@@ -232,13 +234,28 @@ def test_yaml_has_every_parameter_of_every_node_with_its_default(declared):
                 assert value == default and type(value) is type(default), (node, name, value, default)
 
 
-def test_yaml_comments_every_parameter():
-    lines = YAML_FILE.read_text().splitlines()
+@pytest.mark.parametrize("path", [YAML_FILE, BAG_PLAYER_YAML], ids=lambda p: p.name)
+def test_yaml_comments_every_parameter(path):
+    lines = path.read_text().splitlines()
     param = re.compile(r"^ {4}(\w+):")
     for i, line in enumerate(lines):
         if param.match(line):
             previous = lines[i - 1].strip()
-            assert previous.startswith("#"), f"config/agent.yaml line {i + 1}: {line.strip()} has no comment"
+            assert previous.startswith("#"), f"config/{path.name} line {i + 1}: {line.strip()} has no comment"
+
+
+def test_the_bag_player_s_file_has_every_parameter_with_its_default():
+    """config/bag_player.yaml documents the bag player's parameters (it is not a node of the
+    launch file): every one, at its default, marked (run time) where it is."""
+    from oxygen_ros.ros.bag_player import BAG_PLAYER_PARAMETERS
+
+    text = BAG_PLAYER_YAML.read_text()
+    params = yaml.safe_load(text)["oxygen_bag_player"]["ros__parameters"]
+    assert list(params) == [s.name for s in BAG_PLAYER_PARAMETERS]
+    for spec in BAG_PLAYER_PARAMETERS:
+        assert params[spec.name] == (list(spec.default) if isinstance(spec.default, tuple) else spec.default), spec.name
+        comment = text.split(f"\n    {spec.name}:")[0].rsplit("\n    ", 1)[-1]
+        assert ("(run time)" in comment) == spec.dynamic, spec.name
 
 
 def test_yaml_loads_into_the_nodes(ros):
