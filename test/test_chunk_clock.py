@@ -55,6 +55,14 @@ def test_tick_before_origin_publishes_row_zero_stamped_in_the_future():
     assert due.offset == 0 and due.stamp_ns == 10 * P
 
 
+def test_a_clock_set_back_never_sends_an_earlier_row_again():
+    clock = ChunkClock()
+    clock.push(_chunk(h=10, origin=100 * P))
+    assert [clock.tick((100 + i) * P).offset for i in range(4)] == [0, 1, 2, 3]
+    # the clock goes back 3 periods (a simulation restarted): row 3 is held, then it goes on
+    assert [clock.tick((100 + i) * P).offset for i in (1, 2, 3, 4, 5)] == [3, 3, 3, 4, 5]
+
+
 def test_newer_chunk_replaces_older_one():
     clock = ChunkClock()
     clock.push(_chunk(frame=1))

@@ -37,6 +37,10 @@ The origin of a chunk (see :func:`chunk_origin`):
 Underruns: a tick at which the newest chunk has no row left (inference fell
 behind by more than the chunk) publishes nothing and is counted.
 
+Within a chunk the offset never goes back: a clock set back (a simulation
+clock reset, a wall clock stepped) publishes the last row due again until the
+clock has caught up, so that no action already sent is sent after a later one.
+
 First publications: the clock keeps, for the recent chunks, the observation
 stamp and the (scheduled) time of the tick that published the chunk first
 (:attr:`ChunkClock.first_ticks`); :func:`recovery_ticks` counts from them the
@@ -153,6 +157,8 @@ class ChunkClock:
         if self.origin_ns is None:
             self.origin_ns = now_ns  # anchored: this tick publishes row 0
         offset = max(0, (now_ns - self.origin_ns) // c.period_ns)
+        if self._last_offset is not None:  # a clock set back (sim time reset) holds a row, never goes back
+            offset = max(offset, self._last_offset)
         if offset >= c.horizon:
             self.underruns += 1
             return None
