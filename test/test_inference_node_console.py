@@ -70,6 +70,22 @@ def test_underruns_and_a_stale_camera_are_told_and_quiet_seconds_are_not():
     assert "language budget k=2" in message and status.console() == []
 
 
+def test_a_restart_counts_from_then_on():
+    """An activate after a deactivate: what happened before it is not news, and a missing
+    observation has its grace again."""
+    clock = Clock()
+    status = StatusReporter("/o", clock=clock)
+    status.status(_figures(), 1.0)
+    clock.t += 60.0
+    status.restart(_figures(underruns=12, frame_errors=2, frames=0, observations_received=0,
+                            observation_age_ms=float("nan")))
+    clock.t += 1.0
+    level, message = status.status(_figures(underruns=12, frame_errors=2, frames=0, observations_received=0,
+                                            observation_age_ms=float("nan")), 1.0)
+    assert "underruns" not in message and "failed" not in message
+    assert status.console() == []  # no observation yet, but within the grace after the restart
+
+
 def test_underruns_of_an_overloaded_worker_say_so_and_what_helps():
     """Frames back to back (more observations than the model keeps up with): the underrun
     warning says so, with the remedy; compile:=on only where the model runs eager."""

@@ -64,6 +64,14 @@ class InferenceDiagnostics:
             self._sync_ticks()
             return self._io(robot).output.subscribers
 
+    def _restart_statuses(self) -> None:
+        """Every status counts from now (an activate: the underruns before the last deactivate
+        are not reported again as new)."""
+        self._status.restart(self.diagnostics())
+        if len(self.robot_io) > 1:
+            for name, io in self.robot_io.items():
+                io.status.restart(self.diagnostics(name))
+
     def diagnostics(self, robot: Optional[str] = None) -> dict:
         """The figures published on /diagnostics: the node's (None) or ``robot``'s."""
         now_ros = self._now_ros()

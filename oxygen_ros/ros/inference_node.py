@@ -215,6 +215,7 @@ class InferenceNode(InferenceDiagnostics, InferenceTicks, Node):
                                              callback_group=MutuallyExclusiveCallbackGroup())
         self._own_timers = [self._diag_timer]
         self._start_ticks()
+        self._restart_statuses()
         self.worker.start()
         self.active = True
 

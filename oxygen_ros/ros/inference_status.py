@@ -107,6 +107,13 @@ class StatusReporter:
         self._started = clock()
         self._throttle = Throttle(CONSOLE_PERIOD_S, clock)
 
+    def restart(self, d: dict) -> None:
+        """Count from the figures ``d`` on, as at a start (an activate after a deactivate):
+        what happened before is not news, and a missing observation gets its grace again."""
+        self._previous = {key: d[key] for key in NEW_SINCE_LAST}
+        self._problems = []
+        self._started = self._clock()
+
     def status(self, d: dict, max_observation_age: float) -> tuple:
         new = {key: d[key] - self._previous.get(key, 0) for key in NEW_SINCE_LAST}
         self._previous = {key: d[key] for key in NEW_SINCE_LAST}
