@@ -119,6 +119,16 @@ def test_shape_inference_without_config(tmp_path, small_model):
     assert loaded.config.vlm == SMALL.vlm and loaded.config.expert == SMALL.expert
     assert loaded.config.vision == SMALL.vision
     assert loaded.config.action_horizon == 50  # π0.5's default: no tensor encodes the horizon
+    # and the node says so: in its start-up line, and in a warning that tells how to set it
+    from oxygen_ros.ros.inference_parameters import PARAMETERS
+    from oxygen_ros.ros.inference_setup import startup_summary, unstated_horizon
+
+    p = {spec.name: spec.default for spec in PARAMETERS}
+    assert "H=50 actions (pi0.5's default: the checkpoint does not state it)" in startup_summary(loaded, p)
+    assert 'model_sizes: ["action_horizon=N"]' in unstated_horizon(loaded)
+    stated = write_openpi(tmp_path / "stated", foreign_state(small_model), config=False)
+    (stated / "config.json").write_text(json.dumps({"action_horizon": 10}))  # openpi's converter writes it
+    assert unstated_horizon(load_checkpoint(stated)) is None
     assert loaded.model.dtype == torch.bfloat16
     assert loaded.model.vision.tower.embeddings.patch_embedding.weight.dtype == torch.float32
 

@@ -144,12 +144,14 @@ def test_a_bad_size_option_is_refused_naming_it(capsys):
         bench.main(["--preset", "tiny", "--size", "vision.heads=5"])
 
 
-def test_calibrate_writes_the_sizes_it_measured_with(tmp_path):
+def test_calibrate_writes_the_sizes_it_measured_with(tmp_path, bare):
     out = tmp_path / "calibrated.yaml"
-    assert calibrate.main(["--preset", "tiny", "--target-hz", "50", "--max-decode", "4", "--repeats", "2",
-                           "--size", "action_horizon=4", "--out", str(out)]) == 0
+    sizes = [a for item in ITEMS + ["action_horizon=4"] for a in ("--size", item)]
+    assert calibrate.main(["--model-path", str(bare), "--target-hz", "50", "--max-decode", "4", "--repeats", "2",
+                           *sizes, "--out", str(out)]) == 0
     params = yaml.safe_load(out.read_text())["oxygen_inference"]["ros__parameters"]
-    assert params["model_sizes"] == ["action_horizon=4"] and "H=4," in out.read_text()
+    assert params["model_path"] == str(bare) and "H=4," in out.read_text()
+    assert parse_sizes(params["model_sizes"]) == parse_sizes(ITEMS + ["action_horizon=4"])
 
 
 # ---------------------------------------------------------------- the inference node: model_sizes

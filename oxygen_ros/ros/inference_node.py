@@ -71,6 +71,7 @@ from .inference_setup import (
     load_model,
     model_load_error,
     startup_summary,
+    unstated_horizon,
     unused_preset,
     warm_up,
 )
@@ -142,9 +143,9 @@ class InferenceNode(InferenceDiagnostics, InferenceTicks, Node):
         except Exception as exc:  # torch / safetensors / out of memory: say which model and why
             raise model_load_error(p, exc) from exc
         self.get_logger().info(f"model loaded in {(time.perf_counter() - t0) * 1e3:.0f} ms")
-        note = unused_preset(p, self.loaded)
-        if note:
-            self.get_logger().warning(note)
+        for note in (unused_preset(p, self.loaded), unstated_horizon(self.loaded)):
+            if note:
+                self.get_logger().warning(note)
         mc, normalizer = self.loaded.config, self.loaded.normalizer
         self.horizon = mc.action_horizon
         action_dim = normalizer.action_dim if normalizer is not None else mc.action_dim

@@ -49,6 +49,16 @@ def unused_preset(p: dict, loaded: checkpoints.LoadedCheckpoint) -> str | None:
             "only when model_path is empty and no default model is shipped")
 
 
+def unstated_horizon(loaded: checkpoints.LoadedCheckpoint) -> str | None:
+    """The warning for a checkpoint that does not state its action horizon (an openpi
+    checkpoint without config.json): π0.5's default is used, which may not be its own."""
+    if "action_horizon" not in loaded.config.extra.get("defaulted", ()):
+        return None
+    return (f"{loaded.source} does not state its action horizon: pi0.5's default H={loaded.config.action_horizon} "
+            "is used; if the checkpoint was trained with another (its training config's action_horizon), set "
+            "model_sizes: [\"action_horizon=N\"]")
+
+
 def model_load_error(p: dict, exc: BaseException) -> ModelLoadError:
     """The error that says which model did not load, and why."""
     return ModelLoadError(f"could not load the model ({p['model_path'] or 'embedded default'} on {p['device']}, "
@@ -95,8 +105,10 @@ def compile_pieces(engine: Engine, choice: str, log) -> None:
         (log.warning if choice == "on" else log.info)(f"running eager: {engine.compile_reason}")
 
 
-def _whose(size: str, given: dict) -> str:
-    return "parameter model_sizes" if size in given else "the checkpoint's"
+def _whose(size: str, given: dict, defaulted=()) -> str:
+    if size in given:
+        return "parameter model_sizes"
+    return "pi0.5's default: the checkpoint does not state it" if size in defaulted else "the checkpoint's"
 
 
 def startup_summary(loaded: checkpoints.LoadedCheckpoint, p: dict, resolve=str) -> str:
@@ -104,11 +116,12 @@ def startup_summary(loaded: checkpoints.LoadedCheckpoint, p: dict, resolve=str) 
     topics (``resolve``: the node's ``resolve_topic_name``, so that remapped names are the ones shown)."""
     mc = loaded.config
     given = checkpoints.parse_sizes(p.get("model_sizes", []))
+    defaulted = mc.extra.get("defaulted", ())
     s, whose = (p["denoise_steps"], "parameter denoise_steps") if p["denoise_steps"] else (
-        mc.denoise_steps, _whose("denoise_steps", given))
+        mc.denoise_steps, _whose("denoise_steps", given, defaulted))
     sizes = f" with sizes {checkpoints.format_sizes(given)} (parameter model_sizes)" if given else ""
     head = (f"{loaded.source} ({loaded.layout}, {p['device']}, {p['dtype']}){sizes}: setting {p['setting']}, "
-            f"H={mc.action_horizon} actions ({_whose('action_horizon', given)}) at {p['control_rate_hz']:g} Hz, S={s} "
+            f"H={mc.action_horizon} actions ({_whose('action_horizon', given, defaulted)}) at {p['control_rate_hz']:g} Hz, S={s} "
             f"denoise steps ({whose}), k={p['steps_per_frame']}, N={p['max_decode']}; ")
     robots = p["robots"] or [""]
     topics = "; ".join(f"{resolve(robot_topic(r, p['observation_topic']))} -> {resolve(robot_topic(r, p['actions_topic']))}, "

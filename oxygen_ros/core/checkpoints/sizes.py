@@ -96,11 +96,12 @@ def infer_config(shapes: Shapes, *, name: str, source: Mapping[str, Any] | None 
     values = dict(DEFAULTS, vocab_size=need.dim("language_model.embed_tokens.weight", 0),
                   action_dim=need.dim("action_in_proj.weight", 1))
     need.raise_if_missing()
-    values.update(_layout_values(src, kind, where, vision))
-    values.update({k: v for k, v in given.items() if k in TOP_FIELDS})
+    stated = _layout_values(src, kind, where, vision) | {k: v for k, v in given.items() if k in TOP_FIELDS}
+    values.update(stated)
+    defaulted = sorted(set(DEFAULTS) - set(stated))  # π0.5's values: nothing the checkpoint has says them
     try:
         return ModelConfig(name=name, vision=vision, vlm=vlm, expert=expert,
-                           extra={"layout": kind, "source_config": src}, **values)
+                           extra={"layout": kind, "source_config": src, "defaulted": defaulted}, **values)
     except ValueError as exc:
         raise SizesError(f"inconsistent sizes for {name}: {exc}") from exc
 
