@@ -1,10 +1,17 @@
 """The agent report's totals are the sums of its per-robot figures, even though the
 inference node's control ticks go on publishing while the report reads them
-(``oxygen-agent robots:=a,b --report``: a user adds up the robots' rows)."""
+(``oxygen-agent robots:=a,b --report``: a user adds up the robots' rows); each robot's
+latency is taken apart against its own record of a frame that served several."""
 
+import time
 from types import SimpleNamespace
 
+import pytest
+
+from oxygen_ros.core.frame_records import FrameRecord
 from oxygen_ros.tools.agent_report import Measurement
+
+MS = 1_000_000
 
 
 class TickingNode:
@@ -16,6 +23,7 @@ class TickingNode:
     params = {"control_rate_hz": 50.0, "setting": "oxygen", "steps_per_frame": 5}
     horizon = 10
     loaded = SimpleNamespace(source="test")
+    configured = True
 
     def __init__(self):
         self.published = {"a": 1, "b": 1}
@@ -54,3 +62,48 @@ def test_top_level_actions_published_is_the_sum_of_the_robots_while_ticks_go_on(
     per_robot = {r: f["actions_published"] for r, f in report["robots"].items()}
     assert all(n > 0 for n in per_robot.values()), per_robot
     assert report["actions_published"] == sum(per_robot.values()), (report["actions_published"], per_robot)
+
+
+class SharedFrameNode(TickingNode):
+    """Frame 7 served both robots: a's observation went straight in, b's waited 30 ms for the
+    worker; the engine took 10 ms and the tick 5 ms for both."""
+
+    def __init__(self):
+        super().__init__()
+        self.records = {}
+
+    def tick_counts(self, robot=None):
+        n = self.published[robot or "a"]
+        return {"ticks": n, "published": n, "underruns": 0, "waiting": 0}
+
+    def frame_records(self, robot=None):
+        return self.records.get(robot, {})
+
+
+def test_a_frame_shared_by_robots_is_taken_apart_with_each_robot_s_own_record():
+    node = SharedFrameNode()
+    m = Measurement(node)
+    m.poll()
+    t0, ns0 = m.start["t"], m.start["t_ns"]
+    for robot, queue_wait in (("a", 0), ("b", 30)):
+        dequeued = ns0 + 100 * MS
+        node.records[robot] = {7: FrameRecord(7, 1, dequeued - queue_wait * MS, dequeued, dequeued, dequeued + 10 * MS,
+                                              10.0, 0.0, dequeued + 15 * MS)}
+    # the subscriber's latency: 1 ms of DDS each way around queue wait + engine + tick wait
+    probed = {"a": {"arrivals": [t0 + 0.2], "observations": {1: t0}, "first_actions": {7: [1, t0 + 0.017]}},
+              "b": {"arrivals": [t0 + 0.2], "observations": {1: t0}, "first_actions": {7: [1, t0 + 0.047]}}}
+    node._tick()
+    time.sleep(0.25)
+    m.freeze()
+    report = m.report(probed)
+    assert report["ros_overhead_p50_ms"] == pytest.approx(2.0) and report["ros_overhead_p99_ms"] == pytest.approx(2.0)
+    assert report["queue_wait_p50_ms"] == pytest.approx(15.0)  # both records count: 0 and 30 ms
+
+
+def test_figures_nothing_measured_are_none_not_zero():
+    """No probe, several robots: nothing in the agent received the actions (not 0 of them)."""
+    node = TickingNode()
+    m = Measurement(node)
+    m.poll()
+    m.freeze()
+    assert m.report()["actions_received"] is None

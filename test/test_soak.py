@@ -25,7 +25,7 @@ def test_soak_smoke(ros_env, tmp_path):
                 "rss_end_mb", "rss_growth_pct"):
         assert key in report, key
     assert report["ticks"] > 0 and report["frames"] > 0 and report["requests_started"] > 0
-    assert report["tokens_lost"] == 0 and report["requests_open_at_end"] == 0
+    assert report["tokens_lost"] == 0 and report["token_index_gaps"] == 0 and report["requests_open_at_end"] == 0
     assert report["questions_unanswered"] == 0
     assert report["gaps"] >= 1
     # output resumes by itself after each camera gap: a recovery figure for every gap, and a bounded one

@@ -31,6 +31,20 @@ def test_a_call_that_holds_the_interpreter_lock_makes_the_ticks_late():
     assert held >= 20  # the hold was long enough to mean something
 
 
+def test_a_tick_periods_late_skips_them_as_a_timer_does():
+    """A stall of several periods (8 of 10 ms): the periods missed are skipped and counted, as
+    rcl's timer does, not run after it as a burst of ever less late ticks."""
+    probe = TickProbe(period_s=0.010).start()
+    time.sleep(0.05)
+    held = _hold_the_lock(80)
+    time.sleep(0.05)
+    late = probe.stop()
+    assert held >= 40
+    worst = int(np.argmax(late))
+    assert probe.missed >= 3
+    assert late[worst + 1] < 10.0, late[worst:worst + 5]  # the next tick is on the grid again
+
+
 def test_the_probe_tells_the_guard_of_each_tick_so_a_frame_steps_aside_and_goes_on():
     guard = TickGuard()
     pieces = []
@@ -39,15 +53,15 @@ def test_the_probe_tells_the_guard_of_each_tick_so_a_frame_steps_aside_and_goes_
         guard.pause_point("prefill")
         pieces.append(time.perf_counter())
 
-    late, frames_ms = frames_beside_ticks(frame, 0.3, period_s=0.002, rest_s=0.001, guard=guard)
+    late, frames_ms, _ = frames_beside_ticks(frame, 0.3, period_s=0.002, rest_s=0.001, guard=guard)
     assert guard.pauses > 0  # without the probe's ticks the guard never knows one is due
     assert len(pieces) == len(frames_ms) > 10  # every pause ended when a tick was served
     assert len(late) > 50
 
 
 def test_lateness_summary():
-    s = lateness_summary(np.array([0.1, 0.2, 3.0, 0.1]), over_ms=2.0)
-    assert s["ticks"] == 4 and s["late_max_ms"] == 3.0 and s["share_over"] == 0.25
+    s = lateness_summary(np.array([0.1, 0.2, 3.0, 0.1]), over_ms=2.0, missed=1)
+    assert s["ticks"] == 4 and s["late_max_ms"] == 3.0 and s["share_over"] == 0.25 and s["missed"] == 1
     assert s["late_p50_ms"] == pytest.approx(0.15)
     with pytest.raises(ValueError, match="no tick"):
         lateness_summary(np.array([]))

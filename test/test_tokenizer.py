@@ -115,6 +115,9 @@ def test_decode_rejects_out_of_range_ids(tok: Tokenizer) -> None:
         tok.decode([tok.vocab_size])
     with pytest.raises(ValueError, match="out of range"):
         tok.piece(-1)
+    with pytest.raises(ValueError, match="token ids must be integers, got float64"):
+        tok.decode([1.7])  # was read as 1 (EOS)
+    assert tok.decode([]) == "" and tok.decode(np.array([], dtype=np.float32)) == ""
 
 
 @pytest.mark.parametrize("text", ["the gripper is open.", " what do you see?\n", "Action: "])

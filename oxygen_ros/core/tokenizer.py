@@ -90,7 +90,10 @@ class Tokenizer:
 
     def decode(self, ids: Iterable[int] | np.ndarray) -> str:
         """The text of ``ids``; control tokens (pad, BOS, EOS) contribute nothing."""
-        return self._sp.decode([self._check_id(i) for i in np.asarray(ids, dtype=np.int64).reshape(-1).tolist()])
+        arr = np.asarray(ids)
+        if arr.size and not np.issubdtype(arr.dtype, np.integer):
+            raise ValueError(f"token ids must be integers, got {arr.dtype} ({arr.reshape(-1)[:3].tolist()}...)")
+        return self._sp.decode([self._check_id(i) for i in arr.astype(np.int64).reshape(-1).tolist()])
 
     def piece_bytes(self, token_id: int) -> bytes:
         """The UTF-8 bytes this token contributes to decoded text.

@@ -59,7 +59,10 @@ the JSON fields below (``None`` where nothing was measured):
 * ``actions_published`` / ``text_tokens_published`` - node-side counts in the
   window (``actions_published``: control ticks that published, the sum of the
   robots' figures with several); ``actions_received`` is the measuring subscriber's count in the
-  window, ``text_tokens_received`` the agent's monitor's (it prints the text);
+  window (None when nothing measured: no probe and several robots, or the probe's record lost),
+  ``text_tokens_received`` the agent's monitor's over the whole run, from its start to after the
+  shutdown's cancellations (it prints the text), so it may exceed ``text_tokens_published``;
+  with no window (no chunk ever published) the tick lateness percentiles are None;
 * ``robots`` - with an inference node serving several robots, the figures of
   each (:mod:`.agent_robots_report`, which also says what the top-level
   figures then cover); absent with one robot.
@@ -162,18 +165,17 @@ class Measurement:
         with self.lock:
             end, start = self.end, self.start
             arrivals = [t for t, _, _ in self.actions[:end["actions"]]]
-            latencies = list(self.latencies)
+            latencies = [("", *x) for x in self.latencies]  # (robot, frame, seq, ms)
         jitter = jitter_ms(self.period_s, arrivals)
         measured_by = "agent process" if self.measure and not self.robots else None
+        received = len(arrivals) if measured_by else None  # None: nothing here received them
         if probed is not None and start is not None:
             if self.robots:
                 jitter, latencies, received = pooled(self.period_s, probed, self.robots, start["t"], end["t"])
             else:
-                arrivals, latencies = in_window(probed.get(""), start["t"], end["t"])
-                jitter, received = jitter_ms(self.period_s, arrivals), len(arrivals)
+                arrivals, lat = in_window(probed.get(""), start["t"], end["t"])
+                jitter, received, latencies = jitter_ms(self.period_s, arrivals), len(arrivals), [("", *x) for x in lat]
             measured_by = "arrival_probe (own process)"
-        else:
-            received = len(arrivals)
         node = self.inference
         out = {**_run(node, start, end, max(1, len(self.robots))), **_timing(jitter, start, end),
                "measured_by": measured_by, **_latency(self._records(), latencies, start), **_counts(node, start, end),
@@ -184,13 +186,11 @@ class Measurement:
         return out
 
     def _records(self) -> dict:
-        """The node's recent frame records (of every robot)."""
+        """The node's recent frame records of every robot, by (robot, frame id): a frame that
+        served several robots has a record for each ("" for the only robot)."""
         if not self.robots:
-            return self.inference.frame_records()
-        records = {}
-        for robot in self.robots:
-            records.update(self.inference.frame_records(robot))
-        return records
+            return {("", f): r for f, r in self.inference.frame_records().items()}
+        return {(robot, f): r for robot in self.robots for f, r in self.inference.frame_records(robot).items()}
 
 
 def _run(node, start, end, robots: int = 1) -> dict[str, Any]:
@@ -210,29 +210,31 @@ def _run(node, start, end, robots: int = 1) -> dict[str, Any]:
 
 def _timing(jitter: list[float], start, end) -> dict[str, Any]:
     """Tick jitter (subscriber side, ms) and tick lateness (node side) in the window."""
-    lateness = end["lateness"]
+    lateness = []  # no window (no chunk ever published): no figure, rather than the whole run's
     if start is not None:
         new_lateness = end["lateness_total"] - start["lateness_total"]
-        lateness = lateness[-new_lateness:] if new_lateness > 0 else []
+        lateness = end["lateness"][-new_lateness:] if new_lateness > 0 else []
     return {"tick_jitter_p50_ms": _pct(jitter, 50), "tick_jitter_p99_ms": _pct(jitter, 99),
             "tick_lateness_p50_ms": _pct(lateness, 50), "tick_lateness_p99_ms": _pct(lateness, 99)}
 
 
-def _latency(records: dict, latencies: list[tuple[int, int, float]], start) -> dict[str, Any]:
-    """Observation -> first action, what ROS adds to it, and its parts inside the node."""
-    parts = {f: latency_parts(records[f]) for f, _, _ in latencies
-             if f in records and records[f].first_published_ns is not None}
+def _latency(records: dict, latencies: list[tuple[str, int, int, float]], start) -> dict[str, Any]:
+    """Observation -> first action, what ROS adds to it, and its parts inside the node
+    (``records`` by (robot, frame id), ``latencies`` as (robot, frame id, seq, ms): each
+    robot's latency against its own record of the frame)."""
+    parts = {(robot, f): latency_parts(r) for robot, f, _, _ in latencies
+             if (r := records.get((robot, f))) is not None and r.first_published_ns is not None}
     # subscriber-side latency minus what is not ROS: the engine's frame, the wait for the
     # worker (a frame already running) and the wait for the control tick that publishes it
     per_frame = [(lat - p["engine"] - p["queue_wait"] - p["tick_wait"], p["paused"])
-                 for f, _, lat in latencies if (p := parts.get(f)) is not None]
+                 for robot, f, _, lat in latencies if (p := parts.get((robot, f))) is not None]
     overhead = [x for x, _ in per_frame]
     with_pauses = [x + paused for x, paused in per_frame]
     in_window = [latency_parts(r) for r in records.values()
                  if r.first_published_ns is not None and (start is None or r.received_ns >= start["t_ns"])]
     return {
-        "obs_to_action_p50_ms": _pct([x for _, _, x in latencies], 50),
-        "obs_to_action_p99_ms": _pct([x for _, _, x in latencies], 99),
+        "obs_to_action_p50_ms": _pct([x for *_, x in latencies], 50),
+        "obs_to_action_p99_ms": _pct([x for *_, x in latencies], 99),
         "ros_overhead_p50_ms": _pct(overhead, 50),
         "ros_overhead_p99_ms": _pct(overhead, 99),
         "ros_overhead_with_pauses_p50_ms": _pct(with_pauses, 50),

@@ -2,9 +2,11 @@
 
 With ``robots:=left,right`` the report gets ``robots: {name: {...}}``, per robot:
 
-* ``tick_rate_hz``, ``underruns``, ``actions_published`` - node side, that
-  robot's control ticks over the measurement window
-  (``InferenceNode.tick_counts(robot)``);
+* ``tick_rate_hz``, ``underruns``, ``actions_published``, ``ticks_waiting`` -
+  node side, that robot's control ticks over the measurement window
+  (``InferenceNode.tick_counts(robot)``; ``ticks_waiting``: before the robot's
+  first chunk, so a robot that never got one shows its ticks there, not as
+  underruns);
 * ``tick_jitter_p50_ms`` / ``_p99_ms``, ``obs_to_action_p50_ms`` / ``_p99_ms``,
   ``actions_received`` - subscriber side, measured by the arrival probe in its
   own process on that robot's ``/<robot>/...`` actions and observation topics
@@ -95,6 +97,7 @@ def robots_section(robots: tuple[str, ...], period_s: float, probed: dict | None
         out[robot] = {
             "tick_rate_hz": round(count("ticks") / window, 3) if window > 0 else None,
             "underruns": count("underruns"), "actions_published": count("published"),
+            "ticks_waiting": count("waiting"),
             "tick_jitter_p50_ms": pct(jitter, 50), "tick_jitter_p99_ms": pct(jitter, 99),
             "obs_to_action_p50_ms": pct(lat, 50), "obs_to_action_p99_ms": pct(lat, 99),
             "actions_received": len(arrivals) if stream is not None else None,
@@ -104,12 +107,13 @@ def robots_section(robots: tuple[str, ...], period_s: float, probed: dict | None
 
 
 def pooled(period_s: float, probed: dict, robots: tuple[str, ...], t0: float, t1: float) -> tuple[list, list, int]:
-    """Every robot's jitter values and latencies in the window together, and the arrivals counted."""
+    """Every robot's jitter values and latencies ((robot, frame, seq, ms)) in the window together,
+    and the arrivals counted."""
     jitter, latencies, received = [], [], 0
     for robot in robots:
         arrivals, lat = in_window(probed.get(robot), t0, t1)
         jitter += jitter_ms(period_s, arrivals)
-        latencies += lat
+        latencies += [(robot, *x) for x in lat]
         received += len(arrivals)
     return jitter, latencies, received
 

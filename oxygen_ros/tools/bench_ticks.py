@@ -55,6 +55,7 @@ class _Row:
         self.served: list[int] = []  # action chunks each frame produced
         self.f = 0
         self.late: list[np.ndarray] = []
+        self.missed = 0  # periods the probe's ticks skipped (a tick a period or more late)
         self.frames_ms: list[float] = []
         for _ in range(WARMUP_FRAMES):
             self.frame()
@@ -66,9 +67,10 @@ class _Row:
         self.served.append(len(res.actions))
 
     def run(self, seconds: float, period_s: float) -> None:
-        late, frames_ms = frames_beside_ticks(self.frame, seconds, period_s=period_s, rest_s=REST_S,
-                                              guard=self.guard)
+        late, frames_ms, missed = frames_beside_ticks(self.frame, seconds, period_s=period_s, rest_s=REST_S,
+                                                      guard=self.guard)
         self.late.append(late)
+        self.missed += missed
         self.frames_ms += frames_ms
 
     def result(self) -> dict:
@@ -77,7 +79,7 @@ class _Row:
                "frames": len(self.frames_ms),
                "frame_median_ms": float(np.median(self.frames_ms)),
                "recompiles": self.engine.recompiles}
-        out.update(lateness_summary(np.concatenate(self.late)))
+        out.update(lateness_summary(np.concatenate(self.late), missed=self.missed))
         return out
 
 
@@ -108,10 +110,10 @@ def print_tick_probe(result: dict) -> None:
     print(f"ticks every {result['tick_period_ms']} ms beside {result['setting']} frames of {agents} observation(s), "
           f"{result['seconds']} s per row (lateness, ms)")
     head = f"{'compile':>8} {'guard':>6} {'frames':>7} {'frame med':>10} {'late p50':>9} {'late p99':>9} " \
-           f"{'late max':>9} {'> 2 ms':>7}"
+           f"{'late max':>9} {'> 2 ms':>7} {'missed':>7}"
     print(head)
     print("-" * len(head))
     for r in result["rows"]:
         print(f"{'on' if r['compiled'] else 'off':>8} {'on' if r['tick_guard'] else 'off':>6} {r['frames']:>7} "
               f"{r['frame_median_ms']:>10.2f} {r['late_p50_ms']:>9.3f} {r['late_p99_ms']:>9.3f} "
-              f"{r['late_max_ms']:>9.2f} {r['share_over']:>7.1%}")
+              f"{r['late_max_ms']:>9.2f} {r['share_over']:>7.1%} {r['missed']:>7}")

@@ -25,7 +25,10 @@ camera node too), and a soak node that:
 * pauses the synthetic camera for ``--gap-s`` seconds every ``--gap-every``
   seconds (a camera drop-out);
 * counts on the subscriber side every TextToken per request and checks it
-  against the request's final index (tokens lost), and every question's end.
+  against the request's final index (``tokens_lost``: tokens an ended request
+  sent and this side did not get), every index against the one before
+  (``token_index_gaps``: a message lost, repeated or out of order), and every
+  question's end.
 
 At the end (or on Ctrl-C / SIGTERM) the inference node is shut down (running
 requests end ``cancelled``) and it prints, and with ``--json`` writes: control
@@ -35,12 +38,12 @@ after each gap (``recovery_ticks``, one per gap: control ticks from the
 camera's first frame after the gap to the first tick that published an
 ActionChunk from that frame or a later one; null when none went out before
 the next gap or the end), frames, requests started / finished /
-rejected / cancelled, tokens received and lost, questions sent and how each
+rejected / cancelled, tokens received, lost and index gaps, questions sent and how each
 ended, what was injected and how each node counted it, and the resident
 memory (``VmRSS``) after start-up, at the end of the ``--settle`` period
 (the baseline: allocators and caches fill during the first seconds) and at the
 end, with the growth in percent over the baseline. Exit status 1 when a
-token was lost, a request or question never ended, or (runs of at least 120
+token was lost or an index skipped, a request or question never ended, or (runs of at least 120
 s) memory grew by 5 % or more.
 """
 
@@ -56,7 +59,7 @@ from typing import Any
 from ..core.chunk_clock import recovery_ticks
 from ..ros.agent import Agent, run_agent
 from ..ros.plan import parse_launch_args
-from .arguments import output_file
+from .arguments import non_negative_float, output_file, positive_float
 
 MEMORY_CHECK_MIN_S = 120.0
 MAX_GROWTH_PCT = 5.0
@@ -230,20 +233,20 @@ def _parse(argv: list[str]) -> tuple[argparse.Namespace, dict[str, str]]:
     parser = argparse.ArgumentParser(prog="oxygen-soak", description=__doc__.split("\n\n")[0])
     parser.add_argument("launch_args", nargs="*", metavar="name:=value",
                         help="oxygen-agent launch arguments (demo is always true)")
-    parser.add_argument("--duration", type=float, required=True, help="seconds to run")
+    parser.add_argument("--duration", type=positive_float, required=True, help="seconds to run")
     parser.add_argument("--json", type=output_file, default=None, help="also write the report here")
-    parser.add_argument("--gap-every", type=float, default=30.0, help="seconds between camera gaps (default 30)")
-    parser.add_argument("--gap-s", type=float, default=3.0, help="length of a camera gap in seconds (default 3)")
-    parser.add_argument("--gap-grace", type=float, default=2.0,
+    parser.add_argument("--gap-every", type=positive_float, default=30.0, help="seconds between camera gaps (default 30)")
+    parser.add_argument("--gap-s", type=positive_float, default=3.0, help="length of a camera gap in seconds (default 3)")
+    parser.add_argument("--gap-grace", type=non_negative_float, default=2.0,
                         help="seconds after a gap whose underruns still count as the gap's (default 2)")
-    parser.add_argument("--inject-every", type=float, default=0.5,
+    parser.add_argument("--inject-every", type=positive_float, default=0.5,
                         help="seconds between two injected bad messages (default 0.5)")
-    parser.add_argument("--settle", type=float, default=None,
+    parser.add_argument("--settle", type=non_negative_float, default=None,
                         help="seconds before the memory baseline is taken (default: min(30, duration / 10))")
     ns = parser.parse_args(argv)
-    for name in ("duration", "gap_every", "gap_s", "inject_every"):
-        if not getattr(ns, name) > 0:
-            parser.error(f"--{name.replace('_', '-')} must be > 0")
+    if ns.settle is not None and ns.settle >= ns.duration:
+        parser.error(f"--settle {ns.settle:g} must be shorter than --duration {ns.duration:g} (the memory baseline "
+                     "is taken when it ends)")
     try:
         values = parse_launch_args(ns.launch_args)
     except ValueError as exc:
@@ -281,7 +284,7 @@ def _report(s: SoakSession, elapsed: float, ticks: dict[str, int], rss_end: int)
               "control_rate_hz": s.inference.params["control_rate_hz"], "ticks": ticks["ticks"],
               **_counts(s, c, ticks), **_memory(s, rss_end)}
     report["checks"] = {
-        "no_token_lost": report["tokens_lost"] == 0,
+        "no_token_lost": report["tokens_lost"] == 0 and report["token_index_gaps"] == 0,
         "every_request_ended": c["requests_open"] == 0,
         "every_question_ended": c["questions_unanswered"] == 0,
         "memory_flat": elapsed < MEMORY_CHECK_MIN_S or _growth_pct(s, rss_end) < MAX_GROWTH_PCT,
@@ -311,7 +314,8 @@ def _counts(s: SoakSession, c: dict[str, Any], ticks: dict[str, int]) -> dict[st
         "requests_cancelled": c["requests_cancelled"],
         "requests_open_at_end": c["requests_open"],
         "tokens_received": c["tokens_received"],
-        "tokens_lost": c["tokens_lost"] + c["index_gaps"],
+        "tokens_lost": c["tokens_lost"],  # of the requests ended: tokens their last index says were sent
+        "token_index_gaps": c["index_gaps"],  # messages whose index did not follow the one before (lost, repeated)
         "questions_sent": c["questions_sent"],
         "questions_ended": c["questions_ended"],
         "questions_unanswered": c["questions_unanswered"],
@@ -357,7 +361,8 @@ def _print(r: dict[str, Any]) -> None:
         f"{r['frame_errors']} errors",
         f"  requests             started {r['requests_started']}, finished {r['requests_finished']}, rejected "
         f"{r['requests_rejected']}, cancelled {r['requests_cancelled']}, still open {r['requests_open_at_end']}",
-        f"  tokens               received {r['tokens_received']}, lost {r['tokens_lost']}",
+        f"  tokens               received {r['tokens_received']}, lost {r['tokens_lost']}, index gaps "
+        f"{r['token_index_gaps']}",
         f"  questions            sent {sum(r['questions_sent'].values())}, never ended {r['questions_unanswered']}: "
         f"{r['questions_ended']}",
         f"  injected             {sum(r['injected'].values())} messages of {len(r['injected'])} kinds",
