@@ -14,12 +14,13 @@ import torch
 from engine_harness import frames_with_questions, prefix_batch
 
 from oxygen_ros.core.benchmark import synthetic_observations
-from oxygen_ros.core.engine import Engine, EngineConfig, SETTINGS
+from oxygen_ros.core.engine import Engine, EngineConfig, FrameError, Question, SETTINGS
 from oxygen_ros.core.model.cache import KVCache, SlotView
 from oxygen_ros.core.model.compile_setup import compile_cache_dir, resolve_compile
 from oxygen_ros.core.model import compiled as compiled_module
 from oxygen_ros.core.model.compiled import CompiledVLA
 from oxygen_ros.core.model.config import TINY
+from oxygen_ros.core.model.vla import build_model
 from oxygen_ros.core.model.buckets import batch_buckets, bucket_for, prompt_buckets
 from oxygen_ros.core.observation import make_prefix_batch
 from oxygen_ros.core.tokenizer import Tokenizer
@@ -596,3 +597,64 @@ def test_a_gpu_packages_kernel_binaries_are_extracted_beside_its_library(tmp_pat
     assert extract_library(cpu) == tmp_path / "decode-cpu.so" and _kernels(cpu) is None
     assert sorted(p.name for p in tmp_path.iterdir()) == ["decode-cpu.pt2", "decode-cpu.so", "decode-gpu.kernels",
                                                           "decode-gpu.pt2", "decode-gpu.so"]  # no temporary left
+
+
+def _mixed_frames(engine, observations):
+    """What the node's frames bring that the batch-size test leaves out: two observations a frame
+    with one camera of two missing, prompts in both buckets and at their edges, questions with
+    text (one cut to max_question_tokens) on new and older observations, a cancel while
+    decoding, and a frame failed in its decode. Per frame: tokens, actions, error."""
+    long_q = "what color is the block on the left side of the table and why is it there"
+    script = [([0], [(long_q, "a", 6)], [], None), ([1], [("hi", "b", 2), ("what now", "c", 5)], [], None),
+              ([2, 3], [("left?", "d", 1)], [], None), ([], [(long_q, "e", 6)], [], None),
+              ([4], [], ["c", "e"], None), ([5, 0], [("and?", "f", 4)], [], "decode"),
+              ([1, 2], [("x", "g", 3)], [], None)] + [([], [], [], None)] * 6
+    frames = []
+    for obs, questions, cancels, fail in script:
+        cancelled = [(e.client_id, e.finish_reason) for e in engine.requests.cancel_clients(cancels)]
+
+        def pause(work, fail=fail):
+            if work == fail:
+                raise RuntimeError("injected fault")
+
+        engine.pause_point = pause if fail else None
+        try:
+            res, error = engine.step([observations[i] for i in obs],
+                                     [Question(t, client_id=c, max_tokens=n) for t, c, n in questions]), None
+        except FrameError as exc:
+            res, error = exc.result, str(exc.__cause__)
+        engine.pause_point = None
+        frames.append((cancelled, [(e.client_id, e.token_id, e.finish_reason) for e in res.tokens],
+                       [a.copy() for a in res.actions], error))
+    return frames
+
+
+def test_compiled_frames_match_eager_with_the_inputs_a_node_brings(tok, monkeypatch, tmp_path_factory):
+    from conftest import lively
+    from oxygen_ros.core.benchmark import with_prompt_tokens
+    from oxygen_ros.core.observation import Observation
+
+    monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path_factory.getbasetemp() / "compile-cache"))
+    model = lively(build_model(dataclasses.replace(TINY, max_token_len=48), seed=2))  # prompt buckets 32 and 48
+    observations = []
+    for i, (o, n) in enumerate(zip(synthetic_observations(6, TINY.vision.image_size, cameras=2, seed=7),
+                                   (48, 33, 32, 47, 31, 40))):
+        images = dict(zip(("base", "wrist"), o.images.values()))
+        images = {"wrist": images["wrist"]} if i % 3 == 1 else images  # the first camera missing
+        observations.append(with_prompt_tokens(Observation(images, o.instruction, o.state), tok, n))
+    common = dict(setting="oxygen", max_decode=6, steps_per_frame=3, denoise_steps=2, max_active=3,
+                  max_observations_per_frame=2, max_question_tokens=8, language_every_n_frames=1,
+                  camera_names=("base", "wrist"))
+    eager_engine = Engine(model, tok, EngineConfig(compile="off", **common))
+    eager = _mixed_frames(eager_engine, observations)
+    engine = Engine(model, tok, EngineConfig(compile="on", **common))
+    engine.warm_up()
+    assert engine.compiled is not None, engine.compile_reason
+    compiled = _mixed_frames(engine, observations)
+    assert [f[3] for f in compiled] == [f[3] for f in eager] and eager[5][3] == "injected fault"
+    assert [f[:2] for f in compiled] == [f[:2] for f in eager]  # cancels and tokens, ends included
+    for got, want in zip(compiled, eager):
+        assert len(got[2]) == len(want[2])
+        for a, b in zip(got[2], want[2]):
+            np.testing.assert_allclose(a, b, atol=1e-5, rtol=0)
+    assert engine.recompiles == 0 and engine.pool.held == eager_engine.pool.held
