@@ -142,9 +142,10 @@ class FrameWorker:
         if error is None:  # a failed frame's times say nothing of the next one's
             with self._cond:
                 self.loop.frame_ran(plan, result, bool(observations))
-        pushed = set()
+        pushed, non_finite = set(), set()
         for arrival, actions in zip(arrivals, result.actions):  # a failed frame's: those denoised
             if not np.all(np.isfinite(actions)):
+                non_finite.add(arrival.robot)
                 self._robots[arrival.robot].counters["actions_non_finite"] += 1
                 self._frame_failed(f"frame {result.frame_id} (observation {arrival.seq}): non-finite actions, "
                                    "not published", arrival.robot)
@@ -159,11 +160,13 @@ class FrameWorker:
             self.last_batch = sum(result.batch_sizes) / len(result.batch_sizes)
         self._text.publish(result.tokens, now_ros)  # a failed frame's: tokens already decoded
         if error is not None:
-            self._frame_error(job, error, delivered=pushed)
+            self._frame_error(job, error, delivered=pushed, counted=non_finite)
 
-    def _frame_error(self, job: Job, exc: Exception, delivered: set[str] = frozenset()) -> None:
+    def _frame_error(self, job: Job, exc: Exception, delivered: set[str] = frozenset(),
+                     counted: set[str] = frozenset()) -> None:
         """Count and log a failed frame for every robot of ``job``; those whose chunk was
-        ``delivered`` all the same (the fault came after their actions) keep their action output."""
+        ``delivered`` all the same (the fault came after their actions) keep their action output,
+        those ``counted`` failed already (a non-finite chunk) are not counted twice."""
         robots = [a.robot for a in job.observations] or list(self._robots)
         for robot in robots:
             self._robots[robot].counters["frame_errors"] += 1
@@ -171,7 +174,7 @@ class FrameWorker:
         trace = "".join(traceback.format_exception(exc))
         self._log.error(f"frame failed{kept}: {exc}\n{trace}", throttle_duration_sec=2.0)
         for robot in robots:
-            if robot not in delivered:
+            if robot not in delivered and robot not in counted:
                 self._frame_failed(f"{type(exc).__name__}: {exc}", robot)
 
     def _cancel(self, cancels: list) -> None:
