@@ -4,6 +4,7 @@ The installed launcher is used; PYTHONPATH puts this checkout first, so the
 sources under test are the ones run even before `make venv` reinstalled them.
 """
 
+import contextlib
 import io
 import json
 import re
@@ -24,6 +25,19 @@ REPORT_KEYS = ("tick_rate_hz", "tick_jitter_p50_ms", "tick_jitter_p99_ms", "unde
 
 def _agent():
     return installed_script("oxygen-agent")
+
+
+@contextlib.contextmanager
+def _running_agent(tmp_path, *args):
+    """``oxygen-agent ARGS`` as a subprocess (output piped), killed if it still runs at the end."""
+    proc = subprocess.Popen([_agent(), *args], cwd=tmp_path, env=checkout_env(), stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True)
+    try:
+        yield proc
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
 
 
 def test_demo_publishes_actions_and_text_and_writes_the_report(ros_env, tmp_path):
@@ -75,9 +89,7 @@ def test_demo_is_off_by_default(ros_env, tmp_path):
     """Without demo:=true no synthetic camera starts (checked in the ROS graph), so
     with no camera nothing is acted on."""
     report = tmp_path / "out.json"
-    proc = subprocess.Popen([_agent(), "--duration", "5", "--report", str(report)], cwd=tmp_path, env=checkout_env(),
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    try:
+    with _running_agent(tmp_path, "--duration", "5", "--report", str(report)) as proc:
         with Ros() as ros:
             probe = ros.node("oxygen_test_graph_probe")
 
@@ -99,10 +111,6 @@ def test_demo_is_off_by_default(ros_env, tmp_path):
                                       30.0), (topic, readers(topic))
                 assert "oxygen_agent_monitor" not in readers(topic), (topic, readers(topic))
         out, _ = proc.communicate(timeout=60)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
     assert proc.returncode == 0, out[-3000:]
     assert "oxygen_synthetic_camera" not in out
     data = json.loads(report.read_text())
@@ -114,10 +122,8 @@ def test_with_autostart_false_the_agent_waits_for_the_lifecycle_transitions(ros_
     so); configured and activated through its lifecycle services, it acts (deactivated and
     activated again on the way), and the agent's report counts from its first chunk."""
     report = tmp_path / "out.json"
-    proc = subprocess.Popen([_agent(), "demo:=true", "autostart:=false", "--duration", "120", "--report", str(report)],
-                            cwd=tmp_path, env=checkout_env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                            text=True)
-    try:
+    with _running_agent(tmp_path, "demo:=true", "autostart:=false", "--duration", "120", "--report",
+                        str(report)) as proc:
         with Ros() as ros:
             probe = ros.node("oxygen_test_lifecycle")
             assert ros.wait_until(lambda: "oxygen_inference" in {n for n, _ in probe.get_node_names_and_namespaces()},
@@ -137,10 +143,6 @@ def test_with_autostart_false_the_agent_waits_for_the_lifecycle_transitions(ros_
             assert life.change("activate") and ros.wait_until(lambda: len(chunks) > seen + 20, 60.0)
         proc.send_signal(signal.SIGINT)  # the run ends as a user ends it
         out, _ = proc.communicate(timeout=60)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
     assert proc.returncode == 0, out[-3000:]
     assert "waiting for the configure and activate transitions" in out
     data = json.loads(report.read_text())
