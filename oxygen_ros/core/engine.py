@@ -23,7 +23,7 @@ from . import scheduler
 from .cadence import LanguageCadence
 from .engine_config import EngineConfig, served_cameras, slot_len
 from .frame_result import FrameError, FrameResult, Question, tokens_beyond
-from .heap import keep_freed_memory
+from .heap import freed_memory_note
 from .kv_pool import SCRATCH, KVPool
 from .model.compiled import CompiledVLA, Progress
 from .model.vla import VLA
@@ -64,9 +64,7 @@ class Engine:
         #: S when a frame's plan gives none: the configured one, else the model's (the checkpoint's)
         self.default_denoise_steps = config.denoise_steps or model.config.denoise_steps
         self._denoise_steps = self.default_denoise_steps  # S of the running frame
-        #: what became of freed memory (``keep_freed_memory``), a line for the log
-        self.memory_note = (keep_freed_memory() if config.keep_freed_memory
-                            else "keep_freed_memory is off: the C library's own rules for freed memory")
+        self.memory_note = freed_memory_note(config.keep_freed_memory)  #: a line for the log
         #: runs the pieces: compiled graphs or the model eager
         self.runner = ModelRunner(model, cache, config, max_cameras=self.max_cameras,
                                   denoise_steps=self.default_denoise_steps,
@@ -227,18 +225,16 @@ class Engine:
         frame's result (its ``actions``, in the order of the frame's observations)."""
         t0 = time.perf_counter()
         mc = self.model.config
-        noise = self.noise(observation_ids)
+        noise, pause = self.noise(observation_ids), None if self.pause_point is None else lambda: self._pause("denoise")
         chunks = self.runner.denoise(self.pool.cache, self.pool.view(range(start, start + count)), noise,
-                                     self._denoise_steps, None if self.pause_point is None else self._pause_denoise)
+                                     self._denoise_steps, pause)
         out = [a for a in chunks.float().cpu().numpy()]
         if self.normalizer is not None:
             # a non-finite chunk is passed on as it is (the caller must refuse it);
             # unnormalising it would raise and lose the frame's text with it
             out = [self.normalizer.unnormalize_actions(a) if np.isfinite(a).all() else a for a in out]
         assert all(a.shape[0] == mc.action_horizon for a in out)
-        with self._timing:
-            self._result.actions += out
-        self._add_time("denoise_ms", t0)
+        self._add_time("denoise_ms", t0, actions=out)
 
     def noise(self, observation_ids: list[int]) -> torch.Tensor:
         """The frame's noise for these observations, [n, H, D]: each the same in every setting;
@@ -324,17 +320,16 @@ class Engine:
             self.pause_point(work)
             self._add_time("paused_ms", t0)
 
-    def _add_time(self, phase: str, t0: float) -> None:
-        """Add the time since ``t0`` to the frame result's ``phase`` (either thread of ``parallel``)."""
+    def _add_time(self, phase: str, t0: float, actions: Sequence[np.ndarray] = ()) -> None:
+        """Add the time since ``t0`` to the frame result's ``phase``, and ``actions`` to its chunks
+        (from either thread of ``parallel``)."""
         ms = (time.perf_counter() - t0) * 1e3
         with self._timing:
             setattr(self._result, phase, getattr(self._result, phase) + ms)
+            self._result.actions += actions
 
     def _slot_moved(self, owner, src: int, dst: int) -> None:
         self.requests.moved(owner, dst)
-
-    def _pause_denoise(self) -> None:
-        self._pause("denoise")
 
     def _emit(self, event: TokenEvent) -> None:
         self._result.tokens.append(event)

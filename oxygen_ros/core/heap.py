@@ -38,6 +38,11 @@ _lock = threading.Lock()
 _result: str | None = None
 
 
+def freed_memory_note(keep: bool) -> str:
+    """:func:`keep_freed_memory` when ``keep``, else the line that says it is off."""
+    return keep_freed_memory() if keep else "keep_freed_memory is off: the C library's own rules for freed memory"
+
+
 def keep_freed_memory() -> str:
     """Keep freed memory in the heap for reuse (glibc: ``mallopt``; once per process). Returns a
     line for the log: what was done, or why nothing could be."""

@@ -44,7 +44,7 @@ from ..core.model.compile_setup import COMPILE_CHOICES, resolve_compile
 from ..core.model.load_probe import LibraryLoadError
 from ..core.piece_timing import PieceTimer
 from ..core.workloads import Workload
-from .arguments import output_dir, output_file
+from .arguments import non_negative_int, output_dir, output_file, positive_float, positive_int
 from .common import add_model_args, check_cameras, keeps_freed_memory, load_model
 
 
@@ -81,30 +81,30 @@ def parse_args(argv=None) -> argparse.Namespace:
                    help="S (comma list to sweep; default: the checkpoint's)")
     p.add_argument("--max-decode", type=int_list, default=[30], help="N: tokens per request (comma list)")
     p.add_argument("--steps-per-frame", type=int_list, default=[5], help="k: decode steps per frame (comma list)")
-    p.add_argument("--frames", type=int, default=60, help="measured frames per run")
-    p.add_argument("--warmup", type=int, default=10, help="frames run before measuring")
+    p.add_argument("--frames", type=positive_int, default=60, help="measured frames per run")
+    p.add_argument("--warmup", type=non_negative_int, default=10, help="frames run before measuring")
     p.add_argument("--arrivals", default="uniform:1", help="uniform:R | poisson:L | random-length:A-B")
     p.add_argument("--agents", type=int_list, default=[1],
                    help="observations per frame, one per robot (comma list to sweep)")
-    p.add_argument("--cameras", type=int, default=1, help="cameras per observation")
-    p.add_argument("--max-active", type=int, default=16, help="language requests decoding at once")
+    p.add_argument("--cameras", type=positive_int, default=1, help="cameras per observation")
+    p.add_argument("--max-active", type=positive_int, default=16, help="language requests decoding at once")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--compile", type=compile_list, default=["auto"],
                    help="compile the model's pieces: on, off, auto (CUDA: on, CPU: off); on,off runs both")
-    p.add_argument("--action-horizon", type=int, help="H: actions per chunk (default: the model's)")
-    p.add_argument("--prompt-tokens", type=int, help="pad or cut each instruction to exactly this many "
+    p.add_argument("--action-horizon", type=positive_int, help="H: actions per chunk (default: the model's)")
+    p.add_argument("--prompt-tokens", type=positive_int, help="pad or cut each instruction to exactly this many "
                                                      "prompt tokens (default: as the scenes say it)")
     p.add_argument("--json", type=output_file, help="write the results here")
     p.add_argument("--plot", type=output_dir, help="write PNG figures into this directory")
     p.add_argument("--pieces-only", action="store_true",
                    help="no frames: time the pieces alone under each --compile mode, and the prefill against "
                         "its own matrix products as plain ones (oxygen_ros/tools/bench_pieces.py)")
-    p.add_argument("--repeats", type=int, default=5, help="timed calls of each piece with --pieces-only")
-    p.add_argument("--tick-probe", type=float, metavar="SECONDS",
+    p.add_argument("--repeats", type=positive_int, default=5, help="timed calls of each piece with --pieces-only")
+    p.add_argument("--tick-probe", type=positive_float, metavar="SECONDS",
                    help="no table of runs: frames of the first --settings back to back for SECONDS per compile "
                         "mode, with and without the tick guard, beside a thread ticking in the same process; "
                         "the ticks' lateness (oxygen_ros/tools/bench_ticks.py)")
-    p.add_argument("--tick-period-ms", type=float, default=2.0, help="the probe's tick period with --tick-probe")
+    p.add_argument("--tick-period-ms", type=positive_float, default=2.0, help="the probe's tick period with --tick-probe")
     add_model_args(p)
     args = p.parse_args(argv)
     try:
@@ -113,16 +113,6 @@ def parse_args(argv=None) -> argparse.Namespace:
             workload.check(n)
     except ValueError as e:
         p.error(f"--arrivals: {e}")
-    for name in ("tick_probe", "tick_period_ms"):
-        if getattr(args, name) is not None and getattr(args, name) <= 0:
-            p.error(f"--{name.replace('_', '-')} must be > 0")
-    for name in ("frames", "cameras", "max_active", "action_horizon", "prompt_tokens", "repeats"):
-        if getattr(args, name) is None:
-            continue
-        if getattr(args, name) < 1:
-            p.error(f"--{name.replace('_', '-')} must be >= 1")
-    if args.warmup < 0:
-        p.error("--warmup must be >= 0")
     return args
 
 
