@@ -164,16 +164,19 @@ class FrameWorker:
 
     def _frame_error(self, job: Job, exc: Exception, delivered: set[str] = frozenset(),
                      counted: set[str] = frozenset()) -> None:
-        """Count and log a failed frame for every robot of ``job``; those whose chunk was
-        ``delivered`` all the same (the fault came after their actions) keep their action output,
-        those ``counted`` failed already (a non-finite chunk) are not counted twice."""
-        robots = [a.robot for a in job.observations] or list(self._robots)
-        for robot in robots:
+        """Count and log a failed frame for every robot of ``job`` (all, for a language-only
+        frame). Only a frame that owed a robot its chunk counts towards stopping its action
+        output: not a language-only frame, not a robot whose chunk was ``delivered`` all the same
+        (the fault came after its actions), and not twice a robot ``counted`` already (a
+        non-finite chunk)."""
+        owed = [a.robot for a in job.observations]
+        for robot in owed or list(self._robots):
             self._robots[robot].counters["frame_errors"] += 1
         kept = f" (the action chunks of {len(delivered)} robot(s) were published)" if delivered else ""
+        what = "frame failed" if owed else "language-only frame failed (no action was due from it)"
         trace = "".join(traceback.format_exception(exc))
-        self._log.error(f"frame failed{kept}: {exc}\n{trace}", throttle_duration_sec=2.0)
-        for robot in robots:
+        self._log.error(f"{what}{kept}: {exc}\n{trace}", throttle_duration_sec=2.0)
+        for robot in owed:
             if robot not in delivered and robot not in counted:
                 self._frame_failed(f"{type(exc).__name__}: {exc}", robot)
 

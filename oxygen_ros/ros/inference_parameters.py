@@ -125,9 +125,10 @@ PARAMETERS: tuple[ParamSpec, ...] = (
               "(see frame_deadline_ms). false: every frame decodes steps_per_frame steps, whatever the frame "
               "time (deterministic text in lockstep replays; an overloaded frame may then make an action late).",
               "bool", dynamic=True),
-    ParamSpec("max_consecutive_failures", 3, "Frames failing in a row (an exception, non-finite actions) after "
-              "which the action output stops: the current chunk is dropped, no ActionChunk is published and "
-              "diagnostics report ERROR until a frame succeeds again.", "int", at_least_one, True, ">= 1"),
+    ParamSpec("max_consecutive_failures", 3, "Frames in a row that failed to give the robot its chunk (an "
+              "exception before its actions were denoised, non-finite actions; a fault in language work after "
+              "them does not count) after which the action output stops: the current chunk is dropped, no "
+              "ActionChunk is published and diagnostics report ERROR until a frame succeeds again.", "int", at_least_one, True, ">= 1"),
     ParamSpec("seed", 0, "Seed of the action noise (and of the random preset weights).", "int", non_negative,
               constraints=">= 0"),
     ParamSpec("threads", 1, "Torch intra-op threads.", "int", at_least_one, constraints=">= 1"),
