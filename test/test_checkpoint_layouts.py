@@ -126,6 +126,8 @@ def test_shape_inference_without_config(tmp_path, small_model):
     p = {spec.name: spec.default for spec in PARAMETERS}
     assert "H=50 actions (pi0.5's default: the checkpoint does not state it)" in startup_summary(loaded, p)
     assert 'model_sizes: ["action_horizon=N"]' in unstated_horizon(loaded)
+    native = save_native(loaded.model, tmp_path / "native")  # converted: its config.json states every size
+    assert unstated_horizon(load_checkpoint(native)) is None
     stated = write_openpi(tmp_path / "stated", foreign_state(small_model), config=False)
     (stated / "config.json").write_text(json.dumps({"action_horizon": 10}))  # openpi's converter writes it
     assert unstated_horizon(load_checkpoint(stated)) is None

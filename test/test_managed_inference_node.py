@@ -92,6 +92,24 @@ def test_nothing_computed_before_a_deactivate_goes_out_after_the_next_activate(r
         assert node.counters["missed_ticks"] == 0
 
 
+def test_the_first_status_after_an_activate_is_not_about_what_happened_before(ros_env, random_tiny_dir):
+    """Underruns counted before a deactivate (the chunk ran out: no more observations) are not
+    reported again as new by the first status after the activate."""
+    prefix = unique_prefix()
+    with Ros() as ros:
+        node = _node(ros, prefix, random_tiny_dir, control_rate_hz=200.0)  # underruns come fast
+        client = InferenceClient(ros, prefix)
+        life = Lifecycle(ros.node("oxygen_test_lifecycle"), node.get_fully_qualified_name())
+        assert until(lambda: len(client.chunks) > 5, 30.0, every=client.observe, period=0.05)
+        assert until(lambda: node.diagnostics()["underruns"] > 0, 10.0)  # no observation since: it ran out
+        node.diagnostic_status()  # a status now: what follows is news to the next one
+        before = node.diagnostics()["underruns"]
+        assert until(lambda: node.diagnostics()["underruns"] >= before + 10, 10.0, period=0.005)
+        assert life.change("deactivate") and life.change("activate")
+        level, message = node.diagnostic_status()
+        assert "underruns" not in message, message
+
+
 def test_an_activate_without_a_control_process_fails_and_the_node_stays_inactive(ros_env, random_tiny_dir):
     """The control process died while the node was inactive: activate cannot tick, so the
     transition fails (instead of an active node that publishes nothing); cleanup and configure

@@ -38,6 +38,7 @@ def test_numbers_in_range():
     with pytest.raises(argparse.ArgumentTypeError, match="a number > 0"):
         positive_float("0")
     assert non_negative_float("0") == 0.0
+    assert positive_int("9" * 400) == int("9" * 400)  # too large for a float, still an integer >= 1
     for bad in ("nan", "inf", "-inf", "-0.5"):  # float() takes "nan" and "inf": they are not numbers in range
         with pytest.raises(argparse.ArgumentTypeError):
             non_negative_float(bad)

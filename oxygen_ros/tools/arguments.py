@@ -18,7 +18,7 @@ def _number(text: str, kind: type, lowest: float, what: str):
         value = kind(text)
     except ValueError:
         raise argparse.ArgumentTypeError(f"expected {what}, got {text!r}") from None
-    if not math.isfinite(value) or value < lowest:  # nan, inf
+    if (kind is float and not math.isfinite(value)) or value < lowest:  # nan, inf (an int of any size is fine)
         raise argparse.ArgumentTypeError(f"expected {what}, got {text!r}")
     return value
 

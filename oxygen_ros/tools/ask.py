@@ -83,7 +83,8 @@ def ask(node, action: str, question: str, *, max_tokens: int = 0, timeout: float
     executor = SingleThreadedExecutor(context=node.context)
     executor.add_node(node)
     client = ActionClient(node, Ask, action)
-    running = None  # the goal, while accepted and not ended
+    sent = running = None  # the goal's request; the goal, while accepted and not ended
+    ended = False  # the goal was refused or its result came
     try:
         if not client.wait_for_server(timeout_sec=timeout):
             return "", "no server"
@@ -95,17 +96,22 @@ def ask(node, action: str, question: str, *, max_tokens: int = 0, timeout: float
             return "", "timeout"
         goal = sent.result()
         if not goal.accepted:
+            ended = True
             return "", "not accepted"
         running = goal
         result = goal.get_result_async()
         if not _spin_until(executor, result, deadline):
             return "", "timeout"
-        running = None
+        running, ended = None, True
         answer = result.result().result
         return answer.text, answer.finish_reason
     finally:
+        stop_by = time.monotonic() + CANCEL_WAIT_S
+        if sent is not None and running is None and not ended and _spin_until(executor, sent, stop_by) \
+                and sent.result().accepted:
+            running = sent.result()  # given up before the server's answer: accepted late, cancelled all the same
         if running is not None:
-            _spin_until(executor, running.cancel_goal_async(), time.monotonic() + CANCEL_WAIT_S)
+            _spin_until(executor, running.cancel_goal_async(), stop_by)
         client.destroy()
         executor.remove_node(node)
         executor.shutdown()

@@ -40,8 +40,12 @@ RESERVED_FILES = (WEIGHTS_FILE, CONFIG_FILE, TOKENIZER_FILE, NORM_STATS_FILE)
 
 
 def config_to_dict(config: ModelConfig) -> dict[str, Any]:
-    """The ModelConfig as plain JSON-able data (nested dicts for the parts)."""
-    return dataclasses.asdict(config)
+    """The ModelConfig as plain JSON-able data (nested dicts for the parts). A native config.json
+    states every size, so the sizes a foreign checkpoint left to pi0.5's defaults are not
+    carried over as such (``extra["defaulted"]``)."""
+    out = dataclasses.asdict(config)
+    out["extra"] = {k: v for k, v in (out.get("extra") or {}).items() if k != "defaulted"}
+    return out
 
 
 def config_from_dict(data: Mapping[str, Any]) -> ModelConfig:
