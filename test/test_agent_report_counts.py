@@ -107,3 +107,34 @@ def test_figures_nothing_measured_are_none_not_zero():
     m.poll()
     m.freeze()
     assert m.report()["actions_received"] is None
+
+
+class SilentNode(TickingNode):
+    """Two robots whose ticks never had a chunk: 500 ticks each, all waiting, their lateness recorded."""
+
+    def __init__(self):
+        super().__init__()
+        from oxygen_ros.core.stats import Rolling
+
+        self.ticks = {"a": 0, "b": 0}
+        self.tick_lateness_ms = Rolling(1000)
+
+    def tick_counts(self, robot=None):
+        n = self.ticks[robot or "a"]
+        return {"ticks": n, "published": 0, "underruns": 0, "waiting": n}
+
+
+def test_a_run_that_never_published_a_chunk_has_no_window_figures_and_says_what_waited():
+    node = SilentNode()
+    m = Measurement(node)
+    m.poll()
+    assert m.start is None  # no chunk: the window never starts
+    node.ticks = {"a": 500, "b": 500}
+    for i in range(500):
+        node.tick_lateness_ms.add(0.1 + i / 100)
+    m.freeze()
+    report = m.report()
+    assert report["tick_lateness_p50_ms"] is None and report["tick_lateness_p99_ms"] is None
+    assert report["duration_s"] == 0.0 and report["tick_rate_hz"] is None
+    assert {r: f["ticks_waiting"] for r, f in report["robots"].items()} == {"a": 500, "b": 500}
+    assert all(f["underruns"] == 0 and f["actions_published"] == 0 for f in report["robots"].values())

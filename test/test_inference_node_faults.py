@@ -279,6 +279,39 @@ def test_a_fault_in_language_work_loses_no_action(ros, feeder_factory):
     assert node.engine.pool.held <= node.engine.config.max_active
 
 
+def test_a_non_finite_chunk_in_a_frame_that_then_fails_is_one_failure(ros):
+    """One frame whose chunk is non-finite and whose decoding then fails counts once towards
+    max_consecutive_failures (2 here): the action output does not stop for it."""
+    prefix = unique_prefix()
+    node = _node(ros, prefix, max_consecutive_failures=2, chunk_origin="frame_end", decode_when_idle=False)
+    client = InferenceClient(ros, prefix, "oxygen_test_fault_client", node=node)
+    armed = {"on": False}
+    denoise, decode = node.engine.model.denoise, node.engine.model.decode_step
+
+    def poisoned(*args, **kwargs):
+        out = denoise(*args, **kwargs)
+        if armed["on"]:
+            out = out.clone()
+            out[..., 0, 0] = math.nan
+        return out
+
+    def broken(*args, **kwargs):
+        if armed["on"]:
+            armed["on"] = False  # this frame only
+            raise RuntimeError("injected decode fault")
+        return decode(*args, **kwargs)
+
+    node.engine.model.denoise, node.engine.model.decode_step = poisoned, broken
+    assert until(lambda: node.counters["frames"] >= 3, 30.0, every=client.observe, period=0.1)
+    errors, armed["on"] = node.counters["frame_errors"], True
+    assert until(lambda: node.counters["frame_errors"] > errors, 30.0, every=client.observe, period=0.1)
+    assert node.counters["actions_non_finite"] == 1
+    mark = node.counters["frames"]
+    assert until(lambda: node.counters["frames"] >= mark + 3, 30.0, every=client.observe, period=0.1)
+    assert not node.diagnostics()["faulted"]  # (its figures bring the control process's counts in)
+    assert node.counters["ticks_faulted"] == 0, "the action output stopped for one failed frame"
+
+
 def test_non_finite_actions_are_never_published(ros, feeder_factory):
     prefix = unique_prefix()
     node = _node(ros, prefix, max_consecutive_failures=3, language_every_n_frames=0, chunk_origin="frame_end")
