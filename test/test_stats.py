@@ -51,13 +51,21 @@ def test_window_rate():
     w.add(10.0, 5)
     assert w.rate(10.0) == 0.0  # no time elapsed yet
     w.add(11.0, 5)
-    assert w.rate(11.0) == pytest.approx(10.0)  # 10 events in the 1 s since the first
+    assert w.rate(11.0) == pytest.approx(5.0)  # 5 events in (10, 11]: the first ones start the meter
     w.add(12.0, 4)
     assert w.rate(12.0) == pytest.approx(9 / 2.0)  # the events at 10.0 left the window
     assert w.rate(20.0) == 0.0
     assert w.total == 14
     with pytest.raises(ValueError):
         WindowRate(0)
+    steady = WindowRate(window_s=5.0)  # 10 Hz from its first event on: 10 per second at once
+    for i in range(21):
+        steady.add(i / 10)
+    assert steady.rate(2.0) == pytest.approx(10.0)
+    load = WindowRate(window_s=5.0)  # a busy fraction: the start marker carries nothing
+    load.add(0.0, 0.0)
+    load.add(1.0, 0.25)
+    assert load.rate(1.0) == pytest.approx(0.25)
 
 
 def test_action_frequency():

@@ -81,8 +81,9 @@ class WindowRate:
     ``add(t, n)`` records ``n`` events at time ``t`` (seconds, any monotonic
     clock, non-decreasing; ``n`` may be a quantity: seconds spent busy give a
     load, the busy fraction); ``rate(now)`` is the events in ``(now - window, now]``
-    divided by the window, or by the time since the first event when that is
-    shorter (so a fresh meter is not biased low).
+    divided by the window, or, while the meter is younger than its window, the
+    events in ``(first, now]`` divided by ``now - first`` (so a fresh meter is
+    biased neither low nor high: 21 events 0.1 s apart read 10 per second, not 10.5).
     """
 
     def __init__(self, window_s: float = 5.0):
@@ -91,13 +92,14 @@ class WindowRate:
         self.window_s = float(window_s)
         self._events: deque[tuple[float, int]] = deque()
         self._first: float | None = None
+        self._first_n: float = 0  # the events at ``_first``: outside ``(first, now]``
         self._lock = threading.Lock()
         self.total = 0
 
     def add(self, t: float, n: float = 1) -> None:
         with self._lock:
             if self._first is None:
-                self._first = t
+                self._first, self._first_n = t, n
             self._events.append((t, n))
             self.total += n
             self._trim(t)
@@ -111,10 +113,12 @@ class WindowRate:
             self._trim(now)
             if self._first is None:
                 return 0.0
-            span = min(self.window_s, now - self._first)
+            span = now - self._first
             if span <= 0:
                 return 0.0
-            return sum(n for _, n in self._events) / span
+            if span >= self.window_s:
+                return sum(n for _, n in self._events) / self.window_s
+            return (sum(n for _, n in self._events) - self._first_n) / span
 
 
 def action_frequency(horizon: int, mean_frame_s: float) -> float:
