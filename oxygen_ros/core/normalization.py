@@ -38,6 +38,7 @@ its modes and eps from ``policy_preprocessor.json``).
 from __future__ import annotations
 
 import json
+import numbers
 import os
 import pathlib
 from collections.abc import Mapping
@@ -139,7 +140,10 @@ class Normalizer:
         self.state_stats = _as_stats(state_stats, "state") if state_stats is not None else None
         self.action_stats = _as_stats(action_stats, "actions")
         self.mode, self.action_mode, self.convention = mode, action_mode, convention
-        self.eps = float(eps if eps is not None else (OPENPI_EPS if convention == "openpi" else LEROBOT_EPS))
+        eps = eps if eps is not None else (OPENPI_EPS if convention == "openpi" else LEROBOT_EPS)
+        if isinstance(eps, bool) or not isinstance(eps, numbers.Real) or not eps >= 0:
+            raise ValueError(f"eps must be a number >= 0, got {eps!r}")
+        self.eps = float(eps)
         self.model_action_dim = model_action_dim
         for name, stats, m in (("state", self.state_stats, mode), ("actions", self.action_stats, action_mode)):
             if stats is not None and m == "quantile" and stats.q01 is None:
@@ -312,16 +316,11 @@ def openpi_normalizer(data: Any, where: str = "norm_stats.json", mode: str | Non
     ours = data.get("oxygen_ros", {}) if isinstance(data.get("oxygen_ros"), dict) else {}
     state = Stats.from_mapping(stats["state"], f"{where}: norm_stats.state") if "state" in stats else None
     actions = Stats.from_mapping(stats["actions"], f"{where}: norm_stats.actions")
-    eps = ours.get("eps")
-    if eps is not None and not (isinstance(eps, (int, float)) and not isinstance(eps, bool) and eps >= 0):
-        raise NormStatsError(f"{where}: oxygen_ros.eps must be a number >= 0, got {eps!r}")
     try:
         return Normalizer(state, actions, mode or ours.get("mode", "quantile"),
                           action_mode=None if mode else ours.get("action_mode"),
-                          convention=ours.get("convention", "openpi"), eps=eps)
-    except NormStatsError:
-        raise
-    except ValueError as exc:  # an unknown mode or convention in the oxygen_ros entry
+                          convention=ours.get("convention", "openpi"), eps=ours.get("eps"))
+    except ValueError as exc:  # what the Normalizer refuses (the oxygen_ros entry's mode, eps, ...), with the file
         raise NormStatsError(f"{where}: {exc}") from None
 
 

@@ -83,7 +83,8 @@ def frames_beside_ticks(frame: Callable[[], None], seconds: float, *, period_s: 
                         ) -> tuple[np.ndarray, list[float], int]:
     """Run ``frame`` over and over for ``seconds`` (resting ``rest_s`` after each, as the worker
     waits for the next observation) beside a :class:`TickProbe`; the ticks' lateness (ms),
-    each frame's time (ms) and the periods the ticks missed. With ``guard``, the probe tells it of every tick and it is told when
+    each frame's time (ms) and the periods the ticks missed. With ``guard``, the probe tells it
+    of every tick and it is told when
     each frame ends (the engine's ``pause_point`` should be ``guard.pause_point``)."""
     probe = TickProbe(period_s, guard).start()
     frames_ms = []

@@ -67,10 +67,16 @@ class InferenceDiagnostics:
     def _restart_statuses(self) -> None:
         """Every status counts from now (an activate: the underruns before the last deactivate
         are not reported again as new)."""
-        self._status.restart(self.diagnostics())
-        if len(self.robot_io) > 1:
-            for name, io in self.robot_io.items():
-                io.status.restart(self.diagnostics(name))
+        for robot in self._status_robots():
+            self._reporter(robot).restart(self.diagnostics(robot))
+
+    def _status_robots(self) -> list[Optional[str]]:
+        """Whose statuses /diagnostics carries: the node's (None), and each robot's when several."""
+        return [None, *self.robot_io] if len(self.robot_io) > 1 else [None]
+
+    def _reporter(self, robot: Optional[str]):
+        """The StatusReporter of the node's status (None) or of ``robot``'s."""
+        return self._status if robot is None else self.robot_io[robot].status
 
     def diagnostics(self, robot: Optional[str] = None) -> dict:
         """The figures published on /diagnostics: the node's (None) or ``robot``'s."""
@@ -116,8 +122,7 @@ class InferenceDiagnostics:
     def diagnostic_status(self, d: Optional[dict] = None, robot: Optional[str] = None) -> tuple:
         """(level, message) of the status published now, the node's or ``robot``'s."""
         d = self.diagnostics(robot) if d is None else d
-        reporter = self._status if robot is None else self.robot_io[robot].status
-        return reporter.status(d, self.params["max_observation_age"])
+        return self._reporter(robot).status(d, self.params["max_observation_age"])
 
     def _publish_diagnostics(self) -> None:
         try:
@@ -125,12 +130,11 @@ class InferenceDiagnostics:
             array = diagnostic_array(f"{self.get_name()}: engine", self.params["device"], self.diagnostic_status(d),
                                      d, self.get_clock().now().to_msg())
             lines = list(self._status.console()) if len(self.robot_io) == 1 else []
-            if len(self.robot_io) > 1:
-                for name, io in self.robot_io.items():
-                    rd = self.diagnostics(name)
-                    array.status += diagnostic_array(f"{self.get_name()}: robot {name}", self.params["device"],
-                                                     self.diagnostic_status(rd, name), rd, array.header.stamp).status
-                    lines += [f"robot {name}: {line}" for line in io.status.console()]
+            for name in self._status_robots()[1:]:
+                rd = self.diagnostics(name)
+                array.status += diagnostic_array(f"{self.get_name()}: robot {name}", self.params["device"],
+                                                 self.diagnostic_status(rd, name), rd, array.header.stamp).status
+                lines += [f"robot {name}: {line}" for line in self._reporter(name).console()]
             self._pub_diag.publish(array)
             for line in lines:  # what a user must see without watching /diagnostics
                 self.get_logger().warning(line)

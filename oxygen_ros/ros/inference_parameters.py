@@ -55,17 +55,22 @@ def _steps_per_frame(value: int, values: Mapping | None = None) -> str | None:
     max_decode = values.get("max_decode")
     if isinstance(max_decode, int) and value > max_decode:
         return f"must not exceed max_decode ({max_decode}), got {value!r}"
-    if value == 0 and values.get("decode_when_idle") is False and values.get("setting", "oxygen") == "oxygen":
+    if _never_decodes({**values, "steps_per_frame": value}):
         return ("0 with decode_when_idle false would never decode past a request's first token (with 0, "
                 "only language-only frames decode): set decode_when_idle true or steps_per_frame >= 1")
     return None
 
 
 def _decode_when_idle(value: bool, values: Mapping | None = None) -> str | None:
-    values = values or {}
-    if not value and values.get("steps_per_frame") == 0 and values.get("setting", "oxygen") == "oxygen":
+    if _never_decodes({**(values or {}), "decode_when_idle": value}):
         return "false with steps_per_frame 0 would never decode past a request's first token: set steps_per_frame >= 1"
     return None
+
+
+def _never_decodes(values: Mapping) -> bool:
+    """k 0 and no language-only frames in the oxygen setting: no request decodes past its first token."""
+    return (values.get("steps_per_frame") == 0 and values.get("decode_when_idle") is False
+            and values.get("setting", "oxygen") == "oxygen")
 
 
 def _deadline(value: float, values: Mapping | None = None) -> str | None:
@@ -128,7 +133,8 @@ PARAMETERS: tuple[ParamSpec, ...] = (
     ParamSpec("max_consecutive_failures", 3, "Frames in a row that failed to give the robot its chunk (an "
               "exception before its actions were denoised, non-finite actions; a fault in language work after "
               "them does not count) after which the action output stops: the current chunk is dropped, no "
-              "ActionChunk is published and diagnostics report ERROR until a frame succeeds again.", "int", at_least_one, True, ">= 1"),
+              "ActionChunk is published and diagnostics report ERROR until a frame succeeds again.", "int",
+              at_least_one, True, ">= 1"),
     ParamSpec("seed", 0, "Seed of the action noise (and of the random preset weights).", "int", non_negative,
               constraints=">= 0"),
     ParamSpec("threads", 1, "Torch intra-op threads.", "int", at_least_one, constraints=">= 1"),

@@ -121,7 +121,8 @@ def startup_summary(loaded: checkpoints.LoadedCheckpoint, p: dict, resolve=str) 
         mc.denoise_steps, _whose("denoise_steps", given, defaulted))
     sizes = f" with sizes {checkpoints.format_sizes(given)} (parameter model_sizes)" if given else ""
     head = (f"{loaded.source} ({loaded.layout}, {p['device']}, {p['dtype']}){sizes}: setting {p['setting']}, "
-            f"H={mc.action_horizon} actions ({_whose('action_horizon', given, defaulted)}) at {p['control_rate_hz']:g} Hz, S={s} "
+            f"H={mc.action_horizon} actions ({_whose('action_horizon', given, defaulted)}) at "
+            f"{p['control_rate_hz']:g} Hz, S={s} "
             f"denoise steps ({whose}), k={p['steps_per_frame']}, N={p['max_decode']}; ")
     robots = p["robots"] or [""]
     topics = "; ".join(f"{resolve(robot_topic(r, p['observation_topic']))} -> {resolve(robot_topic(r, p['actions_topic']))}, "

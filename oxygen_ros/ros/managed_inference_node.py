@@ -49,8 +49,9 @@ class ManagedInferenceNode(LifecycleNodeMixin, InferenceNode):
                 super().destroy_node()
                 raise
         else:
-            self.get_logger().info(f"unconfigured (autostart false): waiting for the configure and activate "
-                                   f"transitions, e.g. `ros2 lifecycle set {self.get_fully_qualified_name()} configure`")
+            name = self.get_fully_qualified_name()
+            self.get_logger().info("unconfigured (autostart false): waiting for the configure and activate "
+                                   f"transitions, e.g. `ros2 lifecycle set {name} configure`")
 
     def on_configure(self, state) -> TransitionCallbackReturn:
         try:

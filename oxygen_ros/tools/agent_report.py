@@ -111,7 +111,8 @@ class Measurement:
     def poll(self) -> None:
         """Start the window at the first ActionChunk the node published (called by the
         agent's main loop; with ``measure``, the first one received starts it)."""
-        if self.start is None and self.inference.configured and total_ticks(self.inference, self.robots)["published"] > 0:
+        node = self.inference
+        if self.start is None and node.configured and total_ticks(node, self.robots)["published"] > 0:
             with self.lock:
                 self._start_window(time.monotonic())
 

@@ -104,7 +104,8 @@ def parse_args(argv=None) -> argparse.Namespace:
                    help="no table of runs: frames of the first --settings back to back for SECONDS per compile "
                         "mode, with and without the tick guard, beside a thread ticking in the same process; "
                         "the ticks' lateness (oxygen_ros/tools/bench_ticks.py)")
-    p.add_argument("--tick-period-ms", type=positive_float, default=2.0, help="the probe's tick period with --tick-probe")
+    p.add_argument("--tick-period-ms", type=positive_float, default=2.0,
+                   help="the probe's tick period with --tick-probe")
     add_model_args(p)
     args = p.parse_args(argv)
     try:

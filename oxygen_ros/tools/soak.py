@@ -235,8 +235,10 @@ def _parse(argv: list[str]) -> tuple[argparse.Namespace, dict[str, str]]:
                         help="oxygen-agent launch arguments (demo is always true)")
     parser.add_argument("--duration", type=positive_float, required=True, help="seconds to run")
     parser.add_argument("--json", type=output_file, default=None, help="also write the report here")
-    parser.add_argument("--gap-every", type=positive_float, default=30.0, help="seconds between camera gaps (default 30)")
-    parser.add_argument("--gap-s", type=positive_float, default=3.0, help="length of a camera gap in seconds (default 3)")
+    parser.add_argument("--gap-every", type=positive_float, default=30.0,
+                        help="seconds between camera gaps (default 30)")
+    parser.add_argument("--gap-s", type=positive_float, default=3.0,
+                        help="length of a camera gap in seconds (default 3)")
     parser.add_argument("--gap-grace", type=non_negative_float, default=2.0,
                         help="seconds after a gap whose underruns still count as the gap's (default 2)")
     parser.add_argument("--inject-every", type=positive_float, default=0.5,

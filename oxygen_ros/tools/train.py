@@ -96,10 +96,12 @@ def _last_logged_steps(history: list[dict]) -> int:
 
 
 def _seed(text: str) -> int:
+    """A seed the training configuration takes (its own check, up front)."""
     value = non_negative_int(text)
-    if value >= EVAL_SEED_BASE:
-        raise argparse.ArgumentTypeError(f"expected a seed below {EVAL_SEED_BASE} (higher ones are held out for "
-                                         f"evaluation), got {text!r}")
+    try:
+        TrainConfig(seed=value)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
     return value
 
 
