@@ -248,22 +248,27 @@ class CameraNode(Node):
             self._warn((topic, exc.reason), f"rejected image on {topic}: {exc}")
             return
         self.status.frame(index)
+        now_ns = self.get_clock().now().nanoseconds
         stamp_ns = stamp_to_ns(msg.header.stamp)
         header = msg.header
         if stamp_ns == 0:
-            stamp_ns = self.get_clock().now().nanoseconds
+            stamp_ns = now_ns
             header = Header(stamp=ns_to_time_msg(stamp_ns), frame_id=msg.header.frame_id)
             if topic not in self._unstamped_warned:
                 self._unstamped_warned.add(topic)
                 self.get_logger().warning(f"images on {topic} have no header stamp: using the receive time")
         self._frames[index] = _Frame(rgb, stamp_ns, header)
-        self._act(self._grouping.frame_arrived(index, stamp_ns, self.get_clock().now().nanoseconds, self.max_age,
-                                               self.state is not None))
+        state = self._state_at(now_ns)  # read once: the decision and the group it publishes see the same state
+        self._act(self._grouping.frame_arrived(index, stamp_ns, now_ns, self.max_age, state is not None),
+                  now_ns, state)
 
     @property
     def state(self) -> np.ndarray | None:
         """The state the next group gets now (None: none valid, a named joint missing, or too old)."""
-        return self._state.current(self.get_clock().now().nanoseconds, self._state_age_limit())
+        return self._state_at(self.get_clock().now().nanoseconds)
+
+    def _state_at(self, now_ns: int) -> np.ndarray | None:
+        return self._state.current(now_ns, self._state_age_limit())
 
     def _state_age_limit(self) -> float:
         return self.max_state_age if self.max_state_age > 0 else float("inf")
@@ -287,8 +292,9 @@ class CameraNode(Node):
         now_ns = self.get_clock().now().nanoseconds
         refusal = self._state.update(list(msg.name), msg.position, now_ns)  # a refusal drops the state held
         if refusal is None:
-            if self.state is not None:
-                self._act(self._grouping.state_arrived(now_ns, self.max_age))
+            state = self._state_at(now_ns)
+            if state is not None:
+                self._act(self._grouping.state_arrived(now_ns, self.max_age), now_ns, state)
             return
         reason, text = refusal
         self.status.reject(reason)
@@ -325,17 +331,17 @@ class CameraNode(Node):
 
     # -- output -------------------------------------------------------------
 
-    def _act(self, decision: Decision) -> None:
-        """Carry out the grouping's decision (:mod:`oxygen_ros.core.grouping`)."""
+    def _act(self, decision: Decision, now_ns: int, state: np.ndarray | None) -> None:
+        """Carry out the grouping's decision (:mod:`oxygen_ros.core.grouping`), taken at
+        ``now_ns`` with ``state`` (the state held then, None: no valid one)."""
         if decision.kind == STALE:
             self.status.dropped_stale += 1
-            now_ns = self.get_clock().now().nanoseconds
             ages = ", ".join(f"{self.topics[i]} {(now_ns - self._frames[i].stamp_ns) / 1e9:.3f} s"
                              for i in decision.stale)
             self._warn("stale", f"dropped a stale group (max_age {self.max_age} s): {ages}")
         elif decision.kind == NO_STATE:
             self.status.waiting_for_state += 1
-            why = self._state.missing(self.get_clock().now().nanoseconds, self._state_age_limit())
+            why = self._state.missing(now_ns, self._state_age_limit())
             if self.status.settling():  # just started: the state's publisher may come up after the cameras'
                 self._warn("settling_no_state", f"waiting for a valid state on {self.state_topic}"
                            f"{f' ({why})' if why else ''}: not publishing until one arrives", info=True)
@@ -343,16 +349,16 @@ class CameraNode(Node):
                 self._warn("no_state", f"no valid state on {self.state_topic}{f' ({why})' if why else ' yet'}: "
                                        "not publishing")
         elif decision.kind == PUBLISH:
-            self._publish_group()
+            self._publish_group(state)
 
-    def _publish_group(self) -> None:
+    def _publish_group(self, state: np.ndarray | None) -> None:
         frames = [f for f in self._frames if f is not None]
         instruction = self.instruction if self.instruction is not None else self.default_instruction
         oldest = min(f.stamp_ns for f in frames)
         observation = self._core.Observation(
             images={name: to_model_image(f.rgb, self.image_size) for name, f in zip(self.camera_names, frames)},
             instruction=instruction,
-            state=self.state if self.state_topic else None,
+            state=state if self.state_topic else None,
             stamp=oldest / 1e9,
         )
         msg = observation_to_msg(

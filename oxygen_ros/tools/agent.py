@@ -60,7 +60,7 @@ from .arguments import output_file
 PROBE_PRIORITY = 0  # normal: at 40, the probe's reception of four robots' messages took the frames' core (docs/control_loop_timing.md)
 STARTED = time.monotonic()  # this process's start, as far as the report is concerned
 SUMMARY = ("start_to_first_chunk_s", "tick_rate_hz", "tick_jitter_p99_ms", "underruns", "obs_to_action_p50_ms", "obs_to_action_p99_ms",
-           "ros_overhead_p99_ms", "actions_published", "text_tokens_published")
+           "ros_overhead_p99_ms", "actions_published", "text_tokens_published", "control_rate_changed_hz")
 
 
 def _parse_args(argv: list[str]) -> tuple[argparse.Namespace, dict[str, str]]:

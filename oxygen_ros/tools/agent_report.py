@@ -24,6 +24,10 @@ the JSON fields below (``None`` where nothing was measured):
   compiling with ``compile:=on``, warm-up, the first frame); added by the agent;
 * ``tick_rate_hz`` - node side: control ticks counted by the inference node
   over the measurement window / its length;
+* ``control_rate_changed_hz`` - ``[at the window's start, at its end]`` when
+  ``control_rate_hz`` was changed during the window (None otherwise; the top
+  ``control_rate_hz`` is the end's). The tick jitter figures are then None:
+  there is no one control period to measure them against;
 * ``tick_jitter_p50_ms`` / ``tick_jitter_p99_ms`` - subscriber side:
   ``|inter-arrival - control period|`` of consecutive ``ActionChunk`` messages
   on ``actions_topic`` as received by a subscriber in a process of its own
@@ -100,7 +104,6 @@ class Measurement:
         self.inference, self.measure = inference, measure
         self.robots = robot_names(inference)
         self.lock = threading.Lock()
-        self.period_s = 1.0 / inference.params["control_rate_hz"]
         self.actions: list[tuple[float, int, int]] = []  # (arrival, frame_id, observation_seq)
         self.obs_arrival: dict[int, float] = {}
         self.latencies: list[tuple[int, int, float]] = []  # (frame_id, seq, obs->action ms)
@@ -122,6 +125,7 @@ class Measurement:
             per_robot = robot_ticks(node, self.robots)
             ticks = total_ticks(node, self.robots, per_robot)
             self.start = {"t": t, "t_ns": time.monotonic_ns(), "ticks": ticks["ticks"],
+                          "control_rate_hz": node.params["control_rate_hz"],
                           "underruns": ticks["underruns"], "published": ticks["published"], "counters": dict(node.counters),
                           "lateness_total": node.tick_lateness_ms.total, "robot_ticks": per_robot}
 
@@ -151,7 +155,7 @@ class Measurement:
             per_robot = robot_ticks(node, self.robots)  # one snapshot: the totals are its sums
             self.end = {"t": time.monotonic(), "ticks": total_ticks(node, self.robots, per_robot),
                         "counters": dict(node.counters), "lateness": node.tick_lateness_ms.values(),
-                        "robot_ticks": per_robot,
+                        "robot_ticks": per_robot, "control_rate_hz": node.params["control_rate_hz"],
                         "robot_diag": robot_diagnostics(node, self.robots),
                         "lateness_total": node.tick_lateness_ms.total, "actions": len(self.actions)}
 
@@ -167,23 +171,27 @@ class Measurement:
             end, start = self.end, self.start
             arrivals = [t for t, _, _ in self.actions[:end["actions"]]]
             latencies = [("", *x) for x in self.latencies]  # (robot, frame, seq, ms)
-        jitter = jitter_ms(self.period_s, arrivals)
+        rate = start["control_rate_hz"] if start is not None else end["control_rate_hz"]
+        changed = rate != end["control_rate_hz"]
+        period_s = None if changed else 1.0 / rate  # no one period to measure jitter against
+        jitter = jitter_ms(period_s, arrivals)
         measured_by = "agent process" if self.measure and not self.robots else None
         received = len(arrivals) if measured_by else None  # None: nothing here received them
         if probed is not None and start is not None:
             if self.robots:
-                jitter, latencies, received = pooled(self.period_s, probed, self.robots, start["t"], end["t"])
+                jitter, latencies, received = pooled(period_s, probed, self.robots, start["t"], end["t"])
             else:
                 arrivals, lat = in_window(probed.get(""), start["t"], end["t"])
-                jitter, received, latencies = jitter_ms(self.period_s, arrivals), len(arrivals), [("", *x) for x in lat]
+                jitter, received, latencies = jitter_ms(period_s, arrivals), len(arrivals), [("", *x) for x in lat]
             measured_by = "arrival_probe (own process)"
         node = self.inference
         out = {**_run(node, start, end, max(1, len(self.robots))), **_timing(jitter, start, end),
                "measured_by": measured_by, **_latency(self._records(), latencies, start), **_counts(node, start, end),
                "actions_received": received, "text_tokens_received": text_received,
-               "load_average": list(os.getloadavg()) if hasattr(os, "getloadavg") else None}
+               "load_average": list(os.getloadavg()) if hasattr(os, "getloadavg") else None,
+               "control_rate_changed_hz": [rate, end["control_rate_hz"]] if changed else None}
         if self.robots:
-            out["robots"] = robots_section(self.robots, self.period_s, probed, start, end)
+            out["robots"] = robots_section(self.robots, period_s, probed, start, end)
         return out
 
     def _records(self) -> dict:

@@ -72,12 +72,15 @@ def in_window(stream: dict[str, Any] | None, t0: float, t1: float) -> tuple[list
     return arrivals, latencies
 
 
-def jitter_ms(period_s: float, arrivals: list[float]) -> list[float]:
-    """``|inter-arrival - control period|`` of consecutive arrivals, in ms."""
+def jitter_ms(period_s: float | None, arrivals: list[float]) -> list[float]:
+    """``|inter-arrival - control period|`` of consecutive arrivals, in ms (none without a
+    period: ``control_rate_hz`` changed in the window)."""
+    if period_s is None:
+        return []
     return [abs((b - a) - period_s) * 1e3 for a, b in zip(arrivals, arrivals[1:])]
 
 
-def robots_section(robots: tuple[str, ...], period_s: float, probed: dict | None, start,
+def robots_section(robots: tuple[str, ...], period_s: float | None, probed: dict | None, start,
                    end) -> dict[str, dict[str, Any]]:
     """The report's ``robots`` section (see the module doc); ``start``/``end``: the
     measurement window's ends, with ``robot_ticks`` (and ``robot_diag`` at the end)."""
@@ -106,7 +109,7 @@ def robots_section(robots: tuple[str, ...], period_s: float, probed: dict | None
     return out
 
 
-def pooled(period_s: float, probed: dict, robots: tuple[str, ...], t0: float, t1: float) -> tuple[list, list, int]:
+def pooled(period_s: float | None, probed: dict, robots: tuple[str, ...], t0: float, t1: float) -> tuple[list, list, int]:
     """Every robot's jitter values and latencies ((robot, frame, seq, ms)) in the window together,
     and the arrivals counted."""
     jitter, latencies, received = [], [], 0

@@ -30,6 +30,7 @@ from oxygen_ros.msg import Observation as ObservationMsg
 from ..core.observation import Observation
 from ..ros.qos import LATCHED_QOS
 from ..ros.conversions import observation_to_msg, rgb_to_compressed_msg
+from .token_tally import TokenTally
 
 COMPRESSED_TOPIC = "/oxygen_soak/compressed"
 INVALID_UTF8 = b"\xff\xfe\xc3("  # a stray continuation byte, a truncated sequence
@@ -101,13 +102,8 @@ class Soak:
         self.pub_observation = node.create_publisher(ObservationMsg, topics["observation"], reliable(10))
         self.lock = threading.Lock()
         # subscriber-side counts (bounded: only open requests are kept)
-        self.open: dict[int, dict[str, Any]] = {}  # request id -> {tokens, next index, client}
-        self.ends = Counter()  # finish reason -> requests (request id > 0)
+        self.tally = TokenTally()  # started requests (request id > 0)
         self.refused = Counter()  # finish reason -> messages with request id 0 (refused before a request)
-        self.started = 0
-        self.tokens_received = 0
-        self.tokens_lost = 0
-        self.index_gaps = 0
         self.questions_sent: dict[str, str] = {}  # client id -> kind, until it ends
         self.question_kinds_sent = Counter()
         self.question_ends = Counter()  # (kind, finish reason)
@@ -147,22 +143,8 @@ class Soak:
                 self.refused[msg.finish_reason] += 1
                 self._question_end(msg.client_id, msg.finish_reason)
                 return
-            r = self.open.get(rid)
-            if r is None:
-                r = self.open[rid] = {"tokens": 0, "next": 0, "client": msg.client_id}
-                self.started += 1
-            if msg.index != r["next"]:
-                self.index_gaps += 1
-            r["next"] = msg.index + 1
-            if msg.token_id >= 0:
-                r["tokens"] += 1
-                self.tokens_received += 1
-            if msg.done:
-                expected = msg.index + (1 if msg.token_id >= 0 else 0)
-                self.tokens_lost += max(0, expected - r["tokens"])
-                self.ends[msg.finish_reason] += 1
+            if self.tally.add(rid, int(msg.index), int(msg.token_id), bool(msg.done), msg.finish_reason):
                 self._question_end(msg.client_id, msg.finish_reason)
-                del self.open[rid]
 
     def _question_end(self, client: str, reason: str) -> None:
         kind = self.questions_sent.pop(client, None)
@@ -267,16 +249,17 @@ class Soak:
             questions = Counter()
             for (kind, reason), n in self.question_ends.items():
                 questions[f"{kind}/{reason or 'open'}"] += n
+            t = self.tally
             return {
-                "requests_started": self.started,
-                "requests_finished": self.ends["eos"] + self.ends["length"],
-                "requests_rejected": self.ends["rejected"] + self.refused["rejected"],
-                "requests_cancelled": self.ends["cancelled"] + self.refused["cancelled"],
-                "requests_open": len(self.open),
+                "requests_started": t.started,
+                "requests_finished": t.ends["eos"] + t.ends["length"],
+                "requests_rejected": t.ends["rejected"] + self.refused["rejected"],
+                "requests_cancelled": t.ends["cancelled"] + self.refused["cancelled"],
+                "requests_open": len(t.open),
                 "refused_before_start": dict(self.refused),
-                "tokens_received": self.tokens_received,
-                "tokens_lost": self.tokens_lost,
-                "index_gaps": self.index_gaps,
+                "tokens_received": t.tokens_received,
+                "tokens_lost": t.tokens_lost,
+                "index_gaps": t.index_gaps,
                 "questions_sent": dict(self.question_kinds_sent),
                 "questions_ended": dict(sorted(questions.items())),
                 "questions_unanswered": len(self.questions_sent),
