@@ -209,3 +209,49 @@ def test_with_autostart_a_failed_configure_ends_the_start_with_its_cause(ros_env
             _node(ros, unique_prefix(), "", control_rate_hz=-5.0)
         with pytest.raises(Exception, match="no_such_model"):
             _node(ros, unique_prefix(), str(tmp_path / "no_such_model"))
+
+
+def test_with_use_sim_time_a_node_deactivated_before_its_shutdown_finalizes_and_cancels_what_waits(
+        ros_env, random_tiny_dir):
+    """A lifecycle manager's usual order (nav2's: deactivate, then shutdown) with simulated
+    time: the tick's companion node, destroyed at deactivate, is not stopped a second time
+    (that raised, so the shutdown ended in ErrorProcessing, unconfigured, with the waiting
+    question never answered, and the node could not be destroyed)."""
+    prefix = unique_prefix()
+    with Ros() as ros:
+        node = _node(ros, prefix, random_tiny_dir, use_sim_time=True)
+        client = InferenceClient(ros, prefix)
+        life = Lifecycle(ros.node("oxygen_test_lifecycle"), node.get_fully_qualified_name())
+        assert life.change("deactivate") and life.state() == "inactive"
+        client.ask("q1", "what do you see?")  # waits: an inactive node runs no frame
+        assert until(lambda: node.diagnostics()["questions_received"] >= 1, 10.0)
+        assert life.change("inactive_shutdown") and life.state() == "finalized"
+        assert until(lambda: [m.finish_reason for m in client.finished("q1")] == ["cancelled"], 10.0)
+        ros.remove(node)  # destroy_node: raised InvalidHandle
+
+
+def test_with_autostart_a_refused_activate_ends_the_start_with_its_cause(ros_env, random_tiny_dir, monkeypatch):
+    """The control process dies between the configure and the activate of an autostart (the
+    OOM killer, a crash): the start fails naming why, instead of leaving an inactive node that
+    publishes no action and no status, which nothing would ever activate."""
+    import os
+    import signal
+
+    import pytest
+
+    from oxygen_ros.ros import control_link
+
+    start = control_link.ControlLink.start
+    pids = []
+
+    def start_then_killed(link, period_ns):
+        start(link, period_ns)
+        pids.append(link.pid)
+        os.kill(link.pid, signal.SIGKILL)
+        assert until(lambda: open(f"/proc/{link.pid}/stat").read().split(")")[1].split()[0] == "Z", 10.0)  # dead
+
+    monkeypatch.setattr(control_link.ControlLink, "start", start_then_killed)
+    with Ros() as ros:
+        with pytest.raises(RuntimeError, match="activate failed: the control process was killed by signal 9"):
+            _node(ros, unique_prefix(), random_tiny_dir)
+    assert pids and not os.path.exists(f"/proc/{pids[0]}")

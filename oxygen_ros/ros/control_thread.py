@@ -122,20 +122,23 @@ class ControlThread:
         self._thread.start()
 
     def stop(self, timeout: float = 5.0) -> None:
-        """No tick starts any more; the one in flight completes. Again: nothing."""
+        """No tick starts any more; the one in flight completes. Again (after :meth:`destroy`
+        too): it waits for the thread, nothing else."""
+        first = not self._stopping.is_set()
         self._stopping.set()
-        if self._timer is not None:
+        if first and self._timer is not None:
             self._timer.cancel()
             self._executor.shutdown(timeout_sec=timeout)
         if self._thread.is_alive() and self._thread is not threading.current_thread():
             self._thread.join(timeout)
 
     def destroy(self) -> None:
-        """:meth:`stop`, then destroy the companion node (sim time)."""
+        """:meth:`stop`, then destroy the companion node (sim time). Again: nothing."""
         self.stop()
-        if self.node is not None:
+        node, self.node, self._timer = self.node, None, None
+        if node is not None:
             try:
-                self.node.destroy_node()
+                node.destroy_node()
             except Exception:  # noqa: BLE001  the context is gone already (Ctrl-C): so is the node
                 pass
 

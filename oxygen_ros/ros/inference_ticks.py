@@ -63,6 +63,7 @@ class InferenceTicks:
         """No tick any more until the next activate (the control process pauses)."""
         if self._link is None:
             self._control.destroy()
+            self._control = None  # the next activate starts a new one
             return
         self._link.run(False)
         with self._cond:

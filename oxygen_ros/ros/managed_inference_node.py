@@ -19,7 +19,9 @@ With ``autostart`` (the default, and what the launch file uses) the node configu
 and activates itself at start, so it behaves like the plain node unless a manager
 sets ``autostart: false``. A configure that fails (a model that does not load) is
 logged with its cause and leaves the node unconfigured; with ``autostart`` it ends
-the process, as the plain node would.
+the process, as the plain node would. So does an activate that is refused (its
+control process died after the configure): with ``autostart`` nothing would ever
+activate the node again.
 """
 
 import traceback
@@ -40,11 +42,13 @@ class ManagedInferenceNode(LifecycleNodeMixin, InferenceNode):
         InferenceNode.__init__(self, start=False, **kwargs)
         LifecycleNodeMixin.__init__(self)
         self.configure_error: Exception | None = None  # why the last configure failed
+        self.activate_error: str | None = None  # why the last activate was refused
         if self.params["autostart"]:
             try:
                 if self.trigger_configure() != SUCCESS:
                     raise self.configure_error
-                self.trigger_activate()
+                if self.trigger_activate() != SUCCESS:  # an inactive node would publish nothing, silently
+                    raise RuntimeError(f"activate failed: {self.activate_error or 'see the error above'}")
             except BaseException:  # a failed configure, or Ctrl-C while starting: nothing left running
                 super().destroy_node()
                 raise
@@ -64,7 +68,7 @@ class ManagedInferenceNode(LifecycleNodeMixin, InferenceNode):
         return SUCCESS
 
     def on_activate(self, state) -> TransitionCallbackReturn:
-        why = self.tick_unavailable()
+        why = self.activate_error = self.tick_unavailable()
         if why is not None:  # no action could go out: the transition fails, the node stays inactive
             self.get_logger().error(f"activate refused: {why}; clean up and configure again to start a new one")
             return FAILURE
