@@ -248,10 +248,50 @@ def test_with_autostart_a_refused_activate_ends_the_start_with_its_cause(ros_env
         start(link, period_ns)
         pids.append(link.pid)
         os.kill(link.pid, signal.SIGKILL)
-        assert until(lambda: open(f"/proc/{link.pid}/stat").read().split(")")[1].split()[0] == "Z", 10.0)  # dead
+        assert until(lambda: link.failure is not None, 10.0)  # the node sees it gone
 
     monkeypatch.setattr(control_link.ControlLink, "start", start_then_killed)
     with Ros() as ros:
         with pytest.raises(RuntimeError, match="activate failed: the control process was killed by signal 9"):
             _node(ros, unique_prefix(), random_tiny_dir)
     assert pids and not os.path.exists(f"/proc/{pids[0]}")
+
+
+@pytest.mark.parametrize("control_process", [True, False], ids=["control process", "tick thread"])
+def test_a_frame_that_outlasts_the_deactivate_blocks_activate_and_cleanup_and_its_chunk_never_goes_out(
+        ros_env, random_tiny_dir, control_process):
+    """The frame in flight at a deactivate runs past the wait for it (a recompile, a stalled GPU):
+    activate and cleanup are refused while it runs (a second worker would share the engine),
+    and when it ends its chunk, computed before the deactivate, is not published after the
+    next activate (it went out 1.5 s after it, held at its last row)."""
+    import threading
+
+    prefix = unique_prefix()
+    with Ros() as ros:
+        node = _node(ros, prefix, random_tiny_dir, chunk_origin="frame_end", hold_action="last",
+                     control_process=control_process, max_observation_age=0.3)
+        node.worker_stop_timeout_s = 0.5
+        client = InferenceClient(ros, prefix)
+        life = Lifecycle(ros.node("oxygen_test_lifecycle"), node.get_fully_qualified_name())
+        assert until(lambda: len(client.chunks) > 3, 30.0, every=client.observe, period=0.05)
+        entered, release = threading.Event(), threading.Event()
+
+        def stall(work: str) -> None:  # the engine's hook before each piece of a frame
+            if work == "prefill":
+                entered.set()
+                release.wait(30.0)
+
+        node.engine.pause_point = stall
+        assert until(entered.is_set, 10.0, every=client.observe, period=0.05)
+        assert life.change("deactivate") and life.state() == "inactive"  # after its 0.5 s wait
+        assert not life.change("activate") and life.state() == "inactive"
+        assert "still in the frame" in node.activate_error
+        assert not life.change("cleanup") and life.state() == "inactive"
+        node.engine.pause_point = None
+        release.set()
+        assert until(lambda: node.worker_still_running() is None, 10.0)
+        seen = len(client.chunks)
+        assert life.change("activate") and life.state() == "active"
+        time.sleep(1.0)  # 50 ticks, and no new observation
+        assert len(client.chunks) == seen, [(m.frame_id, m.offset) for m in client.chunks[seen:]][:10]
+        assert until(lambda: len(client.chunks) > seen, 30.0, every=client.observe, period=0.1)  # fresh ones go

@@ -233,6 +233,8 @@ class FrameWorker:
         chunk = Chunk(actions, period, origin, frame_id=result.frame_id, observation_seq=arrival.seq,
                       observation_stamp_ns=stamp, ready_ns=now_ros)
         with self._cond:
+            if self._stop:  # stopped (deactivate): what it still computes is dropped, so it is not pushed
+                return
             io.output.push(chunk)
             io.inputs.records.add(record)
             io.chunk_rate.add(time.monotonic(), 1)

@@ -101,6 +101,10 @@ class InferenceNode(InferenceDiagnostics, InferenceTicks, Node):
     :attr:`worker`; :attr:`robot_io` holds each robot's outputs (what the control
     tick publishes) and inputs."""
 
+    #: how long a deactivate, cleanup or shutdown waits for the frame in flight to end (a
+    #: recompile or a stalled GPU can hold one that long)
+    worker_stop_timeout_s = 60.0
+
     def __init__(self, start: bool = True, **kwargs):
         super().__init__(NODE_NAME, **kwargs)
         self._shutdown_done = False
@@ -311,12 +315,25 @@ class InferenceNode(InferenceDiagnostics, InferenceTicks, Node):
             self.text.publish(events, self._now_ros())
 
     # ------------------------------------------------------------------ shutdown
-    def _stop_worker(self, timeout: float = 60.0) -> bool:
-        """Stop the worker (the frame in flight completes); True when it has ended."""
+    def _stop_worker(self) -> bool:
+        """Stop the worker (the frame in flight completes); True when it has ended. A worker that
+        goes on past :attr:`worker_stop_timeout_s` pushes no chunk any more (what a deactivate
+        drops)."""
+        timeout = self.worker_stop_timeout_s
         if self.worker is None or self.worker.stop(timeout):
             return True
-        self.get_logger().error(f"worker did not stop within {timeout:.0f} s")
+        self.get_logger().error(f"the frame worker did not end its frame within {timeout:g} s: its actions will "
+                                "not go out, and an activate or cleanup is refused until it has ended")
         return False
+
+    def worker_still_running(self) -> Optional[str]:
+        """Why the node cannot activate or clean up yet: the worker stopped by the last
+        deactivate is still in its frame (a second worker would share the engine with it).
+        None: it has ended."""
+        w = self.worker
+        if w is not None and w.stopped and w.alive:
+            return "the frame worker is still in the frame that was running at the last deactivate"
+        return None
 
     def shutdown(self) -> None:
         """Stop the timers and the worker; publish ``cancelled`` for every unfinished request."""

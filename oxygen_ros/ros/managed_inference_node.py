@@ -68,6 +68,10 @@ class ManagedInferenceNode(LifecycleNodeMixin, InferenceNode):
         return SUCCESS
 
     def on_activate(self, state) -> TransitionCallbackReturn:
+        busy = self.activate_error = self.worker_still_running()
+        if busy is not None:  # two workers would share the engine: the transition fails, the node stays inactive
+            self.get_logger().error(f"activate refused: {busy}; try again when it has ended")
+            return FAILURE
         why = self.activate_error = self.tick_unavailable()
         if why is not None:  # no action could go out: the transition fails, the node stays inactive
             self.get_logger().error(f"activate refused: {why}; clean up and configure again to start a new one")
@@ -82,6 +86,9 @@ class ManagedInferenceNode(LifecycleNodeMixin, InferenceNode):
         return SUCCESS
 
     def on_cleanup(self, state) -> TransitionCallbackReturn:
+        if not self._stop_worker():  # it waits for the frame once more; the engine is its until it ends
+            self.get_logger().error(f"cleanup refused: {self.worker_still_running()}; try again when it has ended")
+            return FAILURE
         self.cleanup()
         return SUCCESS
 
