@@ -150,3 +150,43 @@ def test_a_control_process_whose_node_is_already_gone_does_not_start(ros_env, tm
         for block in (board, ticks):
             block.close()
             block.unlink()
+
+
+def test_an_activate_empties_every_output_even_one_the_process_never_saw_paused(ros, tmp_path):
+    """A deactivate and an activate within one control period: the process never reads the
+    pause, yet nothing it held from before goes out (here the board keeps the old chunk,
+    as when the activate's tick finds a slot mid-write), and the robot waits for its next
+    chunk instead of counting faulted ticks (its output was not stopped by failures)."""
+    from oxygen_ros.msg import ActionChunk
+
+    prefix = unique_prefix()
+    topic = f"{prefix}/a/actions"
+    board, ticks = ChunkBoard(1, H, D), TickBoard(1)
+    proc = None
+    try:
+        proc = _start(tmp_path, board, ticks, [topic])
+        got = []
+        node = ros.node("oxygen_test_control_activate")
+        node.create_subscription(ActionChunk, topic, got.append, reliable(1000))
+        assert until(lambda: ticks.robot(0)[0]["subscribers"] == 1, 20)
+        board.write(0, _chunk(1, 100.0))
+        assert until(lambda: len(got) >= H + 3, 20)  # its rows, then its last row held (hold_last)
+        ticks.set("running", 0)  # the node's deactivate, and at once its next activate (epoch 2)
+        ticks.set("running", 2)
+        before = dict(ticks.robot(0)[0])
+        seen = len(got)
+        assert until(lambda: ticks.robot(0)[0]["ticks"] >= before["ticks"] + 20, 10)
+        late = [(m.frame_id, m.offset) for m in got[seen:]]
+        assert len(late) <= 2, late  # at most a tick or two in flight at the activate
+        after = ticks.robot(0)[0]
+        assert after["ticks_faulted"] == before["ticks_faulted"]
+        assert after["waiting"] >= before["waiting"] + 18
+        board.write(0, _chunk(2, 200.0))  # the next chunk goes out at once
+        assert until(lambda: any(m.frame_id == 2 for m in got), 10)
+    finally:
+        if proc is not None and proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        for block in (board, ticks):
+            block.close()
+            block.unlink()

@@ -9,7 +9,8 @@ control process the two settings that change at run time (the tick period,
 ``hold_action``). Fixed sizes, allocated once:
 
 * a header: ``state`` (:data:`READY` once the control process's publishers
-  exist), ``running``, ``period_ns`` and ``hold_last`` (written by the node),
+  exist), ``running`` (0 while the node is inactive, else the number of its
+  activate), ``period_ns`` and ``hold_last`` (written by the node),
   the ticks the timer missed and how many lateness values were written;
 * per robot: its tick counts (:data:`ROBOT_FIELDS`), the origin its chunk was
   anchored at, the chunk board version it holds, and how many first

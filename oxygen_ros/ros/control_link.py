@@ -112,6 +112,7 @@ class ControlLink:
         self._lateness_seen = self._missed_seen = 0
         self._process: Optional[subprocess.Popen] = None
         self._ticked_at = time.monotonic()
+        self._epoch = 0  # activates so far (see run)
 
     def output(self, counters, records: FrameRecords, *, actions_topic: str, trajectory_topic: str) -> RemoteOutput:
         """The next robot's output (in the order of the board's slots), as RobotIO asks for it."""
@@ -158,8 +159,11 @@ class ControlLink:
                        f"{node.get_name()}_control), {len(self._topics)} robot(s)")
 
     def run(self, running: bool) -> None:
-        """Tick (the node is active) or not."""
-        self.ticks.set("running", int(running))
+        """Tick (the node is active) or not. Each activate writes a new number (its epoch), so
+        that the process knows an activate even when it never saw the pause between."""
+        if running:
+            self._epoch += 1
+        self.ticks.set("running", self._epoch if running else 0)
         self._ticked_at = time.monotonic()  # the silence is counted from here (see silent_s)
 
     def silent_s(self) -> float:

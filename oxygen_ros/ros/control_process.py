@@ -75,22 +75,19 @@ class ControlProcess:
                         for (actions, trajectory), counters in zip(spec["robots"], self.counters)]
         self._versions = [0] * robots
         self._stopped = [False] * robots  # the node stopped the robot's output (its slot holds no chunk)
-        self._was_running = False
+        self._epoch = 0  # the node's activate it ticks for (0: paused)
         self._missed: collections.Counter = collections.Counter()
         self._grid = TickGrid(self._missed)
         self.control = ControlThread(self.node, spec["period_ns"], self._tick, spec["priority"], self.node.get_logger())
 
     def _tick(self, scheduled_ns: int, actual_ns: int) -> None:
-        if not self.report.get("running"):  # the node is not active: no tick, none counted missed
+        epoch = self.report.get("running")
+        if not epoch:  # the node is not active: no tick, none counted missed
             self._grid.rate_changed()
-            self._was_running = False
+            self._epoch = 0
             return
-        if not self._was_running:  # activated: the node emptied the slots at deactivate; they wait for
-            self._was_running = True  # their next chunk (underruns till then), not stopped
-            for slot, output in enumerate(self.outputs):
-                if self.board.version(slot) != self._versions[slot]:
-                    self._take(slot, output)
-            self._stopped = [False] * len(self._stopped)
+        if epoch != self._epoch:  # activated (seen paused or not): nothing held from before goes out
+            self._activated(epoch)
         now = time.monotonic_ns()
         period = self.report.get("period_ns") or self.control.period_ns
         if period != self.control.period_ns:  # control_rate_hz changed: from the next tick on
@@ -107,6 +104,17 @@ class ControlProcess:
             if due is not None:
                 output.publish(due)
         self._report(dues, scheduled_ns, actual_ns, now)
+
+    def _activated(self, epoch: int) -> None:
+        """Every output starts empty: the node emptied the slots at deactivate, and what it pushed
+        since is taken; a slot read torn now is read on the next tick. They wait for their next
+        chunk (``waiting`` till then), not stopped."""
+        self._epoch = epoch
+        for slot, output in enumerate(self.outputs):
+            output.drop()
+            if self.board.version(slot) != self._versions[slot]:
+                self._take(slot, output)
+        self._stopped = [False] * len(self._stopped)
 
     def _take(self, slot: int, output: ActionOutput) -> None:
         try:
