@@ -128,3 +128,17 @@ def test_the_console_tells_a_missing_camera_and_underruns(ros_env):
         client.publish_observations(2.0, rate_hz=10.0)
         assert until(lambda: client.chunks, 20.0)
         assert until(lambda: any("underruns in the last second" in line for line in logs), 30.0), logs
+
+
+def test_a_silent_control_tick_is_an_error_only_when_silent_for_longer_than_its_period_explains():
+    """1 s without a tick is a stopped tick at 50 Hz; at control_rate_hz 0.5 ticks are 2 s
+    apart, and the same silence was a false ERROR saying that no action goes out."""
+    from diagnostic_msgs.msg import DiagnosticStatus
+
+    status = StatusReporter("/o", clock=Clock())
+    level, message = status.status(_figures(control_silent_s=1.5), 1.0)
+    assert level == DiagnosticStatus.ERROR and "control tick silent for 1.5 s" in message
+    level, message = status.status(_figures(control_silent_s=2.0, control_rate_hz=0.5), 1.0)
+    assert level != DiagnosticStatus.ERROR and "silent" not in message, message
+    level, message = status.status(_figures(control_silent_s=6.5, control_rate_hz=0.5), 1.0)
+    assert level == DiagnosticStatus.ERROR and "control tick silent for 6.5 s" in message

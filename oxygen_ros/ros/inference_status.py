@@ -32,8 +32,11 @@ CONSOLE_PERIOD_S = 5.0
 #: watching /diagnostics. Frame failures and a stopped action output are logged where they happen.
 CONSOLE = ("underruns", "no_observation", "observation_age", "missed_ticks", "recompiles", "control_failure",
            "control_silent")
-#: Seconds the control process may go without a tick while active before the status is ERROR.
+#: Seconds the control process may go without a tick while active before the status is ERROR
+#: (at least :data:`CONTROL_SILENT_PERIODS` control periods: at a slow ``control_rate_hz`` a
+#: tick is that far apart anyway).
 CONTROL_SILENT_S = 1.0
+CONTROL_SILENT_PERIODS = 3
 #: Problems that make the status ERROR (no action goes out); the others make it WARN.
 ERRORS = ("control_failure", "control_silent", "faulted")
 
@@ -43,7 +46,7 @@ def _problems(d: dict, new: dict, max_observation_age: float) -> list[tuple[str,
     problems = []
     if d.get("control_failure"):
         problems.append(("control_failure", f"control tick stopped: {d['control_failure']}; no action goes out"))
-    elif d.get("control_silent_s", 0.0) > CONTROL_SILENT_S:
+    elif d.get("control_silent_s", 0.0) > max(CONTROL_SILENT_S, CONTROL_SILENT_PERIODS / d["control_rate_hz"]):
         problems.append(("control_silent", f"control tick silent for {d['control_silent_s']:.1f} s: the control "
                                            "process runs but does not tick (stopped, or starved of CPU); no "
                                            "action goes out"))
