@@ -62,6 +62,21 @@ def test_stale_observation_is_not_used(engine):
     assert loop.next_job(int(100 * S), 0).observation.seq == 3
 
 
+def test_an_observation_already_old_on_arrival_names_the_clock_as_a_suspect(engine, caplog):
+    """Stamped by a clock 3 s behind this node's, every observation reads as old: the warning
+    says so, where one that grew old waiting here does not."""
+    with caplog.at_level(logging.WARNING, logger="test_frame_loop"):
+        loop = make_loop(engine, max_observation_age=0.5)
+        loop.observation_arrived(arrival(1, 10.0, received_s=10.1))
+        assert loop.next_job(int(10.7 * S), 0) is None  # it waited here
+        loop = make_loop(engine, max_observation_age=0.5)  # a warning of one kind per 5 s: a loop of its own
+        loop.observation_arrived(arrival(2, 17.0, received_s=20.0))
+        assert loop.next_job(int(20.1 * S), 0) is None  # it came old
+    waited, came_old = [r.getMessage() for r in caplog.records if "observation" in r.getMessage()]
+    assert "is 0.700 s old" in waited and "clock" not in waited
+    assert "is 3.100 s old" in came_old and "3.000 s old when it arrived" in came_old and "clock" in came_old
+
+
 def test_language_cadence_counts_observation_frames(engine):
     loop = make_loop(engine, language_every_n_frames=3)
     starts = [loop.plan(True).start_language for _ in range(7)]

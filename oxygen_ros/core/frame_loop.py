@@ -248,8 +248,11 @@ class FrameLoop:
         if max_age > 0 and stamp > 0 and age_s > max_age:
             robot.count["observations_stale"] += 1
             whose = f"robot {robot.name}: " if robot.name else ""
+            on_arrival = (arrival.received_ros_ns - stamp) / NS_PER_S
+            why = (f"; it was {on_arrival:.3f} s old when it arrived (by its header stamp): is the sender's clock "
+                   "behind this node's, or its network slow?" if on_arrival > max_age else "")
             self._warn(f"stale{robot.name}", f"{whose}observation {arrival.seq} is {age_s:.3f} s old "
-                       f"(max_observation_age {max_age:g} s): not used")
+                       f"(max_observation_age {max_age:g} s): not used{why}")
             return False
         return True
 
