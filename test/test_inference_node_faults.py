@@ -346,3 +346,26 @@ def test_non_finite_actions_are_never_published(ros, feeder_factory):
     check_chunks(chunks, horizon=H)  # every value finite
     assert not {m.frame_id for m in chunks} & set(poison["frames"])
     assert len(poison["frames"]) == 7 and node.counters["ticks_faulted"] > 0
+
+
+def test_a_frame_worker_that_stops_is_an_error_naming_why(ros):
+    """A fault outside any frame (here in choosing the next job) ends the worker thread: no
+    frame runs any more and the actions run out. /diagnostics says so, as an ERROR with the
+    exception, instead of only the underruns that follow (the node itself goes on)."""
+    from diagnostic_msgs.msg import DiagnosticStatus
+
+    prefix = unique_prefix()
+    node = _node(ros, prefix)
+    client = InferenceClient(ros, prefix, "oxygen_test_worker_client", node=node)
+    assert until(lambda: node.counters["frames"] >= 2, 30.0, every=client.observe, period=0.1)
+    assert node.diagnostics()["worker_failure"] == ""
+
+    def broken(*args, **kwargs):
+        raise RuntimeError("injected fault choosing a job")
+
+    node.loop.next_job = broken
+    assert until(lambda: node.worker.died, 10.0, every=client.observe, period=0.1)
+    assert node.diagnostics()["worker_failure"] == "RuntimeError: injected fault choosing a job"
+    level, message = node.diagnostic_status()
+    assert level == DiagnosticStatus.ERROR
+    assert "frame worker stopped: RuntimeError: injected fault choosing a job" in message, message

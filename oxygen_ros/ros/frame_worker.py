@@ -52,6 +52,9 @@ class FrameWorker:
         #: worker's load, 1 when frames run back to back (:meth:`load_fraction`)
         self.load = WindowRate(LOAD_WINDOW_S)
         self._stop = False
+        #: why the thread ended on its own (a fault outside a frame: a frame's own is counted and
+        #: logged, and the worker goes on); None while it serves, and after a stop
+        self.failure: Optional[str] = None
         self._thread = threading.Thread(target=self._run, name="oxygen-inference-worker", daemon=True)
 
     def start(self) -> None:
@@ -88,6 +91,15 @@ class FrameWorker:
 
     # ------------------------------------------------------------------ the thread
     def _run(self) -> None:
+        try:
+            self._serve()
+        except BaseException as exc:  # noqa: BLE001  said where it is seen: the log, /diagnostics, oxygen-agent
+            self.failure = f"{type(exc).__name__}: {exc}"
+            trace = "".join(traceback.format_exception(exc))
+            self._log.fatal(f"the frame worker stopped: {self.failure}: no frame runs any more, no new action goes "
+                            f"out\n{trace}")
+
+    def _serve(self) -> None:
         self.load.add(time.monotonic(), 0.0)  # the load counts from the worker's start
         why = lower_thread_priority(self._params["worker_niceness"])
         if why:

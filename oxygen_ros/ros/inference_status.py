@@ -31,14 +31,14 @@ CONSOLE_PERIOD_S = 5.0
 #: Problems that are also warned on the console (throttled): the ones a user must see without
 #: watching /diagnostics. Frame failures and a stopped action output are logged where they happen.
 CONSOLE = ("underruns", "no_observation", "observation_age", "missed_ticks", "recompiles", "control_failure",
-           "control_silent")
+           "control_silent", "worker_failure")
 #: Seconds the control process may go without a tick while active before the status is ERROR
 #: (at least :data:`CONTROL_SILENT_PERIODS` control periods: at a slow ``control_rate_hz`` a
 #: tick is that far apart anyway).
 CONTROL_SILENT_S = 1.0
 CONTROL_SILENT_PERIODS = 3
 #: Problems that make the status ERROR (no action goes out); the others make it WARN.
-ERRORS = ("control_failure", "control_silent", "faulted")
+ERRORS = ("control_failure", "control_silent", "faulted", "worker_failure")
 
 
 def _problems(d: dict, new: dict, max_observation_age: float) -> list[tuple[str, str]]:
@@ -49,6 +49,9 @@ def _problems(d: dict, new: dict, max_observation_age: float) -> list[tuple[str,
     elif d.get("control_silent_s", 0.0) > max(CONTROL_SILENT_S, CONTROL_SILENT_PERIODS / d["control_rate_hz"]):
         problems.append(("control_silent", f"control tick silent for {d['control_silent_s']:.1f} s: the control "
                                            "process runs but does not tick (stopped, or starved of CPU); no "
+                                           "action goes out"))
+    if d.get("worker_failure"):
+        problems.append(("worker_failure", f"frame worker stopped: {d['worker_failure']}; no frame runs, no new "
                                            "action goes out"))
     if d["faulted"]:
         problems.append(("faulted", f"action output stopped: {d['consecutive_failures']} frames failed in a row "
