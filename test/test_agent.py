@@ -58,7 +58,7 @@ def test_demo_publishes_actions_and_text_and_writes_the_report(ros_env, tmp_path
     assert 0 < data["start_to_first_chunk_s"] < ran_s - 8, (data["start_to_first_chunk_s"], ran_s)
     for key in ("obs_to_action_p50_ms", "obs_to_action_p99_ms", "ros_overhead_p99_ms", "tick_jitter_p99_ms"):
         assert data[key] is not None and data[key] >= 0, (key, data[key])
-    assert "f=" in proc.stdout  # the status line
+    assert "ticks 50 Hz  f=H/T " in proc.stdout  # the status line: the tick rate first, then what the frames serve
     assert "[request " in proc.stdout  # the streamed text
     # the jitter comes from a subscriber in its own process, which is gone with the agent
     assert data["measured_by"] == "arrival_probe (own process)", proc.stderr[-2000:]

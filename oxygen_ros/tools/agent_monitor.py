@@ -148,9 +148,11 @@ class Monitor:
         elif not d:
             line = "waiting for the inference node's diagnostics ..."
         elif robots:
-            line = f"{frame}  " + "  ".join(_robot_status(r, rd) for r, rd in robots.items()) + f"  | {partial[-40:]!r}"
+            line = (f"{_ticks(d)}  {frame}  " + "  ".join(_robot_status(r, rd) for r, rd in robots.items())
+                    + f"  | {partial[-40:]!r}")
         else:
-            line = (f"f={_num(d.get('action_frequency_hz'))} Hz  chunk age {_num(d.get('chunk_age_ms'))} ms  {frame}  "
+            line = (f"{_ticks(d)}  f=H/T {_num(d.get('action_frequency_hz'))} Hz  chunk age "
+                    f"{_num(d.get('chunk_age_ms'))} ms  {frame}  "
                     f"{_num(d.get('tokens_per_s'))} tok/s  underruns {d.get('underruns', '?')}  "
                     f"| {partial[-40:]!r}")
         if self.tty:
@@ -167,8 +169,13 @@ class Monitor:
             self._status_len = 0
 
 
+def _ticks(d: dict[str, str]) -> str:
+    """The control tick's rate: what goes out (one action per tick), as the status line starts."""
+    return f"ticks {_num(d.get('control_rate_hz'))} Hz"
+
+
 def _robot_status(robot: str, d: dict[str, str]) -> str:
-    """One robot's part of the status line."""
+    """One robot's part of the status line (``f``: H x the robot's chunks per second)."""
     if not d:
         return f"[{robot} ?]"
     return (f"[{robot} f={_num(d.get('action_frequency_hz'))} age {_num(d.get('chunk_age_ms'))} "
