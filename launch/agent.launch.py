@@ -43,12 +43,12 @@ from functools import partial
 
 from ament_index_python.packages import get_package_share_directory
 from launch import LaunchDescription
-from launch.actions import DeclareLaunchArgument, OpaqueFunction, RegisterEventHandler
+from launch.actions import DeclareLaunchArgument, LogInfo, OpaqueFunction, RegisterEventHandler
 from launch.event_handlers import OnProcessExit, OnShutdown
 from launch.substitutions import LaunchConfiguration
 from launch_ros.actions import Node
 
-from oxygen_ros.ros.plan import node_exit_message, node_label, overrides_file, resolve
+from oxygen_ros.ros.plan import node_exit_message, node_label, overrides_file, resolve, unused_sections
 from oxygen_ros.ros.plan_tables import ARGUMENTS, PACKAGE
 
 
@@ -76,6 +76,7 @@ def _nodes(context, *args, **kwargs):
     overrides_dir = tempfile.mkdtemp(prefix='oxygen_launch_')
     # the nodes read their files as they start; the folder goes when the launch ends
     actions = [RegisterEventHandler(OnShutdown(on_shutdown=partial(_remove, overrides_dir)))]
+    actions += [LogInfo(msg=f'warning: {line}') for line in unused_sections(plan, params_file)]
     for item in plan:
         spec, label = item['spec'], node_label(item)
         parameters = [params_file]

@@ -267,3 +267,22 @@ def test_yaml_loads_into_the_nodes(ros):
         node = ros.add(cls(context=ros.context, namespace="/launch_test_yaml",
                            cli_args=["--ros-args", "--params-file", str(YAML_FILE)]))
         assert node.get_name() == spec.name
+
+
+def test_a_params_file_section_that_names_no_node_is_reported(tmp_path, capsys):
+    """A misspelt node name in the params file leaves every parameter of that node at its
+    default: oxygen-agent (and the launch file, in its log) says which section no node reads.
+    Sections of the installed file, a robot's own and the generic ones it reads are all used."""
+    from oxygen_ros.ros.plan import node_plan, unused_sections
+
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("oxygen_inferense:\n  ros__parameters:\n    control_rate_hz: 25.0\n"
+                   "oxygen_camera:\n  ros__parameters:\n    max_age: 1.0\n")
+    (line,) = unused_sections(node_plan({}, str(bad)), str(bad))
+    assert "section '/oxygen_inferense' names no node of this launch" in line and "/oxygen_inference" in line
+    assert unused_sections(node_plan({}, str(YAML_FILE)), str(YAML_FILE)) == []
+    assert unused_sections(node_plan({"demo": "true"}, str(YAML_FILE)), str(YAML_FILE)) == []
+    robots = tmp_path / "robots.yaml"
+    robots.write_text(YAML_FILE.read_text() + "left/oxygen_camera:\n  ros__parameters:\n    max_age: 1.0\n"
+                      "/**:\n  ros__parameters:\n    use_sim_time: false\n")
+    assert unused_sections(node_plan({"robots": "left,right"}, str(robots)), str(robots)) == []

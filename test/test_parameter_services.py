@@ -118,3 +118,33 @@ def test_parameter_services_answer_and_a_dump_starts_the_same_node(ros_env, tmp_
         after = parameter_services(client, again.get_fully_qualified_name())
         assert {n: (t, v) for n, (t, v, _) in after.items()} == {n: (t, v) for n, (t, v, _) in before.items()}
         assert {n: d.read_only for n, (_, _, d) in after.items()} == {n: d.read_only for n, (_, _, d) in before.items()}
+
+
+@pytest.mark.parametrize("which, typo, meant", [("camera", "imge_size", "image_size"),
+                                                ("inference", "control_rate", "control_rate_hz"),
+                                                ("synthetic_camera", "rate", "rate_hz")])
+def test_a_misspelt_parameter_is_named_with_the_one_it_is_closest_to(ros_env, tmp_path, which, typo, meant):
+    """A typo in the params file would leave that parameter at its default, unnoticed: every
+    node names it (and warns in its log); its own parameters, as `ros2 param dump` writes
+    them, are never reported."""
+    from oxygen_ros.ros.parameters import unknown_parameters
+
+    cls, values = _nodes(tmp_path)[which]
+    table = {"camera": "oxygen_ros.ros.camera_parameters:PARAMETERS",
+             "inference": "oxygen_ros.ros.inference_parameters:PARAMETERS",
+             "synthetic_camera": "oxygen_ros.ros.synthetic_camera:SYNTHETIC_CAMERA_PARAMETERS"}[which]
+    module, name = table.split(":")
+    specs = getattr(__import__(module, fromlist=[name]), name)
+    namespace = f"/typo_{uuid.uuid4().hex[:8]}"
+    with Ros() as ros:
+        client = ros.node("oxygen_test_typo_client")
+        path = tmp_path / "typo.yaml"
+        path.write_text(yaml.safe_dump({"/**": {"ros__parameters": {**values, typo: 1.0}}}))
+        node = ros.add(cls(context=ros.context, namespace=namespace, cli_args=["--ros-args", "--params-file", str(path)]))
+        assert unknown_parameters(node, specs) == [f"{typo!r} (did you mean {meant!r}?)"]
+        full_name = node.get_fully_qualified_name()
+        dumped = parameter_services(client, full_name)
+        ros.remove(node)
+        again = ros.add(cls(context=ros.context, namespace=namespace,
+                            cli_args=["--ros-args", "--params-file", str(dump_file(tmp_path, full_name, dumped))]))
+        assert unknown_parameters(again, specs) == []

@@ -15,7 +15,7 @@ from __future__ import annotations
 import sys
 from typing import Any, Protocol
 
-from .plan import build_nodes, node_label, resolve
+from .plan import build_nodes, node_label, resolve, unused_sections
 from .robot_process import INFERENCE, RobotProcessError, RobotProcesses, camera_sides
 from .spinner import BACKGROUND_NICENESS, CONTROL_PATH, EXECUTORS, Spinner  # noqa: F401 (the agent's layout)
 
@@ -137,6 +137,8 @@ def run_agent(prog: str, values: dict[str, str], session: Session, executor: str
     init_control_process([])
     print(f"{prog}: parameters from {params_file}; nodes: " + ", ".join(node_label(item) for item in plan)
           + ("; every robot's camera side in a process of its own" if robot_processes else ""), flush=True)
+    for line in unused_sections(plan, params_file):
+        print(f"{prog}: warning: {line}", file=sys.stderr, flush=True)
     agent, code = Agent(plan, params_file, robot_processes, background_niceness), 0
     try:
         agent.build()

@@ -64,7 +64,7 @@ from .control_thread import ControlThread
 from .frame_worker import FrameWorker
 from .inference_diagnostics import InferenceDiagnostics
 from .inference_ticks import InferenceTicks
-from .inference_parameters import IMPLICIT_PARAMETERS, PARAMETERS, SPECS
+from .inference_parameters import PARAMETERS
 from .inference_setup import (
     compile_pieces,
     engine_config,
@@ -116,11 +116,7 @@ class InferenceNode(InferenceDiagnostics, InferenceTicks, Node):
         self._entities: list = []  # the publishers and subscriptions that configure() made
         self._ask_servers: dict[str, AskServer] = {}  # by action name: they live as long as the node
         try:
-            self.params = declare_parameters(self, PARAMETERS)
-            unknown = sorted(n for n in getattr(self, "_parameter_overrides", {}) if n not in SPECS
-                             and n not in IMPLICIT_PARAMETERS and not n.startswith("qos_overrides."))
-            if unknown:  # a typo in the YAML would otherwise go unnoticed (a wildcard section may hold others')
-                self.get_logger().warning(f"unknown parameter(s) {unknown} ignored; known: see config/agent.yaml")
+            self.params = declare_parameters(self, PARAMETERS)  # it warns of unknown ones
             self.add_on_set_parameters_callback(parameter_callback(PARAMETERS, lambda: self.params))
             self.add_post_set_parameters_callback(self._apply_parameters)
             if start:  # the plain node: configured and active from the start (the managed one waits)

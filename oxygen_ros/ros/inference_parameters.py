@@ -27,8 +27,6 @@ from .robots import robot_names_check
 
 DTYPES = ("float32", "bfloat16")
 HOLD_ACTIONS = ("none", "last")
-#: Parameters rclpy declares itself (not ours, never "unknown").
-IMPLICIT_PARAMETERS = ("use_sim_time", "start_type_description_service")
 
 
 def _device(value: str, values: Mapping | None = None) -> str | None:

@@ -15,6 +15,7 @@ ROS-light: needs ``rclpy`` only to declare parameters and validate topic names.
 
 from __future__ import annotations
 
+import difflib
 import math
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -103,8 +104,30 @@ def _descriptor(spec: ParamSpec, read_only: bool) -> ParameterDescriptor:
         additional_constraints=spec.constraints, dynamic_typing=True, read_only=read_only)
 
 
+#: Parameters rclpy declares on every node, and the QoS overrides rclpy reads itself.
+IMPLICIT_PARAMETERS = ("use_sim_time", "start_type_description_service")
+QOS_OVERRIDES = "qos_overrides."
+
+
+def unknown_parameters(node, specs: Iterable[ParamSpec]) -> list[str]:
+    """What ``node`` was given (its params files' sections, overrides) that is none of its
+    parameters: each with the known name it is closest to, if any (a typo in the YAML would
+    otherwise leave that parameter at its default, unnoticed). Warned, not refused: a
+    wildcard section (``/**``) may hold other nodes' parameters."""
+    known = [s.name for s in specs]
+    given = getattr(node, "_parameter_overrides", {})
+    out = []
+    for name in sorted(n for n in given if n not in known and n not in IMPLICIT_PARAMETERS
+                       and not n.startswith(QOS_OVERRIDES)):
+        close = difflib.get_close_matches(name, known, n=1)
+        out.append(f"{name!r} (did you mean {close[0]!r}?)" if close else repr(name))
+    return out
+
+
 def declare_parameters(node, specs: Iterable[ParamSpec]) -> dict[str, Any]:
     """Declare every parameter on ``node``; return their checked values (or raise ParameterError).
+    Parameters it was given that are none of ``specs`` are warned about in its log, naming
+    each (:func:`unknown_parameters`).
 
     An empty list of strings is stored as an empty STRING_ARRAY. rclpy would store it
     untyped: a default ``[]`` becomes a BYTE_ARRAY, and ``name: []`` in a params file
@@ -122,6 +145,10 @@ def declare_parameters(node, specs: Iterable[ParamSpec]) -> dict[str, Any]:
         if not spec.dynamic:
             node.set_descriptor(spec.name, _descriptor(spec, read_only=True))
         raw[spec.name] = param.value
+    unknown = unknown_parameters(node, specs)
+    if unknown:
+        node.get_logger().warning(f"unknown parameter(s) ignored: {', '.join(unknown)} (this node's parameters: "
+                                  "config/agent.yaml, `ros2 param list`)")
     return check_all(specs, raw)
 
 

@@ -3,7 +3,8 @@
 :func:`node_plan`: what to start for the launch arguments (the nodes of
 :data:`.plan_tables.NODES`, what :data:`.plan_tables.ARGUMENTS` override;
 ``robots:=left,right`` makes it the plan of several robots, :mod:`.robot_plan`);
-:func:`resolve` checks the parameters file too; :func:`build_nodes` constructs a
+:func:`resolve` checks the parameters file too, and :func:`unused_sections` finds
+its sections that no node reads; :func:`build_nodes` constructs a
 plan's nodes in this process; :func:`overrides_file` writes a plan item's
 parameters for ``ros2 launch``; :func:`node_exit_message` says why a launch ends
 when a node exits. A test keeps ``config/agent.yaml`` in step with the plan.
@@ -70,6 +71,27 @@ def resolve(values: dict[str, str]) -> tuple[list[dict[str, Any]], str]:
     plan = node_plan(values, params_file)
     check_params_file(params_file)
     return plan, params_file
+
+
+def unused_sections(plan: list[dict[str, Any]], params_file: str) -> list[str]:
+    """Lines naming each section of ``params_file`` that gives its parameters to no node of
+    ``plan`` (a misspelt node name: every parameter of that node would silently keep its
+    default). A robot's node counts under its plain name too: the plan of several robots
+    reads the generic sections for them (:mod:`.robot_plan`); so does every node this
+    package can start (the demo's synthetic camera has its section in the installed file)."""
+    from .params_sections import key_matches, read_sections
+
+    names = {f"/{spec.name}" for spec in NODES}
+    for item in plan:
+        name = item["spec"].name
+        names.add(f"/{item['namespace']}/{name}" if item["namespace"] else f"/{name}")
+        names.add(f"/{name}")
+    lines = []
+    for key, _ in read_sections(params_file):
+        if not any(key_matches(key, fqn) for fqn in names):
+            lines.append(f"parameters file {params_file}: section {key!r} names no node of this launch (its nodes: "
+                         f"{', '.join(sorted(names))}): its parameters are not used")
+    return lines
 
 
 def check_params_file(path: str) -> None:
