@@ -99,6 +99,7 @@ run: venv
 	$(RUN_ENV) $(VENV)/bin/oxygen-agent demo:=true
 
 ask: venv
+	@if [ -z "$(Q)" ]; then echo 'make ask: give the question as Q, e.g. make ask Q="where is the target?"' >&2; exit 2; fi
 	$(RUN_ENV) $(VENV)/bin/oxygen-ask "$(Q)"
 
 bench: venv

@@ -97,3 +97,22 @@ def test_oxygen_ask_cancels_a_question_it_stops_waiting_for(ros_env, random_tiny
         assert until(lambda: node.counters.get("questions_cancelled", 0) == 1, 10.0), node.counters
         assert until(lambda: node.engine.active_requests == 0 and node.engine.pool.held == 0, 10.0), \
             "the abandoned question still holds its slot"
+
+
+def test_oxygen_ask_at_a_wrong_action_name_lists_the_ask_servers_it_sees(ros_env, random_tiny_dir):
+    """With several robots there is one Ask server per robot (``/a/oxygen/ask``): asking the
+    plain name finds none, and the client says which ones it sees instead of 'is the agent
+    running?' while it runs."""
+    import rclpy
+
+    from oxygen_ros.tools.ask import ask, ask_servers
+
+    prefix = unique_prefix()
+    with Ros() as ros:
+        _node(ros, random_tiny_dir, prefix)
+        client = rclpy.create_node("oxygen_test_ask_servers", context=ros.context)
+        try:
+            assert ask(client, f"{prefix}/no_such_ask", "what do you see?", timeout=0.5)[1] == "no server"
+            assert until(lambda: f"{prefix}/ask" in ask_servers(client), 10.0), ask_servers(client)
+        finally:
+            client.destroy_node()

@@ -26,6 +26,8 @@ def test_lifecycle_transitions_gate_publishing_and_own_the_pool(ros_env, random_
         node = _node(ros, prefix, random_tiny_dir, autostart=False)
         life = Lifecycle(ros.node("oxygen_test_lifecycle"), node.get_fully_qualified_name())
         assert life.state() == "unconfigured" and not node.configured  # no model yet
+        handle, _ = AskClient(ros, f"{prefix}/ask").send("what do you see?")  # its server is there already
+        assert not handle.accepted, "an unconfigured node accepted a goal"
 
         assert life.change("configure") and life.state() == "inactive"
         client = InferenceClient(ros, prefix)

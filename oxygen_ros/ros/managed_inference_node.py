@@ -31,6 +31,7 @@ from rclpy.lifecycle import LifecycleNodeMixin, TransitionCallbackReturn
 from .inference_node import NODE_NAME, InferenceNode
 from .node_main import run_control_node
 from .parameters import ParameterError
+from .robots import robot_topic
 
 SUCCESS, FAILURE = TransitionCallbackReturn.SUCCESS, TransitionCallbackReturn.FAILURE
 
@@ -43,6 +44,8 @@ class ManagedInferenceNode(LifecycleNodeMixin, InferenceNode):
         LifecycleNodeMixin.__init__(self)
         self.configure_error: Exception | None = None  # why the last configure failed
         self.activate_error: str | None = None  # why the last activate was refused
+        for robot in self.params["robots"] or [None]:  # the Ask servers live as long as the node: until
+            self._ask_server(robot_topic(robot, self.params["ask_action"]))  # configured, they refuse goals
         if self.params["autostart"]:
             try:
                 if self.trigger_configure() != SUCCESS:

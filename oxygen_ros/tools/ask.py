@@ -117,6 +117,13 @@ def ask(node, action: str, question: str, *, max_tokens: int = 0, timeout: float
         executor.shutdown()
 
 
+def ask_servers(node) -> list[str]:
+    """The Ask actions offered on the graph now (with several robots, one per robot)."""
+    from rclpy.action import get_action_names_and_types
+
+    return sorted(name for name, types in get_action_names_and_types(node) if "oxygen_ros/action/Ask" in types)
+
+
 def _spin_until(executor, future, deadline: float) -> bool:
     """Spin ``executor`` until ``future`` is done (True) or the monotonic ``deadline`` passed."""
     while not future.done():
@@ -132,12 +139,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     # Ctrl-C raises KeyboardInterrupt here, instead of rclpy shutting the context down under
     # the client: ask() still cancels the question it was waiting for
     rclpy.init(signal_handler_options=SignalHandlerOptions.NO)
+    servers: list[str] = []
     try:
         node = rclpy.create_node("oxygen_ask")
         try:
             on_piece = (lambda piece: print(piece, end="", flush=True)) if args.stream else None
             text, reason = ask(node, args.action, args.question, max_tokens=args.max_tokens,
                                timeout=args.timeout, on_piece=on_piece)
+            servers = ask_servers(node) if reason == "no server" else []
         finally:
             node.destroy_node()
     except KeyboardInterrupt:
@@ -148,7 +157,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     print("" if args.stream else text, flush=True)
     if reason in ("eos", "length"):
         return 0
-    why = {"no server": f"no Ask server on {args.action} within {args.timeout:g} s (is the agent running?)",
+    elsewhere = (f"Ask servers seen: {', '.join(servers)} (--action NAME)" if servers
+                 else "none seen: is the agent running, in this ROS_DOMAIN_ID?")
+    why = {"no server": f"no Ask server on {args.action} within {args.timeout:g} s; {elsewhere}",
            "timeout": f"no answer from {args.action} within {args.timeout:g} s (the question was cancelled)",
            "not accepted": f"{args.action} took no question (is its inference node configured and active?)",
            "rejected": f"{args.action} refused the question ({REJECTED})"}.get(reason, f"no answer ({reason})")
