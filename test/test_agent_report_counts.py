@@ -135,7 +135,7 @@ def test_a_run_that_never_published_a_chunk_has_no_window_figures_and_says_what_
     m.freeze()
     report = m.report()
     assert report["tick_lateness_p50_ms"] is None and report["tick_lateness_p99_ms"] is None
-    assert report["duration_s"] == 0.0 and report["tick_rate_hz"] is None
+    assert report["duration_s"] is None and report["tick_rate_hz"] is None
     assert {r: f["ticks_waiting"] for r, f in report["robots"].items()} == {"a": 500, "b": 500}
     assert all(f["underruns"] == 0 and f["actions_published"] == 0 for f in report["robots"].values())
 

@@ -5,7 +5,7 @@ inference node published .. :meth:`Measurement.freeze`, before the shutdown)
 with the node's counts at both ends; :meth:`Measurement.report` turns it into
 the JSON fields below (``None`` where nothing was measured):
 
-* ``duration_s`` - the measurement window's length; ``control_rate_hz``,
+* ``duration_s`` - the measurement window's length (None: no window, no chunk was published); ``control_rate_hz``,
   ``setting``, ``k`` (``steps_per_frame``), ``horizon`` (H) and ``model`` (where
   it came from) - what ran;
 * ``frames`` - observation frames the node ran in the window;
@@ -207,7 +207,7 @@ def _run(node, start, end, robots: int = 1) -> dict[str, Any]:
     window = (end["t"] - start["t"]) if start else 0.0
     ticks = (end["ticks"]["ticks"] - (start["ticks"] if start else 0)) / robots
     return {
-        "duration_s": round(window, 3),
+        "duration_s": round(window, 3) if start else None,  # no window: no chunk was ever published
         "control_rate_hz": node.params["control_rate_hz"],
         "setting": node.params["setting"],
         "k": node.params["steps_per_frame"],

@@ -281,10 +281,13 @@ def print_table(runs: list[dict], bounds: dict) -> None:
            f"{'copy B/fr':>9} {'speedup':>7} {'ideal':>6}"
     print(head)
     print("-" * len(head))
+    eager_notes = set()  # why a compile mode ran eager: said once, below its first row
     for r in runs:
         print(_row(r, base.get(_same_but_setting(r)), bounds.get(bound_key(r["S"], r["N"], r["k"], r["compiled"]))))
-        if r["compile"] != "off" and not r["compiled"]:
-            print(f"  ({r['setting']}: compile={r['compile']} ran eager: {r['compile_reason']})")
+        note = f"compile={r['compile']} ran eager: {r['compile_reason']}"
+        if r["compile"] != "off" and not r["compiled"] and note not in eager_notes:
+            eager_notes.add(note)
+            print(f"  ({note}; said once for all rows)")
         if r["compiled"]:
             print(f"  ({r['setting']}: compiled in {r['compile_s']:.1f} s, {r['recompiles']} recompiles after warm-up)")
     for key, ub in bounds.items():
