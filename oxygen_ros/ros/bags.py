@@ -8,7 +8,8 @@ types it lacks (``oxygen_ros/msg/*``) from the ``.msg`` files installed under
 ``<prefix>/share/<package>/msg/`` (or this checkout's ``msg/``).
 
 * :func:`write_bag` / :func:`read_bag` - a whole bag as a list of
-  ``(topic, message, stamp_ns)``.
+  ``(topic, message, stamp_ns)``; :class:`BagWriter` - a bag written as the
+  messages come (``oxygen-record``).
 * :func:`open_bag`, :func:`bag_topics`, :func:`message_class` - what the bag
   player uses to stream a bag.
 """
@@ -127,6 +128,52 @@ def _latched_qos() -> Qos:
     )
 
 
+class BagWriter:
+    """A rosbag2 bag being written (``with BagWriter(path, storage) as bag``): a topic is added
+    once with its type (:meth:`add_topic`), then its serialized messages are written as they
+    come (:meth:`write`). What :func:`write_bag` and ``oxygen-record`` use."""
+
+    def __init__(self, path: str | os.PathLike, storage: str):
+        if storage not in STORAGES:
+            raise BagError(f"storage must be one of {sorted(STORAGES)}, got {storage!r}")
+        self.path = Path(path)
+        if self.path.exists():
+            raise BagError(f"{self.path} exists already; a bag is written to a new directory")
+        self._typestore = _typestore()
+        self._writer = Writer(self.path, version=BAG_VERSION, storage_plugin=STORAGES[storage])
+        self._writer.open()
+        self._connections: dict[str, Any] = {}
+
+    def add_topic(self, topic: str, msgtype: str, *, latched: bool = False) -> None:
+        """Record ``topic`` carrying ``msgtype`` (``pkg/msg/Type``); ``latched``: offered with
+        transient-local durability (what ``ros2 bag record`` stores for a latched publisher),
+        so that the player re-publishes it latched."""
+        conn = self._connections.get(topic)
+        if conn is not None:
+            if conn.msgtype != msgtype:
+                raise BagError(f"topic {topic} carries {conn.msgtype}, cannot also write a {msgtype}")
+            return
+        _ensure_type(self._typestore, msgtype)
+        qos = [_latched_qos()] if latched else []
+        self._connections[topic] = self._writer.add_connection(topic, msgtype, typestore=self._typestore,
+                                                               offered_qos_profiles=qos)
+
+    def write(self, topic: str, stamp_ns: int, raw: bytes) -> None:
+        """A serialized message of ``topic`` (added before), received at ``stamp_ns``."""
+        if int(stamp_ns) < 0:
+            raise BagError(f"negative timestamp {stamp_ns} on {topic}")
+        self._writer.write(self._connections[topic], int(stamp_ns), raw)
+
+    def close(self) -> None:
+        self._writer.close()
+
+    def __enter__(self) -> "BagWriter":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+
 def write_bag(
     path: str | os.PathLike,
     storage: str,
@@ -137,34 +184,15 @@ def write_bag(
     """Write ``(topic, message, stamp_ns)`` tuples to a new rosbag2 directory.
 
     ``storage`` is ``"mcap"`` or ``"sqlite3"``; ``path`` must not exist yet.
-    Topics in ``latched_topics`` are recorded as offered with transient-local
-    durability (what ``ros2 bag record`` stores for a latched publisher), so
-    the player re-publishes them latched. Returns the bag's path.
+    Topics in ``latched_topics`` are recorded as latched (:meth:`BagWriter.add_topic`).
+    Returns the bag's path.
     """
-    if storage not in STORAGES:
-        raise BagError(f"storage must be one of {sorted(STORAGES)}, got {storage!r}")
-    path = Path(path)
-    if path.exists():
-        raise BagError(f"{path} exists already; a bag is written to a new directory")
     latched = set(latched_topics)
-    typestore = _typestore()
-    writer = Writer(path, version=BAG_VERSION, storage_plugin=STORAGES[storage])
-    connections: dict[str, Any] = {}
-    with writer:
+    with BagWriter(path, storage) as bag:
         for topic, msg, stamp_ns in messages:
-            msgtype = type_name(msg)
-            conn = connections.get(topic)
-            if conn is None:
-                _ensure_type(typestore, msgtype)
-                qos = [_latched_qos()] if topic in latched else []
-                conn = writer.add_connection(topic, msgtype, typestore=typestore, offered_qos_profiles=qos)
-                connections[topic] = conn
-            elif conn.msgtype != msgtype:
-                raise BagError(f"topic {topic} carries {conn.msgtype}, cannot also write a {msgtype}")
-            if int(stamp_ns) < 0:
-                raise BagError(f"negative timestamp {stamp_ns} on {topic}")
-            writer.write(conn, int(stamp_ns), serialize_message(msg))
-    return path
+            bag.add_topic(topic, type_name(msg), latched=topic in latched)
+            bag.write(topic, stamp_ns, serialize_message(msg))
+    return bag.path
 
 
 # --------------------------------------------------------------------------
@@ -227,6 +255,7 @@ def read_bag(path: str | os.PathLike) -> list[tuple[str, Any, int]]:
 
 __all__ = [
     "BagError",
+    "BagWriter",
     "BagTopic",
     "bag_topics",
     "message_class",

@@ -1,0 +1,179 @@
+"""``oxygen-record``: record ROS 2 topics into a rosbag2 bag, without the ``ros2`` command.
+
+The pip-only set-up of ``make`` has no ``ros2 bag record``; this records what
+the bag player (``bag_player``) and the replay tests play back::
+
+    .venv/bin/oxygen-record my_bag --duration 30                         # every topic
+    .venv/bin/oxygen-record my_bag /camera/image_raw /joint_states /oxygen/instruction
+
+It subscribes to the topics named (by default every topic it sees but
+``/rosout``, ``/parameter_events`` and hidden ones such as an action's
+``_action/feedback``), also those that appear while it records, and writes each message as it arrived: its serialized bytes (exactly
+what went over the wire) and the time it was received, as ``ros2 bag record``
+does. Each subscription takes its publishers' QoS: reliable when every
+publisher is, and transient-local when every publisher is (a latched topic,
+such as the instruction: it is stored as latched and the player re-publishes
+it latched). It ends after ``--duration`` seconds, or on Ctrl-C / SIGTERM,
+closes the bag and prints what it holds; exit status 1 when it recorded
+nothing (the bag is left, empty, so that nothing is overwritten silently).
+"""
+
+from __future__ import annotations
+
+import argparse
+import signal
+import sys
+import time
+from collections import Counter
+from collections.abc import Sequence
+from pathlib import Path
+
+from .arguments import positive_float
+
+#: Topics not recorded unless named: every node's logs and parameter events.
+SKIPPED = ("/rosout", "/parameter_events")
+#: Seconds between two looks for new topics.
+DISCOVERY_PERIOD_S = 0.5
+
+
+def topic_name(text: str) -> str:
+    """A fully qualified topic name (``/camera/image_raw``)."""
+    from rclpy.validate_full_topic_name import validate_full_topic_name
+
+    try:
+        validate_full_topic_name(text)
+    except Exception as exc:  # InvalidTopicNameException, or rcl's ValueError
+        raise argparse.ArgumentTypeError(f"{text!r} is not a fully qualified topic name: "
+                                         f"{str(exc).splitlines()[0]}") from None
+    return text
+
+
+def new_bag_dir(text: str) -> Path:
+    """Where the bag goes: a folder that does not exist yet (a bag is never written over)."""
+    path = Path(text)
+    if path.exists():
+        raise argparse.ArgumentTypeError(f"{path} exists already; a bag is written to a new folder")
+    return path
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="oxygen-record", description=__doc__.split("\n\n")[0])
+    parser.add_argument("out", type=new_bag_dir, help="the bag's folder (must not exist)")
+    parser.add_argument("topics", nargs="*", type=topic_name,
+                        help=f"topics to record (default: every topic but {', '.join(SKIPPED)})")
+    parser.add_argument("--duration", type=positive_float, default=None,
+                        help="seconds to record (default: until Ctrl-C or SIGTERM)")
+    parser.add_argument("--storage", choices=("mcap", "sqlite3"), default="mcap", help="bag storage (default mcap)")
+    return parser
+
+
+class Recorder:
+    """Subscriptions that write every message they get into ``bag`` (a :class:`~..ros.bags.BagWriter`)."""
+
+    def __init__(self, node, bag, topics: Sequence[str]):
+        self.node, self.bag = node, bag
+        self.wanted = set(topics)  # empty: every topic but SKIPPED
+        self.counts: Counter = Counter()
+        self._subscriptions: dict[str, object] = {}
+        self.discover()
+        node.create_timer(DISCOVERY_PERIOD_S, self.discover)
+
+    def discover(self) -> None:
+        """Subscribe to the wanted topics that have a publisher now (once each)."""
+        for topic, types in self.node.get_topic_names_and_types():
+            if topic in self._subscriptions or not self._wants(topic):
+                continue
+            publishers = self.node.get_publishers_info_by_topic(topic)
+            if not publishers:
+                continue
+            if len(set(types)) != 1:
+                self.node.get_logger().warning(f"{topic} carries several types {types}: not recorded")
+                self._subscriptions[topic] = None
+                continue
+            try:
+                self._subscribe(topic, types[0], publishers)
+            except ValueError as exc:  # BagError: a type with no definition here
+                self.node.get_logger().warning(f"{topic} not recorded: {exc}")
+                self._subscriptions[topic] = None
+
+    def _wants(self, topic: str) -> bool:
+        """Named, or (none named) any topic but :data:`SKIPPED` and the hidden ones (a name part
+        starting with ``_``: an action's feedback and status, as ``ros2 bag record -a``)."""
+        if self.wanted:
+            return topic in self.wanted
+        return topic not in SKIPPED and not any(part.startswith("_") for part in topic.split("/"))
+
+    def _subscribe(self, topic: str, msgtype: str, publishers) -> None:
+        from rclpy.qos import DurabilityPolicy, QoSProfile, ReliabilityPolicy
+
+        from ..ros.bags import message_class
+
+        reliable = all(p.qos_profile.reliability == ReliabilityPolicy.RELIABLE for p in publishers)
+        latched = all(p.qos_profile.durability == DurabilityPolicy.TRANSIENT_LOCAL for p in publishers)
+        qos = QoSProfile(depth=1000 if reliable else 100,
+                         reliability=ReliabilityPolicy.RELIABLE if reliable else ReliabilityPolicy.BEST_EFFORT,
+                         durability=DurabilityPolicy.TRANSIENT_LOCAL if latched else DurabilityPolicy.VOLATILE)
+        self.bag.add_topic(topic, msgtype, latched=latched)
+        clock = self.node.get_clock()
+
+        def on_message(raw: bytes) -> None:
+            self.bag.write(topic, clock.now().nanoseconds, raw)
+            self.counts[topic] += 1
+
+        self._subscriptions[topic] = self.node.create_subscription(message_class(msgtype), topic, on_message, qos,
+                                                                   raw=True)
+        self.node.get_logger().info(f"recording {topic} ({msgtype}, {'reliable' if reliable else 'best effort'}"
+                                    f"{', latched' if latched else ''})")
+
+
+def record(args: argparse.Namespace) -> int:
+    import rclpy
+    from rclpy.executors import SingleThreadedExecutor
+    from rclpy.signals import SignalHandlerOptions
+
+    from ..ros.bags import BagError, BagWriter
+
+    stop = []
+    signal.signal(signal.SIGTERM, lambda *_: stop.append("SIGTERM"))
+    rclpy.init(signal_handler_options=SignalHandlerOptions.NO)
+    try:
+        bag = BagWriter(args.out, args.storage)
+    except BagError as exc:
+        rclpy.try_shutdown()
+        print(f"oxygen-record: {exc}", file=sys.stderr)
+        return 2
+    node = rclpy.create_node("oxygen_record")
+    executor = SingleThreadedExecutor()
+    executor.add_node(node)
+    deadline = None if args.duration is None else time.monotonic() + args.duration
+    counts: Counter = Counter()
+    try:
+        counts = Recorder(node, bag, args.topics).counts
+        while not stop and (deadline is None or time.monotonic() < deadline):
+            executor.spin_once(timeout_sec=0.1)
+    except KeyboardInterrupt:
+        pass
+    finally:
+        bag.close()
+        executor.shutdown()
+        node.destroy_node()
+        rclpy.try_shutdown()
+    return _summary(args.out, counts, args.topics)
+
+
+def _summary(out: Path, counts: Counter, wanted: Sequence[str]) -> int:
+    missing = [t for t in wanted if not counts[t]]
+    total = sum(counts.values())
+    print(f"oxygen-record: {out}: {total} messages on {len(counts)} topic(s)"
+          + "".join(f"\n  {topic}: {n}" for topic, n in sorted(counts.items())), flush=True)
+    if missing:
+        print(f"oxygen-record: nothing received on {', '.join(missing)}", file=sys.stderr)
+    return 0 if total else 1
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    return record(_parser().parse_args(argv))
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

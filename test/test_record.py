@@ -1,0 +1,66 @@
+"""``oxygen-record`` (oxygen_ros/tools/record.py) records a running camera into a rosbag2 bag,
+in a process of its own on real DDS, and the bag reads back as what was published: images
+and states as they came, the latched instruction as latched."""
+
+from __future__ import annotations
+
+import signal
+import subprocess
+import sys
+import time
+
+from ros_harness import Ros, checkout_env, params, unique_prefix
+
+from oxygen_ros.ros.bags import bag_topics, open_bag, read_bag
+
+
+def _recorder(out, *args) -> subprocess.Popen:
+    return subprocess.Popen([sys.executable, "-m", "oxygen_ros.tools.record", str(out), *args], env=checkout_env(),
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def test_a_recording_of_the_synthetic_camera_reads_back_with_its_latched_instruction(ros_env, tmp_path):
+    from oxygen_ros.ros.synthetic_camera import SyntheticCamera
+
+    prefix = unique_prefix()
+    topics = {"image_topic": f"{prefix}/image", "instruction_topic": f"{prefix}/instruction",
+              "joint_state_topic": f"{prefix}/joint_states", "action_topic": f"{prefix}/actions"}
+    out = tmp_path / "bag"
+    with Ros() as ros:
+        ros.add(SyntheticCamera(context=ros.context, parameter_overrides=params(rate_hz=20.0, **topics)))
+        time.sleep(1.0)  # the instruction went out before the recorder started: it must come latched
+        proc = _recorder(out, topics["image_topic"], topics["instruction_topic"], topics["joint_state_topic"],
+                         "--duration", "4")
+        stdout, stderr = proc.communicate(timeout=60)
+    assert proc.returncode == 0, stderr
+    assert f"oxygen-record: {out}:" in stdout
+    messages = read_bag(out)
+    by_topic = {t: [m for topic, m, _ in messages if topic == t] for t in topics.values()}
+    assert len(by_topic[topics["image_topic"]]) >= 20, {t: len(m) for t, m in by_topic.items()}
+    assert len(by_topic[topics["joint_state_topic"]]) >= 20
+    (instruction,) = by_topic[topics["instruction_topic"]]
+    assert instruction.data.strip()
+    image = by_topic[topics["image_topic"]][0]
+    assert image.height == image.width > 0 and len(image.data) == image.height * image.step
+    reader = open_bag(out)
+    try:
+        kinds = bag_topics(reader)
+    finally:
+        reader.close()
+    assert kinds[topics["instruction_topic"]].latched and not kinds[topics["image_topic"]].latched
+    stamps = [s for t, _, s in messages if t == topics["image_topic"]]
+    assert stamps == sorted(stamps) and 2.0 < (stamps[-1] - stamps[0]) / 1e9 < 5.0  # as received: 4 s of 20 Hz
+
+
+def test_a_recording_stopped_by_sigint_closes_its_bag_and_one_that_got_nothing_says_so(ros_env, tmp_path):
+    prefix = unique_prefix()
+    proc = _recorder(tmp_path / "empty", f"{prefix}/nobody_publishes_this")
+    time.sleep(3.0)
+    proc.send_signal(signal.SIGINT)
+    stdout, stderr = proc.communicate(timeout=30)
+    assert proc.returncode == 1
+    assert "0 messages on 0 topic(s)" in stdout and f"nothing received on {prefix}/nobody_publishes_this" in stderr
+    assert read_bag(tmp_path / "empty") == []  # a closed, readable bag
+    again = _recorder(tmp_path / "empty", "--duration", "1")
+    _, stderr = again.communicate(timeout=30)
+    assert again.returncode == 2 and "exists already" in stderr  # never written over
