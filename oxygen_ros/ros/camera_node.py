@@ -84,6 +84,9 @@ from oxygen_ros.ros.qos import LATCHED_QOS, OBSERVATION_QOS, image_qos, is_relia
 
 NODE_NAME = "oxygen_camera"
 
+#: Images from this size on go out in several UDP fragments, and a best-effort subscription
+#: loses the whole image with any one of them (below it, QoS is not why a camera is slow).
+FRAGMENT_BYTES = 64_000
 #: Reasons (besides IMAGE_ERROR_REASONS) counted in ``CameraNode.rejected``.
 STATE_REJECTION_REASONS = ("state_not_finite", "state_empty", "state_too_long", "state_names_mismatch")
 #: Seconds between two DiagnosticArray messages on /diagnostics.
@@ -136,6 +139,7 @@ class CameraNode(Node):
         self.instruction: str | None = None
         self._state = StateTracker(p["state_joint_names"], self._core.MAX_STATE_DIM)  # see core/joint_state.py
         self._frames: list[_Frame | None] = [None] * len(self.topics)
+        self._image_bytes: list[int | None] = [None] * len(self.topics)  # each camera's last message's data size
         self._grouping = FrameGrouping(len(self.topics), needs_state=bool(self.state_topic))  # when to publish
         self._throttle = Throttle(5.0)
         self._unstamped_warned: set[str] = set()
@@ -186,8 +190,12 @@ class CameraNode(Node):
                    "matches every publisher")
 
     def _qos_hint(self, index: int) -> str:
-        """For a slow camera: whether a reliable subscription would help (its publishers are reliable)."""
+        """For a slow camera: whether a reliable subscription would help (its publishers are
+        reliable, and its images large enough to be sent in fragments, or none came yet)."""
         if is_reliable(self._images[index].qos_profile):
+            return ""
+        size = self._image_bytes[index]
+        if size is not None and size < FRAGMENT_BYTES:  # one datagram each: best effort loses no part of one
             return ""
         publishers = self.get_publishers_info_by_topic(self.topics[index])
         if publishers and all(is_reliable(info.qos_profile) for info in publishers):
@@ -238,6 +246,7 @@ class CameraNode(Node):
 
     def _on_image(self, index: int, msg: Image | CompressedImage) -> None:
         topic = self.topics[index]
+        self._image_bytes[index] = len(msg.data)
         try:
             if isinstance(msg, CompressedImage):
                 rgb = compressed_msg_to_rgb(msg, self.max_image_bytes)
