@@ -303,3 +303,22 @@ def test_a_cancelled_question_ends_where_it_is(engine):
     loop.put_back(job)
     assert loop.next_job(0, 0).cancels == [("", "b")]
     assert loop.counters["questions_cancelled"] == 2
+
+
+def test_images_far_larger_than_the_model_takes_are_noted_once(engine, caplog):
+    """The shipped model takes 32- or 48-pixel images; a camera node left at image_size 224
+    sends 20x the bytes and costs a resize every frame: the loop says so once, naming the fix."""
+    size = engine.model.config.vision.image_size
+    loop = make_loop(engine)
+    with caplog.at_level(logging.INFO, logger="test_frame_loop"):
+        for seq in range(3):
+            loop.fit_observation(Observation({"base": np.zeros((224, 224, 3), np.uint8)}, "pick it up"), seq)
+        loop.fit_observation(image_obs(), 3)
+    notes = [r.getMessage() for r in caplog.records if "image_size" in r.getMessage()]
+    assert notes == [f"observations carry 224x224 images and the model takes {size}x{size}: each is resized every "
+                     f"frame; the camera node's image_size: {size} sends them at the model's size"]
+    quiet = make_loop(engine)
+    with caplog.at_level(logging.INFO, logger="test_frame_loop"):
+        caplog.clear()
+        quiet.fit_observation(Observation({"base": np.zeros((size, size, 3), np.uint8)}, "pick it up"), 0)
+    assert not [r for r in caplog.records if "image_size" in r.getMessage()]

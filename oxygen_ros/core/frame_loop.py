@@ -46,7 +46,7 @@ from .cadence import LanguageCadence
 from .chunk_clock import NS_PER_S, period_ns
 from .engine import Engine, FrameResult, Question
 from .frame_result import tokens_beyond
-from .input_fit import FittedInstruction, InstructionFitter, fit_question
+from .input_fit import FittedInstruction, InstructionFitter, fit_question, oversized_images
 from .observation import Observation, ObservationError
 from .requests import TokenEvent
 from .robot_inputs import Arrival, RobotInputs, WaitingQuestion, stalest_first
@@ -106,6 +106,7 @@ class FrameLoop:
         self.budget = DecodeBudget(settings.steps_per_frame, self.deadline_ms())
         self.cadence = LanguageCadence(settings.language_every_n_frames)
         self.fitter = InstructionFitter(engine.tokenizer, max_token_len)
+        self._image_size_noted = False
         self.counters: collections.Counter = collections.Counter()  # the whole loop's (every robot's)
         self.last_k = settings.steps_per_frame
         self.k_history: collections.deque = collections.deque(maxlen=1000)  # (frame_id, k, observation?)
@@ -272,6 +273,9 @@ class FrameLoop:
         if obs.state is not None and self.state_dim is not None and obs.state.shape[0] > self.state_dim:
             raise ObservationError("state", f"has {obs.state.shape[0]} values, the checkpoint's state "
                                    f"statistics cover {self.state_dim}")
+        if not self._image_size_noted and (note := oversized_images(obs, self.engine.model.config.vision.image_size)):
+            self._image_size_noted = True  # said once
+            self.log.info(note)
         fitted = self.fitter.fit(obs, self.engine.prompt_state(obs.state))
         self._report_fit(fitted, len(obs.instruction), seq)
         return fitted.observation

@@ -1,4 +1,5 @@
-"""Inputs cut to what the model takes: the instruction to the prompt, a question to its limit.
+"""Inputs cut to what the model takes: the instruction to the prompt, a question to its limit
+(and a note on images far larger than the model's, :func:`oversized_images`).
 
 Text is cleaned first (:func:`~oxygen_ros.core.text.clean_text`). Only the
 first ``limit * CHARS_PER_TOKEN`` characters are looked at, so a megabyte of
@@ -90,3 +91,14 @@ def fit_question(tokenizer: Tokenizer, text: str, limit: int) -> FittedQuestion:
         return FittedQuestion("", False, 0)
     tokens = len(tokenizer.encode(cleaned))
     return FittedQuestion(cleaned, tokens > limit or len(text) > limit * CHARS_PER_TOKEN, tokens)
+
+
+def oversized_images(obs: Observation, size: int) -> str | None:
+    """What to say when ``obs``'s images are at least twice the model's ``size`` (each is resized
+    to it every frame, and its bytes crossed the middleware for nothing); None otherwise."""
+    shapes = [img.shape[:2] for img in obs.images.values()]
+    if not shapes or max(max(s) for s in shapes) < 2 * size:
+        return None
+    h, w = max(shapes, key=max)
+    return (f"observations carry {w}x{h} images and the model takes {size}x{size}: each is resized every "
+            f"frame; the camera node's image_size: {size} sends them at the model's size")
