@@ -39,33 +39,39 @@ from .qos import reliable
 
 
 class TickGrid:
-    """The control timer's tick times: each tick's scheduled time (rclpy's, or rounded to
-    the grid where the timer gives none: Jazzy), and the ticks a late timer missed."""
+    """The control timer's tick times: each tick's scheduled time (rclpy's, or, where the timer
+    gives none, Jazzy, worked out as rcl's timer schedules), and the ticks a late timer missed."""
 
     def __init__(self, counters: collections.Counter):
         self._counters = counters
-        self._grid0: Optional[int] = None  # tick grid origin when the timer gives no scheduled time
         self._last_scheduled: Optional[int] = None
+        self._last_actual: Optional[int] = None  # when the tick before was called
 
     def count(self, scheduled_ns: Optional[int], actual_ns: int, period: int) -> int:
         """The tick's scheduled time (counting the ticks missed before it)."""
-        if scheduled_ns is None:  # round to the tick grid (rclpy without TimerInfo: Jazzy)
-            if self._grid0 is None:
-                self._grid0 = actual_ns
-            scheduled_ns = self._grid0 + round((actual_ns - self._grid0) / period) * period
-            if self._last_scheduled is not None and scheduled_ns <= self._last_scheduled:
-                # the tick before was more than half a period late and took this grid point:
-                # each callback is one period, so this one is the next point (stamps never repeat)
-                scheduled_ns = self._last_scheduled + period
+        if scheduled_ns is None:  # rclpy without TimerInfo (Jazzy)
+            scheduled_ns = self._rcl_next(actual_ns, period)
         if self._last_scheduled is not None and scheduled_ns - self._last_scheduled > period * 3 // 2:
             # rcl skips the ticks of a timer that is late by more than a period
             self._counters["missed_ticks"] += round((scheduled_ns - self._last_scheduled) / period) - 1
-        self._last_scheduled = scheduled_ns
+        self._last_scheduled, self._last_actual = scheduled_ns, actual_ns
         return scheduled_ns
+
+    def _rcl_next(self, actual_ns: int, period: int) -> int:
+        """The tick this callback serves, as rcl's timer schedules: the one a period after the
+        tick before (however late its callback comes), unless the callback before was itself
+        called more than a period after its tick: then rcl skipped to the first tick after
+        that call. The first callback starts the grid."""
+        if self._last_scheduled is None:
+            return actual_ns
+        scheduled = self._last_scheduled + period
+        if scheduled < self._last_actual:
+            scheduled += (1 + (self._last_actual - scheduled) // period) * period
+        return scheduled
 
     def rate_changed(self) -> None:
         """The control rate changed: the tick grid starts again."""
-        self._grid0 = self._last_scheduled = None
+        self._last_scheduled = self._last_actual = None
 
 
 class ActionOutput:
