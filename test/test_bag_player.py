@@ -12,7 +12,7 @@ import time
 
 import numpy as np
 import pytest
-from message_builders import bag_recording
+from message_builders import RECORDED_T0, bag_recording
 from ros_harness import params
 
 STORAGES = ["mcap", "sqlite3"]
@@ -61,7 +61,7 @@ def test_player_replays_in_recorded_order_and_timing(stepped_ros, tmp_path, stor
     from oxygen_ros.ros.conversions import stamp_to_ns
 
     p = stepped_ros.prefix
-    recording = bag_recording(p, images=6, spacing_ns=40_000_000)  # 6 images over 0.24 s
+    recording = bag_recording(p, images=6, spacing_ns=100_000_000)  # 6 images over 0.6 s
     bag = write_bag(tmp_path / "bag", storage, recording, latched_topics=[f"{p}/oxygen/instruction"])
     listener = _Listener(stepped_ros, p)
     player = _player(stepped_ros, bag, rate=2.0, start_delay_s=5.0)  # the delay is cut short below
@@ -77,9 +77,9 @@ def test_player_replays_in_recorded_order_and_timing(stepped_ros, tmp_path, stor
     assert [bytes(m.data) for m, _ in images] == [bytes(m.data) for m in expected]  # recorded order
     assert [list(m.position) for m, _ in listener.on(state_topic)] == \
         [list(m.position) for t, m, _ in recording if t == state_topic]
-    # recorded timing at rate 2: 5 gaps of 40 ms -> 100 ms
+    # recorded timing at rate 2: 5 gaps of 100 ms -> 250 ms (slowed down by the rate, 1 s: too slow)
     span = images[-1][1] - images[0][1]
-    assert 0.08 <= span < 1.0, span
+    assert 0.15 <= span < 0.6, span
     # restamped: header stamps moved to now, their recorded spacing kept
     stamps = [stamp_to_ns(m.header.stamp) for m, _ in images]
     now = stepped_ros.nodes[0].get_clock().now().nanoseconds
@@ -165,6 +165,67 @@ def test_player_lockstep_waits_for_action_chunks(stepped_ros, tmp_path, answer):
     else:
         assert player.lockstep_timeouts == n - 1
         assert gaps.min() >= timeout * 0.9, gaps
+
+
+def test_player_lockstep_keeps_the_recorded_spacing_after_a_hold(stepped_ros, tmp_path):
+    """Images 200 ms apart with joint states every 20 ms between them; the policy answers
+    each image 0.5 s later, so every image after the first is held about 0.3 s. After the
+    hold the states that follow it play at their recorded spacing, not in one burst."""
+    from oxygen_ros.msg import ActionChunk
+    from sensor_msgs.msg import Image, JointState
+
+    from oxygen_ros.ros.bags import write_bag
+    from oxygen_ros.ros.conversions import action_chunk_msg, ns_to_time_msg, rgb_to_image_msg
+
+    p = stepped_ros.prefix
+    image_topic, state_topic = f"{p}/camera/image_raw", f"{p}/joint_states"
+    n, image_gap, state_gap, states = 4, 200_000_000, 20_000_000, 9
+    recording = []
+    for i in range(n):
+        t = RECORDED_T0 + i * image_gap
+        recording.append((image_topic, rgb_to_image_msg(np.full((8, 12, 3), i, np.uint8), "rgb8",
+                                                        ns_to_time_msg(t), "cam"), t))
+        for k in range(1, states + 1):
+            state = JointState(name=["j"], position=[float(i * 100 + k)])
+            state.header.stamp = ns_to_time_msg(t + k * state_gap)
+            recording.append((state_topic, state, t + k * state_gap))
+    bag = write_bag(tmp_path / "bag", "mcap", recording)
+    delay = 0.5
+
+    policy = stepped_ros.node("oxygen_test_policy")
+    actions = policy.create_publisher(ActionChunk, f"{p}/actions", 10)
+    images, arrivals, due, answers = [], [], [], []
+
+    def on_image(msg):
+        images.append(time.monotonic())
+        due.append(time.monotonic() + delay)  # "inference" takes `delay`
+
+    policy.create_subscription(Image, image_topic, on_image, 10)
+    policy.create_subscription(JointState, state_topic, lambda m: arrivals.append((m.position[0], time.monotonic())),
+                               100)
+
+    def respond():
+        while due and time.monotonic() >= due[0]:
+            due.pop(0)
+            actions.publish(action_chunk_msg(0.0, len(answers), len(answers), 0.0, 0, 0.1, np.zeros((2, 2))))
+            answers.append(time.monotonic())
+
+    player = _player(stepped_ros, bag, lockstep=True, lockstep_timeout_s=10.0, action_topic=f"{p}/actions",
+                     start_delay_s=5.0)
+    _wait_matched(stepped_ros, player, [image_topic, state_topic])
+    assert stepped_ros.spin_until(lambda: actions.get_subscription_count() >= 1)
+    player.start_now()
+    assert stepped_ros.spin_until(lambda: player.finished and len(images) == n and len(arrivals) == n * states,
+                                  timeout=30.0, every=respond, period=0.005), (len(images), len(arrivals))
+    assert player.lockstep_timeouts == 0
+    assert min(np.diff(images)) >= delay * 0.9, "each image after the first was held for the answer"
+
+    recorded_span = (states - 1) * state_gap / 1e9  # 160 ms between an image's first and last state
+    for i in range(1, n):  # the states after each held image
+        at = [a for position, a in arrivals if i * 100 < position < (i + 1) * 100]
+        assert len(at) == states
+        span = at[-1] - at[0]
+        assert span >= 0.6 * recorded_span, (i, span)  # a burst would arrive within a few ms
 
 
 def _images_and_instruction(p, images=5):

@@ -140,6 +140,28 @@ def test_stale_groups_are_dropped(stepped_ros):
     assert rig.observations[0].instruction == "wait"  # no instruction published: the default
 
 
+def test_frames_without_a_stamp_are_grouped_at_their_receive_time(stepped_ros):
+    from builtin_interfaces.msg import Time
+
+    from oxygen_ros.ros.conversions import rgb_to_compressed_msg, rgb_to_image_msg, stamp_to_ns
+
+    rig = _Rig(stepped_ros)
+    camera = camera_node(stepped_ros, max_age=0.5)
+    rig.wait_matched(camera)
+    frame = _solid(8, 8, (1, 2, 3))
+
+    def send_unstamped():  # a driver that leaves header.stamp at zero
+        rig.raw.publish(rgb_to_image_msg(frame, "rgb8", Time(), "raw_frame"))
+        rig.jpeg.publish(rgb_to_compressed_msg(frame, "png", Time(), "jpeg_frame"))
+
+    assert stepped_ros.spin_until(lambda: rig.observations, every=send_unstamped), "no Observation published"
+    assert camera.dropped_stale == 0, "a zero stamp is not taken for an ancient frame"
+    msg = rig.observations[0]
+    now_ns = camera.get_clock().now().nanoseconds
+    assert abs(now_ns - stamp_to_ns(msg.header.stamp)) < 2_000_000_000, "stamped with the receive time"
+    assert all(stamp_to_ns(i.header.stamp) != 0 for i in msg.images)
+
+
 def test_bad_images_counted_and_next_good_frame_used(stepped_ros):
     from sensor_msgs.msg import CompressedImage, Image
 

@@ -170,3 +170,47 @@ def test_cancelling_a_client_ends_only_its_requests_and_frees_the_slot_at_once()
                                                                         ("ask/2", "cancelled", True)]
     assert pool.held == 1 and list(mgr.active) == [other.id] and not mgr.queue
     assert mgr.cancel_clients(["ask/1"]) == []  # already ended: nothing more
+
+
+def test_the_queue_starts_waiting_requests_in_arrival_order():
+    pool, mgr = make(max_active=1, queue_limit=3)
+    a, b, c, d = (mgr.new(1, 5) for _ in range(4))
+    starting, rejected = mgr.admit([a, b, c, d])
+    assert starting == [a] and rejected == [] and list(mgr.queue) == [b, c, d]
+    start(pool, mgr, starting)
+    order = [a]
+    for _ in range(3):
+        mgr.remove(order[-1].id)  # the running one finishes: the next waiting one starts
+        starting, _ = mgr.admit([])
+        assert len(starting) == 1
+        start(pool, mgr, starting)
+        order += starting
+    assert [r.id for r in order] == [a.id, b.id, c.id, d.id], "waiting requests start first come, first served"
+
+
+def test_a_request_cut_off_inside_a_character_streams_what_the_tokenizer_decodes():
+    pool, mgr = make()
+    r = mgr.new(1, max_tokens=2)
+    start(pool, mgr, [r])
+    ids = TOK.encode("a") + TOK.encode("é")[:1]  # "a", then the first byte of é (0xC3): max_tokens reached
+    assert len(ids) == 2 and TOK.piece_bytes(ids[1]) == b"\xc3"
+    first = mgr.update(r.id, ids[0], TOK.eos_id)
+    last = mgr.update(r.id, ids[1], TOK.eos_id)
+    assert last.done and last.finish_reason == "length"
+    assert last.piece == "\ufffd", "the truncated character is flushed as U+FFFD"
+    assert first.piece + last.piece == r.text == TOK.decode(r.tokens) == "a\ufffd"
+
+
+def test_cancelling_one_robots_client_leaves_another_robots_same_client_id_running():
+    pool, mgr = make(max_active=2, queue_limit=2)
+    left, right = mgr.new(1, 5, client_id="ask/1", robot="left"), mgr.new(1, 5, client_id="ask/1", robot="right")
+    left_waiting = mgr.new(1, 5, client_id="ask/1", robot="left")
+    right_waiting = mgr.new(1, 5, client_id="ask/1", robot="right")
+    starting, _ = mgr.admit([left, right, left_waiting, right_waiting])
+    start(pool, mgr, starting)
+    events = mgr.cancel_clients(["ask/1"], robot="left")
+    assert sorted(e.request_id for e in events) == sorted([left.id, left_waiting.id])
+    assert all(e.robot == "left" and e.finish_reason == "cancelled" for e in events)
+    assert list(mgr.active) == [right.id] and not right.done, "the other robot's request still runs"
+    assert list(mgr.queue) == [right_waiting] and not right_waiting.done
+    assert pool.held == 1

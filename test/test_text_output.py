@@ -1,0 +1,44 @@
+"""The inference node's text output (oxygen_ros/ros/text_output.py), on a real rclpy node:
+every event goes out as a TextToken, ends without a token included, and the token rate
+(``tokens_per_s`` in the diagnostics) counts the tokens only."""
+
+import collections
+import time
+
+from ros_harness import reliable, unique_prefix, until
+
+from oxygen_ros.core.requests import TokenEvent
+
+
+def token(request_id, index, token_id, piece, done=False, reason=""):
+    return TokenEvent(request_id, "", 1, index, token_id, piece, done, reason)
+
+
+def test_the_token_rate_counts_tokens_not_the_ends_without_one(ros):
+    from oxygen_ros.msg import TextToken
+    from oxygen_ros.ros.text_output import TextOutput, end_events
+
+    topic = f"{unique_prefix()}/text"
+    node = ros.node("oxygen_test_text_output")
+    output = TextOutput(node, topic, collections.Counter())
+    got = []
+    ros.node("oxygen_test_text_sub").create_subscription(TextToken, topic, got.append, reliable(100))
+    assert until(lambda: node.count_subscribers(topic) == 1)
+
+    before = time.monotonic()
+    output.publish([token(1, 0, 10, "a"), token(2, 0, 11, "b")], 1_000_000_000)
+    after = time.monotonic()
+    time.sleep(0.5)
+    # two tokens, and three ends that carry none: a request cancelled after its last token,
+    # two refused questions
+    second = [token(1, 1, 12, "c"), token(2, 1, 13, "d"), token(1, 2, -1, "", True, "cancelled")]
+    output.publish(second + end_events(["ask/1", "ask/2"], "rejected"), 2_000_000_000)
+    now = time.monotonic()
+    assert until(lambda: len(got) == 7), "every event is published, the ends included"
+    assert sum(m.token_id >= 0 for m in got) == 4
+
+    assert output.rate.total == 4, "7 events published, 4 of them tokens"
+    # a fresh meter reads the events after its first add over the time since: the 2 tokens of
+    # the second batch (5 with the ends counted) over (now - first add)
+    rate = output.rate.rate(now)
+    assert 2 / (now - before) <= rate <= 2 / (now - after)
