@@ -62,7 +62,8 @@ the JSON fields below (``None`` where nothing was measured):
   ``obs_to_action = ros_overhead + queue_wait + engine + tick_wait`` per frame;
 * ``actions_published`` / ``text_tokens_published`` - node-side counts in the
   window (``actions_published``: control ticks that published, the sum of the
-  robots' figures with several); ``actions_received`` is the measuring subscriber's count in the
+  robots' figures with several; ``text_tokens_published``: TextToken messages,
+  the ends that carry no token included, as the monitor counts what it receives); ``actions_received`` is the measuring subscriber's count in the
   window (None when nothing measured: no probe and several robots, or the probe's record lost),
   ``text_tokens_received`` the agent's monitor's over the whole run, from its start to after the
   shutdown's cancellations (it prints the text), so it may exceed ``text_tokens_published``;
