@@ -133,8 +133,9 @@ def record(args: argparse.Namespace) -> int:
 
     from ..ros.bags import BagError, BagWriter
 
-    stop = []
+    stop = []  # a signal ends the loop between two callbacks: never inside the bag's write
     signal.signal(signal.SIGTERM, lambda *_: stop.append("SIGTERM"))
+    signal.signal(signal.SIGINT, lambda *_: stop.append("SIGINT"))
     rclpy.init(signal_handler_options=SignalHandlerOptions.NO)
     try:
         bag = BagWriter(args.out, args.storage)
@@ -151,8 +152,6 @@ def record(args: argparse.Namespace) -> int:
         counts = Recorder(node, bag, args.topics).counts
         while not stop and (deadline is None or time.monotonic() < deadline):
             executor.spin_once(timeout_sec=0.1)
-    except KeyboardInterrupt:
-        pass
     finally:
         bag.close()
         executor.shutdown()
