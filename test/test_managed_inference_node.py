@@ -297,3 +297,62 @@ def test_a_frame_that_outlasts_the_deactivate_blocks_activate_and_cleanup_and_it
         time.sleep(1.0)  # 50 ticks, and no new observation
         assert len(client.chunks) == seen, [(m.frame_id, m.offset) for m in client.chunks[seen:]][:10]
         assert until(lambda: len(client.chunks) > seen, 30.0, every=client.observe, period=0.1)  # fresh ones go
+
+
+def test_a_goal_or_question_that_comes_while_cleanup_cancels_gets_its_end(ros_env, random_tiny_dir):
+    """A cleanup announces its cancellations (up to a second's wait for the text's subscribers)
+    while the node's executor thread still takes goals and questions: one that came then was
+    accepted into the loop the cleanup was about to delete, and never ended (the goal stayed
+    executing even after the next configure). Now the inputs close first: the goal is refused
+    at once and the question gets its ``rejected`` end. The goal and the question are sent from
+    inside the cleanup's announcement, so that they land in that window every time."""
+    from action_msgs.msg import GoalStatus
+    from rclpy.lifecycle import TransitionCallbackReturn
+
+    prefix = unique_prefix()
+    with Ros() as ros:
+        node = _node(ros, prefix, random_tiny_dir)
+        client = InferenceClient(ros, prefix)
+        ask = AskClient(ros, f"{prefix}/ask")
+        assert until(lambda: client.chunks, 30.0, every=client.observe, period=0.1)
+        life = Lifecycle(ros.node("oxygen_test_lifecycle"), node.get_fully_qualified_name())
+        assert life.change("deactivate")
+        announce, sent = node._announce_cancellations, {}
+
+        def announce_then_ask(events, why):
+            announce(events, why)
+            if why == "cleanup":
+                client.ask("late-question", "what do you see?")
+                sent["goal"], _ = ask.send("what do you see?")
+
+        node._announce_cancellations = announce_then_ask
+        # the transition on this thread, the goal and the question on the node's executor thread
+        # (as with a multi-threaded executor: a service call there would wait for that thread)
+        assert node.trigger_cleanup() == TransitionCallbackReturn.SUCCESS and life.state() == "unconfigured"
+        goal = sent["goal"]
+        if goal.accepted:  # refused at once now; accepted before, it had to end all the same
+            result = goal.get_result_async()
+            assert until(result.done, 10.0), "a goal accepted during the cleanup never ended"
+            assert result.result().status == GoalStatus.STATUS_ABORTED
+        assert until(lambda: [m.finish_reason for m in client.finished("late-question")] == ["rejected"], 10.0)
+
+
+def test_a_transition_that_raises_stops_the_node_and_leaves_it_finalized(ros_env, random_tiny_dir):
+    """rclpy turns an exception in a transition into ErrorProcessing without a word; the node
+    stops everything, as at shutdown, and ends finalized: a half-done transition is no clean
+    unconfigured state (a configure after it made a second set of subscriptions, and at exit
+    the old worker was never stopped)."""
+    prefix = unique_prefix()
+    with Ros() as ros:
+        node = _node(ros, prefix, random_tiny_dir)
+        client = InferenceClient(ros, prefix)
+        assert until(lambda: client.chunks, 30.0, every=client.observe, period=0.1)
+        life = Lifecycle(ros.node("oxygen_test_lifecycle"), node.get_fully_qualified_name())
+        def broken():  # a fault before anything of the deactivate was done
+            raise RuntimeError("injected fault in deactivate")
+
+        node.deactivate = broken
+        assert not life.change("deactivate")
+        assert life.state() == "finalized"
+        assert not node.worker.alive and node.diagnostics_timer.is_canceled()
+        assert not life.change("configure") and life.state() == "finalized"

@@ -57,8 +57,9 @@ class AskServer:
         self._server = ActionServer(node, Ask, name, execute_callback=self._execute, callback_group=callback_group,
                                     goal_callback=self._on_goal, cancel_callback=self._on_cancel)
 
-    def open(self, submit: Callable[[str, str, int | None], None], cancel: Callable[[str], None]) -> None:
-        """Take goals from now on: each is submitted with ``submit``, cancelled with ``cancel``."""
+    def open(self, submit: Callable[[str, str, int | None], bool], cancel: Callable[[str], None]) -> None:
+        """Take goals from now on: each is submitted with ``submit`` (False: the node took it
+        not, closing), cancelled with ``cancel``."""
         self._submit, self._cancel = submit, cancel
 
     def close(self) -> None:
@@ -83,7 +84,11 @@ class AskServer:
             return Ask.Result(finish_reason="rejected")
         with self._lock:
             self._goals[client] = goal
-        submit(client, handle.request.question, handle.request.max_tokens or None)
+        if not submit(client, handle.request.question, handle.request.max_tokens or None):
+            with self._lock:  # the node closed its inputs (a cleanup began): no end would ever come
+                self._goals.pop(client, None)
+            handle.abort()
+            return Ask.Result(finish_reason="rejected")
         reason, tokens = await goal.done
         if reason == "cancelled" and handle.is_cancel_requested:
             handle.canceled()

@@ -114,6 +114,10 @@ class InferenceNode(InferenceDiagnostics, InferenceTicks, Node):
         self._control: Optional[ControlThread] = None  # the control tick's thread, while active
         self._link: Optional[ControlLink] = None  # the control process, while configured (control_process)
         self._entities: list = []  # the publishers and subscriptions that configure() made
+        #: observations, questions, goals and cancels are taken (under the lock): from the end of a
+        #: configure to the start of a cleanup or shutdown (a callback of another executor thread
+        #: must not feed a loop that is going, or that is not there yet)
+        self._inputs_open = False
         self._ask_servers: dict[str, AskServer] = {}  # by action name: they live as long as the node
         try:
             self.params = declare_parameters(self, PARAMETERS)  # it warns of unknown ones
@@ -175,7 +179,8 @@ class InferenceNode(InferenceDiagnostics, InferenceTicks, Node):
             self._close_link()
             thaw_garbage_collector()
             raise
-        self.configured = True
+        with self._cond:
+            self.configured = self._inputs_open = True
         self.get_logger().info(startup_summary(self.loaded, p, self.resolve_topic_name))
 
     def _init_interfaces(self, p: dict) -> None:
@@ -240,9 +245,10 @@ class InferenceNode(InferenceDiagnostics, InferenceTicks, Node):
         and its KV pool are freed."""
         if self.active:
             self.deactivate()
-        self._announce_cancellations(self._cancel_everything(), "cleanup")  # the goals' results go out
+        self._close_inputs()
         for io in self.robot_io.values():
             io.ask.close()  # the server stays (see ask_server.py): a goal's result needs it after this
+        self._announce_cancellations(self._cancel_everything(), "cleanup")  # the goals' results go out
         for entity in self._entities:
             (self.destroy_publisher if entity in set(self.publishers) else self.destroy_subscription)(entity)
         self._entities = []
@@ -277,30 +283,49 @@ class InferenceNode(InferenceDiagnostics, InferenceTicks, Node):
     def _now_ros(self) -> int:
         return self.get_clock().now().nanoseconds
 
+    def _close_inputs(self) -> None:
+        """No observation, question, goal or cancel is taken from now on (cleanup, shutdown)."""
+        with self._cond:
+            self._inputs_open = False
+
     def _on_observation(self, robot: str, msg: ObservationMsg) -> None:
         received_ros, received = self._now_ros(), time.monotonic_ns()
-        observation = self.worker.converted(msg, int(msg.seq), robot)
+        worker = self.worker
+        if not self._inputs_open or worker is None:
+            return
+        observation = worker.converted(msg, int(msg.seq), robot)
         if observation is None:
             return
         arrival = Arrival(observation, int(msg.seq), conversions.stamp_to_ns(msg.header.stamp), received_ros,
                           received, robot)
         with self._cond:
-            self.loop.observation_arrived(arrival)
-            self._cond.notify_all()
+            if self._inputs_open:
+                self.loop.observation_arrived(arrival)
+                self._cond.notify_all()
 
     def _on_question(self, robot: str, msg: QuestionMsg) -> None:
-        self._on_ask(robot, msg.client_id, msg.text, None)
+        if not self._on_ask(robot, msg.client_id, msg.text, None):  # closing: say so while it can
+            try:
+                self.text.publish(end_events([msg.client_id], "rejected", robot), self._now_ros())
+            except Exception:  # noqa: BLE001  the cleanup took the publisher already
+                pass
 
-    def _on_ask(self, robot: str, client_id: str, text: str, max_tokens: Optional[int]) -> None:
+    def _on_ask(self, robot: str, client_id: str, text: str, max_tokens: Optional[int]) -> bool:
+        """A question (a message, or an Ask goal); False when the node takes none now (closing)."""
         with self._cond:
+            if not self._inputs_open:
+                return False
             self.loop.question_arrived(client_id, text, max_tokens, robot)
             self._cond.notify_all()
+        return True
 
     def _cancel_ask(self, robot: str, client_id: str) -> None:
         """A cancelled question ends at once: still waiting, here; decoding, in the engine, here
         too when no frame runs (the worker idle, or stopped while the node is inactive: the
         goal would otherwise stay canceling until activate), else at the worker's next job."""
         with self._cond:
+            if not self._inputs_open:  # closing: the cleanup or shutdown ends every request itself
+                return
             if self.loop.cancel(client_id, robot):
                 events = end_events([client_id], "cancelled", robot)
             else:
@@ -337,6 +362,8 @@ class InferenceNode(InferenceDiagnostics, InferenceTicks, Node):
             return
         self._shutdown_done = True
         t0 = time.perf_counter()
+        if self.configured:
+            self._close_inputs()
         for timer in self._own_timers:
             timer.cancel()
         self._halt_ticks()
@@ -348,8 +375,8 @@ class InferenceNode(InferenceDiagnostics, InferenceTicks, Node):
 
     def _cancel_everything(self) -> list:
         """End every running, queued and waiting request: their ``cancelled`` events."""
-        events = list(self.engine.cancel_all())
-        with self._cond:
+        with self._cond:  # a client's cancel on another executor thread takes requests out too
+            events = list(self.engine.cancel_all())
             pending = self.loop.take_questions()
         return events + [e for q in pending for e in end_events([q.client_id], "cancelled", q.robot)]
 

@@ -24,6 +24,7 @@ control process died after the configure): with ``autostart`` nothing would ever
 activate the node again.
 """
 
+import functools
 import traceback
 
 from rclpy.lifecycle import LifecycleNodeMixin, TransitionCallbackReturn
@@ -34,6 +35,20 @@ from .parameters import ParameterError
 from .robots import robot_topic
 
 SUCCESS, FAILURE = TransitionCallbackReturn.SUCCESS, TransitionCallbackReturn.FAILURE
+
+
+def _said(transition):
+    """A transition callback whose exception is logged with its traceback (rclpy turns it into
+    ERROR without a word) and then raised: the node goes through :meth:`on_error`."""
+    @functools.wraps(transition)
+    def run(self, state):
+        try:
+            return transition(self, state)
+        except Exception as exc:
+            self.get_logger().error(f"{transition.__name__.removeprefix('on_')} failed: {exc!r}\n"
+                                    f"{traceback.format_exc()}")
+            raise
+    return run
 
 
 class ManagedInferenceNode(LifecycleNodeMixin, InferenceNode):
@@ -70,6 +85,7 @@ class ManagedInferenceNode(LifecycleNodeMixin, InferenceNode):
             return FAILURE
         return SUCCESS
 
+    @_said
     def on_activate(self, state) -> TransitionCallbackReturn:
         busy = self.activate_error = self.worker_still_running()
         if busy is not None:  # two workers would share the engine: the transition fails, the node stays inactive
@@ -83,11 +99,13 @@ class ManagedInferenceNode(LifecycleNodeMixin, InferenceNode):
         self.get_logger().info("active: publishing actions and text")
         return SUCCESS
 
+    @_said
     def on_deactivate(self, state) -> TransitionCallbackReturn:
         self.deactivate()
         self.get_logger().info("inactive: not publishing; requests kept")
         return SUCCESS
 
+    @_said
     def on_cleanup(self, state) -> TransitionCallbackReturn:
         if not self._stop_worker():  # it waits for the frame once more; the engine is its until it ends
             self.get_logger().error(f"cleanup refused: {self.worker_still_running()}; try again when it has ended")
@@ -95,14 +113,19 @@ class ManagedInferenceNode(LifecycleNodeMixin, InferenceNode):
         self.cleanup()
         return SUCCESS
 
+    @_said
     def on_shutdown(self, state) -> TransitionCallbackReturn:
         self.shutdown()
         return SUCCESS
 
     def on_error(self, state) -> TransitionCallbackReturn:
-        self.get_logger().error(f"lifecycle error in state {state.label}: stopping")
+        """After a transition that raised: stop everything and end finalized (FAILURE), since
+        what the failed transition left half done is no clean unconfigured state to start again
+        from (a configure then would have made a second set of subscriptions)."""
+        self.get_logger().error(f"lifecycle error in state {state.label}: stopping; the node is finalized "
+                                "(start it again)")
         self.shutdown()
-        return SUCCESS
+        return FAILURE
 
 
 def main(args=None) -> int:
