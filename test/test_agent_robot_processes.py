@@ -141,3 +141,16 @@ def test_the_robot_processes_end_when_the_agent_is_killed(ros_env, tmp_path):
     assert not _left(children), "a robot's process outlived the killed agent"
     plans = [Path(cmd.split()[-1]) for cmd in children.values()]
     assert not [p for p in plans if p.exists()], "a killed agent left its robots' plan files in the temp dir"
+
+
+def test_a_robot_with_a_bad_parameter_ends_the_start_with_status_2_naming_it(ros_env, tmp_path):
+    """Robot b's camera node refuses its max_age in its own process: the agent says so while
+    its inference node is still being built (with compile:=on that is minutes), then ends with
+    the status of a bad parameter, as it does with the camera nodes in its own process."""
+    params = tmp_path / "agent.yaml"
+    params.write_text((REPO / "config" / "agent.yaml").read_text()
+                      + "\nb/oxygen_camera:\n  ros__parameters:\n    max_age: -1.0\n")
+    proc = _agent(tmp_path, f"params_file:={params}", duration="30")
+    out, err = proc.communicate(timeout=150)
+    assert proc.returncode == 2, out[-2000:] + err[-3000:]
+    assert "parameter 'max_age'" in err and "robot b's camera side" in err, err[-3000:]

@@ -13,6 +13,7 @@ in ``oxygen_ros.tools``.
 from __future__ import annotations
 
 import sys
+import threading
 from typing import Any, Protocol
 
 from .plan import build_nodes, node_label, resolve, unused_sections
@@ -34,11 +35,26 @@ class Agent:
         self.spinner: Spinner | None = None
         self.children = RobotProcesses(sides, params_file, background_niceness)  # started by build()
 
-    def build(self) -> None:
-        """Start the robots' processes, construct this process's nodes (kept for :meth:`close` on a failure)."""
+    def build(self, log=print) -> None:
+        """Start the robots' processes, construct this process's nodes (kept for :meth:`close` on a
+        failure). A robot's process that ends while they are built (minutes, compiling) is said
+        at once with ``log``; the start fails after the build, naming it."""
         self.children.start()
-        build_nodes(self.local, self.params_file, self.nodes)
+        built = threading.Event()
+        watch = threading.Thread(target=self._watch_children, args=(built, log), daemon=True,
+                                 name="oxygen-agent-robots-watch")
+        watch.start()
+        try:
+            build_nodes(self.local, self.params_file, self.nodes)
+        finally:
+            built.set()
         self.children.wait_ready()
+
+    def _watch_children(self, built: threading.Event, log) -> None:
+        while not built.wait(0.2):
+            if (failure := self.children.failure()) is not None:
+                log(f"{failure}; the agent ends once its inference node is built")
+                return
 
     def node(self, name: str, robot: str | None = None):
         """The node called ``name`` (in ``robot``'s namespace, or the root one); KeyError
@@ -141,16 +157,16 @@ def run_agent(prog: str, values: dict[str, str], session: Session, executor: str
         print(f"{prog}: warning: {line}", file=sys.stderr, flush=True)
     agent, code = Agent(plan, params_file, robot_processes, background_niceness), 0
     try:
-        agent.build()
+        agent.build(lambda line: print(f"{prog}: {line}", file=sys.stderr, flush=True))
         session.start(agent)
         agent.spin(executor, background_niceness)
         code = session.run(agent)
         if (failure := agent.failure()) is not None:  # a node died: the run failed, whatever the session says
             print(f"{prog}: {failure}", file=sys.stderr, flush=True)
             code = code or 1
-    except (ParameterError, RobotProcessError) as exc:  # a robot's process that did not start: 1
+    except (ParameterError, RobotProcessError) as exc:  # a bad parameter (a robot's too): 2, else 1
         print(f"{prog}: {exc}", file=sys.stderr, flush=True)
-        code = 2 if isinstance(exc, ParameterError) else 1
+        code = 2 if isinstance(exc, ParameterError) or getattr(exc, "code", None) == 2 else 1
     except (KeyboardInterrupt, ExternalShutdownException):
         pass
     finally:

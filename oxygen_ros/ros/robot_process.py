@@ -44,7 +44,12 @@ INFERENCE = "oxygen_inference"  # the node that stays in the agent's process
 
 
 class RobotProcessError(RuntimeError):
-    """A robot's child process did not start (the message names the robot)."""
+    """A robot's child process did not start (the message names the robot); ``code``: its exit
+    status (2: a bad parameter), None when it did not end."""
+
+    def __init__(self, message: str, code: int | None = None):
+        super().__init__(message)
+        self.code = code
 
 
 def camera_sides(plan: list[dict[str, Any]]) -> dict[str | None, list[dict[str, Any]]]:
@@ -98,7 +103,7 @@ class RobotProcess:
             if self.proc.poll() is None and not started:
                 raise RobotProcessError(f"{self.label} ({self.nodes}) did not start within {START_TIMEOUT_S:.0f} s")
             self.proc.wait(STOP_TIMEOUT_S)
-            raise RobotProcessError(self.exit_message())
+            raise RobotProcessError(self.exit_message(), self.proc.returncode)
         self.ready = True
 
     def exit_message(self) -> str:
