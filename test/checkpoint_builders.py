@@ -72,14 +72,18 @@ def write_openpi(directory, state, *, config=True, stats=True, tokenizer=True):
     return directory
 
 
-def write_lerobot(directory, state, *, stats=True):
+def write_lerobot(directory, state, *, stats=True, chunk_size=SMALL.action_horizon, n_action_steps=None,
+                  num_inference_steps=10):
+    """LeRobot's pi05 layout; ``n_action_steps`` (the actions LeRobot executes of each chunk)
+    is ``chunk_size`` unless given."""
     directory.mkdir(parents=True, exist_ok=True)
     save_file(state, str(directory / "model.safetensors"))
     (directory / "config.json").write_text(json.dumps({
         "type": "pi05", "paligemma_variant": "small_vlm", "action_expert_variant": "small_expert",
-        "dtype": "float32", "chunk_size": SMALL.action_horizon, "n_action_steps": SMALL.action_horizon,
+        "dtype": "float32", "chunk_size": chunk_size,
+        "n_action_steps": chunk_size if n_action_steps is None else n_action_steps,
         "max_state_dim": 32, "max_action_dim": 32, "tokenizer_max_length": SMALL.max_token_len,
-        "num_inference_steps": 10, "image_resolution": [28, 28], "empty_cameras": 0,
+        "num_inference_steps": num_inference_steps, "image_resolution": [28, 28], "empty_cameras": 0,
         "input_features": {f"observation.images.cam{i}": {"type": "VISUAL", "shape": [3, 28, 28]} for i in range(3)}
         | {"observation.state": {"type": "STATE", "shape": [8]}},
         "output_features": {"action": {"type": "ACTION", "shape": [7]}},

@@ -171,3 +171,46 @@ def test_a_control_rate_changed_during_the_window_gives_no_jitter_against_a_wron
     assert report["control_rate_changed_hz"] == [50.0, 100.0]
     assert report["control_rate_hz"] == 100.0
     assert all(r["tick_jitter_p99_ms"] is None for r in report["robots"].values())
+
+
+class UnderrunNode(SharedFrameNode):
+    """Each robot ran 3 ticks short of a chunk before its first one went out (the start-up
+    underruns a user does not want in the report's window)."""
+
+    def __init__(self):
+        super().__init__()
+        self.underruns = {"a": 3, "b": 3}
+
+    def tick_counts(self, robot=None):
+        n = self.published[robot or "a"]
+        return {"ticks": n + self.underruns[robot or "a"], "published": n, "underruns": self.underruns[robot or "a"],
+                "waiting": 0}
+
+
+def test_the_underruns_reported_are_those_of_the_window_not_of_the_whole_run():
+    node = UnderrunNode()
+    m = Measurement(node)
+    m.poll()  # the window starts with 6 underruns behind it
+    node._tick()
+    node.underruns["b"] += 2  # robot b's camera stalls for two ticks in the window
+    m.freeze()
+    report = m.report()
+    assert report["robots"]["a"]["underruns"] == 0 and report["robots"]["b"]["underruns"] == 2
+    assert report["underruns"] == 2, report["underruns"]
+
+
+def test_a_robot_s_latencies_are_those_of_the_chunks_that_arrived_in_the_window():
+    """The probe recorded robot a's first chunk of frame 3 before the window (a 500 ms start-up
+    latency) and frame 7's in it (20 ms): only frame 7's is the window's."""
+    node = SharedFrameNode()
+    m = Measurement(node)
+    m.poll()
+    t0 = m.start["t"]
+    probed = {r: {"arrivals": [t0 + 0.02], "observations": {1: t0 - 1.0, 2: t0},
+                  "first_actions": {3: [1, t0 - 0.5], 7: [2, t0 + 0.02]}} for r in ("a", "b")}
+    node._tick()
+    time.sleep(0.05)
+    m.freeze()
+    report = m.report(probed)
+    assert report["robots"]["a"]["obs_to_action_p99_ms"] == pytest.approx(20.0, abs=0.01)
+    assert report["obs_to_action_p99_ms"] == pytest.approx(20.0, abs=0.01)

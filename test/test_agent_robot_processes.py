@@ -154,3 +154,41 @@ def test_a_robot_with_a_bad_parameter_ends_the_start_with_status_2_naming_it(ros
     out, err = proc.communicate(timeout=150)
     assert proc.returncode == 2, out[-2000:] + err[-3000:]
     assert "parameter 'max_age'" in err and "robot b's camera side" in err, err[-3000:]
+
+
+CHILD_WITH_A_NODE_THAT_STOPS = """
+import sys
+
+import rclpy
+
+from oxygen_ros.ros import robot_process
+
+
+def build_nodes(items, params_file, nodes):  # the robot's camera node, whose callback raises after 0.5 s
+    node = rclpy.create_node("oxygen_camera")
+
+    def driver_gone():
+        raise RuntimeError("camera driver gone")
+
+    node.create_timer(0.5, driver_gone)
+    nodes.append(node)
+
+
+robot_process.build_nodes = build_nodes
+sys.exit(robot_process.main(sys.argv[1:]))
+"""
+
+
+def test_a_node_that_stops_in_a_robot_process_ends_it_with_status_1(ros_env, tmp_path):
+    """A robot's child whose node stops on an error ends with 1, naming the robot and the error:
+    the agent then reports an exit with code 1, not a clean end (0 is a child told to stop)."""
+    plan = tmp_path / "plan.json"
+    plan.write_text(json.dumps({"robot": "b", "items": [], "params_file": "", "background_niceness": 0,
+                                "parent": os.getpid()}))
+    proc = subprocess.run([sys.executable, "-c", CHILD_WITH_A_NODE_THAT_STOPS, str(plan)], env=checkout_env(),
+                          capture_output=True, text=True, timeout=60)
+    assert "robot process ready" in proc.stdout, proc.stdout + proc.stderr[-3000:]
+    assert proc.returncode == 1, proc.stderr[-3000:]
+    assert "robot b's camera side: oxygen_camera stopped: RuntimeError('camera driver gone')" in proc.stderr, \
+        proc.stderr[-3000:]
+    assert not plan.exists()  # read once

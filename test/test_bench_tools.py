@@ -91,6 +91,25 @@ def test_choose_k_takes_the_largest_budget_within_the_deadline():
     assert k0 == 0
 
 
+def test_choose_k_keeps_the_margin_of_the_deadline_free():
+    comp = {"prefill_ms": 2.0, "denoise_step_ms": 1.0, "decode_step_ms": {1: 1.0, 64: 1.0}}
+    # deadline 10 / 500 Hz = 20 ms; at margin 0.8 a frame may take 16 ms: 2 + 10 + k * 1 <= 16
+    k, table = calibrate.choose_k(comp, n=30, s=10, horizon=10, target_hz=500, margin=0.8, arrivals=1)
+    assert k == 4
+    assert [row["ok"] for row in table[:6]] == [True] * 4 + [False] * 2
+    assert calibrate.choose_k(comp, n=30, s=10, horizon=10, target_hz=500, margin=1.0, arrivals=1)[0] == 8
+
+
+def test_choose_k_costs_an_unmeasured_batch_at_the_next_larger_measured_one():
+    # N=4 and one arrival a frame: batches 4, 3, 2, 2 for k = 1..4, none measured; between
+    # the measured 1 and 8 each decode step is costed at 8's 3 ms (never at 1's 1 ms: too optimistic)
+    comp = {"prefill_ms": 2.0, "denoise_step_ms": 1.0, "decode_step_ms": {1: 1.0, 8: 3.0}}
+    k, table = calibrate.choose_k(comp, n=4, s=10, horizon=10, target_hz=500, margin=1.0, arrivals=1)
+    assert [(row["k"], row["batch"], row["frame_ms"]) for row in table] == [
+        (1, 4, 15.0), (2, 3, 18.0), (3, 2, 21.0), (4, 2, 24.0)]
+    assert k == 2
+
+
 def test_bench_matches_another_systems_horizon_and_prompt_length(tmp_path):
     out = tmp_path / "bench.json"
     assert bench.main(["--preset", "tiny", "--settings", "oxygen", "--compile", "off", "--action-horizon", "4",

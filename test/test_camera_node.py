@@ -119,6 +119,31 @@ def test_groups_cameras_into_observations_with_latched_instruction(stepped_ros):
     assert camera.published == len(rig.observations)
 
 
+def test_each_image_of_an_observation_keeps_the_stamp_its_camera_sent(stepped_ros):
+    """The group is stamped with its oldest image; each image keeps its own camera's capture
+    time, so a consumer sees that the second camera's frame is 0.2 s newer than the first's."""
+    from oxygen_ros.ros.conversions import msg_to_observation, stamp_to_ns
+
+    rig = _Rig(stepped_ros)
+    camera = camera_node(stepped_ros)
+    rig.wait_matched(camera)
+    frame = _solid(8, 8, (10, 20, 30))
+    sent = {"raw": [], "jpeg": []}
+
+    def send_both():
+        sent["raw"].append(stamp_to_ns(rig.send_raw(frame, age=0.2).header.stamp))
+        sent["jpeg"].append(stamp_to_ns(rig.send_jpeg(frame, fmt="png").header.stamp))
+
+    assert stepped_ros.spin_until(lambda: rig.observations, every=send_both), "no Observation received"
+    msg = rig.observations[0]
+    base, cam1 = (stamp_to_ns(i.header.stamp) for i in msg.images)
+    assert base in sent["raw"], "the first camera's image keeps the stamp that camera sent"
+    assert cam1 in sent["jpeg"], "the second camera's image keeps the stamp that camera sent"
+    assert cam1 > base and stamp_to_ns(msg.header.stamp) == base
+    stamps = msg_to_observation(msg).meta["image_stamps"]
+    assert stamps["cam1"] - stamps["base"] > 0.1
+
+
 def test_stale_groups_are_dropped(stepped_ros):
     rig = _Rig(stepped_ros)
     camera = camera_node(stepped_ros, max_age=0.5, default_instruction="wait")

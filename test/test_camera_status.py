@@ -77,3 +77,41 @@ def test_a_node_that_reads_its_rates_less_often_is_not_taken_for_stalled():
     status = CameraStatus(["base"], ["/camera"], ("decode",), clock=clock, reading_period=2.0)
     warnings, rate = _run(status, clock, 8, 10.0, every=20)
     assert not status.settling() and not warnings and abs(rate - 10) < 0.5
+
+
+def test_a_camera_that_delivered_then_went_silent_past_max_age_makes_the_status_warn():
+    from diagnostic_msgs.msg import DiagnosticStatus
+
+    clock = Clock()
+    status = CameraStatus(["base", "wrist"], ["/camera", "/wrist"], ("decode",), clock=clock)
+    for _ in range(40):  # both at 10 Hz for 4 s
+        clock.now += 0.1
+        status.frame(0)
+        status.frame(1)
+    level, message = status.status(status.figures(""), max_age=0.5, min_rate_hz=0.0)
+    assert level == DiagnosticStatus.OK, message
+    for _ in range(20):  # the wrist camera stops for 2 s; the base camera goes on
+        clock.now += 0.1
+        status.frame(0)
+    level, message = status.status(status.figures(""), max_age=0.5, min_rate_hz=0.0)
+    assert level == DiagnosticStatus.WARN
+    assert message == "no frame from wrist (2.0 s)"
+
+
+def test_stale_groups_are_reported_as_those_dropped_since_the_last_status():
+    from diagnostic_msgs.msg import DiagnosticStatus
+
+    clock = Clock()
+    status = CameraStatus(["base"], ["/camera"], ("decode",), clock=clock)
+    status.frame(0)
+
+    def read():
+        return status.status(status.figures(""), max_age=10.0, min_rate_hz=0.0)
+
+    status.dropped_stale += 3
+    assert read() == (DiagnosticStatus.WARN, "3 stale groups dropped")
+    status.dropped_stale += 2
+    assert read() == (DiagnosticStatus.WARN, "2 stale groups dropped")
+    level, message = read()  # none since: the node is fine again
+    assert level == DiagnosticStatus.OK and "stale" not in message, message
+    assert status.figures("")["dropped_stale"] == 5  # the figure itself stays the total

@@ -6,9 +6,9 @@ import json
 
 import pytest
 import torch
-from checkpoint_builders import foreign_state, write_lerobot, write_openpi
+from checkpoint_builders import SMALL, foreign_state, write_lerobot, write_openpi
 
-from oxygen_ros.core.checkpoints import CheckpointError, load_checkpoint, save_native
+from oxygen_ros.core.checkpoints import CheckpointError, load_checkpoint, save_native, sizes
 from oxygen_ros.core.model.config import GemmaConfig, ModelConfig, VisionConfig
 from oxygen_ros.core.model.vla import build_model
 
@@ -95,3 +95,18 @@ def test_bad_explicit_sizes_are_named(tmp_path, odd_model, block, message):
     set_config(tmp_path, oxygen_sizes=block)
     with pytest.raises(CheckpointError, match=message):
         load_checkpoint(tmp_path)
+
+
+def test_a_lerobot_horizon_is_its_chunk_size_and_its_steps_its_num_inference_steps(tmp_path, monkeypatch):
+    """LeRobot's pi05 predicts ``chunk_size`` actions and executes ``n_action_steps`` of them: the
+    chunk the node publishes is the whole predicted one; its denoising takes the checkpoint's
+    ``num_inference_steps``, not π0.5's default 10."""
+    monkeypatch.setitem(sizes.GEMMA_VARIANTS, "small_vlm", SMALL.vlm)
+    monkeypatch.setitem(sizes.GEMMA_VARIANTS, "small_expert", SMALL.expert)
+    model = build_model(SMALL, seed=3)
+    write_lerobot(tmp_path, foreign_state(model, prefix="model.", embed="both"), chunk_size=6, n_action_steps=2,
+                  num_inference_steps=4)
+    c = load_checkpoint(tmp_path).config
+    assert c.action_horizon == 6
+    assert c.denoise_steps == 4
+    assert not {"action_horizon", "denoise_steps"} & set(c.extra["defaulted"])

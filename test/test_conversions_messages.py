@@ -52,7 +52,24 @@ def test_observation_round_trip():
     for name, rgb in images.items():
         assert np.array_equal(back.images[name], rgb)
     assert back.meta["seq"] == 42 and back.meta["frame_id"] == "rig"
-    assert back.meta["image_stamps"]["wrist"] == pytest.approx(1_700_000_000.5)
+    assert back.meta["image_stamps"]["wrist"] == pytest.approx(1_700_000_000.5, abs=1e-6)
+
+
+def test_each_image_keeps_its_own_camera_s_stamp():
+    """The group's stamp is the oldest image's; every image keeps the stamp its camera gave it, and
+    reading the message back gives each camera's own (exactly: pytest.approx's default relative
+    tolerance is over 1000 s at these stamps)."""
+    images = {"base": _rgb(8, 8, 1), "wrist": _rgb(8, 8, 2)}
+    obs = Observation(images=images, instruction="", stamp=1_700_000_000.25)
+    headers = {"base": Header(stamp=Time(sec=1_700_000_000, nanosec=250_000_000), frame_id="cam_base"),
+               "wrist": Header(stamp=Time(sec=1_700_000_000, nanosec=500_000_000), frame_id="cam_w")}
+    msg = conv.observation_to_msg(obs, 3, image_headers=headers)
+    assert msg.header.stamp == Time(sec=1_700_000_000, nanosec=250_000_000)
+    assert [img.header.stamp for img in msg.images] == [Time(sec=1_700_000_000, nanosec=250_000_000),
+                                                        Time(sec=1_700_000_000, nanosec=500_000_000)]
+    stamps = conv.msg_to_observation(msg).meta["image_stamps"]
+    assert stamps["wrist"] - stamps["base"] == pytest.approx(0.25, abs=1e-6)
+    assert stamps["base"] == pytest.approx(1_700_000_000.25, abs=1e-6)
 
 
 def test_observation_resized_and_without_state():

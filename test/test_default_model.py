@@ -126,6 +126,16 @@ def test_training_is_deterministic_for_a_seed():
     assert not all(torch.equal(sa[k], v) for k, v in build_model(TINY, seed=5).state_dict().items())
 
 
+def test_the_learning_rate_warms_up_then_decays_on_a_cosine_to_its_floor():
+    cfg = training.TrainConfig(steps=1100, lr=1e-3, warmup_steps=100, min_lr_fraction=0.1)
+    lr = [training.lr_at(s, cfg) for s in range(1200)]
+    assert lr[0] == pytest.approx(1e-5) and lr[99] == pytest.approx(1e-3)  # linear warm-up to the peak
+    assert lr[100] == pytest.approx(1e-3)
+    assert lr[600] == pytest.approx(0.55e-3)  # half way: the middle of lr and its floor
+    assert lr[1100] == pytest.approx(1e-4) and lr[1199] == pytest.approx(1e-4)  # the floor, and it stays there
+    assert all(a >= b for a, b in zip(lr[100:], lr[101:]))  # never rises again after the warm-up
+
+
 def test_batches_do_not_depend_on_the_process_that_makes_them():
     tok = Tokenizer.default()
     cfg = training.TrainConfig(batch_size=3, seed=2)

@@ -336,3 +336,16 @@ def test_a_pool_slot_holds_the_served_cameras_only_and_the_longest_request_fits(
     assert len(question.tokens) == 12 or question.finish_reason.value == "eos"
     with pytest.raises(ValueError, match="max_cameras"):
         one.step([Observation({"base": image, "wrist": image}, "go", None)])
+
+
+def test_without_noise_seeds_the_observations_of_one_frame_get_different_noise(model, tok):
+    """Two robots sending the same observation in one frame are two draws, not one: without
+    ``noise_seeds`` each observation's noise is seeded by its position too, so their chunks differ
+    (the same position in another engine with the same seed gives the same chunk again)."""
+    config = EngineConfig(setting="oxygen", max_decode=4, steps_per_frame=4)
+    obs = scene_observations(1, seed=3)[0]
+    twice = Engine(model, tok, config).step([obs, obs]).actions
+    assert len(twice) == 2 and np.isfinite(twice[0]).all()
+    assert not np.allclose(twice[0], twice[1]), "the same noise for both observations of the frame"
+    again = Engine(model, tok, config).step([obs, obs]).actions
+    np.testing.assert_allclose(again[1], twice[1], atol=1e-5)  # seeded, not random

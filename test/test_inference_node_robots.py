@@ -88,6 +88,25 @@ def test_a_robot_whose_camera_stops_underruns_on_its_own_clock_only(served):
     assert after["left"] - before["left"] <= 5, (before, after)
 
 
+def test_the_node_status_sums_the_robots_underruns_and_shows_the_oldest_observation(served):
+    """The node's own status (``oxygen_inference: engine``) is the whole node's: its underruns are
+    every robot's together, and its observation age is the oldest robot's, so a robot whose camera
+    stopped shows there even while the other robot's camera runs."""
+    node, robots, _ = served
+    _observe_all(robots, 10)
+    assert until(lambda: all(node.tick_counts(r)["published"] > 0 for r in ROBOTS))
+    _observe_all(robots, 20, who=())  # 1 s: both cameras stop, both robots underrun
+    _observe_all(robots, 40, who=("left",))  # 2 s more: right's camera stays stopped
+    first = {r: node.diagnostics(r) for r in ROBOTS}
+    whole = node.diagnostics()
+    last = {r: node.diagnostics(r) for r in ROBOTS}  # ticks go on between the reads: bounds, not equality
+    before, after = ({r: d[r]["underruns"] for r in ROBOTS} for d in (first, last))
+    assert before["left"] >= 10 and before["right"] >= 40, before
+    assert sum(before.values()) <= whole["underruns"] <= sum(after.values()), (before, whole["underruns"], after)
+    assert first["right"]["observation_age_ms"] > 1500 > first["left"]["observation_age_ms"]
+    assert first["right"]["observation_age_ms"] <= whole["observation_age_ms"] <= last["right"]["observation_age_ms"]
+
+
 def test_bad_robot_names_are_refused_naming_them(ros):
     from oxygen_ros.ros.inference_node import InferenceNode
     from oxygen_ros.ros.parameters import ParameterError

@@ -148,6 +148,17 @@ def test_node_plan_demo_is_off_by_default_and_overrides_are_typed():
         node_plan({"modle_path": "/x"})
 
 
+def test_demo_closes_the_camera_node_s_loop_at_the_embedded_model_s_resolution():
+    """demo:=true: the camera node reads the synthetic robot's /joint_states and passes its images
+    on at 48 px (the embedded model's size); without demo it gets neither (the YAML's values)."""
+    from oxygen_ros.ros.plan import node_plan
+
+    demo = {i["spec"].name: i for i in node_plan({"demo": "true"})}
+    assert demo["oxygen_camera"]["parameters"] == {"state_topic": "/joint_states", "image_size": 48}
+    plain = {i["spec"].name: i for i in node_plan({"demo": "false"})}
+    assert plain["oxygen_camera"]["parameters"] == {}
+
+
 def test_launch_arguments_parse_and_a_bad_one_is_named():
     from oxygen_ros.ros.plan import parse_launch_args
 

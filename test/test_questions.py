@@ -122,3 +122,13 @@ def test_eval_scores_each_kind_by_its_exact_answers():
     r = summarise_questions(cases, said)
     assert r["question_accuracy"] == {"target": 1.0, "where": 0.0, "count": 0.9, "at_target": 1.0}
     assert r["questions"] == {kind: 10 for kind in questions.KINDS}
+
+
+def test_eval_counts_a_description_as_naming_the_target_only_with_its_colour_and_shape():
+    from oxygen_ros.tools.eval import names_target
+
+    scene = _scene()  # the target is the red circle; a red triangle is a distractor of its colour
+    assert names_target("red circle upper right of gripper", scene)
+    assert not names_target("red triangle lower right of gripper", scene)  # the distractor, not the target
+    assert not names_target("blue circle upper right of gripper", scene)
+    assert not names_target("red", scene)

@@ -64,3 +64,34 @@ def test_a_recording_stopped_by_sigint_closes_its_bag_and_one_that_got_nothing_s
     again = _recorder(tmp_path / "empty", "--duration", "1")
     _, stderr = again.communicate(timeout=30)
     assert again.returncode == 2 and "exists already" in stderr  # never written over
+
+
+def test_recording_every_topic_leaves_out_an_action_s_hidden_topics(ros_env, tmp_path):
+    """With no topic named, oxygen-record records every topic but the hidden ones, as ``ros2 bag
+    record -a`` does: an Ask action server's ``_action/feedback`` and ``_action/status`` are the
+    action's own bookkeeping, not data to play back."""
+    from std_msgs.msg import String
+
+    from oxygen_ros.action import Ask
+    from oxygen_ros.ros.qos import DATA_QOS
+
+    prefix = unique_prefix()
+    out = tmp_path / "bag"
+    with Ros() as ros:
+        from rclpy.action import ActionServer
+
+        node = ros.node("oxygen_test_asked")
+        ActionServer(node, Ask, f"{prefix}/ask", lambda goal: Ask.Result(text="yes", finish_reason="eos"))
+        chatter = node.create_publisher(String, f"{prefix}/chatter", DATA_QOS)
+        timer = node.create_timer(0.1, lambda: chatter.publish(String(data="hello")))
+        proc = _recorder(out, "--duration", "4")
+        stdout, stderr = proc.communicate(timeout=60)
+        timer.cancel()
+    assert proc.returncode == 0, stderr
+    reader = open_bag(out)
+    try:
+        recorded = set(bag_topics(reader))
+    finally:
+        reader.close()
+    assert f"{prefix}/chatter" in recorded, (recorded, stderr[-2000:])  # the same node's plain topic is recorded
+    assert not [t for t in recorded if "/_action/" in t], recorded

@@ -99,6 +99,23 @@ def test_a_robot_section_goes_over_the_generic_one_and_its_topics_are_taken_as_w
     assert seeds["right/oxygen_synthetic_camera"]["parameters"]["seed"] == 42  # its own, as written
 
 
+def test_a_wildcard_section_for_every_camera_node_is_the_generic_one_for_each_robot(tmp_path):
+    """``/**/oxygen_camera`` names every camera node, the robots' too: it is each robot's generic
+    section (topics under /<robot>), not a robot's own one (topics as written, which would put
+    both robots' cameras on the one /camera/image_raw)."""
+    sections = _write(tmp_path, """
+/**/oxygen_camera:
+  ros__parameters:
+    image_topics: ["/camera/image_raw"]
+    max_age: 0.3
+""")
+    plan = _plan({"robots": "left,right", "demo": "false"}, sections)
+    for robot in ("left", "right"):
+        p = plan[f"{robot}/oxygen_camera"]["parameters"]
+        assert p["image_topics"] == [f"/{robot}/camera/image_raw"], (robot, p["image_topics"])
+        assert p["max_age"] == 0.3
+
+
 def test_camera_topic_applies_per_robot_after_the_prefix():
     plan = _plan({"robots": "left,right", "demo": "true", "camera_topic": "/cam/rgb"})
     for r in ("left", "right"):

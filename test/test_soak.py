@@ -39,3 +39,33 @@ def test_soak_smoke(ros_env, tmp_path):
     assert report["inference_refused"]["observations_invalid"] > 0
     assert report["requests_rejected"] > 0  # the empty questions
     assert "underruns" in proc.stdout and "recovery" in proc.stdout and "memory (RSS)" in proc.stdout
+
+
+def _soak_report(elapsed, rss_start_mb, rss_end_mb):
+    """The report oxygen-soak makes at the end of a run (``soak._report``), from a session whose
+    nodes are stand-ins that counted nothing wrong: only the memory differs between calls."""
+    from collections import defaultdict
+    from types import SimpleNamespace
+
+    from oxygen_ros.tools import soak
+
+    ns, _ = soak._parse(["--duration", str(elapsed)])
+    s = soak.SoakSession(ns)
+    s.rss_launch, s.rss_start = 80 * 2**20, rss_start_mb * 2**20
+    s.soak = SimpleNamespace(counts=lambda: defaultdict(int), injected={}, cameras=[])
+    s.inference = SimpleNamespace(params={"setting": "oxygen", "control_rate_hz": 50.0},
+                                  counters=defaultdict(int), diagnostics=lambda: {"k": 1})
+    return soak._report(s, float(elapsed), {"ticks": 100, "underruns": 0}, rss_end_mb * 2**20)
+
+
+def test_a_long_soak_whose_memory_grew_5_percent_fails_its_memory_check():
+    from oxygen_ros.tools.soak import MEMORY_CHECK_MIN_S
+
+    grew = _soak_report(MEMORY_CHECK_MIN_S + 80, 100, 106)
+    assert grew["rss_growth_pct"] == 6.0
+    assert grew["checks"]["memory_flat"] is False
+    assert all(ok for name, ok in grew["checks"].items() if name != "memory_flat")
+    assert _soak_report(MEMORY_CHECK_MIN_S + 80, 100, 105)["checks"]["memory_flat"] is False  # 5 % itself fails
+    assert _soak_report(MEMORY_CHECK_MIN_S + 80, 100, 104)["checks"]["memory_flat"] is True
+    # a run shorter than MEMORY_CHECK_MIN_S is not judged on its memory (the allocators still fill)
+    assert _soak_report(MEMORY_CHECK_MIN_S - 20, 100, 106)["checks"]["memory_flat"] is True

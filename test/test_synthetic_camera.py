@@ -90,3 +90,41 @@ def test_target_moves_are_logged_at_most_every_five_seconds_with_their_count(ste
     assert 2 <= len(lines) <= 3, lines  # the first move, then one line 5 s later
     assert "target moved after" in lines[0] and "since the last line" not in lines[0]
     assert "(0 reached and " in lines[1] and "moved since the last line)" in lines[1], lines[1]
+
+
+def test_the_synthetic_robot_applies_a_chunk_s_first_row_clamped_to_max_step(stepped_ros):
+    """Of each ActionChunk the simulated gripper takes the first row, the action due now (not a
+    later one), and a row longer than max_step moves it by max_step in that row's direction:
+    what its /joint_states then say."""
+    from sensor_msgs.msg import JointState
+
+    from oxygen_ros.msg import ActionChunk
+    from oxygen_ros.ros.conversions import action_chunk_msg
+    from oxygen_ros.ros.qos import ACTIONS_QOS, DATA_QOS
+    from oxygen_ros.ros.synthetic_camera import JOINT_NAMES, SyntheticCamera
+
+    p = stepped_ros.prefix
+    sim = stepped_ros.add(SyntheticCamera(context=stepped_ros.context, parameter_overrides=params(
+        rate_hz=20.0, image_size=16, seed=5, max_step=0.05, retarget_every_s=0.0, image_topic=f"{p}/image",
+        instruction_topic=f"{p}/instruction", joint_state_topic=f"{p}/joint_states", action_topic=f"{p}/actions")))
+    client = stepped_ros.node("oxygen_test_policy")
+    states = []
+    client.create_subscription(JointState, f"{p}/joint_states", states.append, DATA_QOS)
+    actions = client.create_publisher(ActionChunk, f"{p}/actions", ACTIONS_QOS)
+    assert stepped_ros.spin_until(lambda: states and actions.get_subscription_count() >= 1, timeout=15.0)
+    assert list(states[-1].name) == JOINT_NAMES
+    start = np.array(states[-1].position)
+    towards_centre = -start / np.linalg.norm(start)
+    across = np.array([towards_centre[1], -towards_centre[0]])
+    chunk = np.vstack([0.3 * towards_centre, 0.3 * across, 0.3 * across])  # row 0: 6 x max_step long
+
+    def act():
+        if sim.actions_applied == 0:  # best-effort QoS: send again until one arrived
+            actions.publish(action_chunk_msg(client.get_clock().now(), 0, 0, client.get_clock().now(), 0, 0.05, chunk))
+
+    moved = lambda: not np.allclose(states[-1].position, start, atol=1e-6)
+    assert stepped_ros.spin_until(moved, every=act, period=0.2, timeout=15.0), "the gripper never moved"
+    stepped_ros.spin_for(0.3)  # the last state after every chunk sent arrived
+    applied = sim.actions_applied
+    assert applied >= 1
+    np.testing.assert_allclose(states[-1].position, start + applied * 0.05 * towards_centre, atol=1e-5)
