@@ -52,6 +52,16 @@ def _start(tmp_path, board: ChunkBoard, ticks: TickBoard, topics: list[str]) -> 
     return proc
 
 
+def _end(proc, board: ChunkBoard, ticks: TickBoard) -> None:
+    """The control process killed if it still runs, the shared-memory blocks freed."""
+    if proc is not None and proc.poll() is None:
+        proc.kill()
+        proc.wait()
+    for block in (board, ticks):
+        block.close()
+        block.unlink()
+
+
 def test_each_robots_chunk_goes_out_from_the_control_process_row_by_row_then_held(ros, tmp_path):
     from oxygen_ros.msg import ActionChunk
 
@@ -100,12 +110,7 @@ def test_each_robots_chunk_goes_out_from_the_control_process_row_by_row_then_hel
         written, lateness = ticks.lateness_since(0)
         assert written == ticks.robot(0)[0]["ticks"] and len(lateness) == written and (lateness >= 0).all()
     finally:
-        if proc is not None and proc.poll() is None:
-            proc.kill()
-            proc.wait()
-        for block in (board, ticks):
-            block.close()
-            block.unlink()
+        _end(proc, board, ticks)
 
 
 def test_the_control_process_ends_when_its_parent_ends(ros_env, tmp_path):
@@ -184,9 +189,4 @@ def test_an_activate_empties_every_output_even_one_the_process_never_saw_paused(
         board.write(0, _chunk(2, 200.0))  # the next chunk goes out at once
         assert until(lambda: any(m.frame_id == 2 for m in got), 10)
     finally:
-        if proc is not None and proc.poll() is None:
-            proc.kill()
-            proc.wait()
-        for block in (board, ticks):
-            block.close()
-            block.unlink()
+        _end(proc, board, ticks)
