@@ -49,20 +49,17 @@ from diagnostic_msgs.msg import DiagnosticArray
 from rclpy.callback_groups import MutuallyExclusiveCallbackGroup
 from rclpy.node import Node
 
-from oxygen_ros.msg import Observation as ObservationMsg
-from oxygen_ros.msg import Question as QuestionMsg
-
 from ..core.engine import Engine
-from ..core.frame_loop import Arrival, FrameLoop, LoopSettings
+from ..core.frame_loop import FrameLoop, LoopSettings
 from ..core.stats import Rolling
 from ..core.tick_guard import TickGuard
-from . import conversions
 from .action_output import TickGrid
 from .ask_server import AskServer
 from .control_link import ControlLink
 from .control_thread import ControlThread
 from .frame_worker import FrameWorker
 from .inference_diagnostics import InferenceDiagnostics
+from .inference_inputs import InferenceInputs
 from .inference_ticks import InferenceTicks
 from .inference_parameters import PARAMETERS
 from .inference_setup import (
@@ -94,7 +91,7 @@ def _loop_settings(p: dict) -> dict:
     return out
 
 
-class InferenceNode(InferenceDiagnostics, InferenceTicks, Node):
+class InferenceNode(InferenceInputs, InferenceDiagnostics, InferenceTicks, Node):
     """See the module doc. ``kwargs`` go to ``rclpy.node.Node`` (context,
     parameter_overrides, cli_args, namespace, ...). The frame policy is
     :attr:`loop` (a :class:`~oxygen_ros.core.frame_loop.FrameLoop`), run by
@@ -114,10 +111,7 @@ class InferenceNode(InferenceDiagnostics, InferenceTicks, Node):
         self._control: Optional[ControlThread] = None  # the control tick's thread, while active
         self._link: Optional[ControlLink] = None  # the control process, while configured (control_process)
         self._entities: list = []  # the publishers and subscriptions that configure() made
-        #: observations, questions, goals and cancels are taken (under the lock): from the end of a
-        #: configure to the start of a cleanup or shutdown (a callback of another executor thread
-        #: must not feed a loop that is going, or that is not there yet)
-        self._inputs_open = False
+        self._inputs_open = False  # see inference_inputs.py
         self._ask_servers: dict[str, AskServer] = {}  # by action name: they live as long as the node
         try:
             self.params = declare_parameters(self, PARAMETERS)  # it warns of unknown ones
@@ -278,62 +272,6 @@ class InferenceNode(InferenceDiagnostics, InferenceTicks, Node):
     def diagnostics_timer(self):
         """The diagnostics' timer while active (cancelled by :meth:`shutdown`), else None."""
         return self._own_timers[0] if self._own_timers else None
-
-    # ------------------------------------------------------------------ inputs
-    def _now_ros(self) -> int:
-        return self.get_clock().now().nanoseconds
-
-    def _close_inputs(self) -> None:
-        """No observation, question, goal or cancel is taken from now on (cleanup, shutdown)."""
-        with self._cond:
-            self._inputs_open = False
-
-    def _on_observation(self, robot: str, msg: ObservationMsg) -> None:
-        received_ros, received = self._now_ros(), time.monotonic_ns()
-        worker = self.worker
-        if not self._inputs_open or worker is None:
-            return
-        observation = worker.converted(msg, int(msg.seq), robot)
-        if observation is None:
-            return
-        arrival = Arrival(observation, int(msg.seq), conversions.stamp_to_ns(msg.header.stamp), received_ros,
-                          received, robot)
-        with self._cond:
-            if self._inputs_open:
-                self.loop.observation_arrived(arrival)
-                self._cond.notify_all()
-
-    def _on_question(self, robot: str, msg: QuestionMsg) -> None:
-        if not self._on_ask(robot, msg.client_id, msg.text, None):  # closing: say so while it can
-            try:
-                self.text.publish(end_events([msg.client_id], "rejected", robot), self._now_ros())
-            except Exception:  # noqa: BLE001  the cleanup took the publisher already
-                pass
-
-    def _on_ask(self, robot: str, client_id: str, text: str, max_tokens: Optional[int]) -> bool:
-        """A question (a message, or an Ask goal); False when the node takes none now (closing)."""
-        with self._cond:
-            if not self._inputs_open:
-                return False
-            self.loop.question_arrived(client_id, text, max_tokens, robot)
-            self._cond.notify_all()
-        return True
-
-    def _cancel_ask(self, robot: str, client_id: str) -> None:
-        """A cancelled question ends at once: still waiting, here; decoding, in the engine, here
-        too when no frame runs (the worker idle, or stopped while the node is inactive: the
-        goal would otherwise stay canceling until activate), else at the worker's next job."""
-        with self._cond:
-            if not self._inputs_open:  # closing: the cleanup or shutdown ends every request itself
-                return
-            if self.loop.cancel(client_id, robot):
-                events = end_events([client_id], "cancelled", robot)
-            else:
-                idle = self.worker is not None and not self.worker.busy
-                events = self.loop.end_requests(self.loop.take_cancels()) if idle else []
-            self._cond.notify_all()
-        if events:
-            self.text.publish(events, self._now_ros())
 
     # ------------------------------------------------------------------ shutdown
     def _stop_worker(self) -> bool:
