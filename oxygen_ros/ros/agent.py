@@ -103,7 +103,7 @@ class Agent:
             return failure
         worker = getattr(self.inference, "worker", None)
         if self.spinner is not None and worker is not None and worker.died:
-            return f"{INFERENCE}: its frame worker stopped ({worker.failure or 'the thread ended'})"
+            return f"{INFERENCE}: its frame worker stopped ({worker.death})"
         control = getattr(self.inference, "control_failure", None)
         if self.spinner is not None and control is not None:
             return f"{INFERENCE}: {control}"

@@ -76,6 +76,11 @@ class FrameWorker:
         return self._thread.ident is not None and not self._thread.is_alive() and not self._stop
 
     @property
+    def death(self) -> Optional[str]:
+        """Why the thread ended on its own (:attr:`failure`, or that it ended), None unless it :attr:`died`."""
+        return (self.failure or "the thread ended") if self.died else None
+
+    @property
     def stopped(self) -> bool:
         """:meth:`stop` was called (a worker runs once: a new one takes over)."""
         return self._stop

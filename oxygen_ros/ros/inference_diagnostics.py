@@ -101,7 +101,7 @@ class InferenceDiagnostics:
                                counters=counters, params=self.params, horizon=self.horizon,
                                tick_lateness_ms=self.tick_lateness_ms)
         d["control_failure"] = self.control_failure or ""  # the tick serves every robot
-        d["worker_failure"] = (self.worker.failure or "the thread ended") if self.worker and self.worker.died else ""
+        d["worker_failure"] = (self.worker.death if self.worker else None) or ""
         d["control_silent_s"] = self.control_silent_s
         d["action_subscribers"] = subscribers  # controllers listening (summed over the robots for the node)
         if robot is not None and several:

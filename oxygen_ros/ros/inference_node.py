@@ -111,7 +111,6 @@ class InferenceNode(InferenceInputs, InferenceDiagnostics, InferenceTicks, Node)
         self._control: Optional[ControlThread] = None  # the control tick's thread, while active
         self._link: Optional[ControlLink] = None  # the control process, while configured (control_process)
         self._entities: list = []  # the publishers and subscriptions that configure() made
-        self._inputs_open = False  # see inference_inputs.py
         self._ask_servers: dict[str, AskServer] = {}  # by action name: they live as long as the node
         try:
             self.params = declare_parameters(self, PARAMETERS)  # it warns of unknown ones

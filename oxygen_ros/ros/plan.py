@@ -28,6 +28,7 @@ from .plan_tables import (
     default_params_file,
     parse_bool,
 )
+from .params_sections import key_matches, read_sections
 from .robot_plan import file_robots, robots_plan
 from .robots import parse_robots
 
@@ -63,6 +64,11 @@ def node_label(item: dict[str, Any]) -> str:
     return f"{item['namespace']}/{item['spec'].name}" if item["namespace"] else item["spec"].name
 
 
+def node_fqn(item: dict[str, Any]) -> str:
+    """A plan item's node's fully-qualified name: ``/oxygen_camera``, ``/left/oxygen_camera``."""
+    return "/" + node_label(item)
+
+
 def resolve(values: dict[str, str]) -> tuple[list[dict[str, Any]], str]:
     """The node plan and the parameters file for the given argument values; ValueError
     naming what is wrong (an unknown argument, a bad value or robot name, a parameters
@@ -79,13 +85,7 @@ def unused_sections(plan: list[dict[str, Any]], params_file: str) -> list[str]:
     default). A robot's node counts under its plain name too: the plan of several robots
     reads the generic sections for them (:mod:`.robot_plan`); so does every node this
     package can start (the demo's synthetic camera has its section in the installed file)."""
-    from .params_sections import key_matches, read_sections
-
-    names = {f"/{spec.name}" for spec in NODES}
-    for item in plan:
-        name = item["spec"].name
-        names.add(f"/{item['namespace']}/{name}" if item["namespace"] else f"/{name}")
-        names.add(f"/{name}")
+    names = {f"/{spec.name}" for spec in NODES} | {node_fqn(item) for item in plan}
     lines = []
     for key, _ in read_sections(params_file):
         if not any(key_matches(key, fqn) for fqn in names):
@@ -151,8 +151,7 @@ def overrides_file(item: dict[str, Any], directory: str) -> str:
     refuses an empty list in a Node's parameter dict (a robot's
     ``compressed_image_topics: []``), while rcl reads it from a file as the empty
     array, as it reads the params file's own."""
-    name = item["spec"].name
-    fqn = f"/{item['namespace']}/{name}" if item["namespace"] else f"/{name}"
+    fqn = node_fqn(item)
     path = Path(directory) / f"{fqn.strip('/').replace('/', '.')}.yaml"
     path.write_text(yaml.safe_dump({fqn: {"ros__parameters": item["parameters"]}}, sort_keys=False))
     return str(path)
