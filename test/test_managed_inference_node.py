@@ -189,6 +189,23 @@ def test_an_ask_goal_cancelled_while_the_node_is_inactive_ends_at_once(ros_env, 
         assert life.state() == "inactive" and node.engine.active_requests == 0 and node.engine.pool.held == 0
 
 
+def test_a_transition_its_state_lacks_is_refused_with_a_warning_and_the_node_goes_on(ros_env, random_tiny_dir,
+                                                                                    capfd):
+    """``activate`` while unconfigured is answered false, naming the state and what it allows;
+    the node still answers and configures after it (Jazzy's rclpy raised in the service: no
+    answer, and the exception ended the executor's spin)."""
+    prefix = unique_prefix()
+    with Ros() as ros:
+        node = _node(ros, prefix, random_tiny_dir, autostart=False)
+        life = Lifecycle(ros.node("oxygen_test_lifecycle"), node.get_fully_qualified_name())
+        assert not life.change("activate") and life.state() == "unconfigured"
+        assert not life.change("deactivate") and life.state() == "unconfigured"
+        assert life.change("configure") and life.state() == "inactive"
+        lines = [line for line in capfd.readouterr().err.splitlines() if " refused: not a transition" in line]
+        assert len(lines) == 2 and "activate refused: not a transition of state unconfigured" in lines[0], lines
+        assert "(it has: configure, shutdown)" in lines[0], lines[0]
+
+
 def test_a_configure_that_fails_names_the_cause_and_stays_unconfigured(ros_env, tmp_path):
     prefix = unique_prefix()
     with Ros() as ros:

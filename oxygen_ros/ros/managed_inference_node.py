@@ -22,6 +22,11 @@ logged with its cause and leaves the node unconfigured; with ``autostart`` it en
 the process, as the plain node would. So does an activate that is refused (its
 control process died after the configure): with ``autostart`` nothing would ever
 activate the node again.
+
+A transition the node's state does not have (``configure`` when finalized, ``activate``
+when unconfigured) is answered ``success: false`` with a warning naming the state and
+what it allows. Jazzy's rclpy raised inside the service instead: the request got no
+answer and the exception ended the executor's spin.
 """
 
 import functools
@@ -59,6 +64,7 @@ class ManagedInferenceNode(LifecycleNodeMixin, InferenceNode):
         LifecycleNodeMixin.__init__(self)
         self.configure_error: Exception | None = None  # why the last configure failed
         self.activate_error: str | None = None  # why the last activate was refused
+        self._refuse_transitions_not_available()
         for robot in self.params["robots"] or [None]:  # the Ask servers live as long as the node: until
             self._ask_server(robot_topic(robot, self.params["ask_action"]))  # configured, they refuse goals
         if self.params["autostart"]:
@@ -74,6 +80,29 @@ class ManagedInferenceNode(LifecycleNodeMixin, InferenceNode):
             name = self.get_fully_qualified_name()
             self.get_logger().info("unconfigured (autostart false): waiting for the configure and activate "
                                    f"transitions, e.g. `ros2 lifecycle set {name} configure`")
+
+    def _refuse_transitions_not_available(self) -> None:
+        """Answer a change_state request for a transition the current state lacks with
+        ``success: false`` and a warning, before rclpy's own handler (see the module doc)."""
+        service = self._service_change_state
+        handle = service.callback
+        machine = self._state_machine
+
+        def change_state(request, response):
+            wanted = request.transition.id
+            if request.transition.label:  # rclpy resolves a label in the current state, refusing cleanly
+                return handle(request, response)
+            available = {t[0]: t[1] for t in machine.available_transitions}
+            if wanted in available:
+                return handle(request, response)
+            label = next((t[1] for t in machine.transition_graph if t[0] == wanted), f"transition {wanted}")
+            state = machine.current_state[1]
+            self.get_logger().warning(f"{label} refused: not a transition of state {state} (it has: "
+                                      f"{', '.join(sorted(set(available.values()))) or 'none'})")
+            response.success = False
+            return response
+
+        service.callback = change_state
 
     def on_configure(self, state) -> TransitionCallbackReturn:
         try:
