@@ -115,3 +115,16 @@ def test_stale_groups_are_reported_as_those_dropped_since_the_last_status():
     level, message = read()  # none since: the node is fine again
     assert level == DiagnosticStatus.OK and "stale" not in message, message
     assert status.figures("")["dropped_stale"] == 5  # the figure itself stays the total
+
+
+def test_the_group_stamp_spread_is_the_widest_since_the_last_figures():
+    """How far apart a published group's frames were taken, the widest since the last reading;
+    NaN when no group went out since (so a camera pair that drifted apart shows while it does)."""
+    status = CameraStatus(["base", "wrist"], ["/a", "/b"], ("decode",), clock=Clock())
+    assert math.isnan(status.figures("")["group_stamp_spread_ms"])
+    status.group(3_000_000)
+    status.group(100_000_000)
+    status.group(0)
+    figures = status.figures("")
+    assert figures["group_stamp_spread_ms"] == 100.0 and figures["published"] == 3
+    assert math.isnan(status.figures("")["group_stamp_spread_ms"])

@@ -67,3 +67,53 @@ def test_a_state_completes_no_group_of_missing_or_stale_frames():
     d = g.state_arrived(900 * MS, MAX_AGE)  # the state came too late: the frames are too old now
     assert d.kind == STALE and d.stale == (0, 1)
     assert g.state_arrived(901 * MS, MAX_AGE).kind == WAIT
+
+
+def _run(g: FrameGrouping, events) -> list[tuple[int, ...]]:
+    """Feed (camera, stamp_ms) frames, each arriving 1 ms after its stamp; the stamps of every
+    published group, in order."""
+    groups = []
+    for camera, stamp in events:
+        if g.frame_arrived(camera, stamp * MS, (stamp + 1) * MS, MAX_AGE, False).kind == PUBLISH:
+            groups.append(tuple(s // MS for s in g.stamps))
+            g.published()
+    return groups
+
+
+def test_synchronised_cameras_stay_paired_after_the_first_camera_loses_a_frame():
+    """Three cameras stamped together at 10 Hz, camera 0's frame always first to arrive. After
+    it lost the frame at 300 ms, its 400 ms frame finds the others' 300 ms frames new: the group
+    waits for their 400 ms frames instead of pairing each of its frames with the others'
+    previous ones, 100 ms apart, for the rest of the run."""
+    events = [(c, t) for t in range(0, 1000, 100) for c in range(3) if (c, t) != (0, 300)]
+    groups = _run(FrameGrouping(3, needs_state=False), events)
+    assert groups == [(t, t, t) for t in range(0, 1000, 100) if t != 300], groups
+
+
+def test_free_running_cameras_are_paired_within_half_a_period_at_the_full_rate():
+    """Two 10 Hz cameras 40 ms out of phase (camera 1's frames 60 ms before camera 0's): each
+    group waits at most for the nearer frame, one group per period still goes out."""
+    events = sorted([(0, t) for t in range(100, 1100, 100)] + [(1, t + 40) for t in range(0, 1000, 100)],
+                    key=lambda e: e[1])
+    groups = _run(FrameGrouping(2, needs_state=False), events)
+    assert len(groups) == 9, groups  # one per period (the 1000 ms frame waits for a 1040 ms one)
+    assert groups[0] == (100, 40)  # no period known yet: never waited for
+    assert all(abs(a - b) <= 50 for a, b in groups[1:]), groups
+
+
+def test_a_camera_is_waited_for_once_per_group():
+    """Both cameras lose frames in turn: each is waited for once, then the group goes out with
+    the frames there are instead of chasing the next pair."""
+    g = FrameGrouping(2, needs_state=False)
+    assert _run(g, [(0, 0), (1, 0), (0, 100), (1, 100), (1, 200)]) == [(0, 0), (100, 100)]
+    assert g.frame_arrived(0, 300 * MS, 301 * MS, MAX_AGE, False).kind == WAIT  # camera 1's 300 ms is closer
+    assert g.frame_arrived(1, 400 * MS, 401 * MS, MAX_AGE, False).kind == WAIT  # it was lost: now camera 0's
+    assert g.frame_arrived(0, 500 * MS, 501 * MS, MAX_AGE, False).kind == PUBLISH  # lost too: each waited once
+    assert g.spread_ns() == 100 * MS
+
+
+def test_a_camera_whose_next_frame_is_overdue_is_not_waited_for():
+    """Camera 0 stopped 350 ms before camera 1's frame (over one and a half of its periods):
+    the group goes out with its last frame, as a group of a stopped camera always did."""
+    g = FrameGrouping(2, needs_state=False)
+    assert _run(g, [(0, 0), (1, 0), (0, 50), (0, 100), (0, 150), (0, 200), (1, 550)]) == [(0, 0), (200, 550)]

@@ -7,6 +7,14 @@ next group now:
 * every camera must have delivered a frame newer than the last published group
   (a frame with the stamp of the one already grouped does not count: a re-sent
   frame; stamps may go backwards, a looping bag, and the newest frame is used);
+* a camera whose newest frame is more than half its period older than the group's
+  newest frame (and less than one and a half: a later frame of it is overdue, lost
+  or the camera stopped) is waited for, once per group: its next frame is closer in
+  time to the others (``WAIT``). Synchronised cameras whose faster camera lost one frame
+  would otherwise pair each of its frames with the others' previous ones from then
+  on, a whole period apart; free-running cameras end up paired within half a
+  period. A camera's period is the shortest step between its recent stamps (lost
+  frames make longer steps); until it has one, it is never waited for;
 * a group whose oldest frame is older than ``max_age`` is dropped (``STALE``):
   the stale cameras must deliver a newer frame;
 * with a state required (the node's ``state_topic``), a group is not published
@@ -21,9 +29,12 @@ Times are integer nanoseconds on one clock (the node's).
 
 from __future__ import annotations
 
+from collections import deque
 from dataclasses import dataclass
 
 PUBLISH, WAIT, STALE, NO_STATE = "publish", "wait", "stale", "no_state"
+#: Stamp steps per camera from which its period is taken (the shortest of them).
+PERIOD_STEPS = 8
 
 
 @dataclass(frozen=True)
@@ -45,10 +56,15 @@ class FrameGrouping:
         self.stamps: list[int | None] = [None] * cameras  # the newest frame's stamp, per camera
         self._fresh = [False] * cameras
         self._grouped = [-1] * cameras  # stamps of the frames in the last published group
+        self._steps = [deque(maxlen=PERIOD_STEPS) for _ in range(cameras)]  # recent stamp steps, per camera
+        self._waited: dict[int, int] = {}  # camera -> its stamp when this group began waiting for its next frame
 
     def frame_arrived(self, index: int, stamp_ns: int, now_ns: int, max_age_s: float, has_state: bool) -> Decision:
         """Camera ``index`` delivered a good frame stamped ``stamp_ns``; ``has_state``: a valid
         state is held now."""
+        previous = self.stamps[index]
+        if previous is not None and stamp_ns > previous:
+            self._steps[index].append(stamp_ns - previous)
         self.stamps[index] = stamp_ns
         if stamp_ns != self._grouped[index]:
             self._fresh[index] = True
@@ -70,14 +86,43 @@ class FrameGrouping:
             for i in stale:
                 self._fresh[i] = False
             return Decision(STALE, stale)
+        laggards = self._laggards()
+        if laggards:
+            for i in laggards:
+                self._waited.setdefault(i, self.stamps[i])
+            return Decision(WAIT)
         if self.needs_state and not has_state:
             return Decision(NO_STATE)
         return Decision(PUBLISH)
+
+    def period_ns(self, index: int) -> int | None:
+        """Camera ``index``'s period as its stamps show it (None: not two frames yet)."""
+        steps = self._steps[index]
+        return min(steps) if steps else None
+
+    def _laggards(self) -> list[int]:
+        """The cameras whose next frame is expected closer to the group's newest frame than
+        their newest one (more than half a period older than it, less than one and a half),
+        and not waited for yet in this group (or still awaited)."""
+        newest = max(self.stamps)
+        out = []
+        for i, stamp in enumerate(self.stamps):
+            period = self.period_ns(i)
+            if period is None or not period < 2 * (newest - stamp) < 3 * period:
+                continue  # close enough, or its next frame is overdue (lost, or the camera stopped)
+            if self._waited.get(i, stamp) == stamp:  # not waited for yet, or its next frame has not come
+                out.append(i)
+        return out
 
     def published(self) -> None:
         """The group of the newest frames went out: each camera needs a newer frame."""
         self._fresh = [False] * len(self._fresh)
         self._grouped = [int(s) for s in self.stamps]
+        self._waited.clear()
+
+    def spread_ns(self) -> int:
+        """How far apart the newest frames' stamps are (the group's, when it is published)."""
+        return max(self.stamps) - min(self.stamps)
 
 
 __all__ = ["NO_STATE", "PUBLISH", "STALE", "WAIT", "Decision", "FrameGrouping"]

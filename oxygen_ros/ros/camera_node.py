@@ -347,7 +347,11 @@ class CameraNode(Node):
             self.status.dropped_stale += 1
             ages = ", ".join(f"{self.topics[i]} {(now_ns - self._frames[i].stamp_ns) / 1e9:.3f} s"
                              for i in decision.stale)
-            self._warn("stale", f"dropped a stale group (max_age {self.max_age} s): {ages}")
+            text = f"dropped a stale group (max_age {self.max_age} s): {ages}"
+            if self.status.settling():  # just started: the cameras' publishers come up one after another
+                self._warn("settling_stale", text, info=True)
+            else:
+                self._warn("stale", text)
         elif decision.kind == NO_STATE:
             self.status.waiting_for_state += 1
             why = self._state.missing(now_ns, self._state_age_limit())
@@ -378,7 +382,7 @@ class CameraNode(Node):
         )
         self._publisher.publish(msg)
         self.seq += 1
-        self.status.published += 1
+        self.status.group(self._grouping.spread_ns())
         self._grouping.published()
 
 

@@ -73,6 +73,7 @@ class CameraStatus:
         self.rejected: dict[str, int] = {r: 0 for r in reasons}
         self.published = self.dropped_stale = self.waiting_for_state = 0
         self.received = [0] * len(topics)  # good frames per camera
+        self._spread_ns: int | None = None  # the widest stamp spread of a group published since the last figures
         self._last_frame: list[float | None] = [None] * len(topics)
         self._rates = [RateWindow(start) for _ in topics]
         self._last_reading = start  # of the rates (see STALL_READINGS)
@@ -91,6 +92,11 @@ class CameraStatus:
         self.received[index] += 1
         self._last_frame[index] = now
         self._rates[index].add(now)
+
+    def group(self, spread_ns: int) -> None:
+        """A group went out, its frames' stamps ``spread_ns`` apart (newest minus oldest)."""
+        self.published += 1
+        self._spread_ns = spread_ns if self._spread_ns is None else max(self._spread_ns, spread_ns)
 
     def reject(self, reason: str) -> None:
         self.rejected[reason] = self.rejected.get(reason, 0) + 1
@@ -111,7 +117,9 @@ class CameraStatus:
         now = self._clock()
         out: dict[str, Any] = {f"rejected_{reason}": count for reason, count in self.rejected.items()}
         out.update(rejected_total=sum(self.rejected.values()), published=self.published,
-                   dropped_stale=self.dropped_stale, waiting_for_state=self.waiting_for_state, instruction=instruction)
+                   dropped_stale=self.dropped_stale, waiting_for_state=self.waiting_for_state, instruction=instruction,
+                   group_stamp_spread_ms=math.nan if self._spread_ns is None else self._spread_ns / 1e6)
+        self._spread_ns = None
         for name, topic, count, last, rate in zip(self.names, self.topics, self.received, self._last_frame,
                                                   self.rates()):
             out[f"{name}.topic"] = topic
