@@ -92,8 +92,17 @@ class Agent:
         self.spinner = Spinner(executor, order, background_niceness=background_niceness)
 
     def alive(self) -> bool:
-        """Every node still runs: each executor spins and the inference node's frame worker lives."""
-        return self.spinner is not None and self.failure() is None
+        """Every node still runs: each executor spins, the inference node's frame worker lives,
+        and no lifecycle shutdown finalized the inference node."""
+        return self.spinner is not None and self.failure() is None and self.shut_down() is None
+
+    def shut_down(self) -> str | None:
+        """What ended the run without a failure: the inference node was finalized by a lifecycle
+        ``shutdown`` (None while it was not)."""
+        inference = self.inference
+        if not getattr(inference, "finalized", False) or inference.lifecycle_error is not None:
+            return None
+        return f"{inference.get_fully_qualified_name()} was shut down (lifecycle shutdown): ending"
 
     def failure(self) -> str | None:
         """Why a node of this agent, or a robot's child process, no longer runs (None while all do)."""
@@ -101,6 +110,9 @@ class Agent:
             return self.spinner.failure or "an executor stopped"
         if self.spinner is not None and (failure := self.children.failure()) is not None:
             return failure
+        if getattr(self.inference, "finalized", False):  # its worker and control process were stopped
+            error = self.inference.lifecycle_error
+            return None if error is None else f"{INFERENCE}: {error}"
         worker = getattr(self.inference, "worker", None)
         if self.spinner is not None and worker is not None and worker.died:
             return f"{INFERENCE}: its frame worker stopped ({worker.death})"
@@ -164,6 +176,8 @@ def run_agent(prog: str, values: dict[str, str], session: Session, executor: str
         if (failure := agent.failure()) is not None:  # a node died: the run failed, whatever the session says
             print(f"{prog}: {failure}", file=sys.stderr, flush=True)
             code = code or 1
+        elif (ended := agent.shut_down()) is not None:
+            print(f"{prog}: {ended}", flush=True)
     except (ParameterError, RobotProcessError) as exc:  # a bad parameter (a robot's too): 2, else 1
         print(f"{prog}: {exc}", file=sys.stderr, flush=True)
         code = 2 if isinstance(exc, ParameterError) or getattr(exc, "code", None) == 2 else 1

@@ -64,6 +64,7 @@ class ManagedInferenceNode(LifecycleNodeMixin, InferenceNode):
         LifecycleNodeMixin.__init__(self)
         self.configure_error: Exception | None = None  # why the last configure failed
         self.activate_error: str | None = None  # why the last activate was refused
+        self.lifecycle_error: str | None = None  # why a failed transition finalized the node
         self._refuse_transitions_not_available()
         for robot in self.params["robots"] or [None]:  # the Ask servers live as long as the node: until
             self._ask_server(robot_topic(robot, self.params["ask_action"]))  # configured, they refuse goals
@@ -80,6 +81,12 @@ class ManagedInferenceNode(LifecycleNodeMixin, InferenceNode):
             name = self.get_fully_qualified_name()
             self.get_logger().info("unconfigured (autostart false): waiting for the configure and activate "
                                    f"transitions, e.g. `ros2 lifecycle set {name} configure`")
+
+    @property
+    def finalized(self) -> bool:
+        """Whether the node was shut down (a ``shutdown`` transition, or a transition that raised:
+        :attr:`lifecycle_error`): it takes no transition any more."""
+        return self._state_machine.current_state[1] == "finalized"
 
     def _refuse_transitions_not_available(self) -> None:
         """Answer a change_state request for a transition the current state lacks with
@@ -151,6 +158,7 @@ class ManagedInferenceNode(LifecycleNodeMixin, InferenceNode):
         """After a transition that raised: stop everything and end finalized (FAILURE), since
         what the failed transition left half done is no clean unconfigured state to start again
         from (a configure then would have made a second set of subscriptions)."""
+        self.lifecycle_error = f"a transition failed in state {state.label}; the node is finalized"
         self.get_logger().error(f"lifecycle error in state {state.label}: stopping; the node is finalized "
                                 "(start it again)")
         self.shutdown()
