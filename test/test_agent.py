@@ -8,7 +8,6 @@ import contextlib
 import io
 import json
 import re
-import signal
 import subprocess
 import sys
 import time
