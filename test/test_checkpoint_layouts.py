@@ -292,3 +292,22 @@ def test_lerobot_empty_cameras_listed_among_the_features_count_once(tmp_path, sm
                 "observation.images.empty_camera_0": visual, "observation.state": {"type": "STATE", "shape": [8]}}
     _lerobot_config(tmp_path, empty_cameras=1, input_features=features)
     assert load_checkpoint(tmp_path).config.max_cameras == 3
+
+
+def test_the_start_up_says_in_which_units_actions_go_out(random_tiny_dir):
+    """A trained checkpoint without statistics sends the model's own numbers, all 32
+    dimensions: the node warns (joint_names would otherwise take the first values silently);
+    with statistics it says which dimensions it unnormalises; random weights say nothing."""
+    from oxygen_ros.core.checkpoints import default_model, load_model
+    from oxygen_ros.ros.inference_parameters import PARAMETERS
+    from oxygen_ros.ros.inference_setup import units_note
+
+    p = {spec.name: spec.default for spec in PARAMETERS}
+    warn, line = units_note(p, load_checkpoint(random_tiny_dir))
+    assert warn and "has no normalisation statistics" in line and "all 32 dimensions" in line, line
+    assert "norm_stats_path" in line
+    shipped = default_model()
+    warn, line = units_note(p, shipped)
+    n = shipped.normalizer
+    assert not warn and f"state {n.state_dim}, actions {n.action_dim} dimensions" in line, line
+    assert units_note(p, load_model(None, preset="tiny")) is None

@@ -68,6 +68,7 @@ from .inference_setup import (
     load_model,
     model_load_error,
     startup_summary,
+    units_note,
     unstated_horizon,
     unused_preset,
     warm_up,
@@ -143,6 +144,11 @@ class InferenceNode(InferenceInputs, InferenceDiagnostics, InferenceTicks, Node)
         for note in (unused_preset(p, self.loaded), unstated_horizon(self.loaded)):
             if note:
                 self.get_logger().warning(note)
+        units = units_note(p, self.loaded)
+        if units is not None and units[0]:
+            self.get_logger().warning(units[1])
+        elif units is not None:  # rclpy refuses one call site logging at two severities
+            self.get_logger().info(units[1])
         mc, normalizer = self.loaded.config, self.loaded.normalizer
         self.horizon = mc.action_horizon
         action_dim = normalizer.action_dim if normalizer is not None else mc.action_dim

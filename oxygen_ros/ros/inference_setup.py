@@ -49,6 +49,23 @@ def unused_preset(p: dict, loaded: checkpoints.LoadedCheckpoint) -> str | None:
             "only when model_path is empty and no default model is shipped")
 
 
+def units_note(p: dict, loaded: checkpoints.LoadedCheckpoint) -> tuple[bool, str] | None:
+    """(a warning?, the line) saying in which units actions go out: the robot's, through the
+    checkpoint's normalisation statistics, or the model's own, all its dimensions, for a trained
+    checkpoint without statistics (on a robot that is rarely what it expects); None for random weights."""
+    n, mc = loaded.normalizer, loaded.config
+    if n is not None:
+        state = "no state statistics" if n.state_stats is None else f"state {n.state_dim}"
+        where = f" ({p['norm_stats_path']})" if p["norm_stats_path"] else ""
+        return False, (f"normalisation statistics{where}: {state}, actions {n.action_dim} dimensions "
+                       f"({n.action_mode}); actions go out in the robot's units")
+    if loaded.layout == "random":
+        return None
+    return True, (f"{loaded.source} has no normalisation statistics (norm_stats.json): actions go out as the "
+                  f"model makes them, all {mc.action_dim} dimensions, in the units it was trained in; a robot "
+                  "trained with statistics needs them (norm_stats_path)")
+
+
 def unstated_horizon(loaded: checkpoints.LoadedCheckpoint) -> str | None:
     """The warning for a checkpoint that does not state its action horizon (an openpi
     checkpoint without config.json): π0.5's default is used, which may not be its own."""
