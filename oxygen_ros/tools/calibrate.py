@@ -4,7 +4,10 @@ It measures, on this device and model, the prefill of one observation, one
 denoise step, and one batched decode step against batch size; then picks the
 largest k whose frame (prefill + S denoise steps + k decode steps at the
 steady-state active batch) keeps the action frequency f = H / T at or above
-``--target-hz`` with a safety margin. The choice is written as a ROS 2
+``--target-hz`` and fits the inference node's own frame deadline (at the
+robot's ``--control-rate-hz``, half the time a chunk covers, as the node's
+language budget counts it: a larger k would be cut back every frame), with a
+safety margin. The choice is written as a ROS 2
 parameters file for the inference node (``params_file:=...``).
 """
 
@@ -13,6 +16,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import pathlib
 import sys
 
 import yaml
@@ -39,6 +43,11 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--arrivals-per-frame", type=positive_float, default=1.0,
                    help="expected new language requests per frame (sets the steady-state batch)")
     p.add_argument("--cameras", type=positive_int, default=None, help="cameras per observation (default: model max)")
+    p.add_argument("--control-rate-hz", type=positive_float, default=50.0,
+                   help="the robot's control rate (the node's control_rate_hz): the node's frame deadline is half "
+                        "the time a chunk covers at it")
+    p.add_argument("--frame-deadline-ms", type=positive_float, default=None,
+                   help="the node's frame_deadline_ms, when set in its parameters (default: automatic, as the node)")
     p.add_argument("--margin", type=float, default=0.9, help="use at most this fraction of the deadline")
     p.add_argument("--repeats", type=int, default=30, help="timed repetitions per measurement (median)")
     p.add_argument("--out", type=output_file, required=True, help="parameters YAML to write")
@@ -60,10 +69,23 @@ def steady_batch(n: int, k: int, arrivals: float) -> int:
     return max(1, math.ceil(arrivals * (1 + math.ceil((n - 1) / k))))
 
 
+def deadline_ms(horizon: int, target_hz: float, frame_deadline_ms: float | None = None) -> float:
+    """The frame time k must keep within (before the margin): H / target_hz, and the node's
+    frame deadline when given (:func:`node_frame_deadline_ms`), whichever is shorter."""
+    paper = horizon / target_hz * 1e3
+    return paper if frame_deadline_ms is None else min(paper, frame_deadline_ms)
+
+
+def node_frame_deadline_ms(horizon: int, control_rate_hz: float, frame_deadline_ms: float | None = None) -> float:
+    """The inference node's frame deadline: ``frame_deadline_ms`` when set, else half the time a
+    chunk of ``horizon`` rows covers at ``control_rate_hz`` (the node's automatic value)."""
+    return frame_deadline_ms if frame_deadline_ms else horizon / control_rate_hz * 1e3 / 2
+
+
 def choose_k(components: dict, *, n: int, s: int, horizon: int, target_hz: float, margin: float,
-             arrivals: float) -> tuple[int, list[dict]]:
-    """The largest k in 1..N meeting the deadline (0 if even k=1 does not)."""
-    deadline_ms = horizon / target_hz * 1e3 * margin
+             arrivals: float, frame_deadline_ms: float | None = None) -> tuple[int, list[dict]]:
+    """The largest k in 1..N meeting the deadline (:func:`deadline_ms`; 0 if even k=1 does not)."""
+    limit_ms = deadline_ms(horizon, target_hz, frame_deadline_ms) * margin
     decode = components["decode_step_ms"]
     sizes = sorted(decode)
     table, best = [], 0
@@ -80,7 +102,7 @@ def choose_k(components: dict, *, n: int, s: int, horizon: int, target_hz: float
             slope = (decode[hi] - decode[lo]) / (hi - lo) if hi != lo else 0.0
             step = decode[hi] + slope * (b - hi)
         frame = components["prefill_ms"] + s * components["denoise_step_ms"] + k * step
-        ok = frame <= deadline_ms
+        ok = frame <= limit_ms
         table.append({"k": k, "batch": b, "frame_ms": round(frame, 3), "ok": ok})
         if ok:
             best = k
@@ -100,17 +122,21 @@ def main(argv=None) -> int:
         print(f"compile=on runs eager: {decision.reason}", file=sys.stderr)
     comp = measure_components(loaded.model, loaded.tokenizer, batch_sizes=sizes, cameras=args.cameras,
                               repeats=args.repeats, denoise_steps=s, compile=decision.enabled)
-    k, table = choose_k(comp, n=args.max_decode, s=s, horizon=c.action_horizon,
-                        target_hz=args.target_hz, margin=args.margin, arrivals=args.arrivals_per_frame)
+    node_ms = node_frame_deadline_ms(c.action_horizon, args.control_rate_hz, args.frame_deadline_ms)
+    k, table = choose_k(comp, n=args.max_decode, s=s, horizon=c.action_horizon, target_hz=args.target_hz,
+                        margin=args.margin, arrivals=args.arrivals_per_frame, frame_deadline_ms=node_ms)
     print(f"prefill {comp['prefill_ms']:.2f} ms, denoise step {comp['denoise_step_ms']:.2f} ms, decode step "
           + ", ".join(f"B={b}: {t:.2f} ms" for b, t in comp["decode_step_ms"].items()))
-    deadline = c.action_horizon / args.target_hz * 1e3
+    paper_ms = c.action_horizon / args.target_hz * 1e3
+    deadline = (f"deadline {min(paper_ms, node_ms):.1f} ms: f >= {args.target_hz:g} Hz needs {paper_ms:.1f} ms for "
+                f"H={c.action_horizon}, the node's frame deadline is {node_ms:.1f} ms"
+                + ("" if args.frame_deadline_ms else f" (half a chunk at control_rate_hz {args.control_rate_hz:g})"))
     if k == 0:
-        print(f"no k meets {args.target_hz} Hz (deadline {deadline:.1f} ms for H={c.action_horizon}); "
-              "writing k=0: language decoding only when there is headroom", file=sys.stderr)
+        print(f"no k meets it ({deadline}); writing k=0: language decoding only when there is headroom",
+              file=sys.stderr)
     else:
-        print(f"chosen k = {k} (frame {table[k - 1]['frame_ms']:.2f} ms at batch {table[k - 1]['batch']}, "
-              f"deadline {deadline:.1f} ms x margin {args.margin})")
+        print(f"chosen k = {k} (frame {table[k - 1]['frame_ms']:.2f} ms at batch {table[k - 1]['batch']}; "
+              f"{deadline}; margin {args.margin})")
     preset_only = bool(args.preset) and not args.model_path
     if preset_only:
         print("note: " + PRESET_NOTE.format(preset=args.preset), file=sys.stderr)
@@ -118,13 +144,15 @@ def main(argv=None) -> int:
         "setting": "oxygen", "steps_per_frame": k, "max_decode": args.max_decode,
         "denoise_steps": args.denoise_steps or 0, "device": args.device, "dtype": args.dtype,
         "compile": args.compile,
-        **({"model_path": str(args.model_path)} if args.model_path else {}),
+        # absolute: the file is copied into a robot's agent.yaml and run from anywhere
+        **({"model_path": str(pathlib.Path(args.model_path).resolve())} if args.model_path else {}),
         # the model measured; a preset's sizes would be put on the model the node runs instead
         **({"model_sizes": flat_items(model_sizes(args))} if args.size and not preset_only else {}),
     }}}
     note = f"# {PRESET_NOTE.format(preset=args.preset)}\n" if preset_only else ""
     header = (f"# written by oxygen-calibrate for {loaded.source} on {args.device} ({args.dtype})\n{note}"
-              f"# target {args.target_hz} Hz, H={c.action_horizon}, S={s}, N={args.max_decode}\n"
+              f"# target {args.target_hz} Hz, control_rate_hz {args.control_rate_hz:g}, frame deadline "
+              f"{node_ms:.1f} ms, H={c.action_horizon}, S={s}, N={args.max_decode}\n"
               f"# measured: {json.dumps({k2: v for k2, v in comp.items()}, default=str)}\n")
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(header + yaml.safe_dump(params, sort_keys=False))

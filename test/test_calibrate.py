@@ -1,0 +1,37 @@
+"""oxygen-calibrate's choice against the inference node's own frame deadline, and the file it
+writes for a robot's agent.yaml (the measuring itself: test_bench_tools.py)."""
+
+import yaml
+
+from oxygen_ros.tools import calibrate
+
+
+def test_the_node_s_frame_deadline_binds_when_it_is_shorter_than_the_target_s():
+    """A 30 Hz robot with H=16: f >= 30 Hz only asks a frame under 533 ms, while the node's
+    language budget gives a frame half a chunk, 267 ms, and would cut a larger k every frame."""
+    comp = {"prefill_ms": 20.0, "denoise_step_ms": 10.0, "decode_step_ms": {1: 10.0, 64: 10.0}}
+    node_ms = calibrate.node_frame_deadline_ms(16, 30.0)
+    assert round(node_ms, 1) == 266.7
+    assert calibrate.node_frame_deadline_ms(16, 30.0, 100.0) == 100.0  # the node's frame_deadline_ms, when set
+    paper, _ = calibrate.choose_k(comp, n=60, s=10, horizon=16, target_hz=30, margin=1.0, arrivals=1)
+    k, table = calibrate.choose_k(comp, n=60, s=10, horizon=16, target_hz=30, margin=1.0, arrivals=1,
+                                  frame_deadline_ms=node_ms)
+    assert paper == 41 and k == 14  # 20 + 100 + k * 10 within 533 ms, and within 267 ms
+    assert table[k - 1]["frame_ms"] <= node_ms < table[k]["frame_ms"]
+    # a target stricter than the node's deadline still binds
+    assert calibrate.deadline_ms(16, 200.0, node_ms) == 80.0
+
+
+def test_the_file_names_the_checkpoint_by_its_absolute_path(tmp_path, random_tiny_dir, monkeypatch):
+    """The file's values go into a robot's agent.yaml, launched from anywhere: a relative
+    --model-path would not load there."""
+    import pathlib
+
+    model = pathlib.Path(random_tiny_dir)
+    monkeypatch.chdir(model.parent)
+    out = tmp_path / "calibrated.yaml"
+    assert calibrate.main(["--model-path", model.name, "--target-hz", "50", "--control-rate-hz", "30",
+                           "--max-decode", "8", "--repeats", "2", "--out", str(out)]) == 0
+    params = yaml.safe_load(out.read_text())["oxygen_inference"]["ros__parameters"]
+    assert params["model_path"] == str(model.resolve())
+    assert "control_rate_hz 30, frame deadline 166.7 ms" in out.read_text()
