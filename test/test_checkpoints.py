@@ -43,6 +43,20 @@ def test_native_round_trip_is_bit_identical(tmp_path):
     assert loaded.tokenizer.vocab_size == TINY.vocab_size
 
 
+def test_every_saved_file_has_the_mode_the_umask_gives(tmp_path):
+    """safetensors writes its file for its owner only: a robot's service running as another
+    user could read the config but not the weights."""
+    import os
+
+    old = os.umask(0o022)
+    try:
+        out = save_native(build_model(TINY, seed=5), tmp_path / "ck", tokenizer_path=default_tokenizer_path())
+    finally:
+        os.umask(old)
+    modes = {p.name: p.stat().st_mode & 0o777 for p in out.iterdir()}
+    assert modes["model.safetensors"] == modes["config.json"] == 0o644, modes
+
+
 def test_native_bfloat16_round_trip_keeps_float32_islands(tmp_path):
     model = build_model(TINY, seed=2, dtype="bfloat16")
     save_native(model, tmp_path)

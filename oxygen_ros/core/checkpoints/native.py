@@ -114,6 +114,7 @@ def save_native(
     state = {k: v.detach().to("cpu").contiguous() for k, v in model.state_dict().items()}
     dtype = str(model.dtype).removeprefix("torch.")
     save_file(state, str(out / WEIGHTS_FILE), metadata={"format": FORMAT_NAME, "format_version": str(FORMAT_VERSION)})
+    _readable_as_umask_allows(out / WEIGHTS_FILE)
     meta = {"format": FORMAT_NAME, "format_version": FORMAT_VERSION, "dtype": dtype, "config": config_to_dict(config)}
     (out / CONFIG_FILE).write_text(json.dumps(meta, indent=2) + "\n")
     if tokenizer_path is not None:
@@ -123,6 +124,14 @@ def save_native(
     for name, content in extra.items():
         _write_file(out / name, content)
     return out
+
+
+def _readable_as_umask_allows(path: pathlib.Path) -> None:
+    """Give ``path`` the mode of any file this process creates: safetensors writes its file
+    readable by its owner only, which a robot's service running as another user cannot load."""
+    umask = os.umask(0)
+    os.umask(umask)
+    os.chmod(path, 0o666 & ~umask)
 
 
 def _copy_tokenizer(src: pathlib.Path, out: pathlib.Path) -> None:
