@@ -211,7 +211,8 @@ def _tokenizer(directory: pathlib.Path, explicit, config: ModelConfig, layout: s
         if layout == "native" and config.vocab_size == shipped.vocab_size:
             return shipped
         raise CheckpointError(
-            f"no tokenizer for {directory}: {"an" if layout[0] in "aeiou" else "a"} {layout} π0.5 checkpoint needs the PaliGemma SentencePiece "
+            f"no tokenizer for {directory}: {'an' if layout[0] in 'aeiou' else 'a'} {layout} π0.5 checkpoint needs "
+            "the PaliGemma SentencePiece "
             f"model (vocabulary {config.vocab_size}). Put it at {directory / TOKENIZER_FILE}, or pass "
             "tokenizer_path (node parameter `tokenizer_path`, command option `--tokenizer-path`). It is the "
             "public big_vision `paligemma_tokenizer.model` (openpi downloads it from "
