@@ -137,7 +137,7 @@ def test_with_autostart_false_the_agent_waits_for_the_lifecycle_transitions(ros_
             assert life.change("configure") and life.change("activate")
             assert ros.wait_until(lambda: len(chunks) > 20, 60.0), "no actions after activate"
             assert life.change("deactivate")  # a stopped worker is no failure of the run
-            time.sleep(1.5)
+            time.sleep(3.0)  # its inactive status (1 Hz) reaches the status line (1 Hz)
             assert proc.poll() is None, "the agent ended when its inference node was deactivated"
             seen = len(chunks)
             assert life.change("activate") and ros.wait_until(lambda: len(chunks) > seen + 20, 60.0)
@@ -145,6 +145,7 @@ def test_with_autostart_false_the_agent_waits_for_the_lifecycle_transitions(ros_
             out, _ = proc.communicate(timeout=60)
     assert proc.returncode == 0, out[-3000:]
     assert "waiting for the configure and activate transitions" in out
+    assert re.search(r"the inference node is inactive \(lifecycle\), \d+ requests kept", out), out[-3000:]
     assert "/oxygen_inference was shut down (lifecycle shutdown): ending" in out, out[-3000:]
     assert "control process exited" not in out, out[-3000:]
     data = json.loads(report.read_text())

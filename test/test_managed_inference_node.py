@@ -189,6 +189,38 @@ def test_an_ask_goal_cancelled_while_the_node_is_inactive_ends_at_once(ros_env, 
         assert life.state() == "inactive" and node.engine.active_requests == 0 and node.engine.pool.held == 0
 
 
+def test_diagnostics_say_inactive_while_the_manager_keeps_the_node_inactive(ros_env, random_tiny_dir):
+    """A monitor tells a node its manager paused from a dead one: configured and inactive, the
+    node publishes a status that says so (and the requests it keeps), the full one once active,
+    and none after cleanup."""
+    prefix = unique_prefix()
+    with Ros() as ros:
+        node = _node(ros, prefix, random_tiny_dir, autostart=False)
+        life = Lifecycle(ros.node("oxygen_test_lifecycle"), node.get_fully_qualified_name())
+        assert life.change("configure")
+        client = InferenceClient(ros, prefix)
+
+        def inactive(status) -> bool:
+            return status.message.startswith("inactive (lifecycle)")
+
+        assert until(lambda: any(map(inactive, client.diagnostics)), 10.0), "no status while inactive"
+        status = next(filter(inactive, client.diagnostics))
+        values = {v.key: v.value for v in status.values}
+        assert status.level == b"\x00" and values["lifecycle_state"] == "inactive" and values["active_requests"] == "0"
+        assert life.change("activate")
+        seen = len(client.diagnostics)
+        assert until(lambda: any(not inactive(s) for s in client.diagnostics[seen:]), 10.0, every=client.observe,
+                     period=0.1), "no full status once active"
+        assert life.change("deactivate")
+        seen = len(client.diagnostics)
+        assert until(lambda: any(map(inactive, client.diagnostics[seen:])), 10.0), "no inactive status again"
+        assert life.change("cleanup")
+        time.sleep(0.5)  # what was on its way
+        seen = len(client.diagnostics)
+        time.sleep(2.5)
+        assert len(client.diagnostics) == seen, "an unconfigured node published diagnostics"
+
+
 def test_a_transition_its_state_lacks_is_refused_with_a_warning_and_the_node_goes_on(ros_env, random_tiny_dir,
                                                                                     capfd):
     """``activate`` while unconfigured is answered false, naming the state and what it allows;

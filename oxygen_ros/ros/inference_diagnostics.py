@@ -125,8 +125,24 @@ class InferenceDiagnostics:
         d = self.diagnostics(robot) if d is None else d
         return self._reporter(robot).status(d, self.params["max_observation_age"])
 
+    def _inactive_status(self) -> tuple[tuple, dict]:
+        """((level, message), figures) while configured but not active (a lifecycle deactivate):
+        a monitor sees the node paused by its manager, not a silent (dead) one."""
+        from diagnostic_msgs.msg import DiagnosticStatus
+
+        with self._cond:
+            d = {"lifecycle_state": "inactive", "active_requests": self.engine.active_requests,
+                 "queued_requests": self.engine.queued_requests}
+        return (DiagnosticStatus.OK, f"inactive (lifecycle): no action or text goes out; "
+                                     f"{d['active_requests']} requests kept"), d
+
     def _publish_diagnostics(self) -> None:
         try:
+            if not self.active:
+                status, d = self._inactive_status()
+                self._pub_diag.publish(diagnostic_array(f"{self.get_name()}: engine", self.params["device"], status,
+                                                        d, self.get_clock().now().to_msg()))
+                return
             d = self.diagnostics()
             array = diagnostic_array(f"{self.get_name()}: engine", self.params["device"], self.diagnostic_status(d),
                                      d, self.get_clock().now().to_msg())

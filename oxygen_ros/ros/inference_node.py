@@ -180,6 +180,10 @@ class InferenceNode(InferenceInputs, InferenceDiagnostics, InferenceTicks, Node)
             raise
         with self._cond:
             self.configured = self._inputs_open = True
+        # /diagnostics from now until cleanup: while inactive, a status that says so
+        self._diag_timer = self.create_timer(1.0, self._publish_diagnostics,
+                                             callback_group=MutuallyExclusiveCallbackGroup())
+        self._own_timers = [self._diag_timer]
         self.get_logger().info(startup_summary(self.loaded, p, self.resolve_topic_name))
 
     def _init_interfaces(self, p: dict) -> None:
@@ -214,29 +218,25 @@ class InferenceNode(InferenceInputs, InferenceDiagnostics, InferenceTicks, Node)
         return server
 
     def activate(self) -> None:
-        """Start the control tick, the diagnostics and the frame worker: actions and text go out."""
+        """Start the control tick and the frame worker: actions and text go out (the full
+        /diagnostics status with them)."""
         self.worker = self._new_worker() if self.worker.stopped else self.worker  # a thread runs once
-        self._diag_timer = self.create_timer(1.0, self._publish_diagnostics,
-                                             callback_group=MutuallyExclusiveCallbackGroup())
-        self._own_timers = [self._diag_timer]
         self._start_ticks()
         self._restart_statuses()
         self.worker.start()
         self.active = True
 
     def deactivate(self) -> None:
-        """Stop publishing: the tick and diagnostics timers go, the worker stops after its frame.
+        """Stop publishing: the tick goes, the worker stops after its frame; /diagnostics says inactive.
         Requests stay as they are (they go on after activate); inputs are still received.
         Every robot's chunk is dropped once the worker has stopped (the frame in flight's too):
         after the next activate no action computed before it goes out, not even held."""
+        self.active = False  # first: a diagnostics callback meanwhile reports inactive, not a silent tick
         self._stop_ticks()
-        self.destroy_timer(self._diag_timer)
-        self._own_timers = []
         self._stop_worker()
         with self._cond:
             for io in self.robot_io.values():
                 io.output.drop()
-        self.active = False
 
     def cleanup(self) -> None:
         """Back to unconfigured: every request ends ``cancelled`` (published; an Ask goal gets its
@@ -252,6 +252,8 @@ class InferenceNode(InferenceInputs, InferenceDiagnostics, InferenceTicks, Node)
             (self.destroy_publisher if entity in set(self.publishers) else self.destroy_subscription)(entity)
         self._entities = []
         self._close_link()
+        self.destroy_timer(self._diag_timer)
+        self._own_timers = []
         self.worker, self.configured = None, False
         del self.engine, self.loop, self.loaded, self.robot_io, self.text
         thaw_garbage_collector()  # configure froze the model's objects: a collection could not free them
@@ -275,7 +277,7 @@ class InferenceNode(InferenceInputs, InferenceDiagnostics, InferenceTicks, Node)
 
     @property
     def diagnostics_timer(self):
-        """The diagnostics' timer while active (cancelled by :meth:`shutdown`), else None."""
+        """The diagnostics' timer while configured (cancelled by :meth:`shutdown`), else None."""
         return self._own_timers[0] if self._own_timers else None
 
     # ------------------------------------------------------------------ shutdown

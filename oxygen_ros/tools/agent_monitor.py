@@ -147,6 +147,9 @@ class Monitor:
             line = "the inference node is not configured (autostart:=false): waiting for its configure transition ..."
         elif not d:
             line = "waiting for the inference node's diagnostics ..."
+        elif d.get("lifecycle_state") == "inactive":
+            line = (f"the inference node is inactive (lifecycle), {d.get('active_requests', '?')} requests kept: "
+                    "waiting for its activate transition ...")
         elif robots:
             line = (f"{_ticks(d)}  {frame}  " + "  ".join(_robot_status(r, rd) for r, rd in robots.items())
                     + f"  | {partial[-40:]!r}")
