@@ -125,21 +125,28 @@ class InferenceDiagnostics:
         d = self.diagnostics(robot) if d is None else d
         return self._reporter(robot).status(d, self.params["max_observation_age"])
 
-    def _inactive_status(self) -> tuple[tuple, dict]:
+    def _inactive_status(self) -> tuple[tuple, dict] | None:
         """((level, message), figures) while configured but not active (a lifecycle deactivate):
-        a monitor sees the node paused by its manager, not a silent (dead) one."""
+        a monitor sees the node paused by its manager, not a silent (dead) one. None once a
+        cleanup took the engine (a callback already running on another thread)."""
         from diagnostic_msgs.msg import DiagnosticStatus
 
+        engine = getattr(self, "engine", None)
+        if engine is None:
+            return None
         with self._cond:
-            d = {"lifecycle_state": "inactive", "active_requests": self.engine.active_requests,
-                 "queued_requests": self.engine.queued_requests}
+            d = {"lifecycle_state": "inactive", "active_requests": engine.active_requests,
+                 "queued_requests": engine.queued_requests}
         return (DiagnosticStatus.OK, f"inactive (lifecycle): no action or text goes out; "
                                      f"{d['active_requests']} requests kept"), d
 
     def _publish_diagnostics(self) -> None:
         try:
             if not self.active:
-                status, d = self._inactive_status()
+                inactive = self._inactive_status()
+                if inactive is None:
+                    return
+                status, d = inactive
                 self._pub_diag.publish(diagnostic_array(f"{self.get_name()}: engine", self.params["device"], status,
                                                         d, self.get_clock().now().to_msg()))
                 return
