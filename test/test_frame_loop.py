@@ -242,6 +242,37 @@ def test_fitter_agrees_with_an_exhaustive_search_and_caches(engine):
     assert fitter.fit(image_obs(text)).kept == best  # from the cache
 
 
+def test_a_new_instruction_is_cut_for_its_own_text_not_the_one_before(engine):
+    """A robot that changes its instruction gets the new one cut where it alone would be cut:
+    the cut remembered for the instruction before (which also fits the new one, whose words
+    take fewer tokens) is not reused, so no words of the new instruction are lost."""
+    tok, max_len = engine.tokenizer, engine.model.config.max_token_len
+    dense = "zq xv kj wq " * 60  # rare letters: many tokens per character, a short cut
+    plain = "move the cup to the left " * 40  # common words: a longer cut
+    fitter = InstructionFitter(tok, max_len)
+    first = fitter.fit(image_obs(dense))
+    fresh = InstructionFitter(tok, max_len).fit(image_obs(plain))
+    assert first.truncated and fresh.truncated and fresh.kept > first.kept
+    second = fitter.fit(image_obs(plain))
+    assert second.kept == fresh.kept and second.observation.instruction == plain[:fresh.kept]
+
+
+def test_a_cut_instruction_is_said_once_and_again_when_it_changes(engine, caplog):
+    """The instruction comes with every observation: its cut is said once (the counter counts
+    every observation), not every 5 s for as long as the robot works on it; a new one is said."""
+    loop = make_loop(engine)
+    now = [0.0]
+    loop._throttle._clock = lambda: now[0]
+    long, other = "stack the red block " * 50, "put the green cup on the plate " * 50
+    with caplog.at_level(logging.WARNING, logger="test_frame_loop"):
+        for seq, text in enumerate([long] * 4 + [other] * 2 + [long]):
+            loop.fit_observation(image_obs(text), seq=seq)
+            now[0] += 6.0  # past the throttle's 5 s each time
+    said = [r.getMessage() for r in caplog.records if "cut to" in r.getMessage()]
+    assert [m.split(":")[0] for m in said] == ["observation 0", "observation 4", "observation 6"], said
+    assert loop.counters["instructions_truncated"] == 7
+
+
 def test_question_fit_and_text_cleaning(engine):
     tok = engine.tokenizer
     huge = "why " * (40 * CHARS_PER_TOKEN)

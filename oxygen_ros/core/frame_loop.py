@@ -107,6 +107,7 @@ class FrameLoop:
         self.cadence = LanguageCadence(settings.language_every_n_frames)
         self.fitter = InstructionFitter(engine.tokenizer, max_token_len)
         self._image_size_noted = False
+        self._cut_said: tuple[str, int] | None = None  # the last instruction said to be cut, and its cut
         self.counters: collections.Counter = collections.Counter()  # the whole loop's (every robot's)
         self.last_k = settings.steps_per_frame
         self.k_history: collections.deque = collections.deque(maxlen=1000)  # (frame_id, k, observation?)
@@ -277,10 +278,11 @@ class FrameLoop:
             self._image_size_noted = True  # said once
             self.log.info(note)
         fitted = self.fitter.fit(obs, self.engine.prompt_state(obs.state))
-        self._report_fit(fitted, len(obs.instruction), seq)
+        self._report_fit(fitted, obs.instruction, seq)
         return fitted.observation
 
-    def _report_fit(self, fitted: FittedInstruction, original: int, seq: int) -> None:
+    def _report_fit(self, fitted: FittedInstruction, instruction: str, seq: int) -> None:
+        """Count every cut instruction; say each new one (or new cut) once, not every observation."""
         max_len = self.fitter.max_token_len
         if fitted.overflow:
             n_state = 0 if fitted.observation.state is None else fitted.observation.state.shape[0]
@@ -288,8 +290,11 @@ class FrameLoop:
                        f"instruction (state of {n_state} values): it is cut", level="error")
         if fitted.truncated:
             self.counters["instructions_truncated"] += 1
-            self._warn("truncated", f"observation {seq}: instruction of {original} characters cut to "
-                       f"{fitted.kept} so that the prompt fits max_token_len={max_len} tokens")
+            if self._cut_said != (instruction, fitted.kept):
+                self._cut_said = (instruction, fitted.kept)
+                self._warn("truncated", f"observation {seq}: instruction of {len(instruction)} characters cut to "
+                           f"{fitted.kept} so that the prompt fits max_token_len={max_len} tokens (said once for "
+                           "this instruction; instructions_truncated counts every observation)")
 
     def questions(self, job: Job, observed: Iterable[str]) -> tuple[list[Question], list[WaitingQuestion]]:
         """The job's questions the engine can take, and those refused (no text, more tokens
