@@ -54,3 +54,36 @@ def test_bag_errors(tmp_path):
 
     with pytest.raises(BagError, match="carries"):
         write_bag(tmp_path / "d", "sqlite3", [("/x", String(data="1"), 1), ("/x", Int32(data=1), 2)])
+
+
+@pytest.mark.parametrize("storage", STORAGES)
+def test_a_topic_recorded_from_two_publishers_counts_both(tmp_path, storage):
+    """A topic that ``ros2 bag record`` stored as two connections (two publishers offering
+    different QoS: here one latched, one not) is one topic of the bag whose count is all
+    its messages, latched because one connection was."""
+    from rclpy.serialization import serialize_message
+    from rosbags.rosbag2 import Writer
+    from std_msgs.msg import String
+
+    from oxygen_ros.ros import bags
+
+    store = bags._typestore()
+    writer = Writer(tmp_path / "bag", version=bags.BAG_VERSION, storage_plugin=bags.STORAGES[storage])
+    writer.open()
+    latched = writer.add_connection("/oxygen/instruction", "std_msgs/msg/String", typestore=store,
+                                    offered_qos_profiles=[bags._latched_qos()])
+    plain = writer.add_connection("/oxygen/instruction", "std_msgs/msg/String", typestore=store,
+                                  offered_qos_profiles=[])
+    for i, conn in enumerate([latched, plain, plain, latched, plain]):
+        writer.write(conn, T0 + i, serialize_message(String(data=f"go {i}")))
+    writer.close()
+
+    reader = bags.open_bag(tmp_path / "bag")
+    try:
+        assert len(reader.connections) == 2
+        topics = bags.bag_topics(reader)
+    finally:
+        reader.close()
+    assert list(topics) == ["/oxygen/instruction"]
+    assert topics["/oxygen/instruction"].count == 5 and topics["/oxygen/instruction"].latched
+    assert [m.data for _, m, _ in bags.read_bag(tmp_path / "bag")] == [f"go {i}" for i in range(5)]

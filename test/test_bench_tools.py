@@ -350,3 +350,85 @@ def test_components_time_a_step_of_a_frames_decode_call_at_each_batch_size(monke
     assert steps["decode_round_step_ms"] == {} and set(steps["decode_step_ms"]) == {1}  # K = 1: a step a call
     eager = benchmark.measure_components(lively_tiny, tok, batch_sizes=(1,), repeats=2, round_steps=3)
     assert eager["decode_round_step_ms"] == {}  # eager decodes a step at a time
+
+
+def _measured_run(model, tok, spec):
+    """A benchmark run of ``spec``, frame by frame, with the engine's result of every frame."""
+    from oxygen_ros.core.benchmark import Run, synthetic_observations
+    from oxygen_ros.core.model.config import TINY
+
+    run = Run(model, tok, spec, synthetic_observations(4, TINY.vision.image_size))
+    results, step = [], run.engine.step
+
+    def recorded(*args, **kwargs):
+        results.append(step(*args, **kwargs))
+        return results[-1]
+
+    run.engine.step = recorded
+    while not run.done:
+        run.frame()
+    return run, results
+
+
+def test_tau_counts_the_tokens_of_the_measured_frames_not_the_requests_ends(lively_tiny, tok):
+    """The language throughput tau counts the tokens streamed in the measured frames: a request
+    refused (a full queue) or ended without a token closes with an event of no token, which is
+    not a token; nor are the warm-up frames' tokens."""
+    from oxygen_ros.core.benchmark import RunSpec
+
+    spec = RunSpec("oxygen", 4, 2, 2, frames=6, warmup=2, arrivals="uniform:3", max_active=1, queue_limit=1)
+    run, results = _measured_run(lively_tiny, tok, spec)
+    measured = [e for res in results[spec.warmup:] for e in res.tokens]
+    ends = [e for e in measured if e.token_id < 0]
+    assert ends, "the workload overflows the queue: some requests end without a token"
+    assert sum(1 for e in results[0].tokens if e.token_id >= 0) > 0, "the warm-up frames stream tokens too"
+    assert run.tokens == len(measured) - len(ends) > 0
+    assert run.result()["language_throughput_tps"] == run.tokens / run.own_s
+
+
+def test_the_p99_frame_latency_is_the_99th_percentile_of_the_measured_frames(lively_tiny, tok):
+    """``frame_latency_p99_ms`` (the table's ``T p99``, the JSON's figure) is the 99th percentile of
+    the measured frames' times: the slow tail a robot's control loop must absorb, not the 90th."""
+    import numpy as np
+
+    from oxygen_ros.core.benchmark import RunSpec
+
+    spec = RunSpec("oxygen", 4, 2, 2, frames=6, warmup=1, arrivals="uniform:0")
+    run, results = _measured_run(lively_tiny, tok, spec)
+    run.latencies = [float(ms) for ms in range(1, 7)]  # the measured frames' times, as if they took 1..6 ms
+    figures = run.result()
+    assert figures["frame_latency_p99_ms"] == pytest.approx(np.percentile(np.arange(1.0, 7.0), 99)) \
+        == pytest.approx(5.95)
+    assert figures["frame_latency_ms"]["p99"] == figures["frame_latency_p99_ms"]
+    run.latencies = [res.total_ms for res in results[spec.warmup:]]
+    assert run.result()["frame_latency_p99_ms"] == pytest.approx(np.percentile(run.latencies, 99))
+
+
+def test_the_table_row_shows_the_speedup_over_the_baseline_and_the_ideal_one():
+    """A row's ``speedup`` is its action frequency over the baseline's (2.00: twice as many
+    actions a second) and ``ideal`` the baseline's mean frame over the upper bound's (what
+    free batching would give); one run of several agents has no ideal, a baseline-less none."""
+    def run(setting, hz, mean_ms, agents=1):
+        return {"setting": setting, "compiled": False, "N": 4, "k": 2, "S": 10, "observations_per_frame": agents,
+                "frame_latency_ms": {"mean": mean_ms, "median": mean_ms}, "frame_latency_p99_ms": mean_ms,
+                "per_observation_ms": mean_ms, "action_frequency_hz": hz, "action_frequency_per_robot_hz": hz,
+                "language_throughput_tps": 10.0, "avg_batch_size": 1.0, "kv_copy_bytes_per_frame": 0.0,
+                "agents": agents}
+
+    baseline, oxygen = run("baseline", 100.0, 20.0), run("oxygen", 200.0, 10.0)
+    bound = {"frame_latency_ms": 8.0}
+    assert bench._row(oxygen, baseline, bound).split()[-2:] == ["2.00", "2.50"]
+    assert bench._row(baseline, baseline, bound).split()[-2:] == ["1.00", "2.50"]
+    assert bench._row(run("oxygen", 400.0, 10.0, agents=3), baseline, bound).split()[-2:] == ["4.00", "-"]
+    assert bench._row(oxygen, None, bound).split()[-2:] == ["-", "-"]
+
+
+def test_the_denoise_step_figure_is_the_denoise_call_over_its_steps(monkeypatch, lively_tiny, tok):
+    """``denoise_step_ms`` (the upper bound's S x step) is one step's time: the denoise call
+    of S steps over S. Every call is timed 6 ms here (a fake timer)."""
+    from oxygen_ros.core import benchmark, timing
+
+    monkeypatch.setattr(timing, "elapsed_s", lambda fn, device="cpu": (fn(), 0.006)[1])
+    comp = benchmark.measure_components(lively_tiny, tok, batch_sizes=(1, 2), repeats=2, denoise_steps=3)
+    assert comp["prefill_ms"] == pytest.approx(6.0) and comp["decode_step_ms"] == pytest.approx({1: 6.0, 2: 6.0})
+    assert comp["denoise_step_ms"] == pytest.approx(2.0)

@@ -20,8 +20,8 @@ from oxygen_ros.core.model.compile_setup import compile_cache_dir, resolve_compi
 from oxygen_ros.core.model import compiled as compiled_module
 from oxygen_ros.core.model.compiled import CompiledVLA
 from oxygen_ros.core.model.config import TINY
-from oxygen_ros.core.model.vla import build_model
-from oxygen_ros.core.model.buckets import batch_buckets, bucket_for, prompt_buckets
+from oxygen_ros.core.model.vla import PrefixBatch, build_model
+from oxygen_ros.core.model.buckets import batch_buckets, bucket_for, fit_prefill, prompt_buckets
 from oxygen_ros.core.observation import make_prefix_batch
 from oxygen_ros.core.tokenizer import Tokenizer
 
@@ -47,6 +47,22 @@ def test_buckets_cover_every_size_up_to_the_limit():
     assert [bucket_for(n, (1, 2, 4, 8, 12), "batch") for n in (1, 3, 5, 9, 12)] == [1, 4, 8, 12, 12]
     with pytest.raises(ValueError, match="a decode batch of 13 exceeds the largest compiled bucket 12"):
         bucket_for(13, (1, 2, 4, 8, 12), "a decode batch")
+
+
+@pytest.mark.parametrize("counted", [True, False], ids=["lengths-counted", "lengths-from-the-mask"])
+def test_a_prefill_takes_the_prompt_bucket_of_its_longest_prompt_whichever_row_it_is(counted):
+    """Two observations whose prompts are 31 and 40 tokens run at the 48-token bucket: the
+    second row's prompt is whole (a bucket sized from the first row alone would cut it to 32)."""
+    lengths = [31, 40]
+    tokens = torch.arange(1, 2 * 64 + 1).reshape(2, 64)
+    mask = torch.arange(64)[None] < torch.tensor(lengths)[:, None]
+    batch = PrefixBatch(torch.zeros(2, 1, 3, 4, 4, dtype=torch.uint8), torch.ones(2, 1, dtype=torch.bool),
+                        tokens * mask, mask, tuple(lengths) if counted else None)
+    part = fit_prefill(batch, 0, 2, (1, 2), (1,), (32, 48, 64))
+    assert part.tokens.shape == (2, 48) and part.token_mask.sum(dim=1).tolist() == lengths
+    torch.testing.assert_close(part.tokens, (tokens * mask)[:, :48])
+    first_only = fit_prefill(batch, 0, 1, (1, 2), (1,), (32, 48, 64))
+    assert first_only.tokens.shape == (1, 32)  # a row of 31 alone: the smallest bucket
 
 
 def _twin(model, slots=6, length=TINY.prefix_len + 12):
@@ -244,6 +260,50 @@ def test_bucketed_pieces_refuse_what_they_were_not_built_for(lively_tiny):
         pieces.prefill(floats, static, [[0]])
 
 
+def test_recompiles_counts_the_graphs_loaded_after_the_warm_up(lively_tiny, monkeypatch, tmp_path):
+    """``recompiles`` (the engine's figure of graphs built while serving, which a steady state
+    never does) is every graph loaded before the warm-up, 0 after it while the frames stay in
+    the warmed buckets, and counts a graph loaded again later. The packaged pieces are stubbed
+    (the bucket's eager piece, nothing compiled): the count, not the compiler, is under test."""
+    monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path))
+    cache = lively_tiny.new_cache(4, TINY.prefix_len + 12)
+    pieces = CompiledVLA(lively_tiny, cache, steps=3, max_observations=1, decode_loop=False, denoise_loop=False)
+    assert pieces._compile, "the packaged path, whose loads are counted"
+
+    class Stub:
+        built = False
+
+        def __init__(self, model, cache, name, steps, inputs, cache_dir):
+            self._call = getattr(pieces._static, name)
+
+        def __call__(self, *inputs):
+            return self._call(*inputs)
+
+    built = []
+    monkeypatch.setattr(compiled_module, "PackagedPiece", Stub)
+    monkeypatch.setattr(compiled_module, "build_packages", lambda model, cache, builds, done: built.extend(builds))
+    monkeypatch.setattr(compiled_module, "probes", lambda device: False)
+    # where a package would be kept (the real key probes the compiler: seconds)
+    monkeypatch.setattr(compiled_module, "package_path", lambda cache_dir, model, name, *rest: tmp_path / name)
+    allowed = torch.ones(TINY.vocab_size, dtype=torch.bool)
+
+    def decode():
+        return pieces.decode(cache, SlotView.of(0, [TINY.prefix_len]), torch.tensor([5]), torch.tensor([4]),
+                             allowed, -1, 1)
+
+    decode()
+    assert pieces.graphs == 1 and pieces.recompiles == 1, "not warmed up: every graph counts"
+    pieces.warm_up()
+    assert pieces.warmed and pieces.graphs == pieces.bucket_count  # the decode bucket's was loaded already
+    assert len(built) == pieces.bucket_count  # none was in the (empty) cache
+    assert pieces.recompiles == 0
+    decode()
+    assert pieces.recompiles == 0, "a warmed bucket loads nothing"
+    pieces._pieces.clear()  # as if the decode bucket's graph were lost
+    decode()
+    assert pieces.recompiles == 1
+
+
 def test_compile_setting_says_why_it_runs_eager():
     assert resolve_compile("off", "cpu").reason == "compile is off"
     assert not resolve_compile("auto", "cpu").enabled  # CPU default: eager (see the README's figures)
@@ -252,6 +312,18 @@ def test_compile_setting_says_why_it_runs_eager():
         resolve_compile("yes", "cpu")
     with pytest.raises(ValueError, match="compile must be one of"):
         EngineConfig(compile="fast")
+
+
+def test_compile_auto_compiles_on_cuda_where_the_compiler_works(monkeypatch):
+    """The default ``compile:=auto`` compiles on a GPU (where the benchmark showed it pays off)
+    and runs eager on a CPU, on a machine where both could compile (the compiler's check stubbed)."""
+    from oxygen_ros.core.model import compile_setup
+
+    monkeypatch.setattr(compile_setup, "compile_unavailable", lambda device: None)
+    assert resolve_compile("auto", torch.device("cuda")) == compile_setup.CompileDecision(True, "")
+    assert resolve_compile("auto", torch.device("cpu")) == \
+        compile_setup.CompileDecision(False, "compile=auto runs eager on cpu")
+    assert resolve_compile("on", torch.device("cpu")).enabled
 
 
 def test_a_compile_error_is_told_in_one_line_with_its_type():

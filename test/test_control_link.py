@@ -177,3 +177,44 @@ def test_a_control_process_that_stops_ticking_without_exiting_is_reported_as_an_
         os.kill(node.control_pid, signal.SIGCONT)
     assert until(lambda: node.diagnostics()["control_silent_s"] < 0.5, timeout=10.0)
     assert "control tick silent" not in node.diagnostic_status()[1]
+
+
+def test_a_new_chunk_is_not_given_the_origin_the_control_process_anchored_an_older_one_at():
+    """The node reads back where the control process anchored each robot's chunk (its
+    ``chunk_origin``, the frame records' timing). An origin reported for the chunk before is
+    not the newest chunk's, which is not anchored until a tick of the process has seen it;
+    once the process reports the newest chunk's version, its origin is taken."""
+    import collections
+
+    import numpy as np
+
+    from oxygen_ros.core.chunk_board import ChunkBoard
+    from oxygen_ros.core.chunk_clock import Chunk
+    from oxygen_ros.core.tick_board import ROBOT_FIELDS, TickBoard
+    from oxygen_ros.ros.control_link import RemoteOutput
+
+    board, ticks = ChunkBoard(1, 4, 3), TickBoard(1)
+    try:
+        records = types.SimpleNamespace(published=lambda frame_id, mono_ns: None)
+        out = RemoteOutput(board, 0, collections.Counter(), records, "/oxygen/actions")
+        counts = dict.fromkeys(ROBOT_FIELDS, 0)
+
+        def chunk(k):
+            return Chunk(np.full((4, 3), float(k)), 20_000_000, None, frame_id=k)
+
+        out.push(chunk(1))
+        version_a = board.version(0)
+        ticks.write_robot(0, counts, origin_ns=5_000_000_000, version=version_a)  # A anchored at 5 s
+        out.take(ticks)
+        assert out.clock.origin_ns == 5_000_000_000
+        out.push(chunk(2))
+        assert board.version(0) != version_a
+        out.take(ticks)  # the process still reports A's origin
+        assert out.clock.chunk.frame_id == 2 and out.clock.origin_ns is None
+        ticks.write_robot(0, counts, origin_ns=5_040_000_000, version=board.version(0))  # B anchored
+        out.take(ticks)
+        assert out.clock.origin_ns == 5_040_000_000
+    finally:
+        for b in (board, ticks):
+            b.close()
+            b.unlink()

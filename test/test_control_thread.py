@@ -10,6 +10,7 @@ against a stall of 300 ms (or a frozen clock)."""
 import os
 import threading
 import time
+import types
 
 import pytest
 from ros_harness import InferenceClient, inference_node, reliable, unique_prefix, until
@@ -88,6 +89,51 @@ def test_ticks_fall_on_the_period_grid_skip_what_a_late_tick_overran_and_follow_
     assert max(round(s) for s in steps) >= 4  # the ticks the slow one overran were skipped ...
     assert min(steps) > 0.99  # ... not run in a burst
     assert [round(s) for s in steps[-5:]].count(2) >= 3  # the new period
+
+
+class _SetBackOwner:
+    """An inference node as the control thread sees it, whose system clock (``set_back_ns``)
+    an operator or NTP can step back."""
+
+    def __init__(self):
+        import logging
+
+        self.set_back_ns = 0
+        self.log = logging.getLogger("test_control_thread")
+
+    def has_parameter(self, name):
+        return False  # no use_sim_time: the system clock
+
+    def get_clock(self):
+        owner = self
+
+        class Clock:
+            def now(self):
+                return types.SimpleNamespace(nanoseconds=time.time_ns() - owner.set_back_ns)
+
+        return Clock()
+
+
+def test_ticks_keep_coming_when_the_system_clock_is_set_back():
+    """A system clock stepped back (a minute here) does not stop the robot's actions until the
+    clock is back where it was: the grid starts again from the new time and the ticks go on at
+    their period (10 more within a generous bound; the ticks' count is asserted, not their time)."""
+    from oxygen_ros.ros.control_thread import ControlThread
+
+    owner, ticks = _SetBackOwner(), _Ticks()
+    control = ControlThread(owner, PERIOD_NS, ticks, 0, owner.log)
+    control.start()
+    try:
+        assert until(lambda: len(ticks.ticks) >= 5, timeout=10.0)
+        owner.set_back_ns = 60 * 1_000_000_000
+        n = len(ticks.ticks)
+        assert until(lambda: len(ticks.ticks) >= n + 12, timeout=10.0), "the ticks stopped after the clock went back"
+    finally:
+        control.destroy()
+    scheduled = [s for s, _ in ticks.ticks]
+    later = scheduled[n + 1:]  # after the one that may have been due when the clock went back
+    assert max(later) < scheduled[n - 1]  # on the clock as it reads now
+    assert all(b > a and (b - a) % PERIOD_NS == 0 for a, b in zip(later, later[1:]))  # a grid again
 
 
 @pytest.mark.parametrize("control_process", [False, True], ids=["control-thread", "control-process"])

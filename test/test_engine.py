@@ -149,6 +149,14 @@ def test_bad_configuration_is_refused():
         Workload.parse("burst:3")
 
 
+def test_a_uniform_workload_spreads_a_fractional_rate_over_the_frames():
+    """``--arrivals uniform:R`` brings R requests a frame on average, evenly: 0.5 a request
+    every other frame, 1.5 one and two in turn (not R rounded to a whole number every frame)."""
+    assert Workload.parse("uniform:0.5").schedule(frames=6, max_tokens=7) == [[], [7], [], [7], [], [7]]
+    assert [len(f) for f in Workload.parse("uniform:1.5").schedule(frames=6, max_tokens=7)] == [1, 2, 1, 2, 1, 2]
+    assert [len(f) for f in Workload.parse("uniform:0.25").schedule(frames=8, max_tokens=7)] == [0, 0, 0, 1] * 2
+
+
 @contextlib.contextmanager
 def _failing(model, method: str, message: str):
     """``model.<method>`` raises RuntimeError(message) inside the block (the model's own after)."""

@@ -257,7 +257,11 @@ def test_a_fault_in_language_work_loses_no_action(ros, feeder_factory):
     """Every decode step fails: each frame is a failed frame (counted, logged), yet its action
     chunk, denoised before the fault, is published, and the action output never stops. The
     camera is slow (4 Hz): language-only frames run between its observations, and fail too,
-    without counting towards stopping the actions (no action was due from them)."""
+    without counting towards stopping the actions (no action was due from them). The frame
+    time /diagnostics reports (``frame_latency_ms``, ``action_frequency_hz``) is that of the
+    frames that gave a chunk without an error: a failed frame's time says nothing of the next."""
+    from oxygen_ros.core.engine import FrameError
+
     prefix = unique_prefix()
     node = _node(ros, prefix, max_consecutive_failures=2, chunk_origin="frame_end")
     client = InferenceClient(ros, prefix, "oxygen_test_fault_client", node=node)
@@ -266,6 +270,25 @@ def test_a_fault_in_language_work_loses_no_action(ros, feeder_factory):
         raise RuntimeError("injected decode fault")
 
     node.engine.model.decode_step = broken
+    good_ms, failed_with_chunks, timed_ms = [], [], []  # frames with a chunk: succeeded, failed; what was timed
+    step, frame_ms = node.engine.step, node.worker.frame_ms
+
+    def recorded_step(observations, *args, **kwargs):
+        try:
+            result = step(observations, *args, **kwargs)
+        except FrameError as exc:
+            if exc.result.actions:
+                failed_with_chunks.append(exc.result.total_ms)
+            raise
+        if result.actions:
+            good_ms.append(result.total_ms)
+        return result
+
+    def recorded_add(ms):
+        timed_ms.append(ms)
+        frame_ms.__class__.add(frame_ms, ms)
+
+    node.engine.step, frame_ms.add = recorded_step, recorded_add
     feed = feeder_factory(client, rate_hz=4.0)
     feed.on.set()
     # language-only frames failed between the observation frames (each frame fails, its errors count)
@@ -277,6 +300,9 @@ def test_a_fault_in_language_work_loses_no_action(ros, feeder_factory):
     assert node.counters["ticks_faulted"] == 0, "the action output stopped for a while"
     check_chunks(list(client.chunks), horizon=H)
     assert node.engine.pool.held <= node.engine.config.max_active
+    timed, good = list(timed_ms), list(good_ms)  # (the frame after the last timed one may be running)
+    assert len(failed_with_chunks) >= 3, "observation frames failed after their chunk was denoised"
+    assert timed == good[:len(timed)] and len(good) - len(timed) <= 1, (timed, good, failed_with_chunks)
 
 
 def test_a_non_finite_chunk_in_a_frame_that_then_fails_is_one_failure(ros):

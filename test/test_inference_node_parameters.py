@@ -79,12 +79,17 @@ def test_cuda_device_without_cuda_is_refused_naming_device(ros):
         inference_node(ros, unique_prefix(), device="cuda:0", **PATIENT)
 
 
-def test_runtime_parameters_are_validated_over_the_parameter_service(ros):
+@pytest.mark.parametrize("control_process", [False, True], ids=["control-thread", "control-process"])
+def test_runtime_parameters_are_validated_over_the_parameter_service(ros, control_process):
+    """Changes over the parameter service: bad values refused naming the parameter, good ones
+    applied, with the tick on the node's own thread and in the control process (a new
+    ``control_rate_hz`` reaches the ticks in either)."""
     from rcl_interfaces.srv import SetParameters
     from rclpy.parameter import Parameter
 
     prefix = unique_prefix()
-    node = inference_node(ros, prefix)
+    node = inference_node(ros, prefix, control_process=control_process)
+    assert (node.control is None) == control_process  # the tick runs where the case says
     client_node = ros.node("oxygen_test_param_client")
     service = f"{prefix}/oxygen_inference/set_parameters"
     cli = client_node.create_client(SetParameters, service)

@@ -1,12 +1,13 @@
 """The tiny VLA's cached operations against uncached references, and the pi05 preset."""
 
+import numpy as np
 import pytest
 import torch
 
 from oxygen_ros.core.model.cache import SlotView
 from oxygen_ros.core.model.config import PI05, TINY, ModelConfig, VisionConfig, preset
 from oxygen_ros.core.model.reference import reference_actions, reference_generate
-from oxygen_ros.core.model.flow_time import flow_times
+from oxygen_ros.core.model.flow_time import flow_times, time_embedding
 from oxygen_ros.core.model.vla import PrefixBatch, build_model
 
 CAMS, SIZE, L = TINY.max_cameras, TINY.vision.image_size, TINY.max_token_len
@@ -118,6 +119,23 @@ def test_denoise_follows_openpis_t_values(model64, monkeypatch):
     monkeypatch.setattr(reference, "flow_times", lambda steps: linear)
     assert (actions - reference_actions(model64, batch, noise, steps=10)).abs().max() > 1e-7, \
         "the grid matters at this precision (else the test above proves nothing)"
+
+
+def test_the_time_embedding_is_openpis_posemb_sincos_sin_half_first():
+    """The expert sees t as openpi's π0/π0.5 ``posemb_sincos`` embeds it (min period 4e-3,
+    max period 4.0, the sines first, then the cosines): real π0.5 weights were trained on
+    that layout, a swapped or rescaled one gives them a different time. The expected values
+    are worked out here with numpy from openpi's definition, not by the code under test."""
+    t = np.array([0.0, 0.5, 1.0])
+    dim, min_period, max_period = 8, 4e-3, 4.0
+    fraction = np.linspace(0.0, 1.0, dim // 2)
+    period = min_period * (max_period / min_period) ** fraction
+    angle = np.einsum("i,j->ij", t, 1.0 / period * 2 * np.pi)
+    expected = np.concatenate([np.sin(angle), np.cos(angle)], axis=-1)
+    got = time_embedding(torch.tensor([0.0, 0.5, 1.0]), dim)
+    assert got.shape == (3, dim)
+    np.testing.assert_allclose(got.double().numpy(), expected, rtol=0, atol=1e-6)
+    assert got[0].tolist() == [0.0] * 4 + [1.0] * 4, "t = 0: every sine 0, every cosine 1"
 
 
 def test_padding_changes_nothing(model64):

@@ -57,6 +57,22 @@ def test_a_piece_that_ends_well_before_the_tick_does_not_wait():
     assert guard.pauses == 1
 
 
+@pytest.mark.parametrize("start_ns, pauses", [(9_300_000, 0), (9_600_000, 1)])
+def test_a_piece_may_end_up_to_the_tolerance_after_the_tick_without_a_pause(start_ns, pauses):
+    """With ``tick_guard_tolerance_ms`` 0.5, a 1 ms denoise step that would end 0.3 ms after the
+    tick is due runs at once (the frame is not slowed for a tick 0.3 ms late); one that would
+    end 0.6 ms after it waits for the tick first."""
+    clock = FakeClock()
+    guard = TickGuard(tolerance_ms=0.5, clock=clock)
+    guard.tick_served(next_due_ns=10 * MS)
+    clock.now = start_ns  # a denoise step takes 1 ms (the first guess): it would end at start + 1 ms
+    tick = threading.Timer(0.05, guard.tick_served, args=(30 * MS,))  # ends a pause, if one is made
+    tick.start()
+    guard.pause_point("denoise")
+    tick.join()
+    assert guard.pauses == pauses
+
+
 def test_without_ticks_the_worker_is_never_held_longer_than_max_wait():
     guard = TickGuard(max_wait_ms=20.0)
     guard.tick_served(next_due_ns=time.monotonic_ns() - MS)  # overdue: the timer has stopped (shutdown)

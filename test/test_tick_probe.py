@@ -63,6 +63,9 @@ def test_lateness_summary():
     s = lateness_summary(np.array([0.1, 0.2, 3.0, 0.1]), over_ms=2.0, missed=1)
     assert s["ticks"] == 4 and s["late_max_ms"] == 3.0 and s["share_over"] == 0.25 and s["missed"] == 1
     assert s["late_p50_ms"] == pytest.approx(0.15)
+    tail = lateness_summary(np.arange(100.0))  # ticks 0, 1, ..., 99 ms late
+    assert tail["late_p99_ms"] == pytest.approx(np.percentile(np.arange(100.0), 99)) == pytest.approx(98.01)
+    assert tail["late_p50_ms"] == pytest.approx(49.5) and tail["late_max_ms"] == 99.0
     with pytest.raises(ValueError, match="no tick"):
         lateness_summary(np.array([]))
     with pytest.raises(ValueError, match="period_s"):
