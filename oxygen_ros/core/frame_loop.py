@@ -46,7 +46,7 @@ from .cadence import LanguageCadence
 from .chunk_clock import NS_PER_S, period_ns
 from .engine import Engine, FrameResult, Question
 from .frame_result import tokens_beyond
-from .input_fit import FittedInstruction, InstructionFitter, fit_question, oversized_images
+from .input_fit import InstructionFitter, fit_messages, fit_question, oversized_images
 from .observation import Observation, ObservationError
 from .requests import TokenEvent
 from .robot_inputs import Arrival, RobotInputs, WaitingQuestion, stalest_first
@@ -107,7 +107,6 @@ class FrameLoop:
         self.cadence = LanguageCadence(settings.language_every_n_frames)
         self.fitter = InstructionFitter(engine.tokenizer, max_token_len)
         self._image_size_noted = False
-        self._cut_said: tuple[str, int] | None = None  # the last instruction said to be cut, and its cut
         self.counters: collections.Counter = collections.Counter()  # the whole loop's (every robot's)
         self.last_k = settings.steps_per_frame
         self.k_history: collections.deque = collections.deque(maxlen=1000)  # (frame_id, k, observation?)
@@ -278,23 +277,10 @@ class FrameLoop:
             self._image_size_noted = True  # said once
             self.log.info(note)
         fitted = self.fitter.fit(obs, self.engine.prompt_state(obs.state))
-        self._report_fit(fitted, obs.instruction, seq)
+        self.counters["instructions_truncated"] += fitted.truncated
+        for key, level, text in fit_messages(fitted, len(obs.instruction), seq, self.fitter.max_token_len):
+            self._warn(key, text, level=level)
         return fitted.observation
-
-    def _report_fit(self, fitted: FittedInstruction, instruction: str, seq: int) -> None:
-        """Count every cut instruction; say each new one (or new cut) once, not every observation."""
-        max_len = self.fitter.max_token_len
-        if fitted.overflow:
-            n_state = 0 if fitted.observation.state is None else fitted.observation.state.shape[0]
-            self._warn("overflow", f"the prompt does not fit max_token_len={max_len} tokens even without an "
-                       f"instruction (state of {n_state} values): it is cut", level="error")
-        if fitted.truncated:
-            self.counters["instructions_truncated"] += 1
-            if self._cut_said != (instruction, fitted.kept):
-                self._cut_said = (instruction, fitted.kept)
-                self._warn("truncated", f"observation {seq}: instruction of {len(instruction)} characters cut to "
-                           f"{fitted.kept} so that the prompt fits max_token_len={max_len} tokens (said once for "
-                           "this instruction; instructions_truncated counts every observation)")
 
     def questions(self, job: Job, observed: Iterable[str]) -> tuple[list[Question], list[WaitingQuestion]]:
         """The job's questions the engine can take, and those refused (no text, more tokens

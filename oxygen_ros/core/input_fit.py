@@ -28,6 +28,7 @@ class FittedInstruction:
     truncated: bool  # the instruction was cut
     kept: int  # characters kept
     overflow: bool  # the prompt does not fit even without an instruction (the state is too long)
+    new_cut: bool = False  # truncated, and not as the last cut instruction was (a new one to say)
 
 
 @dataclass(frozen=True)
@@ -43,6 +44,7 @@ class InstructionFitter:
     def __init__(self, tokenizer: Tokenizer, max_token_len: int):
         self.tokenizer, self.max_token_len = tokenizer, max_token_len
         self._cache: tuple[str, int, int] | None = None  # (instruction, state length, characters kept)
+        self._last_cut: tuple[str, int] | None = None  # the last instruction cut, and its cut
 
     def fit(self, obs: Observation, prompt_state=None) -> FittedInstruction:
         """``obs`` with its instruction cut to fit. ``prompt_state``: the state as the prompt will
@@ -68,7 +70,26 @@ class InstructionFitter:
         truncated = keep < len(text) or len(original) > max_len * CHARS_PER_TOKEN
         if truncated or text != original:
             obs = dataclasses.replace(obs, instruction=text[:keep])
-        return FittedInstruction(obs, truncated, keep, overflow)
+        new_cut = truncated and self._last_cut != (original, keep)
+        if new_cut:
+            self._last_cut = (original, keep)
+        return FittedInstruction(obs, truncated, keep, overflow, new_cut)
+
+
+def fit_messages(fitted: FittedInstruction, original: int, seq: int, max_len: int) -> list[tuple[str, str, str]]:
+    """What to log about observation ``seq``'s fit, as (key, level, text): a prompt too long even
+    without its instruction; a new cut of an instruction of ``original`` characters (said once
+    per instruction, not on every observation that carries it)."""
+    out = []
+    if fitted.overflow:
+        n_state = 0 if fitted.observation.state is None else fitted.observation.state.shape[0]
+        out.append(("overflow", "error", f"the prompt does not fit max_token_len={max_len} tokens even without an "
+                                         f"instruction (state of {n_state} values): it is cut"))
+    if fitted.new_cut:
+        out.append(("truncated", "warning", f"observation {seq}: instruction of {original} characters cut to "
+                    f"{fitted.kept} so that the prompt fits max_token_len={max_len} tokens (said once for this "
+                    "instruction; instructions_truncated counts every observation)"))
+    return out
 
 
 def _longest_prefix(fits, length: int) -> int:

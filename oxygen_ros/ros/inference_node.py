@@ -141,14 +141,7 @@ class InferenceNode(InferenceInputs, InferenceDiagnostics, InferenceTicks, Node)
         except Exception as exc:  # torch / safetensors / out of memory: say which model and why
             raise model_load_error(p, exc) from exc
         self.get_logger().info(f"model loaded in {(time.perf_counter() - t0) * 1e3:.0f} ms")
-        for note in (unused_preset(p, self.loaded), unstated_horizon(self.loaded)):
-            if note:
-                self.get_logger().warning(note)
-        units = units_note(p, self.loaded)
-        if units is not None and units[0]:
-            self.get_logger().warning(units[1])
-        elif units is not None:  # rclpy refuses one call site logging at two severities
-            self.get_logger().info(units[1])
+        self._say_model_notes(p)
         mc, normalizer = self.loaded.config, self.loaded.normalizer
         self.horizon = mc.action_horizon
         action_dim = normalizer.action_dim if normalizer is not None else mc.action_dim
@@ -181,10 +174,21 @@ class InferenceNode(InferenceInputs, InferenceDiagnostics, InferenceTicks, Node)
         with self._cond:
             self.configured = self._inputs_open = True
         # /diagnostics from now until cleanup: while inactive, a status that says so
-        self._diag_timer = self.create_timer(1.0, self._publish_diagnostics,
-                                             callback_group=MutuallyExclusiveCallbackGroup())
-        self._own_timers = [self._diag_timer]
+        self._own_timers = [self.create_timer(1.0, self._publish_diagnostics,
+                                              callback_group=MutuallyExclusiveCallbackGroup())]
         self.get_logger().info(startup_summary(self.loaded, p, self.resolve_topic_name))
+
+    def _say_model_notes(self, p: dict) -> None:
+        """What the start-up says of the model loaded: a preset not used, a horizon not stated, and
+        in which units its actions go out."""
+        for note in (unused_preset(p, self.loaded), unstated_horizon(self.loaded)):
+            if note:
+                self.get_logger().warning(note)
+        units = units_note(p, self.loaded)
+        if units is not None and units[0]:
+            self.get_logger().warning(units[1])
+        elif units is not None:  # rclpy refuses one call site logging at two severities
+            self.get_logger().info(units[1])
 
     def _init_interfaces(self, p: dict) -> None:
         # the lock guards the loop and the action outputs, shared by the tick, the inputs and the worker
@@ -252,7 +256,8 @@ class InferenceNode(InferenceInputs, InferenceDiagnostics, InferenceTicks, Node)
             (self.destroy_publisher if entity in set(self.publishers) else self.destroy_subscription)(entity)
         self._entities = []
         self._close_link()
-        self.destroy_timer(self._diag_timer)
+        for timer in self._own_timers:
+            self.destroy_timer(timer)
         self._own_timers = []
         self.worker, self.configured = None, False
         del self.engine, self.loop, self.loaded, self.robot_io, self.text
