@@ -116,3 +116,16 @@ def test_oxygen_ask_at_a_wrong_action_name_lists_the_ask_servers_it_sees(ros_env
             assert until(lambda: f"{prefix}/ask" in ask_servers(client), 10.0), ask_servers(client)
         finally:
             client.destroy_node()
+
+
+def test_oxygen_ask_refuses_an_empty_question_itself_saying_so(capsys):
+    """``oxygen-ask ""`` (a script whose variable was empty): the client says the question is
+    empty, exit 2, instead of the node's generic 'refused the question' after a round trip."""
+    import pytest
+
+    from oxygen_ros.tools.ask import main
+
+    with pytest.raises(SystemExit) as exc:
+        main(["   "])
+    assert exc.value.code == 2
+    assert "the question is empty" in capsys.readouterr().err

@@ -35,7 +35,7 @@ DEFAULT_ACTION = "/oxygen/ask"
 #: seconds given to the cancel of a goal abandoned on a timeout or Ctrl-C
 CANCEL_WAIT_S = 2.0
 #: what ends a goal ``rejected`` (the node's log line says which)
-REJECTED = ("no text, no observation yet, the node's queue full, or more tokens asked for than its max_decode; "
+REJECTED = ("no text left once cleaned, no observation yet, the node's queue full, or more tokens asked for than its max_decode; "
             "its log says which")
 
 
@@ -51,6 +51,13 @@ def action_name(text: str) -> str:
     return text
 
 
+def question_text(text: str) -> str:
+    """A question with something to answer (the node refuses one of whitespace only)."""
+    if not text.strip():
+        raise argparse.ArgumentTypeError("the question is empty: ask something, e.g. 'where is the target?'")
+    return text
+
+
 def max_tokens(text: str) -> int:
     value = non_negative_int(text)
     if value >= 2**32:
@@ -60,7 +67,7 @@ def max_tokens(text: str) -> int:
 
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="oxygen-ask", description=__doc__.split("\n\n")[0])
-    parser.add_argument("question", help="the question, e.g. 'where is the target?'")
+    parser.add_argument("question", type=question_text, help="the question, e.g. 'where is the target?'")
     parser.add_argument("--action", type=action_name, default=DEFAULT_ACTION,
                         help=f"the Ask action (default {DEFAULT_ACTION})")
     parser.add_argument("--max-tokens", type=max_tokens, default=0,
