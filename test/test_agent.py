@@ -119,8 +119,8 @@ def test_demo_is_off_by_default(ros_env, tmp_path):
 def test_with_autostart_false_the_agent_waits_for_the_lifecycle_transitions(ros_env, tmp_path):
     """autostart:=false: the inference node waits, unconfigured, and the agent with it (saying
     so); configured and activated through its lifecycle services, it acts (deactivated and
-    activated again on the way), and the agent's report counts from its first chunk; a lifecycle
-    shutdown ends the agent, with status 0."""
+    activated again on the way, cleaned up and configured again), and the agent's report counts
+    from the first chunk of its last configuration; a lifecycle shutdown ends the agent, with status 0."""
     report = tmp_path / "out.json"
     with _running_agent(tmp_path, "demo:=true", "autostart:=false", "--duration", "120", "--report",
                         str(report)) as proc:
@@ -141,15 +141,24 @@ def test_with_autostart_false_the_agent_waits_for_the_lifecycle_transitions(ros_
             assert proc.poll() is None, "the agent ended when its inference node was deactivated"
             seen = len(chunks)
             assert life.change("activate") and ros.wait_until(lambda: len(chunks) > seen + 20, 60.0)
+            assert life.change("deactivate") and life.change("cleanup")  # the node's counts start again
+            time.sleep(2.5)  # the status line says so
+            assert life.change("configure") and life.change("activate")
+            seen = len(chunks)
+            assert ros.wait_until(lambda: len(chunks) > seen + 20, 60.0)
+            time.sleep(1.0)
             assert life.change("active_shutdown")  # a manager ends the node: the agent ends, no failure
             out, _ = proc.communicate(timeout=60)
     assert proc.returncode == 0, out[-3000:]
     assert "waiting for the configure and activate transitions" in out
     assert re.search(r"the inference node is inactive \(lifecycle\), \d+ requests kept", out), out[-3000:]
+    cleaned = out.index("oxygen_inference]: cleanup: ")
+    assert "the inference node is not configured: waiting for its configure transition" in out[cleaned:], out[-3000:]
     assert "/oxygen_inference was shut down (lifecycle shutdown): ending" in out, out[-3000:]
     assert "control process exited" not in out, out[-3000:]
     data = json.loads(report.read_text())
     assert data["actions_published"] > 0 and data["start_to_first_chunk_s"] > 2.0
+    assert data["text_tokens_published"] >= 0 and data["tick_rate_hz"] > 40, data  # the last configuration's
 
 
 def test_an_agent_whose_inference_node_is_never_configured_ends_saying_so(ros_env, tmp_path):

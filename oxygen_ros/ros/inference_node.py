@@ -108,6 +108,7 @@ class InferenceNode(InferenceInputs, InferenceDiagnostics, InferenceTicks, Node)
         self._shutdown_done = False
         self.worker: Optional[FrameWorker] = None
         self.configured = self.active = False
+        self.configurations = 0  # configures done: each brings new counters (a cleanup drops the old)
         self._own_timers: list = []
         self._control: Optional[ControlThread] = None  # the control tick's thread, while active
         self._link: Optional[ControlLink] = None  # the control process, while configured (control_process)
@@ -173,6 +174,7 @@ class InferenceNode(InferenceInputs, InferenceDiagnostics, InferenceTicks, Node)
             raise
         with self._cond:
             self.configured = self._inputs_open = True
+            self.configurations += 1
         # /diagnostics from now until cleanup: while inactive, a status that says so
         self._own_timers = [self.create_timer(1.0, self._publish_diagnostics,
                                               callback_group=MutuallyExclusiveCallbackGroup())]

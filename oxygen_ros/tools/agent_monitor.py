@@ -143,13 +143,15 @@ class Monitor:
                       for r in self.robots}
             partial = self.partial
         frame = f"frame {_num(d.get('frame_latency_ms'), 1)} ms  decode batch {_num(d.get('decode_batch_mean'), 1)}"
-        if not d and not self.inference.configured:
-            line = "the inference node is not configured (autostart:=false): waiting for its configure transition ..."
-        elif not d:
+        inactive = d.get("lifecycle_state") == "inactive"
+        if not self.inference.configured:  # at start (autostart:=false), or after a cleanup
+            line = "the inference node is not configured: waiting for its configure transition ..."
+        elif not self.inference.active:
+            kept = d.get("active_requests", "?") if inactive else "?"
+            line = (f"the inference node is inactive (lifecycle), {kept} requests kept: waiting for its activate "
+                    "transition ...")
+        elif not d or inactive:  # just activated: its first full status is a second away
             line = "waiting for the inference node's diagnostics ..."
-        elif d.get("lifecycle_state") == "inactive":
-            line = (f"the inference node is inactive (lifecycle), {d.get('active_requests', '?')} requests kept: "
-                    "waiting for its activate transition ...")
         elif robots:
             line = (f"{_ticks(d)}  {frame}  " + "  ".join(_robot_status(r, rd) for r, rd in robots.items())
                     + f"  | {partial[-40:]!r}")

@@ -1,8 +1,9 @@
 """The figures of ``oxygen-agent --report``: what a run measured, and where.
 
 :class:`Measurement` keeps the measurement window (the first ActionChunk the
-inference node published .. :meth:`Measurement.freeze`, before the shutdown)
-with the node's counts at both ends; :meth:`Measurement.report` turns it into
+inference node published .. :meth:`Measurement.freeze`, before the shutdown;
+after a lifecycle cleanup and configure, which start the node's counts again, from
+the first chunk of that configuration) with the node's counts at both ends; :meth:`Measurement.report` turns it into
 the JSON fields below (``None`` where nothing was measured):
 
 * ``duration_s`` - the measurement window's length (None: no window, no chunk was published); ``control_rate_hz``,
@@ -116,6 +117,8 @@ class Measurement:
         """Start the window at the first ActionChunk the node published (called by the
         agent's main loop; with ``measure``, the first one received starts it)."""
         node = self.inference
+        if self.start is not None and self.start["configuration"] != getattr(node, "configurations", 1):
+            self.start = None  # a cleanup and a configure: new counters, the window restarts in them
         if self.start is None and node.configured and total_ticks(node, self.robots)["published"] > 0:
             with self.lock:
                 self._start_window(time.monotonic())
@@ -126,6 +129,7 @@ class Measurement:
             per_robot = robot_ticks(node, self.robots)
             ticks = total_ticks(node, self.robots, per_robot)
             self.start = {"t": t, "t_ns": time.monotonic_ns(), "ticks": ticks["ticks"],
+                          "configuration": getattr(node, "configurations", 1),
                           "control_rate_hz": node.params["control_rate_hz"],
                           "underruns": ticks["underruns"], "published": ticks["published"], "counters": dict(node.counters),
                           "lateness_total": node.tick_lateness_ms.total, "robot_ticks": per_robot}
