@@ -129,3 +129,15 @@ def test_oxygen_ask_refuses_an_empty_question_itself_saying_so(capsys):
         main(["   "])
     assert exc.value.code == 2
     assert "the question is empty" in capsys.readouterr().err
+
+
+def test_a_streamed_answer_ends_with_the_text_its_last_feedback_did_not_bring():
+    """``oxygen-ask --stream`` prints the feedback as it comes; the result's text completes what
+    the last feedback, still in flight when the result came, never printed (it printed 'z' for
+    'zero'); a streamed text that is not the answer's start is followed by the whole answer."""
+    from oxygen_ros.tools.ask import rest_of_answer
+
+    assert rest_of_answer("zero", "z") == "ero"
+    assert rest_of_answer("zero", "zero") == ""
+    assert rest_of_answer("zero", "") == "zero"
+    assert rest_of_answer("zero", "x") == "\nzero"

@@ -124,6 +124,12 @@ def ask(node, action: str, question: str, *, max_tokens: int = 0, timeout: float
         executor.shutdown()
 
 
+def rest_of_answer(text: str, streamed: str) -> str:
+    """What ``--stream`` prints after the result came: the answer's text beyond what its
+    feedback printed (the last feedback may come after the result, and is then never seen)."""
+    return text[len(streamed):] if text.startswith(streamed) else "\n" + text
+
+
 def ask_servers(node) -> list[str]:
     """The Ask actions offered on the graph now (with several robots, one per robot)."""
     from rclpy.action import get_action_names_and_types
@@ -150,9 +156,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         node = rclpy.create_node("oxygen_ask")
         try:
-            on_piece = (lambda piece: print(piece, end="", flush=True)) if args.stream else None
+            streamed: list[str] = []
+
+            def on_piece(piece: str) -> None:
+                streamed.append(piece)
+                print(piece, end="", flush=True)
+
             text, reason = ask(node, args.action, args.question, max_tokens=args.max_tokens,
-                               timeout=args.timeout, on_piece=on_piece)
+                               timeout=args.timeout, on_piece=on_piece if args.stream else None)
             servers = ask_servers(node) if reason == "no server" else []
         finally:
             node.destroy_node()
@@ -161,7 +172,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 1
     finally:
         rclpy.try_shutdown()
-    print("" if args.stream else text, flush=True)
+    print(rest_of_answer(text, "".join(streamed)) if args.stream else text, flush=True)
     if reason in ("eos", "length"):
         return 0
     elsewhere = (f"Ask servers seen: {', '.join(servers)} (--action NAME)" if servers
