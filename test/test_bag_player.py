@@ -361,3 +361,17 @@ def test_player_refuses_bad_parameters(stepped_ros, tmp_path):
     assert not result.successful and "rate" in result.reason
     assert player.set_parameters([Parameter("rate", value=4)])[0].successful and player.rate == 4.0
     assert not player.set_parameters([Parameter("bag_path", value="/x")])[0].successful
+
+
+def test_a_recorded_agent_s_own_topics_and_bookkeeping_are_not_played_by_default():
+    """What an `oxygen-record` of a running agent holds besides the robot's inputs: the stack's
+    outputs (also a robot's, under its namespace), ROS's bookkeeping and every lifecycle node's
+    transition events (played, they told a live lifecycle manager of transitions that never
+    happened, and the player waited 5 s for a subscriber of them)."""
+    from oxygen_ros.ros.bag_player import OWN_TOPICS, excluded
+
+    for topic in ("/oxygen/actions", "/left/oxygen/actions", "/oxygen_inference/transition_event",
+                  "/left/oxygen_inference/transition_event", "/parameter_events", "/rosout", "/clock"):
+        assert excluded(topic, OWN_TOPICS), topic
+    for topic in ("/camera/image_raw", "/oxygen/instruction", "/joint_states", "/left/camera/image_raw"):
+        assert not excluded(topic, OWN_TOPICS), topic

@@ -55,9 +55,11 @@ IMAGE_TYPES = ("sensor_msgs/msg/Image", "sensor_msgs/msg/CompressedImage")
 #: Topics a bag of a running agent holds (``ros2 bag record -a``) that are not the robot's inputs: the
 #: stack's own outputs and ROS's bookkeeping. Played, they would reach the robot beside the live ones
 #: (recorded actions), feed the inference node twice (recorded Observations) or answer the player's
-#: own lockstep; a recorded /clock disagrees with the restamped headers.
+#: own lockstep; a recorded /clock disagrees with the restamped headers; a lifecycle node's recorded
+#: transition events (``/oxygen_inference/transition_event``) would tell a live lifecycle manager of
+#: transitions that never happened.
 OWN_TOPICS = ["/oxygen/actions", "/oxygen/joint_trajectory", "/oxygen/observation", "/oxygen/text", "/diagnostics",
-              "/rosout", "/parameter_events", "/clock"]
+              "/rosout", "/parameter_events", "/clock", "/transition_event"]
 
 
 def excluded(topic: str, exclude: list[str]) -> bool:
