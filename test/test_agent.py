@@ -282,3 +282,26 @@ def test_the_probe_times_a_message_when_the_middleware_received_it():
     for info in ({"received_timestamp": 0}, {}, None, {"received_timestamp": time.time_ns() + 10**12}):
         before = time.monotonic()  # none given (or a stamp from the future): the callback's time
         assert before <= received(info) <= time.monotonic()
+
+
+def test_a_second_sigint_sent_with_the_first_does_not_lose_the_report(ros_env, tmp_path):
+    """Ctrl-C under `timeout` or launch: the process group's SIGINT and the one the parent
+    forwards arrive together. The second cut the clean-up, and the report was never written
+    (the run said 'not configured'). It is ignored now; the run ends as after one."""
+    import signal
+
+    report = tmp_path / "out.json"
+    with _running_agent(tmp_path, "demo:=true", "--duration", "120", "--report", str(report)) as proc:
+        lines = []
+        while not any("ticks 50 Hz" in line for line in lines[-1:]):  # running: its status line came
+            line = proc.stdout.readline()
+            assert line, "".join(lines[-30:])
+            lines.append(line)
+        time.sleep(2.0)
+        proc.send_signal(signal.SIGINT)
+        time.sleep(0.2)  # the forwarded one comes a moment later, while the run ends
+        proc.send_signal(signal.SIGINT)
+        out, _ = proc.communicate(timeout=60)
+    assert proc.returncode == 0, out[-3000:]
+    assert f"report written to {report}" in out, out[-3000:]
+    assert json.loads(report.read_text())["actions_published"] > 0

@@ -162,7 +162,9 @@ def run_agent(prog: str, values: dict[str, str], session: Session, executor: str
     from .parameters import ParameterError
     from .process import init_control_process
 
-    init_control_process([])
+    # the SIGINT that interrupts turns SIGINT off: a second one, sent with it (a `timeout` or launch
+    # forwarding the signal its process group got too), cut the clean-up and lost the report
+    init_control_process([], sigint_once=True)
     print(f"{prog}: parameters from {params_file}; nodes: " + ", ".join(node_label(item) for item in plan)
           + ("; every robot's camera side in a process of its own" if robot_processes else ""), flush=True)
     for line in unused_sections(plan, params_file):
@@ -186,7 +188,7 @@ def run_agent(prog: str, values: dict[str, str], session: Session, executor: str
     finally:
         try:
             session.finish(agent)
-        except KeyboardInterrupt:  # a second Ctrl-C: stop now
+        except KeyboardInterrupt:  # a SIGTERM during it: stop now
             pass
         agent.close()
     return code

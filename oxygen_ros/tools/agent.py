@@ -181,6 +181,9 @@ def main(argv: list[str] | None = None) -> int:
     elif session.monitor is not None:
         print("oxygen-agent: no figures: the inference node was not configured at the end of the run "
               "(autostart:=false and no configure transition, or a cleanup)", file=sys.stderr, flush=True)
+    elif ns.report is not None and code == 0:  # Ctrl-C or SIGTERM while the nodes were being built
+        print(f"oxygen-agent: no report written to {ns.report}: interrupted during start-up, before any figure",
+              file=sys.stderr, flush=True)
     return code
 
 
