@@ -97,3 +97,27 @@ def test_recording_every_topic_leaves_out_an_action_s_hidden_topics(ros_env, tmp
         reader.close()
     assert f"{prefix}/chatter" in recorded, (recorded, stderr[-2000:])  # the same node's plain topic is recorded
     assert not [t for t in recorded if "/_action/" in t], recorded
+
+
+def test_the_duration_counts_from_the_first_message_and_ends_a_silent_recording(ros_env, tmp_path):
+    """A publisher that starts 1 s after the recorder still gets its 4 s recorded (the
+    publishers of a running agent are found over its first seconds); a recording that gets
+    nothing ends after the duration all the same, saying so."""
+    from std_msgs.msg import String
+
+    prefix = unique_prefix()
+    silent = _recorder(tmp_path / "silent", f"{prefix}/nothing", "--duration", "1")
+    _, stderr = silent.communicate(timeout=30)
+    assert silent.returncode == 1 and "nothing received" in stderr
+    proc = _recorder(tmp_path / "late", f"{prefix}/late", "--duration", "4")
+    time.sleep(1.0)
+    with Ros() as ros:
+        pub = ros.node("oxygen_test_late_publisher").create_publisher(String, f"{prefix}/late", 10)
+        while proc.poll() is None:
+            pub.publish(String(data="x"))
+            time.sleep(0.05)
+    stdout, stderr = proc.communicate(timeout=30)
+    assert proc.returncode == 0, stderr
+    messages = read_bag(tmp_path / "late")
+    span = (messages[-1][2] - messages[0][2]) / 1e9
+    assert len(messages) >= 40 and 3.5 < span < 4.6, (len(messages), span)  # from 1 s on it found the topic

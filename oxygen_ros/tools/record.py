@@ -13,7 +13,8 @@ what went over the wire) and the time it was received, as ``ros2 bag record``
 does. Each subscription takes its publishers' QoS: reliable when every
 publisher is, and transient-local when every publisher is (a latched topic,
 such as the instruction: it is stored as latched and the player re-publishes
-it latched). It ends after ``--duration`` seconds, or on Ctrl-C / SIGTERM,
+it latched). It ends ``--duration`` seconds after the first message (or after
+that long with none), or on Ctrl-C / SIGTERM,
 closes the bag and prints what it holds; exit status 1 when it recorded
 nothing (the bag is left, empty, so that nothing is overwritten silently).
 """
@@ -62,7 +63,8 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("topics", nargs="*", type=topic_name,
                         help=f"topics to record (default: every topic but {', '.join(SKIPPED)})")
     parser.add_argument("--duration", type=positive_float, default=None,
-                        help="seconds to record (default: until Ctrl-C or SIGTERM)")
+                        help="seconds to record from the first message received (default: until Ctrl-C or "
+                             "SIGTERM)")
     parser.add_argument("--storage", choices=("mcap", "sqlite3"), default="mcap", help="bag storage (default mcap)")
     return parser
 
@@ -146,12 +148,17 @@ def record(args: argparse.Namespace) -> int:
     node = rclpy.create_node("oxygen_record")
     executor = SingleThreadedExecutor()
     executor.add_node(node)
+    # --duration counts from the first message (the publishers are discovered over the first
+    # seconds); a run that gets none in that time ends all the same
     deadline = None if args.duration is None else time.monotonic() + args.duration
     counts: Counter = Counter()
     try:
         counts = Recorder(node, bag, args.topics).counts
+        anchored = False
         while not stop and (deadline is None or time.monotonic() < deadline):
             executor.spin_once(timeout_sec=0.1)
+            if deadline is not None and not anchored and counts:
+                deadline, anchored = time.monotonic() + args.duration, True
     finally:
         bag.close()
         executor.shutdown()
