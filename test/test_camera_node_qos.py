@@ -115,6 +115,21 @@ def test_one_camera_is_made_reliable_through_qos_overrides(ros_env, tmp_path):
         assert right.reliability == ReliabilityPolicy.RELIABLE
 
 
+def test_a_camera_with_no_image_yet_gets_the_qos_hint_as_a_possibility(ros_env):
+    """A reliable publisher that sent nothing yet (a bag player waiting for its subscribers) and
+    a best-effort subscription: the hint says what would lose every image, not that it does."""
+    with Ros() as ros:
+        rig = Rig(ros, _data_qos("reliable"), {"min_camera_rate_hz": 5.0})
+        assert until(lambda: rig.pub.get_subscription_count() >= 1, 20.0)
+
+        def warned():
+            return [line for line in rig.logs if "below min_camera_rate_hz 5" in line]
+
+        assert until(warned, 30.0), rig.logs
+        assert "if it sends large raw images, best effort can lose every one: set image_reliability: reliable" \
+            in warned()[0], warned()[0]
+
+
 @pytest.mark.parametrize("side, hinted", [(160, True), (8, False)], ids=["large images", "small images"])
 def test_a_slow_camera_is_warned_about_by_its_remapped_name(ros_env, side, hinted):
     """A 2 Hz camera under min_camera_rate_hz 5, remapped to another topic: the console says so,

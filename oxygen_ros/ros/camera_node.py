@@ -199,9 +199,12 @@ class CameraNode(Node):
             return ""
         publishers = self.get_publishers_info_by_topic(self.topics[index])
         if publishers and all(is_reliable(info.qos_profile) for info in publishers):
-            return (f"; its publisher is reliable and this subscription best effort, which loses large raw "
-                    f"images: set image_reliability: reliable (or qos_overrides.{self.topics[index]}."
-                    "subscription.reliability: reliable), or send compressed images")
+            fix = (f"set image_reliability: reliable (or qos_overrides.{self.topics[index]}.subscription."
+                   "reliability: reliable), or send compressed images")
+            if size is None:  # nothing came: lost in fragments, or not sent yet (a player waiting to start)
+                return (f"; its publisher is reliable and this subscription best effort: if it sends large raw "
+                        f"images, best effort can lose every one: {fix}")
+            return f"; its publisher is reliable and this subscription best effort, which loses large raw images: {fix}"
         return ""
 
     # -- counters (see CameraStatus) -------------------------------------------
