@@ -190,22 +190,20 @@ class CameraNode(Node):
                    "matches every publisher")
 
     def _qos_hint(self, index: int) -> str:
-        """For a slow camera: whether a reliable subscription would help (its publishers are
-        reliable, and its images large enough to be sent in fragments, or none came yet)."""
+        """For a slow camera: a reliable subscription's hint, for reliable publishers of large images."""
         if is_reliable(self._images[index].qos_profile):
             return ""
         size = self._image_bytes[index]
-        if size is not None and size < FRAGMENT_BYTES:  # one datagram each: best effort loses no part of one
-            return ""
         publishers = self.get_publishers_info_by_topic(self.topics[index])
-        if publishers and all(is_reliable(info.qos_profile) for info in publishers):
-            fix = (f"set image_reliability: reliable (or qos_overrides.{self.topics[index]}.subscription."
-                   "reliability: reliable), or send compressed images")
-            if size is None:  # nothing came: lost in fragments, or not sent yet (a player waiting to start)
-                return (f"; its publisher is reliable and this subscription best effort: if it sends large raw "
-                        f"images, best effort can lose every one: {fix}")
-            return f"; its publisher is reliable and this subscription best effort, which loses large raw images: {fix}"
-        return ""
+        if (size is not None and size < FRAGMENT_BYTES) or not publishers or \
+                not all(is_reliable(info.qos_profile) for info in publishers):
+            return ""  # images of one datagram each (best effort loses no part of one), or not its QoS
+        fix = (f"set image_reliability: reliable (or qos_overrides.{self.topics[index]}.subscription.reliability: "
+               "reliable), or send compressed images")
+        if size is None:  # nothing came: lost in fragments, or not sent yet (a player waiting to start)
+            return (f"; its publisher is reliable and this subscription best effort: if it sends large raw images, "
+                    f"best effort can lose every one: {fix}")
+        return f"; its publisher is reliable and this subscription best effort, which loses large raw images: {fix}"
 
     # -- counters (see CameraStatus) -------------------------------------------
 
