@@ -3,6 +3,7 @@ writes for a robot's agent.yaml (the measuring itself: test_bench_tools.py)."""
 
 import yaml
 
+from oxygen_ros.core.budget import frame_deadline_ms
 from oxygen_ros.tools import calibrate
 
 
@@ -10,9 +11,9 @@ def test_the_node_s_frame_deadline_binds_when_it_is_shorter_than_the_target_s():
     """A 30 Hz robot with H=16: f >= 30 Hz only asks a frame under 533 ms, while the node's
     language budget gives a frame half a chunk, 267 ms, and would cut a larger k every frame."""
     comp = {"prefill_ms": 20.0, "denoise_step_ms": 10.0, "decode_step_ms": {1: 10.0, 64: 10.0}}
-    node_ms = calibrate.node_frame_deadline_ms(16, 30.0)
+    node_ms = frame_deadline_ms(16, 30.0)  # the node's own rule
     assert round(node_ms, 1) == 266.7
-    assert calibrate.node_frame_deadline_ms(16, 30.0, 100.0) == 100.0  # the node's frame_deadline_ms, when set
+    assert frame_deadline_ms(16, 30.0, 100.0) == 100.0  # the node's frame_deadline_ms, when set
     paper, _ = calibrate.choose_k(comp, n=60, s=10, horizon=16, target_hz=30, margin=1.0, arrivals=1)
     k, table = calibrate.choose_k(comp, n=60, s=10, horizon=16, target_hz=30, margin=1.0, arrivals=1,
                                   frame_deadline_ms=node_ms)

@@ -14,6 +14,13 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 
+def frame_deadline_ms(horizon: int, control_rate_hz: float, given: float | None = None) -> float:
+    """A frame's deadline: ``given`` (the node's ``frame_deadline_ms``) when > 0, else half the
+    time a chunk of ``horizon`` rows covers at ``control_rate_hz`` (a frame started right after
+    the previous one must end while the previous chunk still has actions)."""
+    return given if given is not None and given > 0 else horizon / control_rate_hz * 1e3 / 2
+
+
 @dataclass
 class DecodeBudget:
     k_max: int  # the configured steps_per_frame

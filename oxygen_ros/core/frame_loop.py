@@ -41,7 +41,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from .budget import DecodeBudget
+from .budget import DecodeBudget, frame_deadline_ms
 from .cadence import LanguageCadence
 from .chunk_clock import NS_PER_S, period_ns
 from .engine import Engine, FrameResult, Question
@@ -138,8 +138,7 @@ class FrameLoop:
 
     def deadline_ms(self) -> float:
         """The frame deadline of the language budget (``frame_deadline_ms``, or half a chunk)."""
-        s = self.settings
-        return s.frame_deadline_ms if s.frame_deadline_ms > 0 else self.horizon / s.control_rate_hz * 1e3 / 2
+        return frame_deadline_ms(self.horizon, self.settings.control_rate_hz, self.settings.frame_deadline_ms)
 
     def configure(self, **changes: Any) -> None:
         """Apply changed settings (checked by the caller); they take effect from the next frame."""

@@ -22,6 +22,7 @@ import sys
 import yaml
 
 from ..core.benchmark import measure_components
+from ..core.budget import frame_deadline_ms
 from ..core.model.compile_setup import COMPILE_CHOICES, resolve_compile
 from ..core.checkpoints.given_sizes import flat_items
 from .arguments import output_file, positive_float, positive_int
@@ -71,15 +72,10 @@ def steady_batch(n: int, k: int, arrivals: float) -> int:
 
 def deadline_ms(horizon: int, target_hz: float, frame_deadline_ms: float | None = None) -> float:
     """The frame time k must keep within (before the margin): H / target_hz, and the node's
-    frame deadline when given (:func:`node_frame_deadline_ms`), whichever is shorter."""
+    frame deadline when given (:func:`~oxygen_ros.core.budget.frame_deadline_ms`), whichever
+    is shorter."""
     paper = horizon / target_hz * 1e3
     return paper if frame_deadline_ms is None else min(paper, frame_deadline_ms)
-
-
-def node_frame_deadline_ms(horizon: int, control_rate_hz: float, frame_deadline_ms: float | None = None) -> float:
-    """The inference node's frame deadline: ``frame_deadline_ms`` when set, else half the time a
-    chunk of ``horizon`` rows covers at ``control_rate_hz`` (the node's automatic value)."""
-    return frame_deadline_ms if frame_deadline_ms else horizon / control_rate_hz * 1e3 / 2
 
 
 def choose_k(components: dict, *, n: int, s: int, horizon: int, target_hz: float, margin: float,
@@ -122,13 +118,14 @@ def main(argv=None) -> int:
         print(f"compile=on runs eager: {decision.reason}", file=sys.stderr)
     comp = measure_components(loaded.model, loaded.tokenizer, batch_sizes=sizes, cameras=args.cameras,
                               repeats=args.repeats, denoise_steps=s, compile=decision.enabled)
-    node_ms = node_frame_deadline_ms(c.action_horizon, args.control_rate_hz, args.frame_deadline_ms)
+    node_ms = frame_deadline_ms(c.action_horizon, args.control_rate_hz, args.frame_deadline_ms)  # as the node
     k, table = choose_k(comp, n=args.max_decode, s=s, horizon=c.action_horizon, target_hz=args.target_hz,
                         margin=args.margin, arrivals=args.arrivals_per_frame, frame_deadline_ms=node_ms)
     print(f"prefill {comp['prefill_ms']:.2f} ms, denoise step {comp['denoise_step_ms']:.2f} ms, decode step "
           + ", ".join(f"B={b}: {t:.2f} ms" for b, t in comp["decode_step_ms"].items()))
-    paper_ms = c.action_horizon / args.target_hz * 1e3
-    deadline = (f"deadline {min(paper_ms, node_ms):.1f} ms: f >= {args.target_hz:g} Hz needs {paper_ms:.1f} ms for "
+    paper_ms = deadline_ms(c.action_horizon, args.target_hz)
+    limit_ms = deadline_ms(c.action_horizon, args.target_hz, node_ms)
+    deadline = (f"deadline {limit_ms:.1f} ms: f >= {args.target_hz:g} Hz needs {paper_ms:.1f} ms for "
                 f"H={c.action_horizon}, the node's frame deadline is {node_ms:.1f} ms"
                 + ("" if args.frame_deadline_ms else f" (half a chunk at control_rate_hz {args.control_rate_hz:g})"))
     if k == 0:
