@@ -99,10 +99,19 @@ def test_recording_every_topic_leaves_out_an_action_s_hidden_topics(ros_env, tmp
     assert not [t for t in recorded if "/_action/" in t], recorded
 
 
+def test_a_topic_found_late_gets_the_whole_duration_from_its_first_message():
+    from oxygen_ros.tools.record import end_time
+
+    assert end_time(None, 100.0, 101.0, 102.0) is None  # no --duration: until a signal
+    assert end_time(2.0, 100.0, None, None) == 102.0  # nothing found: the duration from the start
+    assert end_time(2.0, 100.0, 103.5, None) == 105.5  # found after the duration had passed: it waits
+    assert end_time(2.0, 100.0, 103.5, 104.0) == 106.0  # then records 2 s from its first message
+
+
 def test_the_duration_counts_from_the_first_message_and_ends_a_silent_recording(ros_env, tmp_path):
-    """A publisher that starts 1 s after the recorder still gets its 4 s recorded (the
-    publishers of a running agent are found over its first seconds); a recording that gets
-    nothing ends after the duration all the same, saying so."""
+    """A publisher that starts 1 s after the recorder still gets its 4 s recorded (discovery took
+    2.6 s under the whole suite, and a topic found late gets the whole duration to say
+    something); a recording that gets nothing ends after the duration all the same, saying so."""
     from std_msgs.msg import String
 
     prefix = unique_prefix()
@@ -113,11 +122,12 @@ def test_the_duration_counts_from_the_first_message_and_ends_a_silent_recording(
     time.sleep(1.0)
     with Ros() as ros:
         pub = ros.node("oxygen_test_late_publisher").create_publisher(String, f"{prefix}/late", 10)
+        published_from = time.time()
         while proc.poll() is None:
             pub.publish(String(data="x"))
             time.sleep(0.05)
     stdout, stderr = proc.communicate(timeout=30)
-    assert proc.returncode == 0, stderr
+    assert proc.returncode == 0, (f"published from {published_from:.3f} to {time.time():.3f}", stderr)
     messages = read_bag(tmp_path / "late")
     span = (messages[-1][2] - messages[0][2]) / 1e9
-    assert len(messages) >= 40 and 3.5 < span < 4.6, (len(messages), span)  # from 1 s on it found the topic
+    assert len(messages) >= 40 and 3.5 < span < 4.6, (len(messages), span)  # 4 s from the first message

@@ -13,8 +13,9 @@ what went over the wire) and the time it was received, as ``ros2 bag record``
 does. Each subscription takes its publishers' QoS: reliable when every
 publisher is, and transient-local when every publisher is (a latched topic,
 such as the instruction: it is stored as latched and the player re-publishes
-it latched). It ends ``--duration`` seconds after the first message (or after
-that long with none), or on Ctrl-C / SIGTERM,
+it latched). It ends ``--duration`` seconds after the first message (with none,
+that long after it last found a topic to record, or after its start), or on
+Ctrl-C / SIGTERM,
 closes the bag and prints what it holds; exit status 1 when it recorded
 nothing (the bag is left, empty, so that nothing is overwritten silently).
 """
@@ -76,6 +77,8 @@ class Recorder:
         self.node, self.bag = node, bag
         self.wanted = set(topics)  # empty: every topic but SKIPPED
         self.counts: Counter = Counter()
+        #: time.monotonic() when the last topic to record was found (None: none yet)
+        self.last_found: float | None = None
         self._subscriptions: dict[str, object] = {}
         self.discover()
         node.create_timer(DISCOVERY_PERIOD_S, self.discover)
@@ -124,8 +127,21 @@ class Recorder:
 
         self._subscriptions[topic] = self.node.create_subscription(message_class(msgtype), topic, on_message, qos,
                                                                    raw=True)
+        self.last_found = time.monotonic()
         self.node.get_logger().info(f"recording {topic} ({msgtype}, {'reliable' if reliable else 'best effort'}"
                                     f"{', latched' if latched else ''})")
+
+
+def end_time(duration: float | None, started: float, last_found: float | None,
+             first_message: float | None) -> float | None:
+    """When a recording of ``duration`` seconds ends (None: on a signal only): that long after the
+    first message; until one comes, after the last topic found (the publishers of a starting
+    agent are found over its first seconds, and a topic found late gets the whole duration to
+    say something) or after the start."""
+    if duration is None:
+        return None
+    return duration + (first_message if first_message is not None else
+                       last_found if last_found is not None else started)
 
 
 def record(args: argparse.Namespace) -> int:
@@ -148,17 +164,19 @@ def record(args: argparse.Namespace) -> int:
     node = rclpy.create_node("oxygen_record")
     executor = SingleThreadedExecutor()
     executor.add_node(node)
-    # --duration counts from the first message (the publishers are discovered over the first
-    # seconds); a run that gets none in that time ends all the same
-    deadline = None if args.duration is None else time.monotonic() + args.duration
+    started = time.monotonic()
     counts: Counter = Counter()
     try:
-        counts = Recorder(node, bag, args.topics).counts
-        anchored = False
-        while not stop and (deadline is None or time.monotonic() < deadline):
+        recorder = Recorder(node, bag, args.topics)
+        counts = recorder.counts
+        first_message = None
+        while not stop:
             executor.spin_once(timeout_sec=0.1)
-            if deadline is not None and not anchored and counts:
-                deadline, anchored = time.monotonic() + args.duration, True
+            if first_message is None and counts:
+                first_message = time.monotonic()
+            end = end_time(args.duration, started, recorder.last_found, first_message)
+            if end is not None and time.monotonic() >= end:
+                break
     finally:
         bag.close()
         executor.shutdown()
