@@ -8,6 +8,7 @@ from types import SimpleNamespace
 
 import pytest
 
+from oxygen_ros.core.active_time import ActiveTime
 from oxygen_ros.core.frame_records import FrameRecord
 from oxygen_ros.tools.agent_report import Measurement
 
@@ -30,6 +31,9 @@ class TickingNode:
         self.counters = {"actions_published": 2, "frames": 0}
         self.reads = 0
         self.tick_lateness_ms = SimpleNamespace(values=lambda: [], total=0)
+        self.clock = 100.0  # the node's active time runs on this clock: a test moves it
+        self.ticking = ActiveTime(lambda: self.clock)
+        self.ticking.start()
 
     def _tick(self, robots=("a", "b")) -> None:
         for robot in robots:
@@ -78,6 +82,31 @@ class SharedFrameNode(TickingNode):
 
     def frame_records(self, robot=None):
         return self.records.get(robot, {})
+
+
+def test_the_tick_rate_counts_the_seconds_the_node_was_active_not_a_deactivated_spell():
+    """A lifecycle node active 2 s, deactivated 3 s, active 2 s again (and shut down before the
+    agent's window ends): 50 ticks per active second is 50 Hz, not 4 s of ticks over 7 s."""
+    node = SharedFrameNode()
+    m = Measurement(node)
+    m.poll()
+    for spell in (2.0, None, 2.0):
+        if spell is None:
+            node.ticking.stop()
+            node.clock += 3.0
+            node.ticking.start()
+            continue
+        for _ in range(int(spell * 50)):
+            node._tick()
+        node.clock += spell
+    node.ticking.stop()
+    node.clock += 0.5  # a shutdown that takes its time: no ticks
+    m.freeze()
+    report = m.report()
+    assert report["active_s"] == pytest.approx(4.0)
+    assert report["tick_rate_hz"] == pytest.approx(50.0)
+    assert {r: f["tick_rate_hz"] for r, f in report["robots"].items()} == {"a": pytest.approx(50.0),
+                                                                           "b": pytest.approx(50.0)}
 
 
 def test_a_frame_shared_by_robots_is_taken_apart_with_each_robot_s_own_record():
@@ -135,7 +164,7 @@ def test_a_run_that_never_published_a_chunk_has_no_window_figures_and_says_what_
     m.freeze()
     report = m.report()
     assert report["tick_lateness_p50_ms"] is None and report["tick_lateness_p99_ms"] is None
-    assert report["duration_s"] is None and report["tick_rate_hz"] is None
+    assert report["duration_s"] is None and report["active_s"] is None and report["tick_rate_hz"] is None
     assert {r: f["ticks_waiting"] for r, f in report["robots"].items()} == {"a": 500, "b": 500}
     assert all(f["underruns"] == 0 and f["actions_published"] == 0 for f in report["robots"].values())
 

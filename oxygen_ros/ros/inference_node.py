@@ -49,6 +49,7 @@ from diagnostic_msgs.msg import DiagnosticArray
 from rclpy.callback_groups import MutuallyExclusiveCallbackGroup
 from rclpy.node import Node
 
+from ..core.active_time import ActiveTime
 from ..core.engine import Engine
 from ..core.frame_loop import FrameLoop, LoopSettings
 from ..core.stats import Rolling
@@ -109,6 +110,7 @@ class InferenceNode(InferenceInputs, InferenceDiagnostics, InferenceTicks, Node)
         self.worker: Optional[FrameWorker] = None
         self.configured = self.active = False
         self.configurations = 0  # configures done: each brings new counters (a cleanup drops the old)
+        self.ticking = ActiveTime()  # the seconds the control tick ran (active); each configure starts a new one
         self._own_timers: list = []
         self._control: Optional[ControlThread] = None  # the control tick's thread, while active
         self._link: Optional[ControlLink] = None  # the control process, while configured (control_process)
@@ -197,6 +199,7 @@ class InferenceNode(InferenceInputs, InferenceDiagnostics, InferenceTicks, Node)
         self._cond = threading.Condition(threading.Lock())
         self.tick_lateness_ms = Rolling(60_000)  # 20 min at 50 Hz (the agent's report reads them all)
         self._grid = TickGrid(self.counters)
+        self.ticking = ActiveTime()
         inputs = MutuallyExclusiveCallbackGroup()
         self.robot_io = {name: RobotIO(self, robot, p, on_observation=self._on_observation,
                                        on_question=self._on_question, on_ask=self._on_ask,

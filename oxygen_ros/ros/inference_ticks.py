@@ -52,6 +52,7 @@ class InferenceTicks:
         """Ticks from now on (activate); the time inactive is no missed tick."""
         with self._cond:
             self._grid.rate_changed()
+        self.ticking.start()
         if self._link is not None:
             self._link.run(True)
             return
@@ -61,6 +62,7 @@ class InferenceTicks:
 
     def _stop_ticks(self) -> None:
         """No tick any more until the next activate (the control process pauses)."""
+        self.ticking.stop()
         if self._link is None:
             self._control.destroy()
             self._control = None  # the next activate starts a new one
@@ -72,6 +74,7 @@ class InferenceTicks:
     def _halt_ticks(self) -> None:
         """Shutdown: no tick starts any more; the control process is told to end (it ends while
         the worker ends its frame; :meth:`_close_link` waits for it)."""
+        self.ticking.stop()
         if self._control is not None:
             self._control.stop()
         if self._link is not None:

@@ -24,7 +24,9 @@ the JSON fields below (``None`` where nothing was measured):
   to the first ActionChunk the inference node published (model loading,
   compiling with ``compile:=on``, warm-up, the first frame); added by the agent;
 * ``tick_rate_hz`` - node side: control ticks counted by the inference node
-  over the measurement window / its length;
+  over the measurement window / the seconds the node was active in it
+  (``active_s``: a lifecycle node deactivated for a while, or shutting down at
+  the end, has no ticks to count then);
 * ``control_rate_changed_hz`` - ``[at the window's start, at its end]`` when
   ``control_rate_hz`` was changed during the window (None otherwise; the top
   ``control_rate_hz`` is the end's). The tick jitter figures are then None:
@@ -84,6 +86,7 @@ from typing import Any
 
 from ..core.stats import percentile
 from .agent_robots_report import (
+    active_seconds,
     in_window,
     jitter_ms,
     pooled,
@@ -129,7 +132,7 @@ class Measurement:
             per_robot = robot_ticks(node, self.robots)
             ticks = total_ticks(node, self.robots, per_robot)
             self.start = {"t": t, "t_ns": time.monotonic_ns(), "ticks": ticks["ticks"],
-                          "configuration": getattr(node, "configurations", 1),
+                          "active_s": node.ticking.seconds(), "configuration": getattr(node, "configurations", 1),
                           "control_rate_hz": node.params["control_rate_hz"],
                           "underruns": ticks["underruns"], "published": ticks["published"], "counters": dict(node.counters),
                           "lateness_total": node.tick_lateness_ms.total, "robot_ticks": per_robot}
@@ -159,6 +162,7 @@ class Measurement:
         with self.lock:
             per_robot = robot_ticks(node, self.robots)  # one snapshot: the totals are its sums
             self.end = {"t": time.monotonic(), "ticks": total_ticks(node, self.robots, per_robot),
+                        "active_s": node.ticking.seconds(),
                         "counters": dict(node.counters), "lateness": node.tick_lateness_ms.values(),
                         "robot_ticks": per_robot, "control_rate_hz": node.params["control_rate_hz"],
                         "robot_diag": robot_diagnostics(node, self.robots),
@@ -210,15 +214,17 @@ class Measurement:
 def _run(node, start, end, robots: int = 1) -> dict[str, Any]:
     """What ran, and for how long (``tick_rate_hz``: per robot, of ``robots``)."""
     window = (end["t"] - start["t"]) if start else 0.0
+    active = active_seconds(start, end)
     ticks = (end["ticks"]["ticks"] - (start["ticks"] if start else 0)) / robots
     return {
         "duration_s": round(window, 3) if start else None,  # no window: no chunk was ever published
+        "active_s": round(active, 3) if start else None,
         "control_rate_hz": node.params["control_rate_hz"],
         "setting": node.params["setting"],
         "k": node.params["steps_per_frame"],
         "horizon": node.horizon,
         "model": node.loaded.source,
-        "tick_rate_hz": round(ticks / window, 3) if window > 0 else None,
+        "tick_rate_hz": round(ticks / active, 3) if active > 0 else None,
     }
 
 

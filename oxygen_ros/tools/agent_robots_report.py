@@ -17,7 +17,7 @@ With ``robots:=left,right`` the report gets ``robots: {name: {...}}``, per robot
   end of the window (``frame_share`` only with more than one robot).
 
 The top-level figures then cover every robot: counts are totals,
-``tick_rate_hz`` is per robot (total ticks / robots / window), the jitter and
+``tick_rate_hz`` is per robot (total ticks / robots / active seconds in the window), the jitter and
 latency percentiles are over every robot's arrivals together.
 """
 
@@ -30,6 +30,11 @@ from ..core.stats import percentile
 
 DIAGNOSTIC_KEYS = ("action_frequency_hz", "chunk_age_ms", "tokens_per_s", "frame_share")
 COUNTS = ("ticks", "published", "underruns", "waiting")
+
+
+def active_seconds(start, end) -> float:
+    """The seconds the node was active (its control tick running) in the window (0.0: no window)."""
+    return end["active_s"] - start["active_s"] if start else 0.0
 
 
 def robot_names(node) -> tuple[str, ...]:
@@ -84,7 +89,7 @@ def robots_section(robots: tuple[str, ...], period_s: float | None, probed: dict
                    end) -> dict[str, dict[str, Any]]:
     """The report's ``robots`` section (see the module doc); ``start``/``end``: the
     measurement window's ends, with ``robot_ticks`` (and ``robot_diag`` at the end)."""
-    window = end["t"] - start["t"] if start else 0.0
+    active = active_seconds(start, end)
     out = {}
     for robot in robots:
         before = start["robot_ticks"][robot] if start else {}
@@ -98,7 +103,7 @@ def robots_section(robots: tuple[str, ...], period_s: float | None, probed: dict
         jitter, lat = jitter_ms(period_s, arrivals), [x for _, _, x in latencies]
         d = end.get("robot_diag", {}).get(robot, {})
         out[robot] = {
-            "tick_rate_hz": round(count("ticks") / window, 3) if window > 0 else None,
+            "tick_rate_hz": round(count("ticks") / active, 3) if active > 0 else None,
             "underruns": count("underruns"), "actions_published": count("published"),
             "ticks_waiting": count("waiting"),
             "tick_jitter_p50_ms": pct(jitter, 50), "tick_jitter_p99_ms": pct(jitter, 99),
