@@ -7,6 +7,7 @@
 * :class:`Ros` - a private rclpy context; each node spins on its own executor thread.
 * :class:`SteppedRos` - a private context whose one executor the test spins itself.
 * :func:`until` - wait for a condition, optionally publishing meanwhile.
+* :class:`OutputLines` - a subprocess's output, collected as it comes (to wait for a line).
 * :func:`inference_topics` / :func:`inference_node` - the inference node on a topic prefix.
 * :class:`InferenceClient` - a test node publishing Observations and Questions to an
   inference node and recording everything it publishes.
@@ -82,6 +83,35 @@ def until(predicate, timeout: float = 30.0, every=None, period: float = 0.05) ->
             every()
         time.sleep(period)
     return predicate()
+
+
+class OutputLines:
+    """The lines a subprocess writes to its piped stdout, collected on a thread as they come,
+    so that a test waits for a line (:meth:`has`) instead of sleeping what it should take."""
+
+    def __init__(self, proc):
+        self.proc, self.lines = proc, []
+        self._reader = threading.Thread(target=self._read, daemon=True)
+        self._reader.start()
+
+    def _read(self) -> None:
+        for line in self.proc.stdout:
+            self.lines.append(line)
+
+    def text(self, last: int | None = None) -> str:
+        out = "".join(self.lines)
+        return out if last is None else out[-last:]
+
+    def has(self, pattern: str) -> bool:
+        """Whether a line so far matches the regular expression ``pattern``."""
+        import re
+
+        return re.search(pattern, self.text()) is not None
+
+    def join(self, timeout: float = 5.0) -> str:
+        """The whole output, once the process has closed it (it has ended)."""
+        self._reader.join(timeout)
+        return self.text()
 
 
 def unique_prefix() -> str:

@@ -129,7 +129,8 @@ def test_player_lockstep_waits_for_action_chunks(stepped_ros, tmp_path, answer):
     recording = bag_recording(p, images=n, spacing_ns=1_000_000)  # 1 ms apart: all due at once
     bag = write_bag(tmp_path / "bag", "sqlite3", recording)
     image_topic = f"{p}/camera/image_raw"
-    delay, timeout = 0.15, 0.3
+    delay = 0.15  # answered: far inside the timeout (a stall of the test's executor is no timeout)
+    timeout = 2.0 if answer else 0.3
 
     policy = stepped_ros.node("oxygen_test_policy")
     actions = policy.create_publisher(ActionChunk, f"{p}/actions", 10)

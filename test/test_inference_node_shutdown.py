@@ -16,7 +16,7 @@ import time
 
 import pytest
 from message_builders import observation_msg
-from ros_harness import checkout_env, inference_topics, params, reliable, unique_prefix, until
+from ros_harness import OutputLines, checkout_env, inference_topics, params, reliable, unique_prefix, until
 
 class NodeProcess:
     """``python -m oxygen_ros.ros.inference_node --ros-args -p ...``; its output is
@@ -29,16 +29,10 @@ class NodeProcess:
             args += ["-p", f"{k}:={str(v).lower() if isinstance(v, bool) else v}"]
         self.proc = subprocess.Popen(args, env=checkout_env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                                      text=True)
-        self.lines = []
-        self._reader = threading.Thread(target=self._read, daemon=True)
-        self._reader.start()
-
-    def _read(self):
-        for line in self.proc.stdout:
-            self.lines.append(line)
+        self.out = OutputLines(self.proc)
 
     def output(self, last=4000):
-        return "".join(self.lines)[-last:]
+        return self.out.text(last)
 
     def wait(self, timeout=30.0):
         """Wait for the exit (killed past ``timeout``); the return code."""
@@ -46,7 +40,7 @@ class NodeProcess:
             self.proc.wait(timeout=timeout)
         finally:
             self.kill()
-        self._reader.join(5.0)
+        self.out.join()
         return self.proc.returncode
 
     def kill(self):
