@@ -8,6 +8,7 @@ import contextlib
 import io
 import json
 import re
+import signal
 import subprocess
 import sys
 import time
@@ -15,8 +16,8 @@ from pathlib import Path
 
 import pytest
 from message_builders import observation_msg
-from ros_harness import (Lifecycle, Ros, checkout_env, inference_node, inference_topics, installed_script, reliable,
-                         unique_prefix)
+from ros_harness import (Lifecycle, OutputLines, Ros, checkout_env, inference_node, inference_topics, installed_script,
+                         reliable, unique_prefix)
 
 REPORT_KEYS = ("tick_rate_hz", "tick_jitter_p50_ms", "tick_jitter_p99_ms", "underruns", "obs_to_action_p50_ms",
                "obs_to_action_p99_ms", "ros_overhead_p99_ms", "actions_published", "text_tokens_published")
@@ -88,7 +89,7 @@ def test_demo_is_off_by_default(ros_env, tmp_path):
     """Without demo:=true no synthetic camera starts (checked in the ROS graph), so
     with no camera nothing is acted on."""
     report = tmp_path / "out.json"
-    with _running_agent(tmp_path, "--duration", "5", "--report", str(report)) as proc:
+    with _running_agent(tmp_path, "--duration", "120", "--report", str(report)) as proc:
         with Ros() as ros:
             probe = ros.node("oxygen_test_graph_probe")
 
@@ -109,11 +110,18 @@ def test_demo_is_off_by_default(ros_env, tmp_path):
                 assert ros.wait_until(lambda: any(n.startswith("oxygen_arrival_probe") for n in readers(topic)),
                                       30.0), (topic, readers(topic))
                 assert "oxygen_agent_monitor" not in readers(topic), (topic, readers(topic))
+        proc.send_signal(signal.SIGINT)  # the checks took what discovery took: the run ends now
         out, _ = proc.communicate(timeout=60)
     assert proc.returncode == 0, out[-3000:]
     assert "oxygen_synthetic_camera" not in out
     data = json.loads(report.read_text())
     assert data["observations_received"] == 0 and data["actions_published"] == 0
+
+
+#: what the agent's status line says of a deactivated node, and of one cleaned up
+INACTIVE = r"the inference node is inactive \(lifecycle\), \d+ requests kept"
+CLEANED = "oxygen_inference]: cleanup: "
+UNCONFIGURED = "the inference node is not configured: waiting for its configure transition"
 
 
 def test_with_autostart_false_the_agent_waits_for_the_lifecycle_transitions(ros_env, tmp_path):
@@ -124,6 +132,7 @@ def test_with_autostart_false_the_agent_waits_for_the_lifecycle_transitions(ros_
     report = tmp_path / "out.json"
     with _running_agent(tmp_path, "demo:=true", "autostart:=false", "--duration", "120", "--report",
                         str(report)) as proc:
+        output = OutputLines(proc)
         with Ros() as ros:
             probe = ros.node("oxygen_test_lifecycle")
             assert ros.wait_until(lambda: "oxygen_inference" in {n for n, _ in probe.get_node_names_and_namespaces()},
@@ -137,23 +146,22 @@ def test_with_autostart_false_the_agent_waits_for_the_lifecycle_transitions(ros_
             assert life.change("configure") and life.change("activate")
             assert ros.wait_until(lambda: len(chunks) > 20, 60.0), "no actions after activate"
             assert life.change("deactivate")  # a stopped worker is no failure of the run
-            time.sleep(3.0)  # its inactive status (1 Hz) reaches the status line (1 Hz)
+            assert ros.wait_until(lambda: output.has(INACTIVE), 30.0), output.text(3000)  # the status line says so
             assert proc.poll() is None, "the agent ended when its inference node was deactivated"
             seen = len(chunks)
             assert life.change("activate") and ros.wait_until(lambda: len(chunks) > seen + 20, 60.0)
             assert life.change("deactivate") and life.change("cleanup")  # the node's counts start again
-            time.sleep(2.5)  # the status line says so
+            assert ros.wait_until(lambda: UNCONFIGURED in output.text().partition(CLEANED)[2], 30.0), \
+                output.text(3000)  # the status line says so
             assert life.change("configure") and life.change("activate")
             seen = len(chunks)
             assert ros.wait_until(lambda: len(chunks) > seen + 20, 60.0)
             time.sleep(1.0)
             assert life.change("active_shutdown")  # a manager ends the node: the agent ends, no failure
-            out, _ = proc.communicate(timeout=60)
+            proc.wait(60)
+            out = output.join()
     assert proc.returncode == 0, out[-3000:]
     assert "waiting for the configure and activate transitions" in out
-    assert re.search(r"the inference node is inactive \(lifecycle\), \d+ requests kept", out), out[-3000:]
-    cleaned = out.index("oxygen_inference]: cleanup: ")
-    assert "the inference node is not configured: waiting for its configure transition" in out[cleaned:], out[-3000:]
     assert "/oxygen_inference was shut down (lifecycle shutdown): ending" in out, out[-3000:]
     assert "control process exited" not in out, out[-3000:]
     data = json.loads(report.read_text())
@@ -288,8 +296,6 @@ def test_a_second_sigint_sent_with_the_first_does_not_lose_the_report(ros_env, t
     """Ctrl-C under `timeout` or launch: the process group's SIGINT and the one the parent
     forwards arrive together. The second cut the clean-up, and the report was never written
     (the run said 'not configured'). It is ignored now; the run ends as after one."""
-    import signal
-
     report = tmp_path / "out.json"
     with _running_agent(tmp_path, "demo:=true", "--duration", "120", "--report", str(report)) as proc:
         lines = []
