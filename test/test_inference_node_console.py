@@ -142,3 +142,67 @@ def test_a_silent_control_tick_is_an_error_only_when_silent_for_longer_than_its_
     assert level != DiagnosticStatus.ERROR and "silent" not in message, message
     level, message = status.status(_figures(control_silent_s=6.5, control_rate_hz=0.5), 1.0)
     assert level == DiagnosticStatus.ERROR and "control tick silent for 6.5 s" in message
+
+
+def test_a_frame_in_flight_far_longer_than_frames_take_is_an_error_naming_how_long():
+    """A frame that never ends (a stalled GPU) shows in no finished frame's latency: the worker's
+    frame in flight does. Stalled past 2 s, 10 deadlines and 5 x its recent p99, whichever is most."""
+    from diagnostic_msgs.msg import DiagnosticStatus
+
+    status = StatusReporter("/o", clock=Clock())
+    level, message = status.status(_figures(frame_running_s=1.5, frame_latency_p99_ms=12.0), 1.0)
+    assert level == DiagnosticStatus.OK and "in flight" not in message, message
+    level, message = status.status(_figures(frame_running_s=3.2, frame_latency_p99_ms=12.0), 1.0)
+    assert level == DiagnosticStatus.ERROR, message
+    assert "the frame in flight has run 3.2 s (frames take 10 ms): no new action goes out" in message
+    assert any("frame in flight has run 3.2 s" in line for line in status.console())
+    # a model that is slow on this machine (frames of 900 ms) is not stalled at 3.2 s, nor a long deadline
+    level, _ = status.status(_figures(frame_running_s=3.2, frame_latency_p99_ms=900.0), 1.0)
+    assert level == DiagnosticStatus.OK
+    level, _ = status.status(_figures(frame_running_s=3.2, frame_deadline_ms=400.0), 1.0)
+    assert level == DiagnosticStatus.OK
+
+
+def test_a_stalled_frame_is_an_error_on_diagnostics_and_the_console_until_it_ends(ros_env):
+    """On real DDS: a frame held in its prefill (as a hung GPU would) turns the node's status
+    ERROR, saying how long the frame has run, and a console line says so; once it ends the
+    error goes."""
+    import threading
+
+    from diagnostic_msgs.msg import DiagnosticStatus
+    from rcl_interfaces.msg import Log
+    from rclpy.qos import DurabilityPolicy, QoSProfile, ReliabilityPolicy
+
+    prefix = unique_prefix()
+    with Ros() as ros:
+        logs = []
+        listener = ros.node("oxygen_test_rosout")
+        listener.create_subscription(Log, "/rosout", lambda m: logs.append(m.msg) if prefix[1:] in m.name else None,
+                                     QoSProfile(depth=1000, reliability=ReliabilityPolicy.RELIABLE,
+                                                durability=DurabilityPolicy.TRANSIENT_LOCAL))
+        node = inference_node(ros, prefix, max_observation_age=0.0, hold_action="last")
+        client = InferenceClient(ros, prefix)
+        assert until(lambda: len(client.chunks) > 3, 30.0, every=client.observe, period=0.1)
+        entered, release = threading.Event(), threading.Event()
+
+        def stall(work: str) -> None:  # the engine's hook before each piece of a frame
+            if work == "prefill":
+                entered.set()
+                release.wait(60.0)
+
+        node.engine.pause_point = stall
+        try:
+            assert until(entered.is_set, 10.0, every=client.observe, period=0.1)
+            stalled = "the frame in flight has run"
+            assert until(lambda: any(s.level == DiagnosticStatus.ERROR and stalled in s.message
+                                     for s in client.diagnostics[-2:]), 30.0), \
+                [s.message for s in client.diagnostics[-3:]]
+            assert until(lambda: any(stalled in line for line in logs), 10.0), logs[-5:]
+            assert node.diagnostics()["frame_running_s"] > 2.0
+        finally:
+            node.engine.pause_point = None
+            release.set()
+        assert until(lambda: node.diagnostics()["frame_running_s"] < 1.0, 10.0, every=client.observe, period=0.1)
+        seen = len(client.diagnostics)
+        assert until(lambda: len(client.diagnostics) > seen + 1, 10.0)
+        assert stalled not in client.diagnostics[-1].message

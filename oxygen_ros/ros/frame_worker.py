@@ -46,6 +46,7 @@ class FrameWorker:
         self._frame_done = frame_done
         self.counters = loop.counters
         self.busy = False  # a frame is running (read by the tick under the lock)
+        self._frame_began: Optional[float] = None  # time.monotonic() at the start of the frame running now
         self.frame_ms = Rolling(200)  # observation frames: engine time
         self.last_batch = 0.0  # mean decode batch of the last frame that decoded
         #: seconds of frames per second over the last 5 s (each frame counted when it ends): the
@@ -59,6 +60,12 @@ class FrameWorker:
 
     def start(self) -> None:
         self._thread.start()
+
+    def frame_running_s(self) -> float:
+        """How long the frame in flight has run so far (0.0 between frames): a frame that never
+        ends (a stalled device, a compile, a lock held) shows here, as no finished frame's time can."""
+        began = self._frame_began
+        return 0.0 if began is None else time.monotonic() - began
 
     def load_fraction(self) -> float:
         """The part of the last 5 s the worker ran frames (0..1)."""
@@ -113,13 +120,13 @@ class FrameWorker:
             job = self._wait_for_job()
             if job is None:
                 return
-            began = time.monotonic()
+            began = self._frame_began = time.monotonic()
             try:
                 self._run_frame(job)
             except Exception as exc:  # keep serving; the error is reported
                 self._frame_error(job, exc)
             finally:
-                ended = time.monotonic()
+                ended, self._frame_began = time.monotonic(), None
                 self.load.add(ended, ended - began)
                 with self._cond:
                     self.busy = False

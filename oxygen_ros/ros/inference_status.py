@@ -31,14 +31,24 @@ CONSOLE_PERIOD_S = 5.0
 #: Problems that are also warned on the console (throttled): the ones a user must see without
 #: watching /diagnostics. Frame failures and a stopped action output are logged where they happen.
 CONSOLE = ("underruns", "no_observation", "observation_age", "missed_ticks", "recompiles", "control_failure",
-           "control_silent", "worker_failure")
+           "control_silent", "worker_failure", "frame_stalled")
 #: Seconds the control process may go without a tick while active before the status is ERROR
 #: (at least :data:`CONTROL_SILENT_PERIODS` control periods: at a slow ``control_rate_hz`` a
 #: tick is that far apart anyway).
 CONTROL_SILENT_S = 1.0
 CONTROL_SILENT_PERIODS = 3
+#: A frame in flight for longer than the most of these is stalled: seconds, frame deadlines,
+#: and the worker's own recent frames (p99), so that a model slow on this machine is not stalled.
+STALLED_S, STALLED_DEADLINES, STALLED_FRAMES = 2.0, 10, 5
 #: Problems that make the status ERROR (no action goes out); the others make it WARN.
-ERRORS = ("control_failure", "control_silent", "faulted", "worker_failure")
+ERRORS = ("control_failure", "control_silent", "faulted", "worker_failure", "frame_stalled")
+
+
+def stalled_after_s(d: dict) -> float:
+    """Seconds after which the frame in flight counts as stalled (see :data:`STALLED_S`)."""
+    p99 = d.get("frame_latency_p99_ms", float("nan"))
+    return max(STALLED_S, STALLED_DEADLINES * d["frame_deadline_ms"] / 1e3,
+               STALLED_FRAMES * p99 / 1e3 if p99 == p99 else 0.0)
 
 
 def _problems(d: dict, new: dict, max_observation_age: float) -> list[tuple[str, str]]:
@@ -53,6 +63,12 @@ def _problems(d: dict, new: dict, max_observation_age: float) -> list[tuple[str,
     if d.get("worker_failure"):
         problems.append(("worker_failure", f"frame worker stopped: {d['worker_failure']}; no frame runs, no new "
                                            "action goes out"))
+    running = d.get("frame_running_s", 0.0)
+    if running > stalled_after_s(d):
+        usual = d["frame_latency_ms"]
+        usual = f" (frames take {usual:.0f} ms)" if usual == usual else ""
+        problems.append(("frame_stalled", f"the frame in flight has run {running:.1f} s{usual}: no new action goes "
+                                          "out until it ends (a stalled device, a compile, a lock held?)"))
     if d["faulted"]:
         problems.append(("faulted", f"action output stopped: {d['consecutive_failures']} frames failed in a row "
                                     f"(last: {d['last_failure']})"))
@@ -175,6 +191,7 @@ def diagnostic_figures(age_ns: int | None, ticks: dict, loop: dict, *, worker: A
         "tick_lateness_p99_ms": percentile(tick_lateness_ms.values()[-500:], 99),
         "active_batch": len(engine.requests.active), "queued_requests": len(engine.requests.queue),
         "decode_batch_mean": worker.last_batch, "worker_load": worker.load_fraction(),
+        "frame_running_s": worker.frame_running_s(),
         "tokens_per_s": tokens_per_s,
         "kv_bytes_reserved": pool.bytes_reserved, "kv_bytes_in_use": pool.bytes_in_use,
         "setting": params["setting"], "compiled": engine.compiled is not None, "recompiles": engine.recompiles,
