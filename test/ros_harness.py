@@ -8,6 +8,7 @@
 * :class:`SteppedRos` - a private context whose one executor the test spins itself.
 * :func:`until` - wait for a condition, optionally publishing meanwhile.
 * :class:`OutputLines` - a subprocess's output, collected as it comes (to wait for a line).
+* :func:`stall_in_prefill` - hold an engine's next frame, as a hung device would.
 * :func:`inference_topics` / :func:`inference_node` - the inference node on a topic prefix.
 * :class:`InferenceClient` - a test node publishing Observations and Questions to an
   inference node and recording everything it publishes.
@@ -112,6 +113,22 @@ class OutputLines:
         """The whole output, once the process has closed it (it has ended)."""
         self._reader.join(timeout)
         return self.text()
+
+
+def stall_in_prefill(engine, timeout: float = 60.0):
+    """Hold ``engine``'s next frame in its prefill (its ``pause_point`` hook), as a hung device
+    would: returns (entered, release) events; the frame goes on once ``release`` is set (or
+    after ``timeout``). Set ``engine.pause_point = None`` before releasing, or the next frame
+    stalls too."""
+    entered, release = threading.Event(), threading.Event()
+
+    def stall(work: str) -> None:  # the engine's hook before each piece of a frame
+        if work == "prefill":
+            entered.set()
+            release.wait(timeout)
+
+    engine.pause_point = stall
+    return entered, release
 
 
 def unique_prefix() -> str:

@@ -8,7 +8,7 @@ test's), then once on real DDS through /rosout.
 
 from __future__ import annotations
 
-from ros_harness import InferenceClient, Ros, inference_node, unique_prefix, until
+from ros_harness import InferenceClient, Ros, inference_node, stall_in_prefill, unique_prefix, until
 
 from oxygen_ros.ros.inference_status import CONSOLE_PERIOD_S, NO_OBSERVATION_WARN_S, StatusReporter
 
@@ -109,19 +109,24 @@ def test_underruns_of_an_overloaded_worker_say_so_and_what_helps():
     assert "frame worker" not in line and line.startswith("1 underruns in the last second"), line
 
 
-def test_the_console_tells_a_missing_camera_and_underruns(ros_env):
-    """On real DDS: the node warns that no observation came on its (namespaced) topic, then,
-    once observations came and stopped, that the chunk ran out."""
+def _node_logs(ros, prefix: str) -> list[str]:
+    """The /rosout messages of the nodes under ``prefix``, as they come (a list that grows)."""
     from rcl_interfaces.msg import Log
     from rclpy.qos import DurabilityPolicy, QoSProfile, ReliabilityPolicy
 
+    logs = []
+    ros.node("oxygen_test_rosout").create_subscription(
+        Log, "/rosout", lambda m: logs.append(m.msg) if prefix[1:] in m.name else None,
+        QoSProfile(depth=1000, reliability=ReliabilityPolicy.RELIABLE, durability=DurabilityPolicy.TRANSIENT_LOCAL))
+    return logs
+
+
+def test_the_console_tells_a_missing_camera_and_underruns(ros_env):
+    """On real DDS: the node warns that no observation came on its (namespaced) topic, then,
+    once observations came and stopped, that the chunk ran out."""
     prefix = unique_prefix()
     with Ros() as ros:
-        logs = []
-        listener = ros.node("oxygen_test_rosout")
-        listener.create_subscription(Log, "/rosout", lambda m: logs.append(m.msg) if prefix[1:] in m.name else None,
-                                     QoSProfile(depth=1000, reliability=ReliabilityPolicy.RELIABLE,
-                                                durability=DurabilityPolicy.TRANSIENT_LOCAL))
+        logs = _node_logs(ros, prefix)
         inference_node(ros, prefix, max_observation_age=0.5, hold_action="none")
         client = InferenceClient(ros, prefix)
         assert until(lambda: any(f"no observation on {prefix}/observation" in line for line in logs), 30.0), logs
@@ -167,30 +172,15 @@ def test_a_stalled_frame_is_an_error_on_diagnostics_and_the_console_until_it_end
     """On real DDS: a frame held in its prefill (as a hung GPU would) turns the node's status
     ERROR, saying how long the frame has run, and a console line says so; once it ends the
     error goes."""
-    import threading
-
     from diagnostic_msgs.msg import DiagnosticStatus
-    from rcl_interfaces.msg import Log
-    from rclpy.qos import DurabilityPolicy, QoSProfile, ReliabilityPolicy
 
     prefix = unique_prefix()
     with Ros() as ros:
-        logs = []
-        listener = ros.node("oxygen_test_rosout")
-        listener.create_subscription(Log, "/rosout", lambda m: logs.append(m.msg) if prefix[1:] in m.name else None,
-                                     QoSProfile(depth=1000, reliability=ReliabilityPolicy.RELIABLE,
-                                                durability=DurabilityPolicy.TRANSIENT_LOCAL))
+        logs = _node_logs(ros, prefix)
         node = inference_node(ros, prefix, max_observation_age=0.0, hold_action="last")
         client = InferenceClient(ros, prefix)
         assert until(lambda: len(client.chunks) > 3, 30.0, every=client.observe, period=0.1)
-        entered, release = threading.Event(), threading.Event()
-
-        def stall(work: str) -> None:  # the engine's hook before each piece of a frame
-            if work == "prefill":
-                entered.set()
-                release.wait(60.0)
-
-        node.engine.pause_point = stall
+        entered, release = stall_in_prefill(node.engine)
         try:
             assert until(entered.is_set, 10.0, every=client.observe, period=0.1)
             stalled = "the frame in flight has run"

@@ -9,7 +9,8 @@ import time
 import weakref
 
 import pytest
-from ros_harness import AskClient, InferenceClient, Lifecycle, Ros, inference_topics, params, unique_prefix, until
+from ros_harness import (AskClient, InferenceClient, Lifecycle, Ros, inference_topics, params, stall_in_prefill,
+                         unique_prefix, until)
 
 
 def _node(ros, prefix, model_dir, **overrides):
@@ -315,8 +316,6 @@ def test_a_frame_that_outlasts_the_deactivate_blocks_activate_and_cleanup_and_it
     activate and cleanup are refused while it runs (a second worker would share the engine),
     and when it ends its chunk, computed before the deactivate, is not published after the
     next activate (it went out 1.5 s after it, held at its last row)."""
-    import threading
-
     prefix = unique_prefix()
     with Ros() as ros:
         node = _node(ros, prefix, random_tiny_dir, chunk_origin="frame_end", hold_action="last",
@@ -325,14 +324,7 @@ def test_a_frame_that_outlasts_the_deactivate_blocks_activate_and_cleanup_and_it
         client = InferenceClient(ros, prefix)
         life = Lifecycle(ros.node("oxygen_test_lifecycle"), node.get_fully_qualified_name())
         assert until(lambda: len(client.chunks) > 3, 30.0, every=client.observe, period=0.05)
-        entered, release = threading.Event(), threading.Event()
-
-        def stall(work: str) -> None:  # the engine's hook before each piece of a frame
-            if work == "prefill":
-                entered.set()
-                release.wait(30.0)
-
-        node.engine.pause_point = stall
+        entered, release = stall_in_prefill(node.engine)
         assert until(entered.is_set, 10.0, every=client.observe, period=0.05)
         assert life.change("deactivate") and life.state() == "inactive"  # after its 0.5 s wait
         assert not life.change("activate") and life.state() == "inactive"
