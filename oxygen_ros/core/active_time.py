@@ -34,10 +34,6 @@ class ActiveTime:
                 self._total += self._clock() - self._since
                 self._since = None
 
-    @property
-    def running(self) -> bool:
-        return self._since is not None
-
     def seconds(self) -> float:
         with self._lock:
             return self._total + (self._clock() - self._since if self._since is not None else 0.0)
