@@ -10,7 +10,7 @@ import time
 import numpy as np
 import pytest
 from message_builders import bag_recording
-from ros_harness import params
+from ros_harness import params, play_once_matched
 
 ROBOTS = ("left", "right")
 
@@ -69,6 +69,11 @@ def test_each_robot_waits_for_its_own_action_chunks(stepped_ros, tmp_path, right
         "": f"{p}/actions", "left": f"/left{p}/actions", "right": f"/right{p}/actions"}
     assert stepped_ros.spin_until(lambda: all(player.publishers_by_topic[x.topic].get_subscription_count() >= 1
                                               and x.actions.get_subscription_count() >= 1 for x in policies.values()))
+    # every image's gate has its policy: nothing to wait for on the ActionChunk side. The gate on
+    # {p}/actions holds no image, and nothing publishes there (it held the start back for
+    # wait_for_subscribers_s, and warned of it)
+    assert stepped_ros.spin_until(lambda: not [t for t in player.unmatched_topics() if t.endswith("/actions")]), \
+        player.unmatched_topics()
     player.start_now()
 
     def respond():
@@ -146,7 +151,8 @@ def test_a_two_robot_bag_replays_in_lockstep_through_camera_nodes_and_one_infere
             observation_topic=f"/{r}{p}/observation", image_size=32, max_age=10.0))) for r in ROBOTS}
         player = ros.add(BagPlayer(context=ros.context, parameter_overrides=params(
             bag_path=str(bag), lockstep=True, lockstep_robots=list(ROBOTS), action_topic=f"{p}/actions",
-            rate=4.0, start_delay_s=1.0)))
+            rate=4.0, start_delay_s=60.0)))
+        play_once_matched(ros, player, inference, ROBOTS)
         assert inference.robot_names == ROBOTS
         assert ros.wait_until(player.done.done, 60.0), "the bag player did not finish"
         assert player.lockstep_timeouts == 0, "lockstep broke: a robot's ActionChunk did not come"

@@ -155,8 +155,8 @@ class BagPlayer(Node):
         self._gates = {key: LockstepGate(topic, tuple(t for t in images if gate_key(t, robots) == key))
                        for key, topic in gate_topics(p["action_topic"], robots).items()}
         self._gate_of = {t: self._gates[gate_key(t, robots)] for t in self._publishers_by_topic}
-        self._action_subs = [self.create_subscription(ActionChunk, gate.action_topic, gate.on_actions, ACTIONS_QOS)
-                             for gate in self._gates.values()]
+        self._action_subs = [(gate, self.create_subscription(ActionChunk, gate.action_topic, gate.on_actions,
+                                                             ACTIONS_QOS)) for gate in self._gates.values()]
 
     def _gates_listing(self) -> str:
         images = [t for t in self._publishers_by_topic if self._types[t] in IMAGE_TYPES]
@@ -186,9 +186,12 @@ class BagPlayer(Node):
 
     def unmatched_topics(self) -> list[str]:
         """The played topics that have no matched subscription now, and (lockstep) the
-        ActionChunk topics that have no matched publisher."""
+        ActionChunk topics that have no matched publisher, of the gates that hold images (with
+        ``lockstep_robots``, the gate on ``action_topic`` itself holds none when every image
+        topic is a robot's: nothing publishes there, and nothing need)."""
         return ([t for t, pub in self._publishers_by_topic.items() if pub.get_subscription_count() == 0]
-                + [sub.topic_name for sub in self._action_subs if self.lockstep and sub.get_publisher_count() == 0])
+                + [sub.topic_name for gate, sub in self._action_subs
+                   if self.lockstep and gate.image_topics and sub.get_publisher_count() == 0])
 
     def start_now(self) -> None:
         """Play from the next tick on, cutting the wait for subscribers and ``start_delay_s``
