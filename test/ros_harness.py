@@ -9,6 +9,7 @@
 * :func:`until` - wait for a condition, optionally publishing meanwhile.
 * :class:`OutputLines` - a subprocess's output, collected as it comes (to wait for a line).
 * :func:`stall_in_prefill` - hold an engine's next frame, as a hung device would.
+* :func:`play_once_matched` - start a lockstep bag player once the policy's actions can reach it.
 * :func:`inference_topics` / :func:`inference_node` - the inference node on a topic prefix.
 * :class:`InferenceClient` - a test node publishing Observations and Questions to an
   inference node and recording everything it publishes.
@@ -113,6 +114,20 @@ class OutputLines:
         """The whole output, once the process has closed it (it has ended)."""
         self._reader.join(timeout)
         return self.text()
+
+
+def play_once_matched(ros, player, inference, robots=(None,), subscribers: int = 2, timeout: float = 30.0) -> None:
+    """Start a lockstep ``player`` (made with a long ``start_delay_s``) once every topic it plays
+    has a subscription and each robot's ActionChunk publisher (the inference node's, in its
+    control process) has matched ``subscribers`` subscriptions: the player's lockstep one and
+    the test's. A reliable writer sends nothing to a reader it has not matched yet, and the
+    player sees only its own side of the match."""
+    def matched() -> bool:
+        return not player.unmatched_topics() and all(inference.action_subscribers(r) >= subscribers for r in robots)
+
+    assert ros.wait_until(matched, timeout), (player.unmatched_topics(),
+                                              {r: inference.action_subscribers(r) for r in robots})
+    player.start_now()
 
 
 def stall_in_prefill(engine, timeout: float = 60.0):

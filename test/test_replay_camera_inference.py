@@ -20,6 +20,7 @@ from ros_harness import (
     check_chunks,
     check_text,
     params,
+    play_once_matched,
     reliable,
     unique_prefix,
 )
@@ -71,7 +72,8 @@ def _replay(bag, out_dir, prefix):
             observation_topic=topics["observation_topic"], image_size=32, default_instruction=INSTRUCTION,
             max_age=10.0)))  # lockstep holds images while a frame runs: their stamps age
         player = ros.add(BagPlayer(context=ros.context, namespace=prefix, parameter_overrides=params(
-            bag_path=str(bag), lockstep=True, rate=4.0, action_topic=topics["actions_topic"], start_delay_s=1.0)))
+            bag_path=str(bag), lockstep=True, rate=4.0, action_topic=topics["actions_topic"], start_delay_s=60.0)))
+        play_once_matched(ros, player, inference)
         assert ros.wait_until(player.done.done, 60.0), "the bag player did not finish"
         assert player.lockstep_timeouts == 0, "lockstep broke: an ActionChunk did not come"
         last = FRAMES - 1

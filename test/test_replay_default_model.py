@@ -16,7 +16,7 @@ import subprocess
 
 import numpy as np
 import pytest
-from ros_harness import Ros, check_text, installed_script, params, reliable, unique_prefix, until
+from ros_harness import Ros, check_text, installed_script, params, play_once_matched, reliable, unique_prefix, until
 
 from oxygen_ros.core.sim import scene as sim
 
@@ -75,7 +75,7 @@ def replay(module_ros_env, tmp_path_factory):
         client = ros.node("oxygen_test_recorder")
         client.create_subscription(ActionChunk, topics["actions_topic"], chunks.append, reliable(1000))
         client.create_subscription(TextToken, topics["text_topic"], text.append, reliable(5000))
-        ros.add(InferenceNode(context=ros.context, namespace=prefix, parameter_overrides=params(
+        inference = ros.add(InferenceNode(context=ros.context, namespace=prefix, parameter_overrides=params(
             model_path="",  # the embedded default model
             chunk_origin="frame_end", max_observation_age=0.0, question_topic=f"{prefix}/question",
             ask_action=f"{prefix}/ask", trajectory_topic=f"{prefix}/trajectory", **topics)))
@@ -85,7 +85,8 @@ def replay(module_ros_env, tmp_path_factory):
             image_size=48, max_age=10.0)))
         player = ros.add(BagPlayer(context=ros.context, namespace=prefix, parameter_overrides=params(
             bag_path=str(bag), lockstep=True, rate=4.0, action_topic=topics["actions_topic"],
-            start_delay_s=1.0)))
+            start_delay_s=60.0)))
+        play_once_matched(ros, player, inference)
         assert ros.wait_until(player.done.done, 60.0), "the bag player did not finish"
         assert player.lockstep_timeouts == 0, \
             f"lockstep broke: an ActionChunk did not come ({camera.published} observations published)"

@@ -11,7 +11,7 @@ Swapping the scenes swaps the outputs.
 
 import numpy as np
 import pytest
-from ros_harness import Ros, check_text, params, reliable, unique_prefix
+from ros_harness import Ros, check_text, params, play_once_matched, reliable, unique_prefix
 
 from oxygen_ros.core.sim import scene as sim
 
@@ -75,7 +75,7 @@ def _replay(tmp_path, scenes):
         for r, (chunks, text) in out.items():
             client.create_subscription(ActionChunk, f"/{r}{topics['actions_topic']}", chunks.append, reliable(1000))
             client.create_subscription(TextToken, f"/{r}{topics['text_topic']}", text.append, reliable(5000))
-        ros.add(InferenceNode(context=ros.context, parameter_overrides=params(
+        inference = ros.add(InferenceNode(context=ros.context, parameter_overrides=params(
             robots=list(ROBOTS), model_path="", chunk_origin="frame_end", max_observation_age=0.0,
             ask_action=f"{prefix}/ask", **topics)))
         for r in ROBOTS:
@@ -86,7 +86,8 @@ def _replay(tmp_path, scenes):
                 image_size=48, max_age=10.0)))
         player = ros.add(BagPlayer(context=ros.context, parameter_overrides=params(
             bag_path=str(bag), lockstep=True, lockstep_robots=list(ROBOTS), rate=4.0,
-            action_topic=topics["actions_topic"], start_delay_s=1.0)))
+            action_topic=topics["actions_topic"], start_delay_s=60.0)))
+        play_once_matched(ros, player, inference, ROBOTS)
         assert ros.wait_until(player.done.done, 90.0), "the bag player did not finish"
         assert player.lockstep_timeouts == 0, "lockstep broke: a robot's ActionChunk did not come"
 
