@@ -149,9 +149,9 @@ def test_the_inference_nodes_actions_keep_coming_while_its_executor_is_stuck(ros
         assert node.control.alive and node.control.node is None
     stalls = []
 
-    def stall():  # a callback of the node's own executor that keeps it 300 ms
+    def stall():  # a callback of the node's own executor that keeps it 1 s
         stalls.append(time.monotonic())
-        time.sleep(0.3)
+        time.sleep(1.0)
 
     timer = node.create_timer(0.05, stall)
     try:
@@ -170,7 +170,7 @@ def test_the_inference_nodes_actions_keep_coming_while_its_executor_is_stuck(ros
         node.destroy_timer(timer)
     assert len(arrivals) >= 40, "the actions stopped while the node's executor was stuck"
     gaps = [b - a for a, b in zip(arrivals, arrivals[1:])]
-    assert max(gaps) < 0.15, f"an action gap of {max(gaps) * 1e3:.0f} ms behind a 300 ms executor stall"
+    assert max(gaps) < 0.4, f"an action gap of {max(gaps) * 1e3:.0f} ms behind a 1 s executor stall"
 
 
 def test_with_use_sim_time_the_ticks_follow_clock(ros):
