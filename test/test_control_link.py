@@ -89,6 +89,7 @@ def test_the_control_process_publishes_every_robots_actions_and_the_node_reports
 
     results = node.set_parameters([Parameter("control_rate_hz", value=25.0), Parameter("hold_action", value="last")])
     assert all(r.successful for r in results)
+    assert node.counters["control_rate_changes"] == 1  # what tells the agent's report of a changed rate
     before = {r: len(c.chunks) for r, c in robots.items()}
     _observe(robots, 1.0)
     H = node.horizon

@@ -91,6 +91,7 @@ class InferenceTicks:
     def _tick_settings_changed(self, changes: dict) -> None:
         """``control_rate_hz`` or ``hold_action`` changed (the lock held)."""
         if "control_rate_hz" in changes:
+            self.counters["control_rate_changes"] += 1  # the agent's report: no one period in its window
             self._grid.rate_changed()
             if self._link is not None:
                 self._link.set_period(self.loop.period_ns)

@@ -28,7 +28,8 @@ the JSON fields below (``None`` where nothing was measured):
   (``active_s``: a lifecycle node deactivated for a while, or shutting down at
   the end, has no ticks to count then);
 * ``control_rate_changed_hz`` - ``[at the window's start, at its end]`` when
-  ``control_rate_hz`` was changed during the window (None otherwise; the top
+  ``control_rate_hz`` was changed during the window, also when it was set back
+  to where it started (``[50.0, 50.0]``); None otherwise (the top
   ``control_rate_hz`` is the end's). The tick jitter figures are then None:
   there is no one control period to measure them against;
 * ``tick_jitter_p50_ms`` / ``tick_jitter_p99_ms`` - subscriber side:
@@ -181,7 +182,9 @@ class Measurement:
             arrivals = [t for t, _, _ in self.actions[:end["actions"]]]
             latencies = [("", *x) for x in self.latencies]  # (robot, frame, seq, ms)
         rate = start["control_rate_hz"] if start is not None else end["control_rate_hz"]
-        changed = rate != end["control_rate_hz"]
+        changes = end["counters"].get("control_rate_changes", 0) - (
+            start["counters"].get("control_rate_changes", 0) if start is not None else 0)
+        changed = rate != end["control_rate_hz"] or changes > 0
         period_s = None if changed else 1.0 / rate  # no one period to measure jitter against
         jitter = jitter_ms(period_s, arrivals)
         measured_by = "agent process" if self.measure and not self.robots else None
