@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import time
 
 import numpy as np
 import pytest
@@ -23,10 +24,10 @@ def engine(lively_tiny):
     return Engine(lively_tiny, Tokenizer.default(), EngineConfig(max_observations_per_frame=1))
 
 
-def make_loop(engine, **settings):
+def make_loop(engine, clock=time.monotonic, **settings):
     engine.cancel_all()
     return FrameLoop(engine, LoopSettings(**settings), engine.model.config.max_token_len, horizon=10,
-                     state_dim=4, log=logging.getLogger("test_frame_loop"))
+                     state_dim=4, log=logging.getLogger("test_frame_loop"), clock=clock)
 
 
 def arrival(seq, stamp_s, received_s=None):
@@ -260,9 +261,8 @@ def test_a_new_instruction_is_cut_for_its_own_text_not_the_one_before(engine):
 def test_a_cut_instruction_is_said_once_and_again_when_it_changes(engine, caplog):
     """The instruction comes with every observation: its cut is said once (the counter counts
     every observation), not every 5 s for as long as the robot works on it; a new one is said."""
-    loop = make_loop(engine)
     now = [0.0]
-    loop._throttle._clock = lambda: now[0]
+    loop = make_loop(engine, clock=lambda: now[0])
     long, other = "stack the red block " * 50, "put the green cup on the plate " * 50
     with caplog.at_level(logging.WARNING, logger="test_frame_loop"):
         for seq, text in enumerate([long] * 4 + [other] * 2 + [long]):

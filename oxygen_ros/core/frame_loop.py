@@ -37,7 +37,8 @@ from __future__ import annotations
 import collections
 import dataclasses
 import logging
-from collections.abc import Iterable, Sequence
+import time
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -94,14 +95,16 @@ class FramePlan:
 
 
 class FrameLoop:
-    """See the module doc. ``log``: a :class:`logging.Logger`-like object (warning, error, info)."""
+    """See the module doc. ``log``: a :class:`logging.Logger`-like object (warning, error, info);
+    ``clock``: the seconds its repeated warnings are spaced by."""
 
     def __init__(self, engine: Engine, settings: LoopSettings, max_token_len: int, *, horizon: int,
-                 state_dim: int | None = None, log: Any = None, robots: Sequence[str] = ("",), seed: int = 0):
+                 state_dim: int | None = None, log: Any = None, robots: Sequence[str] = ("",), seed: int = 0,
+                 clock: Callable[[], float] = time.monotonic):
         self.engine, self.horizon, self.state_dim, self.seed = engine, horizon, state_dim, seed
         self.log = log if log is not None else logging.getLogger(__name__)
-        self._throttle = Throttle(5.0)  # repeated warnings: one every 5 s per kind
-        self._failure_throttle = Throttle(2.0)
+        self._throttle = Throttle(5.0, clock)  # repeated warnings: one every 5 s per kind
+        self._failure_throttle = Throttle(2.0, clock)
         self.settings = settings
         self.budget = DecodeBudget(settings.steps_per_frame, self.deadline_ms())
         self.cadence = LanguageCadence(settings.language_every_n_frames)
