@@ -110,7 +110,7 @@ class InferenceNode(InferenceInputs, InferenceDiagnostics, InferenceTicks, Node)
         self.worker: Optional[FrameWorker] = None
         self.configured = self.active = False
         self.configurations = 0  # configures done: each brings new counters (a cleanup drops the old)
-        self.ticking = ActiveTime()  # the seconds the control tick ran (active); each configure starts a new one
+        self.ticking = ActiveTime()  # the seconds the control tick ran (active), over the node's life
         self._own_timers: list = []
         self._control: Optional[ControlThread] = None  # the control tick's thread, while active
         self._link: Optional[ControlLink] = None  # the control process, while configured (control_process)
@@ -199,7 +199,6 @@ class InferenceNode(InferenceInputs, InferenceDiagnostics, InferenceTicks, Node)
         self._cond = threading.Condition(threading.Lock())
         self.tick_lateness_ms = Rolling(60_000)  # 20 min at 50 Hz (the agent's report reads them all)
         self._grid = TickGrid(self.counters)
-        self.ticking = ActiveTime()
         inputs = MutuallyExclusiveCallbackGroup()
         self.robot_io = {name: RobotIO(self, robot, p, on_observation=self._on_observation,
                                        on_question=self._on_question, on_ask=self._on_ask,

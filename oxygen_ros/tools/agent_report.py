@@ -182,9 +182,7 @@ class Measurement:
             arrivals = [t for t, _, _ in self.actions[:end["actions"]]]
             latencies = [("", *x) for x in self.latencies]  # (robot, frame, seq, ms)
         rate = start["control_rate_hz"] if start is not None else end["control_rate_hz"]
-        changes = end["counters"].get("control_rate_changes", 0) - (
-            start["counters"].get("control_rate_changes", 0) if start is not None else 0)
-        changed = rate != end["control_rate_hz"] or changes > 0
+        changed = rate != end["control_rate_hz"] or window_count(start, end, "control_rate_changes") > 0
         period_s = None if changed else 1.0 / rate  # no one period to measure jitter against
         jitter = jitter_ms(period_s, arrivals)
         measured_by = "agent process" if self.measure and not self.robots else None
@@ -266,13 +264,17 @@ def _latency(records: dict, latencies: list[tuple[str, int, int, float]], start)
     }
 
 
+def window_count(start, end, name: str) -> int:
+    """How much the node's counter ``name`` grew over the window (since the node's start with no window)."""
+    return end["counters"].get(name, 0) - (start["counters"].get(name, 0) if start else 0)
+
+
 def _counts(node, start, end) -> dict[str, Any]:
     """The node's own figures, and its counts over the window."""
     counters = end["counters"]
-    base = start["counters"] if start else {}
 
     def count(name: str) -> int:
-        return counters.get(name, 0) - base.get(name, 0)
+        return window_count(start, end, name)
 
     d = node.diagnostics()
     return {
