@@ -24,6 +24,7 @@ from __future__ import annotations
 import math
 import os
 import random
+import re
 import sys
 import threading
 import time
@@ -106,8 +107,6 @@ class OutputLines:
 
     def has(self, pattern: str) -> bool:
         """Whether a line so far matches the regular expression ``pattern``."""
-        import re
-
         return re.search(pattern, self.text()) is not None
 
     def join(self, timeout: float = 5.0) -> str:

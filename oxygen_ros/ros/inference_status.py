@@ -48,7 +48,7 @@ def stalled_after_s(d: dict) -> float:
     """Seconds after which the frame in flight counts as stalled (see :data:`STALLED_S`)."""
     p99 = d.get("frame_latency_p99_ms", float("nan"))
     return max(STALLED_S, STALLED_DEADLINES * d["frame_deadline_ms"] / 1e3,
-               STALLED_FRAMES * p99 / 1e3 if p99 == p99 else 0.0)
+               0.0 if math.isnan(p99) else STALLED_FRAMES * p99 / 1e3)
 
 
 def _problems(d: dict, new: dict, max_observation_age: float) -> list[tuple[str, str]]:
@@ -65,8 +65,7 @@ def _problems(d: dict, new: dict, max_observation_age: float) -> list[tuple[str,
                                            "action goes out"))
     running = d.get("frame_running_s", 0.0)
     if running > stalled_after_s(d):
-        usual = d["frame_latency_ms"]
-        usual = f" (frames take {usual:.0f} ms)" if usual == usual else ""
+        usual = "" if math.isnan(d["frame_latency_ms"]) else f" (frames take {d['frame_latency_ms']:.0f} ms)"
         problems.append(("frame_stalled", f"the frame in flight has run {running:.1f} s{usual}: no new action goes "
                                           "out until it ends (a stalled device, a compile, a lock held?)"))
     if d["faulted"]:
