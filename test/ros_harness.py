@@ -9,7 +9,8 @@
 * :func:`until` - wait for a condition, optionally publishing meanwhile.
 * :class:`OutputLines` - a subprocess's output, collected as it comes (to wait for a line).
 * :func:`stall_in_prefill` - hold an engine's next frame, as a hung device would.
-* :func:`play_once_matched` - start a lockstep bag player once the policy's actions can reach it.
+* :func:`play_once_matched` - start a lockstep bag player once the policy's actions can reach it;
+  :func:`player_progress` - where it stands, when it did not finish.
 * :func:`inference_topics` / :func:`inference_node` - the inference node on a topic prefix.
 * :class:`InferenceClient` - a test node publishing Observations and Questions to an
   inference node and recording everything it publishes.
@@ -129,6 +130,17 @@ def play_once_matched(ros, player, inference, robots=(None,), subscribers: int =
     player.start_now()
 
 
+def player_progress(ros, player) -> str:
+    """Where a bag player stands, for the message of a test whose player did not finish."""
+    now = time.monotonic()
+    gates = {key or "action_topic": dict(answered_seq=gate.action_seq, timeouts=gate.timeouts,
+                                         held_s=None if gate.hold_since is None else round(now - gate.hold_since, 2))
+             for key, gate in player.lockstep_gates.items()}
+    return (f"the bag player did not finish: {player.published} message(s) published in {player.passes} pass(es), "
+            f"finished={player.finished}, lockstep gates {gates}, its executor last came back from spin_once "
+            f"{ros.spin_age(player):.2f} s ago")
+
+
 def stall_in_prefill(engine, timeout: float = 60.0):
     """Hold ``engine``'s next frame in its prefill (its ``pause_point`` hook), as a hung device
     would: returns (entered, release) events; the frame goes on once ``release`` is set (or
@@ -163,6 +175,8 @@ class Ros:
         rclpy.init(context=self.context, domain_id=int(os.environ["ROS_DOMAIN_ID"]))
         self.nodes = []
         self._spinners = {}  # node -> (executor, stop event, thread)
+        self._died = {}  # node name -> the exception its executor thread ended with
+        self._spun_at = {}  # node name -> when its executor last returned from spin_once
 
     def add(self, node):
         from rclpy.executors import SingleThreadedExecutor
@@ -170,22 +184,28 @@ class Ros:
         executor = SingleThreadedExecutor(context=self.context)
         executor.add_node(node)
         stop = threading.Event()
-        thread = threading.Thread(target=self._spin, args=(executor, stop), daemon=True,
+        thread = threading.Thread(target=self._spin, args=(node.get_name(), executor, stop), daemon=True,
                                   name=f"ros-test-{node.get_name()}")
         self.nodes.append(node)
         self._spinners[node] = (executor, stop, thread)
         thread.start()
         return node
 
-    @staticmethod
-    def _spin(executor, stop) -> None:
+    def _spin(self, name: str, executor, stop) -> None:
         while not stop.is_set():
             try:
                 executor.spin_once(timeout_sec=0.02)
-            except Exception:  # the context is going down
+            except Exception as exc:  # the context is going down, or a callback raised
                 if stop.is_set():
                     return
+                self._died[name] = exc
                 raise
+            self._spun_at[name] = time.monotonic()
+
+    def spin_age(self, node) -> float:
+        """Seconds since ``node``'s executor last came back from spin_once (a callback that
+        blocks, or a thread that died, makes it grow)."""
+        return time.monotonic() - self._spun_at.get(node.get_name(), -math.inf)
 
     def node(self, name: str):
         import rclpy
@@ -207,9 +227,15 @@ class Ros:
         node.destroy_node()
         self.nodes.remove(node)
 
-    @staticmethod
-    def wait_until(predicate, timeout: float, poll: float = 0.02) -> bool:
-        return until(predicate, timeout, period=poll)
+    def wait_until(self, predicate, timeout: float, poll: float = 0.02) -> bool:
+        """Wait for ``predicate``; fails at once, naming the node and its error, when a node's
+        executor thread died meanwhile (a callback raised): nothing of that node runs any more."""
+        def holds() -> bool:
+            if self._died:
+                raise AssertionError(f"an executor thread died: {self._died!r}")
+            return predicate()
+
+        return until(holds, timeout, period=poll)
 
     def close(self) -> None:
         import rclpy

@@ -114,6 +114,23 @@ def test_player_topic_filter_loop_and_original_stamps(stepped_ros, tmp_path):
     assert [m.header.stamp for m, _ in listener.on(image_topic)[:6]] == recorded * 2
 
 
+def test_player_paces_on_steady_time_whatever_its_ros_clock_does(stepped_ros, tmp_path):
+    """The player's ROS clock standing still (here use_sim_time with no /clock; on wall time, the
+    system clock stepped back, as NTP does) does not stop the replay: its ticks are on steady time."""
+    from oxygen_ros.ros.bags import write_bag
+
+    p = stepped_ros.prefix
+    bag = write_bag(tmp_path / "bag", "mcap", bag_recording(p, images=3, spacing_ns=1_000_000))
+    listener = _Listener(stepped_ros, p)
+    image_topic = f"{p}/camera/image_raw"
+    player = _player(stepped_ros, bag, topics=[image_topic], restamp=False, use_sim_time=True)
+    assert player.get_clock().now().nanoseconds == 0  # no /clock: ROS time stands at zero
+    _wait_matched(stepped_ros, player, [image_topic])
+    player.start_now()
+    assert stepped_ros.spin_until(lambda: player.done.done(), timeout=10.0), (player.published, player.passes)
+    assert stepped_ros.spin_until(lambda: len(listener.on(image_topic)) == 3)
+
+
 @pytest.mark.parametrize("answer", [True, False], ids=["answered", "timeout"])
 def test_player_lockstep_waits_for_action_chunks(stepped_ros, tmp_path, answer):
     """Each image is held until an ActionChunk for a newer observation arrives

@@ -10,7 +10,7 @@ import time
 import numpy as np
 import pytest
 from message_builders import bag_recording
-from ros_harness import params, play_once_matched
+from ros_harness import params, play_once_matched, player_progress
 
 ROBOTS = ("left", "right")
 
@@ -154,7 +154,7 @@ def test_a_two_robot_bag_replays_in_lockstep_through_camera_nodes_and_one_infere
             rate=4.0, start_delay_s=60.0)))
         play_once_matched(ros, player, inference, ROBOTS)
         assert inference.robot_names == ROBOTS
-        assert ros.wait_until(player.done.done, 60.0), "the bag player did not finish"
+        assert ros.wait_until(player.done.done, 60.0), player_progress(ros, player)
         assert player.lockstep_timeouts == 0, "lockstep broke: a robot's ActionChunk did not come"
         for robot in ROBOTS:
             assert ros.wait_until(lambda r=robot: frames - 1 in seen[r], 20.0), (robot, seen[robot])

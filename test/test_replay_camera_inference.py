@@ -21,6 +21,7 @@ from ros_harness import (
     check_text,
     params,
     play_once_matched,
+    player_progress,
     reliable,
     unique_prefix,
 )
@@ -74,7 +75,7 @@ def _replay(bag, out_dir, prefix):
         player = ros.add(BagPlayer(context=ros.context, namespace=prefix, parameter_overrides=params(
             bag_path=str(bag), lockstep=True, rate=4.0, action_topic=topics["actions_topic"], start_delay_s=60.0)))
         play_once_matched(ros, player, inference)
-        assert ros.wait_until(player.done.done, 60.0), "the bag player did not finish"
+        assert ros.wait_until(player.done.done, 60.0), player_progress(ros, player)
         assert player.lockstep_timeouts == 0, "lockstep broke: an ActionChunk did not come"
         last = FRAMES - 1
         assert ros.wait_until(lambda: any(m.observation_seq == last for t, m, _ in recorded

@@ -16,7 +16,8 @@ import subprocess
 
 import numpy as np
 import pytest
-from ros_harness import Ros, check_text, installed_script, params, play_once_matched, reliable, unique_prefix, until
+from ros_harness import (Ros, check_text, installed_script, params, play_once_matched, player_progress, reliable,
+                         unique_prefix, until)
 
 from oxygen_ros.core.sim import scene as sim
 
@@ -87,7 +88,7 @@ def replay(module_ros_env, tmp_path_factory):
             bag_path=str(bag), lockstep=True, rate=4.0, action_topic=topics["actions_topic"],
             start_delay_s=60.0)))
         play_once_matched(ros, player, inference)
-        assert ros.wait_until(player.done.done, 60.0), "the bag player did not finish"
+        assert ros.wait_until(player.done.done, 60.0), player_progress(ros, player)
         assert player.lockstep_timeouts == 0, \
             f"lockstep broke: an ActionChunk did not come ({camera.published} observations published)"
 

@@ -11,7 +11,7 @@ Swapping the scenes swaps the outputs.
 
 import numpy as np
 import pytest
-from ros_harness import Ros, check_text, params, play_once_matched, reliable, unique_prefix
+from ros_harness import Ros, check_text, params, play_once_matched, player_progress, reliable, unique_prefix
 
 from oxygen_ros.core.sim import scene as sim
 
@@ -88,7 +88,7 @@ def _replay(tmp_path, scenes):
             bag_path=str(bag), lockstep=True, lockstep_robots=list(ROBOTS), rate=4.0,
             action_topic=topics["actions_topic"], start_delay_s=60.0)))
         play_once_matched(ros, player, inference, ROBOTS)
-        assert ros.wait_until(player.done.done, 90.0), "the bag player did not finish"
+        assert ros.wait_until(player.done.done, 90.0), player_progress(ros, player)
         assert player.lockstep_timeouts == 0, "lockstep broke: a robot's ActionChunk did not come"
 
         def answered():

@@ -28,6 +28,7 @@ from collections.abc import Mapping
 from types import MappingProxyType
 from typing import Any
 
+from rclpy.clock import Clock, ClockType
 from rclpy.node import Node
 from rclpy.serialization import deserialize_message
 from rclpy.task import Future
@@ -139,7 +140,9 @@ class BagPlayer(Node):
         self._setup_gates(p)
         self.add_on_set_parameters_callback(parameter_callback(BAG_PLAYER_PARAMETERS))
         self.add_post_set_parameters_callback(self._apply_parameters)
-        self._timer = self.create_timer(self.TICK_S, self._tick)
+        # steady time, as the pacing (time.monotonic): a ROS-time timer stands still while the system
+        # clock is stepped back, or, with use_sim_time, until /clock comes
+        self._timer = self.create_timer(self.TICK_S, self._tick, clock=Clock(clock_type=ClockType.STEADY_TIME))
         listing = ", ".join(f"{t} ({self._types[t]}{', latched' if t in self._latched else ''})"
                             for t in self._publishers_by_topic)
         self.get_logger().info(f"playing {self.bag_path} at rate {self.rate}"
