@@ -131,6 +131,31 @@ def test_player_paces_on_steady_time_whatever_its_ros_clock_does(stepped_ros, tm
     assert stepped_ros.spin_until(lambda: len(listener.on(image_topic)) == 3)
 
 
+def test_start_now_holds_when_it_lands_inside_the_tick_that_ends_the_wait(stepped_ros, tmp_path):
+    """A caller's start_now() that comes while the player's own tick is ending its wait for
+    subscribers (between its check and its setting start_delay_s) still starts the player at
+    once, not start_delay_s later: the interleaving is forced here by a player that is told
+    start_now() from inside that check, as another thread's call can land there."""
+    from oxygen_ros.ros.bag_player import BagPlayer
+    from oxygen_ros.ros.bags import write_bag
+
+    class _Interleaved(BagPlayer):
+        def unmatched_topics(self):
+            unmatched = super().unmatched_topics()
+            if not unmatched:
+                self.start_now()
+            return unmatched
+
+    p = stepped_ros.prefix
+    bag = write_bag(tmp_path / "bag", "mcap", bag_recording(p, images=3, spacing_ns=1_000_000))
+    listener = _Listener(stepped_ros, p)
+    image_topic = f"{p}/camera/image_raw"
+    player = stepped_ros.add(_Interleaved(context=stepped_ros.context, parameter_overrides=params(
+        bag_path=str(bag), topics=[image_topic], start_delay_s=60.0)))
+    assert stepped_ros.spin_until(lambda: player.done.done(), timeout=10.0), (player.published, player.passes)
+    assert stepped_ros.spin_until(lambda: len(listener.on(image_topic)) == 3)
+
+
 @pytest.mark.parametrize("answer", [True, False], ids=["answered", "timeout"])
 def test_player_lockstep_waits_for_action_chunks(stepped_ros, tmp_path, answer):
     """Each image is held until an ActionChunk for a newer observation arrives

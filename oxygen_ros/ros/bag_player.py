@@ -133,6 +133,7 @@ class BagPlayer(Node):
         self.start_delay_s: float = p["start_delay_s"]
         self._created_at = time.monotonic()
         self._start_at: float | None = None  # set when the wait for subscribers ends
+        self._start_now = False  # start_now() was called (from any thread)
         self._iter = None
         self._pending = None
         self._t0_bag = 0
@@ -198,11 +199,15 @@ class BagPlayer(Node):
 
     def start_now(self) -> None:
         """Play from the next tick on, cutting the wait for subscribers and ``start_delay_s``
-        short (for a caller that has already seen its subscribers match)."""
-        self._start_at = time.monotonic()
+        short (for a caller that has already seen its subscribers match). A flag the tick reads,
+        never cleared: writing the start time from another thread raced the tick that sets it
+        (the tick's own ``start_delay_s`` written over this call's start)."""
+        self._start_now = True
 
     def _ready(self, now: float) -> bool:
         """Whether playback may start: every topic matched (or the wait over), then ``start_delay_s``."""
+        if self._start_now:
+            return True
         if self._start_at is None:
             unmatched = self.unmatched_topics()
             waited = now - self._created_at
