@@ -140,19 +140,20 @@ class InferenceDiagnostics:
         return (DiagnosticStatus.OK, f"inactive (lifecycle): no action or text goes out; "
                                      f"{d['active_requests']} requests kept"), d
 
+    def _engine_array(self, status, d: dict):
+        """The DiagnosticArray of the engine's status, stamped now."""
+        return diagnostic_array(f"{self.get_name()}: engine", self.params["device"], status, d,
+                                self.get_clock().now().to_msg())
+
     def _publish_diagnostics(self) -> None:
         try:
             if not self.active:
                 inactive = self._inactive_status()
-                if inactive is None:
-                    return
-                status, d = inactive
-                self._pub_diag.publish(diagnostic_array(f"{self.get_name()}: engine", self.params["device"], status,
-                                                        d, self.get_clock().now().to_msg()))
+                if inactive is not None:
+                    self._pub_diag.publish(self._engine_array(*inactive))
                 return
             d = self.diagnostics()
-            array = diagnostic_array(f"{self.get_name()}: engine", self.params["device"], self.diagnostic_status(d),
-                                     d, self.get_clock().now().to_msg())
+            array = self._engine_array(self.diagnostic_status(d), d)
             lines = list(self._status.console()) if len(self.robot_io) == 1 else []
             for name in self._status_robots()[1:]:
                 rd = self.diagnostics(name)
