@@ -29,7 +29,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from typing import Any, Optional
+from typing import Optional
 
 from ..core.child_env import child_env
 from ..core.chunk_board import ChunkBoard
