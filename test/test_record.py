@@ -102,6 +102,28 @@ def test_recording_every_topic_leaves_out_an_action_s_hidden_topics(ros_env, tmp
     assert not [t for t in recorded if "/_action/" in t], recorded
 
 
+def test_topics_are_found_on_steady_time_whatever_the_node_s_ros_clock_does(stepped_ros, tmp_path):
+    """A topic that appears after the recorder started is found although its node's ROS clock
+    stands still (use_sim_time with no /clock; on wall time, the system clock stepped back)."""
+    import rclpy
+    from std_msgs.msg import String
+
+    from oxygen_ros.ros.bags import BagWriter
+    from oxygen_ros.tools.record import Recorder
+
+    node = stepped_ros.add(rclpy.create_node("oxygen_test_record", context=stepped_ros.context,
+                                             parameter_overrides=params(use_sim_time=True)))
+    topic = f"{stepped_ros.prefix}/late"
+    bag = BagWriter(tmp_path / "out", "mcap")
+    try:
+        recorder = Recorder(node, bag, [topic])
+        assert recorder.last_found is None
+        stepped_ros.node("oxygen_test_late_publisher").create_publisher(String, topic, 10)
+        assert stepped_ros.spin_until(lambda: recorder.last_found is not None, timeout=10.0), "the topic was not found"
+    finally:
+        bag.close()
+
+
 def test_a_topic_found_late_gets_the_whole_duration_from_its_first_message():
     from oxygen_ros.tools.record import end_time
 

@@ -74,6 +74,8 @@ class Recorder:
     """Subscriptions that write every message they get into ``bag`` (a :class:`~..ros.bags.BagWriter`)."""
 
     def __init__(self, node, bag, topics: Sequence[str]):
+        from rclpy.clock import Clock, ClockType
+
         self.node, self.bag = node, bag
         self.wanted = set(topics)  # empty: every topic but SKIPPED
         self.counts: Counter = Counter()
@@ -81,7 +83,8 @@ class Recorder:
         self.last_found: float | None = None
         self._subscriptions: dict[str, object] = {}
         self.discover()
-        node.create_timer(DISCOVERY_PERIOD_S, self.discover)
+        # steady time: a ROS-time timer stands still while the system clock is stepped back
+        node.create_timer(DISCOVERY_PERIOD_S, self.discover, clock=Clock(clock_type=ClockType.STEADY_TIME))
 
     def discover(self) -> None:
         """Subscribe to the wanted topics that have a publisher now (once each)."""
