@@ -101,3 +101,32 @@ def test_one_robots_failures_stop_its_output_only(lively_tiny):
     assert loop.figures(0, "b")["faulted"] and not loop.figures(0, "a")["faulted"]
     with pytest.raises(ValueError, match="no robot 'x'"):
         loop.question_arrived("c", "hi", robot="x")
+
+
+def test_a_robots_counts_from_two_threads_lose_nothing_in_its_figures_or_the_totals():
+    """The frame worker and the executor both count for a robot (refused observations, text
+    tokens): every increment shows in the robot's figure and in the node's total."""
+    import collections
+    import sys
+    import threading
+
+    from oxygen_ros.core.robot_inputs import RobotInputs
+
+    total = collections.Counter()
+    robots = [RobotInputs("left", 3, total=total), RobotInputs("right", 3, total=total)]
+    n = 20_000
+    old = sys.getswitchinterval()
+    sys.setswitchinterval(1e-6)  # switch threads as often as the interpreter lets: interleavings come quickly
+    try:
+        def count(robot):
+            for _ in range(n):
+                robot.count["observations_invalid"] += 1
+        threads = [threading.Thread(target=count, args=(r,)) for r in robots for _ in range(2)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+    finally:
+        sys.setswitchinterval(old)
+    assert [r.counters["observations_invalid"] for r in robots] == [2 * n, 2 * n]
+    assert total["observations_invalid"] == 4 * n

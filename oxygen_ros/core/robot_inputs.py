@@ -13,6 +13,7 @@ engine's frame or the robot's place in it.
 from __future__ import annotations
 
 import collections
+import threading
 import zlib
 from collections.abc import Iterable
 from dataclasses import dataclass, field
@@ -38,17 +39,35 @@ class Arrival:
 
 class TeeCounter:
     """A counter whose increments (``c[key] += n``) also go to a second, shared one: a
-    robot's counts, with the node's totals kept beside them."""
+    robot's counts, with the node's totals kept beside them.
+
+    Threads (the frame worker, the executor) increment the same keys: ``c[key] += n`` is a
+    read then a write, and a write is applied as its difference from the value that thread
+    read (kept per thread), under one lock, so that two increments that interleave both count.
+    """
+
+    _lock = threading.Lock()  # one for every robot's: they share the totals
 
     def __init__(self, own: collections.Counter, total: collections.Counter):
         self.own, self.total = own, total
+        self._reads = threading.local()  # key -> the value this thread read last
+
+    def _read(self) -> dict:
+        reads = getattr(self._reads, "values", None)
+        if reads is None:
+            reads = self._reads.values = {}
+        return reads
 
     def __getitem__(self, key: str) -> int:
-        return self.own[key]
+        value = self.own[key]
+        self._read()[key] = value
+        return value
 
     def __setitem__(self, key: str, value: int) -> None:
-        self.total[key] += value - self.own[key]
-        self.own[key] = value
+        with self._lock:
+            delta = value - self._read().pop(key, self.own[key])
+            self.own[key] += delta
+            self.total[key] += delta
 
 
 class WaitingQuestion(NamedTuple):
