@@ -8,9 +8,13 @@
   request is done, collecting what they produced.
 * :func:`frames_with_questions` - one observation and at most one question a frame: what
   compiled and eager engines are compared on.
+* :func:`run_interleaved` - run functions on threads that switch as often as they can.
 """
 
 from __future__ import annotations
+
+import sys
+import threading
 
 import numpy as np
 import torch
@@ -83,3 +87,18 @@ def stats_dict(dim=7, seed=0):
     q01 = rng.uniform(-2, 0, dim)
     return {"mean": rng.normal(size=dim).tolist(), "std": rng.uniform(0.5, 2, dim).tolist(),
             "q01": q01.tolist(), "q99": (q01 + rng.uniform(0.5, 3, dim)).tolist()}
+
+
+def run_interleaved(*targets) -> None:
+    """Run each of ``targets`` on a thread of its own, until all end, with the interpreter
+    switching threads as often as it can (so that a race in shared state shows)."""
+    threads = [threading.Thread(target=target) for target in targets]
+    interval = sys.getswitchinterval()
+    sys.setswitchinterval(1e-6)
+    try:
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+    finally:
+        sys.setswitchinterval(interval)

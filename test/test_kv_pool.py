@@ -1,10 +1,8 @@
 """The KV pool: lowest-first allocation, compaction, lengths, accounting, threads."""
 
-import sys
-import threading
-
 import pytest
 import torch
+from engine_harness import run_interleaved
 
 from oxygen_ros.core.kv_pool import KVPool, PoolFull
 from oxygen_ros.core.model.cache import KVCache
@@ -85,15 +83,6 @@ def test_two_threads_allocating_and_releasing_never_share_a_slot():
         except Exception as e:  # noqa: BLE001
             errors.append(e)
 
-    threads = [threading.Thread(target=churn, args=(name,)) for name in ("actions", "language")]
-    interval = sys.getswitchinterval()
-    sys.setswitchinterval(1e-6)  # switch threads as often as possible, so a race shows
-    try:
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join()
-    finally:
-        sys.setswitchinterval(interval)
+    run_interleaved(lambda: churn("actions"), lambda: churn("language"))
     assert errors == []
     assert pool.held == 0

@@ -12,7 +12,7 @@ import logging
 
 import numpy as np
 import pytest
-from engine_harness import scene_observations
+from engine_harness import run_interleaved, scene_observations
 
 from oxygen_ros.core.engine import Engine, EngineConfig, Question
 from oxygen_ros.core.frame_loop import Arrival, FrameLoop, LoopSettings
@@ -107,26 +107,16 @@ def test_a_robots_counts_from_two_threads_lose_nothing_in_its_figures_or_the_tot
     """The frame worker and the executor both count for a robot (refused observations, text
     tokens): every increment shows in the robot's figure and in the node's total."""
     import collections
-    import sys
-    import threading
 
     from oxygen_ros.core.robot_inputs import RobotInputs
 
     total = collections.Counter()
     robots = [RobotInputs("left", 3, total=total), RobotInputs("right", 3, total=total)]
     n = 20_000
-    old = sys.getswitchinterval()
-    sys.setswitchinterval(1e-6)  # switch threads as often as the interpreter lets: interleavings come quickly
-    try:
-        def count(robot):
-            for _ in range(n):
-                robot.count["observations_invalid"] += 1
-        threads = [threading.Thread(target=count, args=(r,)) for r in robots for _ in range(2)]
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join()
-    finally:
-        sys.setswitchinterval(old)
+
+    def count(robot):
+        for _ in range(n):
+            robot.count["observations_invalid"] += 1
+    run_interleaved(*[lambda r=r: count(r) for r in robots for _ in range(2)])
     assert [r.counters["observations_invalid"] for r in robots] == [2 * n, 2 * n]
     assert total["observations_invalid"] == 4 * n
