@@ -156,7 +156,8 @@ def test_with_autostart_false_the_agent_waits_for_the_lifecycle_transitions(ros_
             assert life.change("configure") and life.change("activate")
             seen = len(chunks)
             assert ros.wait_until(lambda: len(chunks) > seen + 20, 60.0)
-            time.sleep(1.0)
+            time.sleep(3.0)  # a window of seconds: one stall of a loaded machine's control process (15 ticks
+            # missed in a 1.4 s window gave 38 Hz on CI) does not take the rate under the bound
             assert life.change("active_shutdown")  # a manager ends the node: the agent ends, no failure
             proc.wait(60)
             out = output.join()
@@ -166,7 +167,8 @@ def test_with_autostart_false_the_agent_waits_for_the_lifecycle_transitions(ros_
     assert "control process exited" not in out, out[-3000:]
     data = json.loads(report.read_text())
     assert data["actions_published"] > 0 and data["start_to_first_chunk_s"] > 2.0
-    assert data["text_tokens_published"] >= 0 and data["tick_rate_hz"] > 40, data  # the last configuration's
+    window = {k: data.get(k) for k in ("duration_s", "active_s", "tick_rate_hz", "underruns", "actions_published")}
+    assert data["text_tokens_published"] >= 0 and data["tick_rate_hz"] > 40, window  # the last configuration's
 
 
 def test_an_agent_whose_inference_node_is_never_configured_ends_saying_so(ros_env, tmp_path):
