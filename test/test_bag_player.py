@@ -47,6 +47,16 @@ class _Listener:
         return [(m, at) for t, m, at in self.got if t == topic]
 
 
+def _three_images(stepped_ros, tmp_path):
+    """A bag of three images 1 ms apart (with an instruction and joint states), a listener, and
+    the image topic."""
+    from oxygen_ros.ros.bags import write_bag
+
+    p = stepped_ros.prefix
+    bag = write_bag(tmp_path / "bag", "mcap", bag_recording(p, images=3, spacing_ns=1_000_000))
+    return bag, _Listener(stepped_ros, p), f"{p}/camera/image_raw"
+
+
 def _wait_matched(stepped_ros, player, topics):
     pubs = [player.publishers_by_topic[t] for t in topics]
     assert stepped_ros.spin_until(lambda: all(p.get_subscription_count() >= 1 for p in pubs))
@@ -117,12 +127,7 @@ def test_player_topic_filter_loop_and_original_stamps(stepped_ros, tmp_path):
 def test_player_paces_on_steady_time_whatever_its_ros_clock_does(stepped_ros, tmp_path):
     """The player's ROS clock standing still (here use_sim_time with no /clock; on wall time, the
     system clock stepped back, as NTP does) does not stop the replay: its ticks are on steady time."""
-    from oxygen_ros.ros.bags import write_bag
-
-    p = stepped_ros.prefix
-    bag = write_bag(tmp_path / "bag", "mcap", bag_recording(p, images=3, spacing_ns=1_000_000))
-    listener = _Listener(stepped_ros, p)
-    image_topic = f"{p}/camera/image_raw"
+    bag, listener, image_topic = _three_images(stepped_ros, tmp_path)
     player = _player(stepped_ros, bag, topics=[image_topic], restamp=False, use_sim_time=True)
     assert player.get_clock().now().nanoseconds == 0  # no /clock: ROS time stands at zero
     _wait_matched(stepped_ros, player, [image_topic])
@@ -137,7 +142,6 @@ def test_start_now_holds_when_it_lands_inside_the_tick_that_ends_the_wait(steppe
     once, not start_delay_s later: the interleaving is forced here by a player that is told
     start_now() from inside that check, as another thread's call can land there."""
     from oxygen_ros.ros.bag_player import BagPlayer
-    from oxygen_ros.ros.bags import write_bag
 
     class _Interleaved(BagPlayer):
         def unmatched_topics(self):
@@ -146,10 +150,7 @@ def test_start_now_holds_when_it_lands_inside_the_tick_that_ends_the_wait(steppe
                 self.start_now()
             return unmatched
 
-    p = stepped_ros.prefix
-    bag = write_bag(tmp_path / "bag", "mcap", bag_recording(p, images=3, spacing_ns=1_000_000))
-    listener = _Listener(stepped_ros, p)
-    image_topic = f"{p}/camera/image_raw"
+    bag, listener, image_topic = _three_images(stepped_ros, tmp_path)
     player = stepped_ros.add(_Interleaved(context=stepped_ros.context, parameter_overrides=params(
         bag_path=str(bag), topics=[image_topic], start_delay_s=60.0)))
     assert stepped_ros.spin_until(lambda: player.done.done(), timeout=10.0), (player.published, player.passes)
