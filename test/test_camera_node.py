@@ -12,58 +12,8 @@ import math
 
 import numpy as np
 import pytest
+from camera_rig import CameraRig, solid
 from ros_harness import camera_node
-
-class _Rig:
-    """A test node publishing camera frames and collecting Observations."""
-
-    def __init__(self, stepped_ros, state=False):
-        from oxygen_ros.msg import Observation
-        from rclpy.qos import qos_profile_sensor_data
-        from sensor_msgs.msg import CompressedImage, Image, JointState
-        from std_msgs.msg import String
-
-        from oxygen_ros.ros.qos import LATCHED_QOS, OBSERVATION_QOS
-
-        p = stepped_ros.prefix
-        self.stepped_ros = stepped_ros
-        self.node = stepped_ros.node("oxygen_test_rig")
-        self.raw = self.node.create_publisher(Image, f"{p}/cam_raw", qos_profile_sensor_data)
-        self.jpeg = self.node.create_publisher(CompressedImage, f"{p}/cam_jpeg", qos_profile_sensor_data)
-        self.instruction = self.node.create_publisher(String, f"{p}/instruction", LATCHED_QOS)
-        self.state = self.node.create_publisher(JointState, f"{p}/joint_states", 10) if state else None
-        self.observations = []
-        self.node.create_subscription(Observation, f"{p}/observation", self.observations.append, OBSERVATION_QOS)
-
-    def now(self, offset=0.0):
-        from oxygen_ros.ros.conversions import ns_to_time_msg
-
-        return ns_to_time_msg(self.node.get_clock().now().nanoseconds + round(offset * 1e9))
-
-    def send_raw(self, rgb, age=0.0, **kw):
-        from oxygen_ros.ros.conversions import rgb_to_image_msg
-
-        msg = kw.pop("msg", None) or rgb_to_image_msg(rgb, kw.pop("encoding", "rgb8"), self.now(-age), "raw_frame")
-        self.raw.publish(msg)
-        return msg
-
-    def send_jpeg(self, rgb, age=0.0, fmt="jpeg"):
-        from oxygen_ros.ros.conversions import rgb_to_compressed_msg
-
-        msg = rgb_to_compressed_msg(rgb, fmt, self.now(-age), "jpeg_frame")
-        self.jpeg.publish(msg)
-        return msg
-
-    def wait_matched(self, camera_node, timeout=10.0):
-        """Until the camera node's subscriptions see our publishers (so nothing is lost)."""
-        pubs = [self.raw, self.jpeg] + ([self.state] if self.state else [])
-        assert self.stepped_ros.spin_until(lambda: all(p.get_subscription_count() >= 1 for p in pubs), timeout)
-        assert self.stepped_ros.spin_until(
-            lambda: camera_node.count_subscribers(f"{self.stepped_ros.prefix}/observation") >= 1, timeout)
-
-
-def _solid(h, w, colour):
-    return np.tile(np.array(colour, np.uint8), (h, w, 1))
 
 
 def test_groups_cameras_into_observations_with_latched_instruction(stepped_ros):
@@ -71,15 +21,15 @@ def test_groups_cameras_into_observations_with_latched_instruction(stepped_ros):
 
     from oxygen_ros.ros.conversions import msg_to_observation, stamp_to_ns
 
-    rig = _Rig(stepped_ros)
+    rig = CameraRig(stepped_ros)
     rig.instruction.publish(String(data="move to the red circle"))  # latched, before the node exists
     camera = camera_node(stepped_ros)
     assert camera.camera_names == ["base", "cam1"]
     rig.wait_matched(camera)
-    # the latched instruction arrives by itself (frames before it would carry default_instruction)
+    # the latched instruction arrives by itself (frames before it would be held: instruction_wait_s)
     assert stepped_ros.spin_until(lambda: camera.instruction == "move to the red circle")
 
-    red, green = _solid(48, 64, (200, 30, 30)), _solid(30, 40, (30, 180, 60))
+    red, green = solid(48, 64, (200, 30, 30)), solid(30, 40, (30, 180, 60))
     sent = {}
 
     def send_both():
@@ -124,10 +74,10 @@ def test_each_image_of_an_observation_keeps_the_stamp_its_camera_sent(stepped_ro
     time, so a consumer sees that the second camera's frame is 0.2 s newer than the first's."""
     from oxygen_ros.ros.conversions import msg_to_observation, stamp_to_ns
 
-    rig = _Rig(stepped_ros)
+    rig = CameraRig(stepped_ros)
     camera = camera_node(stepped_ros)
     rig.wait_matched(camera)
-    frame = _solid(8, 8, (10, 20, 30))
+    frame = solid(8, 8, (10, 20, 30))
     sent = {"raw": [], "jpeg": []}
 
     def send_both():
@@ -145,10 +95,10 @@ def test_each_image_of_an_observation_keeps_the_stamp_its_camera_sent(stepped_ro
 
 
 def test_stale_groups_are_dropped(stepped_ros):
-    rig = _Rig(stepped_ros)
+    rig = CameraRig(stepped_ros)
     camera = camera_node(stepped_ros, max_age=0.5, default_instruction="wait")
     rig.wait_matched(camera)
-    frame = _solid(8, 8, (1, 2, 3))
+    frame = solid(8, 8, (1, 2, 3))
 
     def send_old():
         rig.send_raw(frame, age=30.0)
@@ -170,10 +120,10 @@ def test_frames_without_a_stamp_are_grouped_at_their_receive_time(stepped_ros):
 
     from oxygen_ros.ros.conversions import rgb_to_compressed_msg, rgb_to_image_msg, stamp_to_ns
 
-    rig = _Rig(stepped_ros)
+    rig = CameraRig(stepped_ros)
     camera = camera_node(stepped_ros, max_age=0.5)
     rig.wait_matched(camera)
-    frame = _solid(8, 8, (1, 2, 3))
+    frame = solid(8, 8, (1, 2, 3))
 
     def send_unstamped():  # a driver that leaves header.stamp at zero
         rig.raw.publish(rgb_to_image_msg(frame, "rgb8", Time(), "raw_frame"))
@@ -190,10 +140,10 @@ def test_frames_without_a_stamp_are_grouped_at_their_receive_time(stepped_ros):
 def test_bad_images_counted_and_next_good_frame_used(stepped_ros):
     from sensor_msgs.msg import CompressedImage, Image
 
-    rig = _Rig(stepped_ros)
+    rig = CameraRig(stepped_ros)
     camera = camera_node(stepped_ros)
     rig.wait_matched(camera)
-    good = _solid(16, 16, (10, 20, 30))
+    good = solid(16, 16, (10, 20, 30))
 
     short = Image(height=16, width=16, encoding="rgb8", step=48)
     short.data = bytes(100)
@@ -233,10 +183,10 @@ def test_state_instruction_cleaning_and_nan_state_rejected(stepped_ros):
     from sensor_msgs.msg import JointState
     from std_msgs.msg import String
 
-    rig = _Rig(stepped_ros, state=True)
+    rig = CameraRig(stepped_ros, state=True)
     camera = camera_node(stepped_ros, state_topic=f"{stepped_ros.prefix}/joint_states")
     rig.wait_matched(camera)
-    frame = _solid(8, 8, (5, 5, 5))
+    frame = solid(8, 8, (5, 5, 5))
 
     rig.instruction.publish(String(data="pick\x07 the\tred\x1b cube\n"))  # (a NUL would end the string on the wire)
     assert stepped_ros.spin_until(lambda: camera.instruction is not None)
@@ -284,11 +234,11 @@ def test_state_joint_names_pick_joints_from_several_publishers_and_an_old_state_
     is none, so groups wait (a stopped driver's last state is not forwarded)."""
     from sensor_msgs.msg import JointState
 
-    rig = _Rig(stepped_ros, state=True)
+    rig = CameraRig(stepped_ros, state=True)
     camera = camera_node(stepped_ros, state_topic=f"{stepped_ros.prefix}/joint_states",
                          state_joint_names=["j0", "j1", "gripper"], max_state_age=1.0)
     rig.wait_matched(camera)
-    frame = _solid(8, 8, (5, 5, 5))
+    frame = solid(8, 8, (5, 5, 5))
 
     def send():
         rig.state.publish(JointState(name=["j1", "j0"], position=[1.0, 0.5]))  # the arm's driver
@@ -325,7 +275,7 @@ def test_a_missing_state_is_told_calmly_while_the_node_starts_then_warned_about(
     info line during the node's first seconds, and a warning once it has settled."""
     from oxygen_ros.ros.camera_status import RATE_WINDOW_S
 
-    rig = _Rig(stepped_ros, state=True)
+    rig = CameraRig(stepped_ros, state=True)
     camera = camera_node(stepped_ros, state_topic=f"{stepped_ros.prefix}/joint_states")
     lines = []
     logger = camera.get_logger()
@@ -342,7 +292,7 @@ def test_a_missing_state_is_told_calmly_while_the_node_starts_then_warned_about(
 
     monkeypatch.setattr(camera, "get_logger", Recorder)
     rig.wait_matched(camera)
-    frame = _solid(8, 8, (5, 5, 5))
+    frame = solid(8, 8, (5, 5, 5))
     assert camera.status.settling()
     send = lambda: (rig.send_raw(frame), rig.send_jpeg(frame))  # noqa: E731 - both cameras make a group
     assert stepped_ros.spin_until(lambda: camera.waiting_for_state >= 1, every=send)
@@ -368,6 +318,7 @@ def test_parameters_validated_at_start_and_at_run_time(stepped_ros):
         ({"image_topics": [], "compressed_image_topics": []}, "image_topics"),
         ({"image_topics": ["not a topic!"]}, "image_topics"),
         ({"instruction_topic": 7}, "instruction_topic"),
+        ({"instruction_wait_s": -1.0}, "instruction_wait_s"),
     ]
     for values, name in bad:
         with pytest.raises(ParameterError, match=f"parameter '{name}'"):
@@ -379,8 +330,9 @@ def test_parameters_validated_at_start_and_at_run_time(stepped_ros):
     assert not result.successful and "image_size" in result.reason
     result = camera.set_parameters([Parameter("image_size", value="big")])[0]
     assert not result.successful and "integer" in result.reason
-    result = camera.set_parameters([Parameter("observation_topic", value="/elsewhere")])[0]
-    assert not result.successful and "read-only" in result.reason
+    for name, value in (("observation_topic", "/elsewhere"), ("instruction_wait_s", 5.0)):
+        result = camera.set_parameters([Parameter(name, value=value)])[0]
+        assert not result.successful and "read-only" in result.reason
     assert camera.set_parameters([Parameter("image_size", value=16)])[0].successful
     assert camera.image_size == 16
     assert camera.set_parameters([Parameter("default_instruction", value="go\x07")])[0].successful

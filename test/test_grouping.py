@@ -58,6 +58,21 @@ def test_frames_held_back_for_a_state_go_out_when_a_valid_state_arrives():
     assert g.frame_arrived(0, 200 * MS, 201 * MS, MAX_AGE, has_state=True).kind == PUBLISH
 
 
+def test_a_group_held_by_the_node_is_decided_again_when_its_instruction_comes():
+    """A group ready but not published (held for the instruction) is still ready; once it went
+    out there is nothing to group, and frames too old by then are dropped."""
+    g = FrameGrouping(1, needs_state=False)
+    assert g.frame_arrived(0, 100 * MS, 101 * MS, MAX_AGE, False).kind == PUBLISH  # the node holds it
+    assert g.again(150 * MS, MAX_AGE, False).kind == PUBLISH
+    g.published()
+    assert g.again(160 * MS, MAX_AGE, False).kind == WAIT
+    g.frame_arrived(0, 200 * MS, 201 * MS, MAX_AGE, False)  # held again
+    assert g.again(800 * MS, MAX_AGE, False).kind == STALE
+    g = FrameGrouping(1, needs_state=True)
+    assert g.frame_arrived(0, 100 * MS, 101 * MS, MAX_AGE, True).kind == PUBLISH  # held; the state then lost
+    assert g.again(150 * MS, MAX_AGE, False).kind == NO_STATE
+
+
 def test_a_state_completes_no_group_of_missing_or_stale_frames():
     g = FrameGrouping(2, needs_state=True)
     assert g.state_arrived(1 * MS, MAX_AGE).kind == WAIT  # no frame yet

@@ -27,9 +27,10 @@ def test_synthetic_camera_closes_the_loop_through_the_camera_node(stepped_ros):
     client.create_subscription(Observation, f"{p}/observation", observations.append, OBSERVATION_QOS)
     actions = client.create_publisher(ActionChunk, f"{p}/actions", 10)
 
-    # the latched instruction may reach the camera node just after its first group (which then
-    # carries default_instruction): wait for the observations to carry it
-    assert stepped_ros.spin_until(lambda: observations and observations[-1].instruction, timeout=15.0)
+    # the latched instruction may reach the camera node after the first frames: the first group
+    # waits for it (instruction_wait_s), so no observation carries default_instruction ('')
+    assert stepped_ros.spin_until(lambda: len(observations) >= 3, timeout=15.0)
+    assert [m.instruction for m in observations] == [sim.sim.instruction] * len(observations)
     obs = msg_to_observation(observations[-1])
     assert obs.instruction == sim.sim.instruction and obs.instruction.startswith("move to the ")
     assert obs.images["base"].shape == (32, 32, 3)

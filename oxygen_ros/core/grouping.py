@@ -77,6 +77,11 @@ class FrameGrouping:
         for the next one)."""
         return self._decide(now_ns, max_age_s, True)
 
+    def again(self, now_ns: int, max_age_s: float, has_state: bool) -> Decision:
+        """Decide again, nothing new from the cameras (a group the node held, waiting for
+        its instruction, can go out now)."""
+        return self._decide(now_ns, max_age_s, has_state)
+
     def _decide(self, now_ns: int, max_age_s: float, has_state: bool) -> Decision:
         if not all(self._fresh):
             return Decision(WAIT)

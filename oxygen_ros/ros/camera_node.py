@@ -18,31 +18,26 @@
 * control characters are stripped from the instruction (with a warning); until
   an instruction arrives, and after an empty one, ``default_instruction`` is
   used (an over-long one is cut to the model's prompt length by the inference
-  node);
+  node); the first group waits up to ``instruction_wait_s`` for an instruction
+  while a publisher is on its topic (:mod:`oxygen_ros.core.instruction_wait`);
 * a state with NaN/inf (or empty, or too long, or whose ``name`` and
   ``position`` lengths disagree) is rejected and never forwarded; with
   ``state_topic`` set, no group is published without a valid state, and frames
   held back for want of one go out when a valid state arrives (the decision is
   :class:`~oxygen_ros.core.grouping.FrameGrouping`'s);
-* images are subscribed with ``image_reliability`` (``best_effort``, the
-  default, matches every publisher; ``reliable`` loses no fragment of a large
-  raw image, but matches reliable publishers only) and ``image_qos_depth``; one
-  camera's subscription can differ through ROS 2's own
-  ``qos_overrides.<topic>.subscription.reliability|depth`` parameters; a
-  publisher whose QoS cannot match is named in a warning;
+* images are subscribed with ``image_reliability`` and ``image_qos_depth`` (one
+  camera: ROS 2's own ``qos_overrides.<topic>.subscription.reliability|depth``);
+  a publisher whose QoS cannot match is named in a warning;
 * once a second it publishes a ``diagnostic_msgs/DiagnosticArray`` on
   ``/diagnostics`` (status ``oxygen_camera: cameras``, in a robot's namespace
-  ``left/oxygen_camera: cameras``; see :mod:`.camera_status`): every rejection
-  counter (``rejected_<reason>``),
-  groups published and dropped stale, frames received, the received rate and
-  the age of the newest frame per camera; WARN when something was rejected or
-  dropped since the last status, a camera is silent for longer than ``max_age``
-  or below ``min_camera_rate_hz``, which is also warned on the console
-  (throttled, with a hint when a reliable publisher meets a best-effort
-  subscription). Logs name the resolved (remapped) topics.
+  ``left/oxygen_camera: cameras``): the figures and levels of
+  :mod:`.camera_status`; a slow camera is also warned on the console (throttled,
+  with a hint when a reliable publisher meets a best-effort subscription). Logs
+  name the resolved (remapped) topics.
 
-Parameters are listed in :data:`PARAMETERS`; topics and camera names are read
-at start (read-only), the others can be changed at run time and are validated.
+Parameters are listed in :data:`PARAMETERS`; topics, camera names, QoS and
+``instruction_wait_s`` are read at start (read-only), the others can be changed
+at run time and are validated.
 """
 
 from __future__ import annotations
@@ -61,6 +56,7 @@ from sensor_msgs.msg import CompressedImage, Image, JointState
 from std_msgs.msg import Header, String
 
 from oxygen_ros.core.grouping import NO_STATE, PUBLISH, STALE, Decision, FrameGrouping
+from oxygen_ros.core.instruction_wait import HOLD, RAN_OUT, InstructionWait
 from oxygen_ros.core.joint_state import StateTracker
 from oxygen_ros.core.text import clean_text
 from oxygen_ros.core.throttle import Throttle
@@ -80,22 +76,14 @@ from oxygen_ros.ros.conversions import (
 )
 from oxygen_ros.ros.node_main import run_node
 from oxygen_ros.ros.parameters import ParameterError, changed_values, declare_parameters, parameter_callback
-from oxygen_ros.ros.qos import LATCHED_QOS, OBSERVATION_QOS, image_qos, is_reliable, reliable
+from oxygen_ros.ros.qos import LATCHED_QOS, OBSERVATION_QOS, image_qos, image_qos_hint, is_reliable, reliable
 
 NODE_NAME = "oxygen_camera"
 
-#: Images from this size on go out in several UDP fragments, and a best-effort subscription
-#: loses the whole image with any one of them (below it, QoS is not why a camera is slow).
-FRAGMENT_BYTES = 64_000
 #: Reasons (besides IMAGE_ERROR_REASONS) counted in ``CameraNode.rejected``.
 STATE_REJECTION_REASONS = ("state_not_finite", "state_empty", "state_too_long", "state_names_mismatch")
 #: Seconds between two DiagnosticArray messages on /diagnostics.
 DIAGNOSTICS_PERIOD_S = 1.0
-
-
-# --------------------------------------------------------------------------
-# The node
-# --------------------------------------------------------------------------
 
 
 @dataclass
@@ -134,9 +122,9 @@ class CameraNode(Node):
         self.max_state_age: float = p["max_state_age"]
         self._instruction_topic: str = p["instruction_topic"]
 
-
         self.seq = 0
         self.instruction: str | None = None
+        self._instruction_wait = InstructionWait(p["instruction_wait_s"])  # see core/instruction_wait.py
         self._state = StateTracker(p["state_joint_names"], self._core.MAX_STATE_DIM)  # see core/joint_state.py
         self._frames: list[_Frame | None] = [None] * len(self.topics)
         self._image_bytes: list[int | None] = [None] * len(self.topics)  # each camera's last message's data size
@@ -191,19 +179,9 @@ class CameraNode(Node):
 
     def _qos_hint(self, index: int) -> str:
         """For a slow camera: a reliable subscription's hint, for reliable publishers of large images."""
-        if is_reliable(self._images[index].qos_profile):
-            return ""
-        size = self._image_bytes[index]
-        publishers = self.get_publishers_info_by_topic(self.topics[index])
-        if (size is not None and size < FRAGMENT_BYTES) or not publishers or \
-                not all(is_reliable(info.qos_profile) for info in publishers):
-            return ""  # images of one datagram each (best effort loses no part of one), or not its QoS
-        fix = (f"set image_reliability: reliable (or qos_overrides.{self.topics[index]}.subscription.reliability: "
-               "reliable), or send compressed images")
-        if size is None:  # nothing came: lost in fragments, or not sent yet (a player waiting to start)
-            return (f"; its publisher is reliable and this subscription best effort: if it sends large raw images, "
-                    f"best effort can lose every one: {fix}")
-        return f"; its publisher is reliable and this subscription best effort, which loses large raw images: {fix}"
+        topic = self.topics[index]
+        return image_qos_hint(topic, self._images[index].qos_profile, self._image_bytes[index],
+                              [info.qos_profile for info in self.get_publishers_info_by_topic(topic)])
 
     # -- counters (see CameraStatus) -------------------------------------------
 
@@ -292,11 +270,14 @@ class CameraNode(Node):
         if not text.strip():
             self._warn("instruction_empty", f"empty instruction on {self._instruction_topic}: using "
                        f"default_instruction {self.default_instruction!r}")
-            self.instruction = None
-            return
-        if text != self.instruction:
+            text = None
+        elif text != self.instruction:
             self.get_logger().info(f"instruction ({len(text)} characters): {_clip(text)!r}")
         self.instruction = text
+        if self._instruction_wait.arrived():  # the group held for it goes out now, with it
+            now_ns = self.get_clock().now().nanoseconds
+            state = self._state_at(now_ns)
+            self._act(self._grouping.again(now_ns, self.max_age, state is not None), now_ns, state)
 
     def _on_state(self, msg: JointState) -> None:
         now_ns = self.get_clock().now().nanoseconds
@@ -363,7 +344,22 @@ class CameraNode(Node):
                 self._warn("no_state", f"no valid state on {self.state_topic}{f' ({why})' if why else ' yet'}: "
                                        "not publishing")
         elif decision.kind == PUBLISH:
-            self._publish_group(state)
+            self._publish_or_hold(now_ns, state)
+
+    def _publish_or_hold(self, now_ns: int, state: np.ndarray | None) -> None:
+        """Publish the group, unless it is the first and an instruction is still to come."""
+        verdict = self._instruction_wait.check(now_ns, self.count_publishers(self._instruction_topic))
+        wait = f"instruction_wait_s {self._instruction_wait.wait_s:g}"
+        if verdict == HOLD:
+            self.status.waiting_for_instruction += 1
+            self._warn("no_instruction", f"a publisher is on {self._instruction_topic} but no instruction has "
+                       f"come yet: holding the first group ({wait})", info=True)
+            return
+        if verdict == RAN_OUT:
+            self.get_logger().warning(f"no instruction came on {self._instruction_topic} within {wait}, though a "
+                                      f"publisher is there: publishing with default_instruction "
+                                      f"{self.default_instruction!r}")
+        self._publish_group(state)
 
     def _publish_group(self, state: np.ndarray | None) -> None:
         frames = [f for f in self._frames if f is not None]

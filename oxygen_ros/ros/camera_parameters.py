@@ -41,6 +41,9 @@ PARAMETERS: tuple[ParamSpec, ...] = (
               "empty: base, cam1, cam2, ...", "str_list"),
     ParamSpec("instruction_topic", "/oxygen/instruction", "std_msgs/String task instruction (latched)",
               "str", topic_name),
+    ParamSpec("instruction_wait_s", 2.0, "seconds the first group waits for the instruction while a publisher "
+              "is on instruction_topic and none has come (a latched one comes once its publisher is discovered, "
+              "often after the first frames); then default_instruction; 0: never wait", "float", non_negative),
     ParamSpec("state_topic", "", "sensor_msgs/JointState whose position is the robot state; empty: no state",
               "str", optional_topic_name),
     ParamSpec("state_joint_names", [], "joints whose positions make the state, in this order, picked by name "

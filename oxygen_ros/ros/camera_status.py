@@ -71,7 +71,7 @@ class CameraStatus:
         self._stall_s = STALL_READINGS * reading_period
         start = clock()
         self.rejected: dict[str, int] = {r: 0 for r in reasons}
-        self.published = self.dropped_stale = self.waiting_for_state = 0
+        self.published = self.dropped_stale = self.waiting_for_state = self.waiting_for_instruction = 0
         self.received = [0] * len(topics)  # good frames per camera
         self._spread_ns: int | None = None  # the widest stamp spread of a group published since the last figures
         self._last_frame: list[float | None] = [None] * len(topics)
@@ -117,7 +117,8 @@ class CameraStatus:
         now = self._clock()
         out: dict[str, Any] = {f"rejected_{reason}": count for reason, count in self.rejected.items()}
         out.update(rejected_total=sum(self.rejected.values()), published=self.published,
-                   dropped_stale=self.dropped_stale, waiting_for_state=self.waiting_for_state, instruction=instruction,
+                   dropped_stale=self.dropped_stale, waiting_for_state=self.waiting_for_state,
+                   waiting_for_instruction=self.waiting_for_instruction, instruction=instruction,
                    group_stamp_spread_ms=math.nan if self._spread_ns is None else self._spread_ns / 1e6)
         self._spread_ns = None
         for name, topic, count, last, rate in zip(self.names, self.topics, self.received, self._last_frame,

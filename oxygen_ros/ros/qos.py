@@ -43,3 +43,24 @@ def image_qos(reliability: str, depth: int) -> QoSProfile:
 
 def is_reliable(profile: QoSProfile) -> bool:
     return profile.reliability == ReliabilityPolicy.RELIABLE
+
+
+#: Images from this size on go out in several UDP fragments, and a best-effort subscription
+#: loses the whole image with any one of them (below it, QoS is not why a camera is slow).
+FRAGMENT_BYTES = 64_000
+
+
+def image_qos_hint(topic: str, subscription: QoSProfile, image_bytes: int | None,
+                   publishers: list[QoSProfile]) -> str:
+    """For a slow camera on ``topic``: the hint to subscribe reliable, when its ``publishers``
+    are all reliable, the ``subscription`` best effort and its last image (``image_bytes``,
+    None: none came) large; else ''."""
+    if is_reliable(subscription) or (image_bytes is not None and image_bytes < FRAGMENT_BYTES) or \
+            not publishers or not all(is_reliable(p) for p in publishers):
+        return ""  # images of one datagram each (best effort loses no part of one), or not its QoS
+    fix = (f"set image_reliability: reliable (or qos_overrides.{topic}.subscription.reliability: reliable), "
+           "or send compressed images")
+    if image_bytes is None:  # nothing came: lost in fragments, or not sent yet (a player waiting to start)
+        return (f"; its publisher is reliable and this subscription best effort: if it sends large raw images, "
+                f"best effort can lose every one: {fix}")
+    return f"; its publisher is reliable and this subscription best effort, which loses large raw images: {fix}"
