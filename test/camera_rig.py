@@ -55,3 +55,23 @@ class CameraRig:
 
 def solid(h, w, colour):
     return np.tile(np.array(colour, np.uint8), (h, w, 1))
+
+
+def record_log(node, monkeypatch) -> list[tuple[str, str]]:
+    """The (level, text) of the info and warning lines ``node`` logs from now on (other
+    levels go to its logger as before)."""
+    lines = []
+    logger = node.get_logger()
+
+    class Recorder:
+        def info(self, text, **kw):
+            lines.append(("info", text))
+
+        def warning(self, text, **kw):
+            lines.append(("warning", text))
+
+        def __getattr__(self, name):
+            return getattr(logger, name)
+
+    monkeypatch.setattr(node, "get_logger", Recorder)
+    return lines

@@ -12,7 +12,7 @@ import math
 
 import numpy as np
 import pytest
-from camera_rig import CameraRig, solid
+from camera_rig import CameraRig, record_log, solid
 from ros_harness import camera_node
 
 
@@ -277,20 +277,7 @@ def test_a_missing_state_is_told_calmly_while_the_node_starts_then_warned_about(
 
     rig = CameraRig(stepped_ros, state=True)
     camera = camera_node(stepped_ros, state_topic=f"{stepped_ros.prefix}/joint_states")
-    lines = []
-    logger = camera.get_logger()
-
-    class Recorder:
-        def info(self, text, **kw):
-            lines.append(("info", text))
-
-        def warning(self, text, **kw):
-            lines.append(("warning", text))
-
-        def __getattr__(self, name):
-            return getattr(logger, name)
-
-    monkeypatch.setattr(camera, "get_logger", Recorder)
+    lines = record_log(camera, monkeypatch)
     rig.wait_matched(camera)
     frame = solid(8, 8, (5, 5, 5))
     assert camera.status.settling()

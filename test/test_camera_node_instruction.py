@@ -6,7 +6,7 @@ publisher is on the instruction topic and nothing has come, the first group is h
 
 import time
 
-from camera_rig import CameraRig, solid
+from camera_rig import CameraRig, record_log, solid
 from ros_harness import camera_node
 
 
@@ -41,17 +41,7 @@ def test_the_first_group_waits_for_an_instruction_that_comes_after_the_frames(st
 def test_with_no_instruction_in_instruction_wait_s_the_group_goes_out_with_the_default(stepped_ros, monkeypatch):
     rig = CameraRig(stepped_ros)  # its latched instruction publisher never publishes
     camera = camera_node(stepped_ros, default_instruction="idle", instruction_wait_s=1.0)
-    warnings = []
-    logger = camera.get_logger()
-
-    class Recorder:
-        def warning(self, text, **kw):
-            warnings.append(text)
-
-        def __getattr__(self, name):
-            return getattr(logger, name)
-
-    monkeypatch.setattr(camera, "get_logger", Recorder)
+    lines = record_log(camera, monkeypatch)
     rig.wait_matched(camera)
     send = _frames(rig)
     send()
@@ -60,13 +50,16 @@ def test_with_no_instruction_in_instruction_wait_s_the_group_goes_out_with_the_d
     assert stepped_ros.spin_until(lambda: rig.observations, every=send)
     assert time.monotonic() - held_at > 0.5, "the group went out before instruction_wait_s (1 s) ran out"
     assert rig.observations[0].instruction == "idle"
-    ran_out = [w for w in warnings if "no instruction came" in w]
-    assert len(ran_out) == 1 and "instruction_wait_s 1" in ran_out[0] and "'idle'" in ran_out[0], warnings
+    ran_out = [(level, text) for level, text in lines if "no instruction came" in text]
+    assert len(ran_out) == 1 and ran_out[0][0] == "warning", lines
+    assert "instruction_wait_s 1" in ran_out[0][1] and "'idle'" in ran_out[0][1]
+    held = {level for level, text in lines if "holding the first group" in text}
+    assert held == {"info"}, lines
 
     waiting = camera.status.waiting_for_instruction
     assert stepped_ros.spin_until(lambda: len(rig.observations) >= 4, every=send)
     assert camera.status.waiting_for_instruction == waiting, "a group was held after the first went out"
-    assert len([w for w in warnings if "no instruction came" in w]) == 1
+    assert len([text for _, text in lines if "no instruction came" in text]) == 1
 
 
 def test_with_no_publisher_on_the_instruction_topic_nothing_waits(stepped_ros):
