@@ -228,6 +228,33 @@ def test_state_instruction_cleaning_and_nan_state_rejected(stepped_ros):
     assert list(rig.observations[-1].state) == [0.5, 0.5]
 
 
+def test_an_image_sent_before_its_state_is_grouped_with_that_state_not_the_one_before(stepped_ros):
+    """A driver (a synthetic camera, a teleoperation rig, a bag of either) that publishes each
+    tick's images, then the state taken with them, all with one stamp: once the state's period is
+    known, each group waits for its own state instead of going out with the previous tick's."""
+    from sensor_msgs.msg import JointState
+    from std_msgs.msg import Header, String
+
+    from oxygen_ros.ros.conversions import msg_to_observation, rgb_to_compressed_msg, rgb_to_image_msg
+
+    rig = CameraRig(stepped_ros, state=True)
+    rig.instruction.publish(String(data="follow the state"))
+    camera = camera_node(stepped_ros, state_topic=f"{stepped_ros.prefix}/joint_states")
+    rig.wait_matched(camera)
+    assert stepped_ros.spin_until(lambda: camera.instruction == "follow the state")
+    for k in range(8):  # a 10 Hz driver; tick k's images are all k * 20
+        stamp, frame = rig.now(), solid(8, 8, (k * 20, k * 20, k * 20))
+        rig.raw.publish(rgb_to_image_msg(frame, "rgb8", stamp, "raw_frame"))
+        rig.jpeg.publish(rgb_to_compressed_msg(frame, "png", stamp, "png_frame"))
+        stepped_ros.spin_for(0.01)
+        rig.state.publish(JointState(header=Header(stamp=stamp), name=["tick"], position=[float(k)]))
+        stepped_ros.spin_for(0.09)
+    assert stepped_ros.spin_until(lambda: len(rig.observations) >= 6, timeout=5.0), len(rig.observations)
+    pairs = [(int(msg_to_observation(m).images["base"][4, 4, 0]) // 20, float(m.state[0])) for m in rig.observations]
+    later = [(image, state) for image, state in pairs if image >= 2]  # the state's period is known from tick 2
+    assert later and all(image == state for image, state in later), pairs
+
+
 def test_state_joint_names_pick_joints_from_several_publishers_and_an_old_state_holds_groups_back(stepped_ros):
     """An arm and a gripper publish on one JointState topic: with state_joint_names the state is
     those joints in that order, whichever message came last; a state older than max_state_age

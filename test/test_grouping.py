@@ -52,9 +52,9 @@ def test_frames_held_back_for_a_state_go_out_when_a_valid_state_arrives():
     goes out then, not a camera period later with the next frame."""
     g = FrameGrouping(1, needs_state=True)
     assert g.frame_arrived(0, 100 * MS, 101 * MS, MAX_AGE, has_state=False).kind == NO_STATE
-    assert g.state_arrived(102 * MS, MAX_AGE).kind == PUBLISH
+    assert g.state_arrived(102 * MS, MAX_AGE, 102 * MS).kind == PUBLISH
     g.published()
-    assert g.state_arrived(103 * MS, MAX_AGE).kind == WAIT  # nothing new to group
+    assert g.state_arrived(103 * MS, MAX_AGE, 103 * MS).kind == WAIT  # nothing new to group
     assert g.frame_arrived(0, 200 * MS, 201 * MS, MAX_AGE, has_state=True).kind == PUBLISH
 
 
@@ -75,13 +75,13 @@ def test_a_group_held_by_the_node_is_decided_again_when_its_instruction_comes():
 
 def test_a_state_completes_no_group_of_missing_or_stale_frames():
     g = FrameGrouping(2, needs_state=True)
-    assert g.state_arrived(1 * MS, MAX_AGE).kind == WAIT  # no frame yet
+    assert g.state_arrived(1 * MS, MAX_AGE, 1 * MS).kind == WAIT  # no frame yet
     g.frame_arrived(0, 100 * MS, 101 * MS, MAX_AGE, has_state=False)
-    assert g.state_arrived(102 * MS, MAX_AGE).kind == WAIT  # camera 1 has not delivered
+    assert g.state_arrived(102 * MS, MAX_AGE, 102 * MS).kind == WAIT  # camera 1 has not delivered
     assert g.frame_arrived(1, 110 * MS, 111 * MS, MAX_AGE, has_state=False).kind == NO_STATE
-    d = g.state_arrived(900 * MS, MAX_AGE)  # the state came too late: the frames are too old now
+    d = g.state_arrived(900 * MS, MAX_AGE, 900 * MS)  # the state came too late: the frames are too old now
     assert d.kind == STALE and d.stale == (0, 1)
-    assert g.state_arrived(901 * MS, MAX_AGE).kind == WAIT
+    assert g.state_arrived(901 * MS, MAX_AGE, 901 * MS).kind == WAIT
 
 
 def _run(g: FrameGrouping, events) -> list[tuple[int, ...]]:
@@ -132,3 +132,47 @@ def test_a_camera_whose_next_frame_is_overdue_is_not_waited_for():
     the group goes out with its last frame, as a group of a stopped camera always did."""
     g = FrameGrouping(2, needs_state=False)
     assert _run(g, [(0, 0), (1, 0), (0, 50), (0, 100), (0, 150), (0, 200), (1, 550)]) == [(0, 0), (200, 550)]
+
+
+def _camera_then_state(g, k, period=100 * MS, arrival=3 * MS):
+    """Tick ``k`` of a driver that publishes its image, then the state taken with it (same stamp):
+    the decisions at the image's arrival and at the state's (a group is published when told)."""
+    t = k * period
+    decisions = (g.frame_arrived(0, t, t + arrival, MAX_AGE, g.state_stamp is not None).kind,)
+    if decisions[-1] == PUBLISH:
+        g.published()
+    decisions += (g.state_arrived(t + arrival + 1, MAX_AGE, t).kind,)
+    if decisions[-1] == PUBLISH:
+        g.published()
+    return decisions
+
+
+def test_an_image_published_before_its_state_waits_for_that_state_not_the_one_before():
+    g = FrameGrouping(1, needs_state=True)
+    decisions = [_camera_then_state(g, k) for k in range(6)]
+    assert decisions[0] == (NO_STATE, PUBLISH)  # no state yet: the first one completes the group
+    # the second tick: the state's period is not known yet (one state), the image goes out with the
+    # state held; from then on each image waits for its own state
+    assert decisions[1] == (PUBLISH, WAIT)
+    assert decisions[2:] == [(WAIT, PUBLISH)] * 4
+
+
+def test_a_state_faster_than_the_camera_is_not_waited_for():
+    """A ros2_control broadcaster at 100 Hz beside a 10 Hz camera: the state held is at most
+    half its period older than the image, or the image is older than it."""
+    g = FrameGrouping(1, needs_state=True)
+    for i in range(20):  # states every 10 ms, stamped at their taking
+        g.state_arrived(i * 10 * MS, MAX_AGE, i * 10 * MS)
+    assert g.frame_arrived(0, 194 * MS, 196 * MS, MAX_AGE, True).kind == PUBLISH  # state 190 ms: 4 ms older
+    g.published()
+    assert g.frame_arrived(0, 185 * MS, 196 * MS, MAX_AGE, True).kind == PUBLISH  # the image older than the state
+
+
+def test_a_state_waited_for_is_not_waited_for_beyond_one_and_a_half_periods():
+    g = FrameGrouping(2, needs_state=True)
+    for i in range(3):  # a 10 Hz state, then it stops
+        g.state_arrived(i * 100 * MS, MAX_AGE, i * 100 * MS)
+    g.frame_arrived(0, 300 * MS, 301 * MS, MAX_AGE, True)
+    assert g.frame_arrived(1, 300 * MS, 302 * MS, MAX_AGE, True).kind == WAIT  # state 100 ms older: its next is due
+    assert g.frame_arrived(0, 340 * MS, 341 * MS, MAX_AGE, True).kind == WAIT
+    assert g.frame_arrived(0, 360 * MS, 361 * MS, MAX_AGE, True).kind == PUBLISH  # 160 ms: overdue, not awaited

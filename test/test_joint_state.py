@@ -32,6 +32,19 @@ def test_joint_names_pick_and_order_joints_from_several_publishers():
     np.testing.assert_allclose(t.current(3, 1.0), [0.6, 1.1, 0.04])
 
 
+def test_the_stamp_is_the_newest_taken_message_s_header_stamp_or_its_arrival():
+    t = StateTracker()
+    assert t.stamp_ns is None
+    t.update(["a"], [1.0], 5 * S, stamp_ns=4 * S)
+    assert t.stamp_ns == 4 * S
+    t.update(["a"], [1.0], 6 * S)  # no header stamp: its arrival
+    assert t.stamp_ns == 6 * S
+    named = StateTracker(["arm"])
+    named.update(["arm"], [0.0], 1 * S, stamp_ns=S // 2)
+    named.update(["wheel"], [0.0], 2 * S, stamp_ns=2 * S)  # none of the named joints: not taken
+    assert named.stamp_ns == S // 2
+
+
 def test_an_old_state_is_no_state():
     t = StateTracker()
     t.update(["a"], [1.0], 0)

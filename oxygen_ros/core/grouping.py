@@ -22,7 +22,15 @@ next group now:
   replaced by an older one). The frames stay waiting, and the next event
   decides again: a valid state publishes them at once (when they are still
   fresher than ``max_age``), so a group is never a camera period late because
-  its image came just before its state.
+  its image came just before its state;
+* the state is waited for as a camera is: when its stamp is more than half its
+  period older than the group's newest frame (and less than one and a half),
+  its next message is closer in time to the frames (``WAIT``). A driver that
+  publishes each image and then the state taken with it (a synthetic camera, a
+  teleoperation rig, a bag of either) would otherwise pair every image with the
+  state of the period before. A state published faster than the cameras (a
+  ``ros2_control`` broadcaster) is at most half its own period late, and is not
+  waited for; nor is one whose period is not known yet (two states).
 
 Times are integer nanoseconds on one clock (the node's).
 """
@@ -58,6 +66,8 @@ class FrameGrouping:
         self._grouped = [-1] * cameras  # stamps of the frames in the last published group
         self._steps = [deque(maxlen=PERIOD_STEPS) for _ in range(cameras)]  # recent stamp steps, per camera
         self._waited: dict[int, int] = {}  # camera -> its stamp when this group began waiting for its next frame
+        self.state_stamp: int | None = None  # the newest state's stamp
+        self._state_steps: deque[int] = deque(maxlen=PERIOD_STEPS)
 
     def frame_arrived(self, index: int, stamp_ns: int, now_ns: int, max_age_s: float, has_state: bool) -> Decision:
         """Camera ``index`` delivered a good frame stamped ``stamp_ns``; ``has_state``: a valid
@@ -70,11 +80,15 @@ class FrameGrouping:
             self._fresh[index] = True
         return self._decide(now_ns, max_age_s, has_state)
 
-    def state_arrived(self, now_ns: int, max_age_s: float) -> Decision:
-        """A valid state arrived: frames held back for want of one go out now (a camera
-        publishes its state right after its image, so the frame that found no valid state,
-        the first after a drop-out or after a rejected state, need not wait a camera period
-        for the next one)."""
+    def state_arrived(self, now_ns: int, max_age_s: float, stamp_ns: int) -> Decision:
+        """A valid state stamped ``stamp_ns`` arrived: frames held back for want of one, or
+        waiting for a newer one, go out now (a camera publishes its state right after its
+        image, so the frame that found no valid state, the first after a drop-out or after a
+        rejected state, need not wait a camera period for the next one)."""
+        previous = self.state_stamp
+        if previous is not None and stamp_ns > previous:
+            self._state_steps.append(stamp_ns - previous)
+        self.state_stamp = stamp_ns
         return self._decide(now_ns, max_age_s, True)
 
     def again(self, now_ns: int, max_age_s: float, has_state: bool) -> Decision:
@@ -98,12 +112,22 @@ class FrameGrouping:
             return Decision(WAIT)
         if self.needs_state and not has_state:
             return Decision(NO_STATE)
+        if self.needs_state and self._state_lags():
+            return Decision(WAIT)
         return Decision(PUBLISH)
 
     def period_ns(self, index: int) -> int | None:
         """Camera ``index``'s period as its stamps show it (None: not two frames yet)."""
         steps = self._steps[index]
         return min(steps) if steps else None
+
+    def _state_lags(self) -> bool:
+        """Whether the next state is expected closer to the group's newest frame than the
+        state held (see the module doc)."""
+        if self.state_stamp is None or not self._state_steps:
+            return False
+        period = min(self._state_steps)
+        return period < 2 * (max(self.stamps) - self.state_stamp) < 3 * period
 
     def _laggards(self) -> list[int]:
         """The cameras whose next frame is expected closer to the group's newest frame than

@@ -12,6 +12,8 @@ state the next group gets:
   changes nothing;
 * a state older than ``max_age`` (by arrival: drivers' header stamps are not
   always set) is no state: a driver that stopped is not forwarded for ever;
+* ``stamp_ns`` is the stamp of the newest message taken (its header stamp, or
+  its arrival when that is not set): the grouping pairs states with frames by it;
 * a bad message (no positions, names and positions disagreeing, a named
   position not finite, too many values) is refused with its reason, and the
   state it would have replaced is dropped: an older state is never forwarded as
@@ -37,10 +39,12 @@ class StateTracker:
         self.max_values = max_values
         self._values: dict[str, tuple[float, int]] = {}  # joint -> (position, arrival)
         self._state: tuple[np.ndarray, int] | None = None  # without names: (positions, arrival)
+        self.stamp_ns: int | None = None  # the newest message taken: its stamp (or its arrival)
 
-    def update(self, names: Sequence[str], positions: Sequence[float], now_ns: int) -> tuple[str, str] | None:
-        """A message arrived: None when taken (or, with joint names, when it carries none of
-        them), else (reason, text) of its refusal."""
+    def update(self, names: Sequence[str], positions: Sequence[float], now_ns: int,
+               stamp_ns: int = 0) -> tuple[str, str] | None:
+        """A message stamped ``stamp_ns`` (0: not set) arrived: None when taken (or, with joint
+        names, when it carries none of them), else (reason, text) of its refusal."""
         values = np.asarray(positions, dtype=np.float64)
         refusal = self._check(list(names), values)
         if refusal is not None:
@@ -49,10 +53,13 @@ class StateTracker:
             return refusal
         if not self.joint_names:
             self._state = (values.astype(np.float32), now_ns)
+        elif any(name in self.joint_names for name in names):
+            for name, value in zip(names, values.tolist()):
+                if name in self.joint_names:
+                    self._values[name] = (value, now_ns)
+        else:
             return None
-        for name, value in zip(names, values.tolist()):
-            if name in self.joint_names:
-                self._values[name] = (value, now_ns)
+        self.stamp_ns = stamp_ns or now_ns
         return None
 
     def _check(self, names: list[str], values: np.ndarray) -> tuple[str, str] | None:

@@ -23,8 +23,8 @@
 * a state with NaN/inf (or empty, or too long, or whose ``name`` and
   ``position`` lengths disagree) is rejected and never forwarded; with
   ``state_topic`` set, no group is published without a valid state, and frames
-  held back for want of one go out when a valid state arrives (the decision is
-  :class:`~oxygen_ros.core.grouping.FrameGrouping`'s);
+  held back for want of one, or for the state of their moment, go out when it
+  arrives (the decision is :class:`~oxygen_ros.core.grouping.FrameGrouping`'s);
 * images are subscribed with ``image_reliability`` and ``image_qos_depth`` (one
   camera: ROS 2's own ``qos_overrides.<topic>.subscription.reliability|depth``);
   a publisher whose QoS cannot match is named in a warning;
@@ -281,11 +281,12 @@ class CameraNode(Node):
 
     def _on_state(self, msg: JointState) -> None:
         now_ns = self.get_clock().now().nanoseconds
-        refusal = self._state.update(list(msg.name), msg.position, now_ns)  # a refusal drops the state held
+        refusal = self._state.update(list(msg.name), msg.position, now_ns,  # a refusal drops the state held
+                                     stamp_to_ns(msg.header.stamp))
         if refusal is None:
             state = self._state_at(now_ns)
             if state is not None:
-                self._act(self._grouping.state_arrived(now_ns, self.max_age), now_ns, state)
+                self._act(self._grouping.state_arrived(now_ns, self.max_age, self._state.stamp_ns), now_ns, state)
             return
         reason, text = refusal
         self.status.reject(reason)
