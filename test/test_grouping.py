@@ -157,6 +157,12 @@ def test_an_image_published_before_its_state_waits_for_that_state_not_the_one_be
     assert decisions[2:] == [(WAIT, PUBLISH)] * 4
 
 
+def test_with_state_wait_off_a_group_takes_the_state_held():
+    g = FrameGrouping(1, needs_state=True, state_wait=False)
+    decisions = [_camera_then_state(g, k) for k in range(6)]
+    assert decisions[1:] == [(PUBLISH, WAIT)] * 5
+
+
 def test_a_state_faster_than_the_camera_is_not_waited_for():
     """A ros2_control broadcaster at 100 Hz beside a 10 Hz camera: the state held is at most
     half its period older than the image, or the image is older than it."""

@@ -29,8 +29,9 @@ next group now:
   publishes each image and then the state taken with it (a synthetic camera, a
   teleoperation rig, a bag of either) would otherwise pair every image with the
   state of the period before. A state published faster than the cameras (a
-  ``ros2_control`` broadcaster) is at most half its own period late, and is not
-  waited for; nor is one whose period is not known yet (two states).
+  ``ros2_control`` broadcaster) makes a group wait at most half its own period.
+  A state whose period is not known yet (two states) is not waited for, nor any
+  with ``state_wait`` off.
 
 Times are integer nanoseconds on one clock (the node's).
 """
@@ -55,12 +56,14 @@ class Decision:
 
 
 class FrameGrouping:
-    """See the module doc. ``cameras``: how many; ``needs_state``: no group without a valid state."""
+    """See the module doc. ``cameras``: how many; ``needs_state``: no group without a valid state;
+    ``state_wait``: a group waits for the state due next when it is closer in time."""
 
-    def __init__(self, cameras: int, needs_state: bool):
+    def __init__(self, cameras: int, needs_state: bool, state_wait: bool = True):
         if cameras < 1:
             raise ValueError(f"need at least one camera, got {cameras}")
         self.needs_state = needs_state
+        self.state_wait = state_wait
         self.stamps: list[int | None] = [None] * cameras  # the newest frame's stamp, per camera
         self._fresh = [False] * cameras
         self._grouped = [-1] * cameras  # stamps of the frames in the last published group
@@ -112,7 +115,7 @@ class FrameGrouping:
             return Decision(WAIT)
         if self.needs_state and not has_state:
             return Decision(NO_STATE)
-        if self.needs_state and self._state_lags():
+        if self.needs_state and self.state_wait and self._state_lags():
             return Decision(WAIT)
         return Decision(PUBLISH)
 

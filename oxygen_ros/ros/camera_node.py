@@ -128,7 +128,7 @@ class CameraNode(Node):
         self._state = StateTracker(p["state_joint_names"], self._core.MAX_STATE_DIM)  # see core/joint_state.py
         self._frames: list[_Frame | None] = [None] * len(self.topics)
         self._image_bytes: list[int | None] = [None] * len(self.topics)  # each camera's last message's data size
-        self._grouping = FrameGrouping(len(self.topics), needs_state=bool(self.state_topic))  # when to publish
+        self._grouping = FrameGrouping(len(self.topics), bool(self.state_topic), p["state_wait"])  # when to publish
         self._throttle = Throttle(5.0)
         self._unstamped_warned: set[str] = set()
 
