@@ -77,7 +77,7 @@ from .inference_setup import (
 from .inference_status import StatusReporter
 from .node_main import run_control_node
 from .parameters import ParameterError, changed_values, declare_parameters, parameter_callback
-from .process import settle_garbage_collector, thaw_garbage_collector
+from .process import destroy_after_interrupt, settle_garbage_collector, thaw_garbage_collector
 from .qos import reliable
 from .robot_io import RobotIO, TextRouter
 from .text_output import end_events
@@ -359,7 +359,7 @@ class InferenceNode(InferenceInputs, InferenceDiagnostics, InferenceTicks, Node)
             self._close_link()
             for server in self._ask_servers.values():
                 server.destroy()
-            super().destroy_node()
+            destroy_after_interrupt(super().destroy_node)  # a Ctrl-C in start-up may have broken it
             # configure froze this node's objects, its context's among them: frozen, a context
             # is never freed, nor its DDS participant (a process that makes nodes one after
             # another, a test suite, would keep them all, each still discovering)

@@ -157,3 +157,19 @@ def _redelivered_after_finalizer(signum, frame) -> bool:
             return True
         f = f.f_back
     return False
+
+
+def destroy_after_interrupt(destroy, tries: int = 100) -> None:
+    """Run ``destroy`` (rclpy's ``Node.destroy_node`` of a node) to its end, even when the
+    node was built while a KeyboardInterrupt came. rclpy's ``create_publisher`` and
+    ``create_subscription`` add the entity to the node's list, then wake the executor, then
+    add its event handlers: an interrupt raised in between (a Ctrl-C while the node starts)
+    leaves an entity whose handlers were never added. rclpy's destroy takes it off the list,
+    then raises ValueError removing them, and the node's other entities are left. Each call
+    gets past one such entity (it is left to the garbage collector); the next goes on."""
+    for _ in range(tries - 1):
+        try:
+            return destroy()
+        except ValueError:
+            continue
+    destroy()
