@@ -107,8 +107,9 @@ def test_a_node_built_while_an_interrupt_came_is_destroyed_to_its_end(stepped_ro
         node.create_subscription(String, f"{p}/{name}/after", print, 10)
         return node
 
+    plain = interrupted_node("plain")  # (held: its leftovers live as long as it does)
     with pytest.raises(ValueError):  # rclpy's own destroy stops at the interrupted publisher
-        interrupted_node("plain").destroy_node()
+        plain.destroy_node()
     destroy_after_interrupt(interrupted_node("ours").destroy_node)
     observer = stepped_ros.node("oxygen_test_observer")
     assert stepped_ros.spin_until(lambda: observer.count_subscribers(f"{p}/plain/after") == 1)
