@@ -254,6 +254,15 @@ def test_an_image_sent_before_its_state_is_grouped_with_that_state_not_the_one_b
     later = [(image, state) for image, state in pairs if image >= 2]  # the state's period is known from tick 2
     assert later and all(image == state for image, state in later), pairs
 
+    # the driver stops after an image: its group waits a state period (0.1 s), then goes with the state held
+    count = len(rig.observations)
+    frame = solid(8, 8, (160, 160, 160))
+    stamp = rig.now()
+    rig.raw.publish(rgb_to_image_msg(frame, "rgb8", stamp, "raw_frame"))
+    rig.jpeg.publish(rgb_to_compressed_msg(frame, "png", stamp, "png_frame"))
+    assert stepped_ros.spin_until(lambda: len(rig.observations) > count, timeout=2.0), "the last image was lost"
+    assert float(rig.observations[-1].state[0]) == 7.0
+
 
 def test_state_joint_names_pick_joints_from_several_publishers_and_an_old_state_holds_groups_back(stepped_ros):
     """An arm and a gripper publish on one JointState topic: with state_joint_names the state is

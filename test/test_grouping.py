@@ -157,6 +157,22 @@ def test_an_image_published_before_its_state_waits_for_that_state_not_the_one_be
     assert decisions[2:] == [(WAIT, PUBLISH)] * 4
 
 
+def test_a_state_that_does_not_come_is_waited_for_one_state_period_then_the_group_goes_with_the_one_held():
+    """The driver stopped, or a bag ended, after the image: nothing else arrives, and the node
+    decides again at ``retry_ns``."""
+    g = FrameGrouping(1, needs_state=True)
+    for k in range(3):
+        _camera_then_state(g, k)
+    d = g.frame_arrived(0, 300 * MS, 303 * MS, MAX_AGE, True)  # tick 3's image; its state never comes
+    assert d.kind == WAIT and d.retry_ns == 403 * MS  # one state period (100 ms) after the wait began
+    assert g.again(350 * MS, MAX_AGE, True).kind == WAIT
+    assert g.again(d.retry_ns, MAX_AGE, True).kind == PUBLISH
+    g.published()
+    assert g.state_arrived(405 * MS, MAX_AGE, 300 * MS).kind == WAIT  # tick 3's state, late: nothing to group
+    d = g.frame_arrived(0, 400 * MS, 406 * MS, MAX_AGE, True)  # the next group waits afresh
+    assert d.kind == WAIT and d.retry_ns == 506 * MS
+
+
 def test_with_state_wait_off_a_group_takes_the_state_held():
     g = FrameGrouping(1, needs_state=True, state_wait=False)
     decisions = [_camera_then_state(g, k) for k in range(6)]

@@ -31,7 +31,9 @@ next group now:
   state of the period before. A state published faster than the cameras (a
   ``ros2_control`` broadcaster) makes a group wait at most half its own period.
   A state whose period is not known yet (two states) is not waited for, nor any
-  with ``state_wait`` off.
+  with ``state_wait`` off. A group waits one state period at most: ``retry_ns``
+  says when to decide again if nothing comes (the state's driver stopped, a bag
+  ended), and the group then goes out with the state held.
 
 Times are integer nanoseconds on one clock (the node's).
 """
@@ -49,10 +51,12 @@ PERIOD_STEPS = 8
 @dataclass(frozen=True)
 class Decision:
     """What to do now: ``kind`` is one of PUBLISH, WAIT, STALE (``stale``: the cameras
-    whose frames are too old, now no longer counted as new) and NO_STATE."""
+    whose frames are too old, now no longer counted as new) and NO_STATE; ``retry_ns``:
+    a WAIT for the state, to be decided again at that time (:meth:`FrameGrouping.again`)."""
 
     kind: str
     stale: tuple[int, ...] = ()
+    retry_ns: int | None = None
 
 
 class FrameGrouping:
@@ -71,6 +75,7 @@ class FrameGrouping:
         self._waited: dict[int, int] = {}  # camera -> its stamp when this group began waiting for its next frame
         self.state_stamp: int | None = None  # the newest state's stamp
         self._state_steps: deque[int] = deque(maxlen=PERIOD_STEPS)
+        self._state_since: int | None = None  # when this group began waiting for a newer state
 
     def frame_arrived(self, index: int, stamp_ns: int, now_ns: int, max_age_s: float, has_state: bool) -> Decision:
         """Camera ``index`` delivered a good frame stamped ``stamp_ns``; ``has_state``: a valid
@@ -96,7 +101,7 @@ class FrameGrouping:
 
     def again(self, now_ns: int, max_age_s: float, has_state: bool) -> Decision:
         """Decide again, nothing new from the cameras (a group the node held, waiting for
-        its instruction, can go out now)."""
+        its instruction, can go out now; a group that waited for a state, at its ``retry_ns``)."""
         return self._decide(now_ns, max_age_s, has_state)
 
     def _decide(self, now_ns: int, max_age_s: float, has_state: bool) -> Decision:
@@ -107,6 +112,7 @@ class FrameGrouping:
         if stale:
             for i in stale:
                 self._fresh[i] = False
+            self._state_since = None
             return Decision(STALE, stale)
         laggards = self._laggards()
         if laggards:
@@ -115,8 +121,8 @@ class FrameGrouping:
             return Decision(WAIT)
         if self.needs_state and not has_state:
             return Decision(NO_STATE)
-        if self.needs_state and self.state_wait and self._state_lags():
-            return Decision(WAIT)
+        if self.needs_state and self.state_wait and self._state_lags(now_ns):
+            return Decision(WAIT, retry_ns=self._state_since + min(self._state_steps))
         return Decision(PUBLISH)
 
     def period_ns(self, index: int) -> int | None:
@@ -124,13 +130,17 @@ class FrameGrouping:
         steps = self._steps[index]
         return min(steps) if steps else None
 
-    def _state_lags(self) -> bool:
+    def _state_lags(self, now_ns: int) -> bool:
         """Whether the next state is expected closer to the group's newest frame than the
-        state held (see the module doc)."""
+        state held, and the group has waited less than a state period for it (see the module doc)."""
         if self.state_stamp is None or not self._state_steps:
             return False
         period = min(self._state_steps)
-        return period < 2 * (max(self.stamps) - self.state_stamp) < 3 * period
+        if not period < 2 * (max(self.stamps) - self.state_stamp) < 3 * period:
+            return False
+        if self._state_since is None:
+            self._state_since = now_ns
+        return 0 <= now_ns - self._state_since < period
 
     def _laggards(self) -> list[int]:
         """The cameras whose next frame is expected closer to the group's newest frame than
@@ -151,6 +161,7 @@ class FrameGrouping:
         self._fresh = [False] * len(self._fresh)
         self._grouped = [int(s) for s in self.stamps]
         self._waited.clear()
+        self._state_since = None
 
     def spread_ns(self) -> int:
         """How far apart the newest frames' stamps are (the group's, when it is published)."""

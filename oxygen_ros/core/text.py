@@ -20,3 +20,8 @@ def clean_text(text: str) -> str:
         elif unicodedata.category(ch) != "Cc":
             out.append(ch)
     return "".join(out).encode("utf-8", "replace").decode("utf-8")
+
+
+def clip(text: str, limit: int = 200) -> str:
+    """``text`` for a log line: at most ``limit`` characters (and how many more)."""
+    return text if len(text) <= limit else f"{text[:limit]}... ({len(text) - limit} more characters)"

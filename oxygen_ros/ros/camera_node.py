@@ -47,7 +47,7 @@ from functools import partial
 from typing import Any
 
 import numpy as np
-from diagnostic_msgs.msg import DiagnosticArray, DiagnosticStatus, KeyValue
+from diagnostic_msgs.msg import DiagnosticArray
 from rclpy.event_handler import SubscriptionEventCallbacks
 from rclpy.node import Node
 from rclpy.qos import qos_profile_sensor_data
@@ -55,10 +55,10 @@ from rclpy.qos_overriding_options import QoSOverridingOptions, QoSPolicyKind
 from sensor_msgs.msg import CompressedImage, Image, JointState
 from std_msgs.msg import Header, String
 
-from oxygen_ros.core.grouping import NO_STATE, PUBLISH, STALE, Decision, FrameGrouping
+from oxygen_ros.core.grouping import NO_STATE, PUBLISH, STALE, WAIT, Decision, FrameGrouping
 from oxygen_ros.core.instruction_wait import HOLD, RAN_OUT, InstructionWait
 from oxygen_ros.core.joint_state import StateTracker
-from oxygen_ros.core.text import clean_text
+from oxygen_ros.core.text import clean_text, clip
 from oxygen_ros.core.throttle import Throttle
 from oxygen_ros.msg import Observation as ObservationMsg
 from oxygen_ros.ros.camera_parameters import PARAMETERS, camera_names
@@ -74,6 +74,7 @@ from oxygen_ros.ros.conversions import (
     stamp_to_ns,
     to_model_image,
 )
+from oxygen_ros.ros.diagnostic_message import diagnostic_array
 from oxygen_ros.ros.node_main import run_node
 from oxygen_ros.ros.parameters import ParameterError, changed_values, declare_parameters, parameter_callback
 from oxygen_ros.ros.qos import LATCHED_QOS, OBSERVATION_QOS, image_qos, image_qos_hint, is_reliable, reliable
@@ -121,7 +122,6 @@ class CameraNode(Node):
         self.state_topic: str = p["state_topic"]
         self.max_state_age: float = p["max_state_age"]
         self._instruction_topic: str = p["instruction_topic"]
-
         self.seq = 0
         self.instruction: str | None = None
         self._instruction_wait = InstructionWait(p["instruction_wait_s"])  # see core/instruction_wait.py
@@ -129,6 +129,7 @@ class CameraNode(Node):
         self._frames: list[_Frame | None] = [None] * len(self.topics)
         self._image_bytes: list[int | None] = [None] * len(self.topics)  # each camera's last message's data size
         self._grouping = FrameGrouping(len(self.topics), bool(self.state_topic), p["state_wait"])  # when to publish
+        self._retry = None  # a one-shot timer: a group waiting for a state decides again then
         self._throttle = Throttle(5.0)
         self._unstamped_warned: set[str] = set()
 
@@ -266,18 +267,16 @@ class CameraNode(Node):
         text = clean_text(msg.data)
         if text != msg.data:
             self._warn("instruction_control", f"instruction had control characters, removed: "
-                       f"{_clip(msg.data)!r} -> {_clip(text)!r}")
+                       f"{clip(msg.data)!r} -> {clip(text)!r}")
         if not text.strip():
             self._warn("instruction_empty", f"empty instruction on {self._instruction_topic}: using "
                        f"default_instruction {self.default_instruction!r}")
             text = None
         elif text != self.instruction:
-            self.get_logger().info(f"instruction ({len(text)} characters): {_clip(text)!r}")
+            self.get_logger().info(f"instruction ({len(text)} characters): {clip(text)!r}")
         self.instruction = text
         if self._instruction_wait.arrived():  # the group held for it goes out now, with it
-            now_ns = self.get_clock().now().nanoseconds
-            state = self._state_at(now_ns)
-            self._act(self._grouping.again(now_ns, self.max_age, state is not None), now_ns, state)
+            self._decide_again()
 
     def _on_state(self, msg: JointState) -> None:
         now_ns = self.get_clock().now().nanoseconds
@@ -296,7 +295,7 @@ class CameraNode(Node):
 
     def diagnostics(self) -> dict[str, Any]:
         """The figures published on /diagnostics, as a dict (see :class:`.camera_status.CameraStatus`)."""
-        return self.status.figures(_clip(self.instruction if self.instruction is not None
+        return self.status.figures(clip(self.instruction if self.instruction is not None
                                          else self.default_instruction))
 
     def diagnostic_status(self, d: dict[str, Any] | None = None) -> tuple[bytes, str]:
@@ -306,16 +305,10 @@ class CameraNode(Node):
     def _publish_diagnostics(self) -> None:
         try:
             d = self.diagnostics()
-            level, message = self.diagnostic_status(d)
             # named with the namespace: every robot's camera node has its own status (left/oxygen_camera)
-            status = DiagnosticStatus(level=level, name=f"{self.get_fully_qualified_name().lstrip('/')}: cameras",
-                                      message=message,
-                                      hardware_id=",".join(self.topics))
-            status.values = [KeyValue(key=k, value=(f"{v:.3f}" if isinstance(v, float) else str(v)))
-                             for k, v in d.items()]
-            array = DiagnosticArray(status=[status])
-            array.header.stamp = self.get_clock().now().to_msg()
-            self._diag_publisher.publish(array)
+            self._diag_publisher.publish(diagnostic_array(
+                f"{self.get_fully_qualified_name().lstrip('/')}: cameras", ",".join(self.topics),
+                self.diagnostic_status(d), d, self.get_clock().now().to_msg()))
             for line in self.status.rate_warnings(self.min_camera_rate_hz, self._qos_hint):
                 self.get_logger().warning(line)
         except Exception as exc:  # diagnostics must never end the node
@@ -346,6 +339,18 @@ class CameraNode(Node):
                                        "not publishing")
         elif decision.kind == PUBLISH:
             self._publish_or_hold(now_ns, state)
+        elif decision.kind == WAIT and decision.retry_ns is not None and self._retry is None:
+            self._retry = self.create_timer(max(decision.retry_ns - now_ns, 0) / 1e9, self._decide_again)
+
+    def _decide_again(self) -> None:
+        """The grouping decides again with nothing new (a held group's instruction came, or its
+        wait for a newer state ran out: it goes with the state held)."""
+        if self._retry is not None:  # one shot
+            self.destroy_timer(self._retry)
+            self._retry = None
+        now_ns = self.get_clock().now().nanoseconds
+        state = self._state_at(now_ns)
+        self._act(self._grouping.again(now_ns, self.max_age, state is not None), now_ns, state)
 
     def _publish_or_hold(self, now_ns: int, state: np.ndarray | None) -> None:
         """Publish the group, unless it is the first and an instruction is still to come."""
@@ -383,11 +388,6 @@ class CameraNode(Node):
         self.seq += 1
         self.status.group(self._grouping.spread_ns())
         self._grouping.published()
-
-
-def _clip(text: str, limit: int = 200) -> str:
-    """``text`` for a log line: at most ``limit`` characters (and how many more)."""
-    return text if len(text) <= limit else f"{text[:limit]}... ({len(text) - limit} more characters)"
 
 
 def main(args: list[str] | None = None) -> int:

@@ -17,7 +17,8 @@ import collections
 import time
 from typing import Optional
 
-from .inference_status import diagnostic_array, diagnostic_figures
+from .diagnostic_message import diagnostic_array
+from .inference_status import diagnostic_figures
 
 #: Counters that belong to the engine (every robot's frames), not to one robot.
 ENGINE_COUNTERS = ("missed_ticks", "language_frames", "instructions_truncated")

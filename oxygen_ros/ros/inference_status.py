@@ -6,8 +6,7 @@ import math
 import time
 from typing import Any
 
-from builtin_interfaces.msg import Time
-from diagnostic_msgs.msg import DiagnosticArray, DiagnosticStatus, KeyValue
+from diagnostic_msgs.msg import DiagnosticStatus
 
 from ..core.stats import action_frequency, percentile
 from ..core.throttle import Throttle
@@ -169,13 +168,6 @@ class StatusReporter:
         return lines
 
 
-def format_value(v: Any) -> str:
-    """A diagnostics value as a KeyValue string."""
-    if isinstance(v, float):
-        return "nan" if math.isnan(v) else f"{v:.3f}"
-    return str(v)
-
-
 def diagnostic_figures(age_ns: int | None, ticks: dict, loop: dict, *, worker: Any, engine: Any, tokens_per_s: float,
                        counters: dict, params: dict, horizon: int, tick_lateness_ms: Any) -> dict:
     """The figures published on /diagnostics, in their published order: ``age_ns`` (of the newest chunk),
@@ -203,13 +195,3 @@ def diagnostic_figures(age_ns: int | None, ticks: dict, loop: dict, *, worker: A
                                + c["questions_rejected_max_tokens"]),
         **{key: c[key] for key in COUNTED[11:]},
     }
-
-
-def diagnostic_array(name: str, hardware_id: str, status: tuple, figures: dict, stamp: Time) -> DiagnosticArray:
-    """The /diagnostics message: one status (``status`` = (level, message)) carrying every figure."""
-    level, message = status
-    values = [KeyValue(key=k, value=format_value(v)) for k, v in figures.items()]
-    array = DiagnosticArray(status=[DiagnosticStatus(level=level, name=name, message=message,
-                                                     hardware_id=hardware_id, values=values)])
-    array.header.stamp = stamp
-    return array
