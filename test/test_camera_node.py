@@ -242,10 +242,15 @@ def test_an_image_sent_before_its_state_is_grouped_with_that_state_not_the_one_b
     camera = camera_node(stepped_ros, state_topic=f"{stepped_ros.prefix}/joint_states")
     rig.wait_matched(camera)
     assert stepped_ros.spin_until(lambda: camera.instruction == "follow the state")
-    for k in range(8):  # a 10 Hz driver; tick k's images are all k * 20
-        stamp, frame = rig.now(), solid(8, 8, (k * 20, k * 20, k * 20))
+
+    def send_images(value, stamp):  # both cameras, one stamp
+        frame = solid(8, 8, (value, value, value))
         rig.raw.publish(rgb_to_image_msg(frame, "rgb8", stamp, "raw_frame"))
         rig.jpeg.publish(rgb_to_compressed_msg(frame, "png", stamp, "png_frame"))
+
+    for k in range(8):  # a 10 Hz driver; tick k's images are all k * 20
+        stamp = rig.now()
+        send_images(k * 20, stamp)
         stepped_ros.spin_for(0.01)
         rig.state.publish(JointState(header=Header(stamp=stamp), name=["tick"], position=[float(k)]))
         stepped_ros.spin_for(0.09)
@@ -256,10 +261,7 @@ def test_an_image_sent_before_its_state_is_grouped_with_that_state_not_the_one_b
 
     # the driver stops after an image: its group waits a state period (0.1 s), then goes with the state held
     count = len(rig.observations)
-    frame = solid(8, 8, (160, 160, 160))
-    stamp = rig.now()
-    rig.raw.publish(rgb_to_image_msg(frame, "rgb8", stamp, "raw_frame"))
-    rig.jpeg.publish(rgb_to_compressed_msg(frame, "png", stamp, "png_frame"))
+    send_images(160, rig.now())
     assert stepped_ros.spin_until(lambda: len(rig.observations) > count, timeout=2.0), "the last image was lost"
     assert float(rig.observations[-1].state[0]) == 7.0
 

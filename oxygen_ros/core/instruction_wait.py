@@ -20,6 +20,8 @@ Times are integer nanoseconds on one clock (the node's).
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 HOLD, GO, RAN_OUT = "hold", "go", "ran_out"
 
 
@@ -34,10 +36,11 @@ class InstructionWait:
         self.holding = False  # the last ready group was held
         self._since_ns: int | None = None  # when the first group was held
 
-    def check(self, now_ns: int, publishers: int) -> str:
-        """A group is ready at ``now_ns``, with ``publishers`` on the instruction topic:
-        ``HOLD`` it, or let it go (``GO``; ``RAN_OUT``: after holding ``wait_s`` for nothing)."""
-        if self.over or publishers == 0 or self.wait_s <= 0:
+    def check(self, now_ns: int, publishers: Callable[[], int]) -> str:
+        """A group is ready at ``now_ns``; ``publishers()``: how many are on the instruction topic
+        (asked only while a group may still be held): ``HOLD`` it, or let it go (``GO``;
+        ``RAN_OUT``: after holding ``wait_s`` for nothing)."""
+        if self.over or self.wait_s <= 0 or publishers() == 0:
             return self._end(GO)
         if self._since_ns is None:
             self._since_ns = now_ns

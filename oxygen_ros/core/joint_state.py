@@ -53,12 +53,11 @@ class StateTracker:
             return refusal
         if not self.joint_names:
             self._state = (values.astype(np.float32), now_ns)
-        elif any(name in self.joint_names for name in names):
-            for name, value in zip(names, values.tolist()):
-                if name in self.joint_names:
-                    self._values[name] = (value, now_ns)
         else:
-            return None
+            named = [(name, value) for name, value in zip(names, values.tolist()) if name in self.joint_names]
+            if not named:
+                return None
+            self._values.update((name, (value, now_ns)) for name, value in named)
         self.stamp_ns = stamp_ns or now_ns
         return None
 

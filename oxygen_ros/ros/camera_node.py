@@ -354,8 +354,7 @@ class CameraNode(Node):
 
     def _publish_or_hold(self, now_ns: int, state: np.ndarray | None) -> None:
         """Publish the group, unless it is the first and an instruction is still to come."""
-        publishers = 0 if self._instruction_wait.over else self.count_publishers(self._instruction_topic)
-        verdict = self._instruction_wait.check(now_ns, publishers)
+        verdict = self._instruction_wait.check(now_ns, lambda: self.count_publishers(self._instruction_topic))
         wait = f"instruction_wait_s {self._instruction_wait.wait_s:g}"
         if verdict == HOLD:
             self.status.waiting_for_instruction += 1
