@@ -47,8 +47,12 @@ def test_with_no_instruction_in_instruction_wait_s_the_group_goes_out_with_the_d
     send()
     assert stepped_ros.spin_until(lambda: camera.status.waiting_for_instruction >= 1, every=send)
     held_at = time.monotonic()
-    assert stepped_ros.spin_until(lambda: rig.observations, every=send)
+    stepped_ros.spin_for(0.2)  # the frames still on their way
+    received = list(camera.received)
+    assert stepped_ros.spin_until(lambda: rig.observations, timeout=5.0), \
+        "the group held was not sent when instruction_wait_s ran out (no frame came after it)"
     assert time.monotonic() - held_at > 0.5, "the group went out before instruction_wait_s (1 s) ran out"
+    assert camera.received == received, "a frame came after the hold: the test is not testing the timer"
     assert rig.observations[0].instruction == "idle"
     ran_out = [(level, text) for level, text in lines if "no instruction came" in text]
     assert len(ran_out) == 1 and ran_out[0][0] == "warning", lines

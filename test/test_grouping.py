@@ -127,6 +127,20 @@ def test_a_camera_is_waited_for_once_per_group():
     assert g.spread_ns() == 100 * MS
 
 
+def test_a_camera_is_waited_for_one_of_its_periods_at_most():
+    """Two 10 Hz cameras 60 ms out of phase, and camera 0's next frame does not come (lost, or a
+    lockstep bag player holds it until this group's chunk is back): the group waits one period of
+    camera 0 for it, then goes out with camera 0's frame there is."""
+    g = FrameGrouping(2, needs_state=False)
+    assert _run(g, [(0, 0), (1, 60)]) == [(0, 60)]
+    assert g.frame_arrived(0, 100 * MS, 101 * MS, MAX_AGE, False).kind == WAIT  # camera 1 has no new frame
+    d = g.frame_arrived(1, 160 * MS, 161 * MS, MAX_AGE, False)
+    assert d.kind == WAIT and d.retry_ns == 261 * MS, d  # camera 0's 200 ms frame is closer: due by 261 ms
+    assert g.again(260 * MS, MAX_AGE, False).kind == WAIT
+    assert g.again(d.retry_ns, MAX_AGE, False).kind == PUBLISH
+    assert (g.stamps, g.spread_ns()) == ([100 * MS, 160 * MS], 60 * MS)
+
+
 def test_a_camera_whose_next_frame_is_overdue_is_not_waited_for():
     """Camera 0 stopped 350 ms before camera 1's frame (over one and a half of its periods):
     the group goes out with its last frame, as a group of a stopped camera always did."""
@@ -151,10 +165,19 @@ def test_an_image_published_before_its_state_waits_for_that_state_not_the_one_be
     g = FrameGrouping(1, needs_state=True)
     decisions = [_camera_then_state(g, k) for k in range(6)]
     assert decisions[0] == (NO_STATE, PUBLISH)  # no state yet: the first one completes the group
-    # the second tick: the state's period is not known yet (one state), the image goes out with the
-    # state held; from then on each image waits for its own state
-    assert decisions[1] == (PUBLISH, WAIT)
-    assert decisions[2:] == [(WAIT, PUBLISH)] * 4
+    # from the second tick on each image waits for its own state (on the second, one state gives no
+    # period yet: the camera's stands for it)
+    assert decisions[1:] == [(WAIT, PUBLISH)] * 5
+
+
+def test_until_the_state_has_a_period_a_group_waits_one_camera_period_at_most():
+    """A state published once (a slow or stopped driver): the second group waits for a newer one
+    one camera period at most, then goes with the state held."""
+    g = FrameGrouping(1, needs_state=True)
+    assert _camera_then_state(g, 0) == (NO_STATE, PUBLISH)
+    d = g.frame_arrived(0, 100 * MS, 103 * MS, MAX_AGE, True)
+    assert d.kind == WAIT and d.retry_ns == 203 * MS
+    assert g.again(d.retry_ns, MAX_AGE, True).kind == PUBLISH
 
 
 def test_a_state_that_does_not_come_is_waited_for_one_state_period_then_the_group_goes_with_the_one_held():

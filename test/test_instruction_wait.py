@@ -18,9 +18,12 @@ def test_the_first_group_is_held_while_a_publisher_is_there_and_goes_out_when_th
 
 def test_the_wait_runs_out_once_then_nothing_is_held():
     wait = InstructionWait(2.0)
+    assert wait.deadline_ns is None
     assert wait.check(10 * S, publishers=lambda: 1) == HOLD
     assert wait.check(12 * S - 1, publishers=lambda: 1) == HOLD
+    assert wait.deadline_ns == 12 * S, "the held group is to be checked again when the wait runs out"
     assert wait.check(12 * S, publishers=lambda: 1) == RAN_OUT
+    assert wait.deadline_ns is None
     assert wait.check(13 * S, publishers=lambda: 1) == GO
     assert not wait.arrived(), "nothing was held when the late instruction came"
 

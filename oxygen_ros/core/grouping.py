@@ -9,12 +9,16 @@ next group now:
   frame; stamps may go backwards, a looping bag, and the newest frame is used);
 * a camera whose newest frame is more than half its period older than the group's
   newest frame (and less than one and a half: a later frame of it is overdue, lost
-  or the camera stopped) is waited for, once per group: its next frame is closer in
-  time to the others (``WAIT``). Synchronised cameras whose faster camera lost one frame
-  would otherwise pair each of its frames with the others' previous ones from then
-  on, a whole period apart; free-running cameras end up paired within half a
-  period. A camera's period is the shortest step between its recent stamps (lost
-  frames make longer steps); until it has one, it is never waited for;
+  or the camera stopped) is waited for, once per group and one of its periods at
+  most: its next frame is closer in time to the others (``WAIT``). Synchronised
+  cameras whose faster camera lost one frame would otherwise pair each of its
+  frames with the others' previous ones from then on, a whole period apart;
+  free-running cameras end up paired within half a period. A camera's period is
+  the shortest step between its recent stamps (lost frames make longer steps);
+  until it has one, it is never waited for. When its next frame does not come
+  within the period (it was lost, or a lockstep bag player holds it until this
+  group's chunk comes back), the group goes out with the frame there is:
+  ``retry_ns`` says when to decide again;
 * a group whose oldest frame is older than ``max_age`` is dropped (``STALE``):
   the stale cameras must deliver a newer frame;
 * with a state required (the node's ``state_topic``), a group is not published
@@ -30,8 +34,9 @@ next group now:
   teleoperation rig, a bag of either) would otherwise pair every image with the
   state of the period before. A state published faster than the cameras (a
   ``ros2_control`` broadcaster) makes a group wait at most half its own period.
-  A state whose period is not known yet (two states) is not waited for, nor any
-  with ``state_wait`` off. A group waits one state period at most: ``retry_ns``
+  Until two states have come, the cameras' shortest period stands for the
+  state's (a state published with each image). No state is waited for with
+  ``state_wait`` off. A group waits one state period at most: ``retry_ns``
   says when to decide again if nothing comes (the state's driver stopped, a bag
   ended), and the group then goes out with the state held.
 
@@ -52,7 +57,8 @@ PERIOD_STEPS = 8
 class Decision:
     """What to do now: ``kind`` is one of PUBLISH, WAIT, STALE (``stale``: the cameras
     whose frames are too old, now no longer counted as new) and NO_STATE; ``retry_ns``:
-    a WAIT for the state, to be decided again at that time (:meth:`FrameGrouping.again`)."""
+    a WAIT for a camera's next frame or for the state, to be decided again at that time
+    (:meth:`FrameGrouping.again`) if nothing arrives before."""
 
     kind: str
     stale: tuple[int, ...] = ()
@@ -72,7 +78,8 @@ class FrameGrouping:
         self._fresh = [False] * cameras
         self._grouped = [-1] * cameras  # stamps of the frames in the last published group
         self._steps = [deque(maxlen=PERIOD_STEPS) for _ in range(cameras)]  # recent stamp steps, per camera
-        self._waited: dict[int, int] = {}  # camera -> its stamp when this group began waiting for its next frame
+        # camera -> (its stamp, the time) when this group began waiting for its next frame
+        self._waited: dict[int, tuple[int, int]] = {}
         self.state_stamp: int | None = None  # the newest state's stamp
         self._state_steps: deque[int] = deque(maxlen=PERIOD_STEPS)
         self._state_since: int | None = None  # when this group began waiting for a newer state
@@ -114,15 +121,15 @@ class FrameGrouping:
                 self._fresh[i] = False
             self._state_since = None
             return Decision(STALE, stale)
-        laggards = self._laggards()
-        if laggards:
-            for i in laggards:
-                self._waited.setdefault(i, self.stamps[i])
-            return Decision(WAIT)
+        retry_ns = self._laggards_retry(now_ns)
+        if retry_ns is not None:
+            return Decision(WAIT, retry_ns=retry_ns)
         if self.needs_state and not has_state:
             return Decision(NO_STATE)
-        if self.needs_state and self.state_wait and self._state_lags(now_ns):
-            return Decision(WAIT, retry_ns=self._state_since + min(self._state_steps))
+        if self.needs_state and self.state_wait:
+            retry_ns = self._state_retry(now_ns)
+            if retry_ns is not None:
+                return Decision(WAIT, retry_ns=retry_ns)
         return Decision(PUBLISH)
 
     def period_ns(self, index: int) -> int | None:
@@ -130,31 +137,41 @@ class FrameGrouping:
         steps = self._steps[index]
         return min(steps) if steps else None
 
-    def _state_lags(self, now_ns: int) -> bool:
-        """Whether the next state is expected closer to the group's newest frame than the
-        state held, and the group has waited less than a state period for it (see the module doc)."""
-        if self.state_stamp is None or not self._state_steps:
-            return False
-        period = min(self._state_steps)
+    def _state_period_ns(self) -> int | None:
+        """The state's period as its stamps show it; until two states came, the cameras' shortest."""
+        if self._state_steps:
+            return min(self._state_steps)
+        periods = [p for p in map(self.period_ns, range(len(self.stamps))) if p is not None]
+        return min(periods) if periods else None
+
+    def _state_retry(self, now_ns: int) -> int | None:
+        """When to decide again, if the next state is expected closer to the group's newest frame
+        than the state held and the group has waited less than a state period for it (see the
+        module doc); None: the group need not wait for the state."""
+        period = self._state_period_ns()
+        if self.state_stamp is None or period is None:
+            return None
         if not period < 2 * (max(self.stamps) - self.state_stamp) < 3 * period:
-            return False
+            return None
         if self._state_since is None:
             self._state_since = now_ns
-        return 0 <= now_ns - self._state_since < period
+        return self._state_since + period if 0 <= now_ns - self._state_since < period else None
 
-    def _laggards(self) -> list[int]:
-        """The cameras whose next frame is expected closer to the group's newest frame than
-        their newest one (more than half a period older than it, less than one and a half),
-        and not waited for yet in this group (or still awaited)."""
+    def _laggards_retry(self, now_ns: int) -> int | None:
+        """When to decide again, if a camera's next frame is expected closer to the group's newest
+        frame than its newest one (more than half a period older than it, less than one and a
+        half) and has not come yet, nor one period of that camera after the group began waiting
+        for it (once per group: a newer frame ends the camera's wait); None: no camera to wait for."""
         newest = max(self.stamps)
-        out = []
+        retry = None
         for i, stamp in enumerate(self.stamps):
             period = self.period_ns(i)
             if period is None or not period < 2 * (newest - stamp) < 3 * period:
                 continue  # close enough, or its next frame is overdue (lost, or the camera stopped)
-            if self._waited.get(i, stamp) == stamp:  # not waited for yet, or its next frame has not come
-                out.append(i)
-        return out
+            waited_stamp, since = self._waited.setdefault(i, (stamp, now_ns))
+            if waited_stamp == stamp and 0 <= now_ns - since < period:
+                retry = since + period if retry is None else min(retry, since + period)
+        return retry
 
     def published(self) -> None:
         """The group of the newest frames went out: each camera needs a newer frame."""

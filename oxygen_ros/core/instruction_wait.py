@@ -49,6 +49,11 @@ class InstructionWait:
             return HOLD
         return self._end(RAN_OUT)
 
+    @property
+    def deadline_ns(self) -> int | None:
+        """When the wait runs out: the held group is then to be checked again (None: none held)."""
+        return self._since_ns + round(self.wait_s * 1e9) if self.holding else None
+
     def arrived(self) -> bool:
         """An instruction came; True when a group is held now (it can go out at once)."""
         held, self.holding, self.over = self.holding, False, True

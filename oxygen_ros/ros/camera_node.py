@@ -76,6 +76,7 @@ from oxygen_ros.ros.conversions import (
 )
 from oxygen_ros.ros.diagnostic_message import diagnostic_array
 from oxygen_ros.ros.node_main import run_node
+from oxygen_ros.ros.one_shot import OneShot
 from oxygen_ros.ros.parameters import ParameterError, changed_values, declare_parameters, parameter_callback
 from oxygen_ros.ros.qos import LATCHED_QOS, OBSERVATION_QOS, image_qos, image_qos_hint, is_reliable, reliable
 
@@ -129,7 +130,7 @@ class CameraNode(Node):
         self._frames: list[_Frame | None] = [None] * len(self.topics)
         self._image_bytes: list[int | None] = [None] * len(self.topics)  # each camera's last message's data size
         self._grouping = FrameGrouping(len(self.topics), bool(self.state_topic), p["state_wait"])  # when to publish
-        self._retry = None  # a one-shot timer: a group waiting for a state decides again then
+        self._retry = OneShot(self, self._decide_again)  # a waiting or held group is decided again then
         self._throttle = Throttle(5.0)
         self._unstamped_warned: set[str] = set()
 
@@ -339,15 +340,13 @@ class CameraNode(Node):
                                        "not publishing")
         elif decision.kind == PUBLISH:
             self._publish_or_hold(now_ns, state)
-        elif decision.kind == WAIT and decision.retry_ns is not None and self._retry is None:
-            self._retry = self.create_timer(max(decision.retry_ns - now_ns, 0) / 1e9, self._decide_again)
+        elif decision.kind == WAIT and decision.retry_ns is not None:
+            self._retry.at(decision.retry_ns, now_ns)
 
     def _decide_again(self) -> None:
         """The grouping decides again with nothing new (a held group's instruction came, or its
-        wait for a newer state ran out: it goes with the state held)."""
-        if self._retry is not None:  # one shot
-            self.destroy_timer(self._retry)
-            self._retry = None
+        wait ran out: for a camera's next frame or a newer state, it goes with those held; for the
+        instruction, with the default)."""
         now_ns = self.get_clock().now().nanoseconds
         state = self._state_at(now_ns)
         self._act(self._grouping.again(now_ns, self.max_age, state is not None), now_ns, state)
@@ -360,6 +359,7 @@ class CameraNode(Node):
             self.status.waiting_for_instruction += 1
             self._warn("no_instruction", f"a publisher is on {self._instruction_topic} but no instruction has "
                        f"come yet: holding the first group ({wait})", info=True)
+            self._retry.at(self._instruction_wait.deadline_ns, now_ns)
             return
         if verdict == RAN_OUT:
             self.get_logger().warning(f"no instruction came on {self._instruction_topic} within {wait}, though a "
@@ -387,6 +387,7 @@ class CameraNode(Node):
         self.seq += 1
         self.status.group(self._grouping.spread_ns())
         self._grouping.published()
+        self._retry.cancel()
 
 
 def main(args: list[str] | None = None) -> int:
