@@ -19,7 +19,7 @@
   an instruction arrives, and after an empty one, ``default_instruction`` is
   used (an over-long one is cut to the model's prompt length by the inference
   node); the first group waits up to ``instruction_wait_s`` for an instruction
-  while a publisher is on its topic (:mod:`oxygen_ros.core.instruction_wait`);
+  while a publisher is on its topic (:mod:`.camera_instruction`);
 * a state with NaN/inf (or empty, or too long, or whose ``name`` and
   ``position`` lengths disagree) is rejected and never forwarded; with
   ``state_topic`` set, no group is published without a valid state, and frames
@@ -53,14 +53,14 @@ from rclpy.node import Node
 from rclpy.qos import qos_profile_sensor_data
 from rclpy.qos_overriding_options import QoSOverridingOptions, QoSPolicyKind
 from sensor_msgs.msg import CompressedImage, Image, JointState
-from std_msgs.msg import Header, String
+from std_msgs.msg import Header
 
 from oxygen_ros.core.grouping import NO_STATE, PUBLISH, STALE, WAIT, Decision, FrameGrouping
-from oxygen_ros.core.instruction_wait import HOLD, RAN_OUT, InstructionWait
 from oxygen_ros.core.joint_state import StateTracker
 from oxygen_ros.core.text import clean_text, clip
 from oxygen_ros.core.throttle import Throttle
 from oxygen_ros.msg import Observation as ObservationMsg
+from oxygen_ros.ros.camera_instruction import CameraInstruction
 from oxygen_ros.ros.camera_parameters import PARAMETERS, camera_names
 from oxygen_ros.ros.camera_status import CameraStatus
 from oxygen_ros.ros.conversions import (
@@ -78,7 +78,7 @@ from oxygen_ros.ros.diagnostic_message import diagnostic_array
 from oxygen_ros.ros.node_main import run_node
 from oxygen_ros.ros.one_shot import OneShot
 from oxygen_ros.ros.parameters import ParameterError, changed_values, declare_parameters, parameter_callback
-from oxygen_ros.ros.qos import LATCHED_QOS, OBSERVATION_QOS, image_qos, image_qos_hint, is_reliable, reliable
+from oxygen_ros.ros.qos import OBSERVATION_QOS, image_qos, image_qos_hint, is_reliable
 
 NODE_NAME = "oxygen_camera"
 
@@ -122,10 +122,7 @@ class CameraNode(Node):
         self.default_instruction: str = clean_text(p["default_instruction"])
         self.state_topic: str = p["state_topic"]
         self.max_state_age: float = p["max_state_age"]
-        self._instruction_topic: str = p["instruction_topic"]
         self.seq = 0
-        self.instruction: str | None = None
-        self._instruction_wait = InstructionWait(p["instruction_wait_s"])  # see core/instruction_wait.py
         self._state = StateTracker(p["state_joint_names"], self._core.MAX_STATE_DIM)  # see core/joint_state.py
         self._frames: list[_Frame | None] = [None] * len(self.topics)
         self._image_bytes: list[int | None] = [None] * len(self.topics)  # each camera's last message's data size
@@ -146,7 +143,7 @@ class CameraNode(Node):
                          f"{s.qos_profile.depth})" for n, t, s in zip(self.camera_names, self.topics, self._images))
         self.get_logger().info(
             f"grouping {len(self.topics)} camera(s) [{cams}] into {self._publisher.topic_name} at "
-            f"{self.image_size}x{self.image_size}; instruction from {self._instruction_topic}; "
+            f"{self.image_size}x{self.image_size}; instruction from {self._instruction.topic}; "
             f"state from {self.state_topic or '(none)'}")
 
     def _subscribe(self, p: dict[str, Any]) -> None:
@@ -161,12 +158,8 @@ class CameraNode(Node):
                 event_callbacks=SubscriptionEventCallbacks(incompatible_qos=partial(self._on_incompatible, index))))
         self.topics = [s.topic_name for s in self._images]  # as remapped: what the logs and diagnostics name
         self._inputs = list(self._images)
-        # two subscriptions: a latched one gets a transient-local publisher's instruction sent before
-        # this node started; a volatile one matches the volatile publishers (ros2 topic pub, a plain
-        # create_publisher), which a transient-local subscription refuses as incompatible
-        for qos in (LATCHED_QOS, reliable(1)):
-            self._inputs.append(self.create_subscription(String, p["instruction_topic"], self._on_instruction, qos))
-        self._instruction_topic = self._inputs[-1].topic_name
+        self._instruction = CameraInstruction(self, p["instruction_topic"], p["instruction_wait_s"],
+                                              lambda: self.default_instruction, self._warn, self._decide_again)
         if self.state_topic:
             self._inputs.append(self.create_subscription(
                 JointState, self.state_topic, self._on_state, qos_profile_sensor_data))
@@ -206,6 +199,11 @@ class CameraNode(Node):
     @property
     def waiting_for_state(self) -> int:
         return self.status.waiting_for_state
+
+    @property
+    def instruction(self) -> str | None:
+        """The instruction received (None: none yet, or an empty one: groups carry default_instruction)."""
+        return self._instruction.text
 
     # -- parameters ---------------------------------------------------------
 
@@ -263,22 +261,6 @@ class CameraNode(Node):
     def _state_age_limit(self) -> float:
         return self.max_state_age if self.max_state_age > 0 else float("inf")
 
-    def _on_instruction(self, msg: String) -> None:
-        """An instruction (from a latched publisher, it comes on both subscriptions: the same text twice)."""
-        text = clean_text(msg.data)
-        if text != msg.data:
-            self._warn("instruction_control", f"instruction had control characters, removed: "
-                       f"{clip(msg.data)!r} -> {clip(text)!r}")
-        if not text.strip():
-            self._warn("instruction_empty", f"empty instruction on {self._instruction_topic}: using "
-                       f"default_instruction {self.default_instruction!r}")
-            text = None
-        elif text != self.instruction:
-            self.get_logger().info(f"instruction ({len(text)} characters): {clip(text)!r}")
-        self.instruction = text
-        if self._instruction_wait.arrived():  # the group held for it goes out now, with it
-            self._decide_again()
-
     def _on_state(self, msg: JointState) -> None:
         now_ns = self.get_clock().now().nanoseconds
         refusal = self._state.update(list(msg.name), msg.position, now_ns,  # a refusal drops the state held
@@ -296,8 +278,7 @@ class CameraNode(Node):
 
     def diagnostics(self) -> dict[str, Any]:
         """The figures published on /diagnostics, as a dict (see :class:`.camera_status.CameraStatus`)."""
-        return self.status.figures(clip(self.instruction if self.instruction is not None
-                                         else self.default_instruction))
+        return self.status.figures(clip(self._instruction.current()))
 
     def diagnostic_status(self, d: dict[str, Any] | None = None) -> tuple[bytes, str]:
         """(level, message) of the status published now."""
@@ -353,23 +334,15 @@ class CameraNode(Node):
 
     def _publish_or_hold(self, now_ns: int, state: np.ndarray | None) -> None:
         """Publish the group, unless it is the first and an instruction is still to come."""
-        verdict = self._instruction_wait.check(now_ns, lambda: self.count_publishers(self._instruction_topic))
-        wait = f"instruction_wait_s {self._instruction_wait.wait_s:g}"
-        if verdict == HOLD:
+        if self._instruction.hold(now_ns):
             self.status.waiting_for_instruction += 1
-            self._warn("no_instruction", f"a publisher is on {self._instruction_topic} but no instruction has "
-                       f"come yet: holding the first group ({wait})", info=True)
-            self._retry.at(self._instruction_wait.deadline_ns, now_ns)
+            self._retry.at(self._instruction.wait.deadline_ns, now_ns)
             return
-        if verdict == RAN_OUT:
-            self.get_logger().warning(f"no instruction came on {self._instruction_topic} within {wait}, though a "
-                                      f"publisher is there: publishing with default_instruction "
-                                      f"{self.default_instruction!r}")
         self._publish_group(state)
 
     def _publish_group(self, state: np.ndarray | None) -> None:
         frames = [f for f in self._frames if f is not None]
-        instruction = self.instruction if self.instruction is not None else self.default_instruction
+        instruction = self._instruction.current()
         oldest = min(f.stamp_ns for f in frames)
         observation = self._core.Observation(
             images={name: to_model_image(f.rgb, self.image_size) for name, f in zip(self.camera_names, frames)},
