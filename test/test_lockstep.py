@@ -32,3 +32,23 @@ def test_a_gate_without_its_cameras_named_holds_every_camera_s_second_image():
     assert _send(gate, "/a") and not _send(gate, "/a", 0.1)
     gate.on_actions(SimpleNamespace(observation_seq=3))
     assert _send(gate, "/a", 0.2)
+
+
+def test_no_image_waits_before_the_first_state_has_gone_out():
+    """A bag recorded from a running robot that begins with images whose states came before
+    the recording did: a camera node with a state_topic groups none of them, so no chunk would
+    answer them. They go on; once the state has gone out, the next image waits as always."""
+    gate = LockstepGate("/oxygen/actions", ("/cam",), ("/joint_states",))
+    assert _send(gate, "/cam") and _send(gate, "/cam", 0.1) and _send(gate, "/cam", 0.2)
+    gate.state_sent("/joint_states")
+    assert not _send(gate, "/cam", 0.3), "after the first state, an image waits for the chunk"
+    gate.on_actions(SimpleNamespace(observation_seq=0))
+    assert _send(gate, "/cam", 0.4) and gate.timeouts == 0
+
+
+def test_with_two_state_topics_images_wait_once_both_have_gone_out():
+    gate = LockstepGate("/oxygen/actions", ("/cam",), ("/arm/joint_states", "/gripper/joint_states"))
+    gate.state_sent("/arm/joint_states")
+    assert _send(gate, "/cam") and _send(gate, "/cam", 0.1)
+    gate.state_sent("/gripper/joint_states")
+    assert not _send(gate, "/cam", 0.2)

@@ -53,6 +53,7 @@ from oxygen_ros.ros.qos import ACTIONS_QOS, DATA_QOS, LATCHED_QOS
 from oxygen_ros.ros.robots import robot_names_check
 
 IMAGE_TYPES = ("sensor_msgs/msg/Image", "sensor_msgs/msg/CompressedImage")
+STATE_TYPE = "sensor_msgs/msg/JointState"
 #: Topics a bag of a running agent holds (``ros2 bag record -a``) that are not the robot's inputs: the
 #: stack's own outputs and ROS's bookkeeping. Played, they would reach the robot beside the live ones
 #: (recorded actions), feed the inference node twice (recorded Observations) or answer the player's
@@ -156,7 +157,9 @@ class BagPlayer(Node):
                                        f"/<robot>{p['action_topic']}), got {p['action_topic']!r}")
         robots = p["lockstep_robots"]
         images = [t for t in self._publishers_by_topic if self._types[t] in IMAGE_TYPES]
-        self._gates = {key: LockstepGate(topic, tuple(t for t in images if gate_key(t, robots) == key))
+        states = [t for t in self._publishers_by_topic if self._types[t] == STATE_TYPE]
+        self._gates = {key: LockstepGate(topic, tuple(t for t in images if gate_key(t, robots) == key),
+                                         tuple(t for t in states if gate_key(t, robots) == key))
                        for key, topic in gate_topics(p["action_topic"], robots).items()}
         self._gate_of = {t: self._gates[gate_key(t, robots)] for t in self._publishers_by_topic}
         self._action_subs = [(gate, self.create_subscription(ActionChunk, gate.action_topic, gate.on_actions,
@@ -336,6 +339,8 @@ class BagPlayer(Node):
                     self._t0_wall += now - max(due, gate.hold_since)  # keep recorded spacing after the wait
                     gate.hold_since = None
                 gate.sent(topic)
+            elif self._types[topic] == STATE_TYPE:
+                self._gate_of[topic].state_sent(topic)
             self._publish(topic, stamp_ns, raw)
             self._pending = self._next()
 

@@ -12,6 +12,14 @@ for an observation that the camera node forms only with the slower one's
 frame, which comes later in the bag. Until then the faster camera's images go
 on (the camera node keeps the newest of each camera).
 
+Nor does an image wait before the first message of each of the gate's state
+topics (its robot's ``sensor_msgs/JointState`` topics in the bag) has gone
+out: a camera node with a ``state_topic`` groups no image without a state, so
+no chunk would answer it, and the gate would wait the whole timeout. A bag
+recorded from a running robot often begins that way (the recorder found the
+image topic before the state's). The camera node keeps the newest of those
+images, and the first state completes a group with it.
+
 One gate serves one robot. With ``lockstep_robots: [left, right]`` the bag
 player has a gate per robot on ``/<robot>`` + ``action_topic``
 (``/left/oxygen/actions``), and an image topic under ``/<robot>/``
@@ -27,10 +35,12 @@ from .robots import robot_topic
 class LockstepGate:
     """The lockstep state of one robot: the newest observation answered on ``action_topic``."""
 
-    def __init__(self, action_topic: str, image_topics: tuple[str, ...] = ()):
+    def __init__(self, action_topic: str, image_topics: tuple[str, ...] = (), state_topics: tuple[str, ...] = ()):
         self.action_topic = action_topic
         #: the image topics through this gate (a group is one image of each; empty: any one is a group)
         self.image_topics = frozenset(image_topics)
+        self.state_topics = frozenset(state_topics)  # its robot's JointState topics
+        self._states_sent: set[str] = set()
         self.action_seq = -1  # highest ActionChunk.observation_seq seen
         self.timeouts = 0
         self._gate_seq = -1
@@ -42,8 +52,9 @@ class LockstepGate:
 
     def open(self, topic: str, now: float, timeout_s: float) -> tuple[bool, str | None]:
         """May ``topic``'s image go out now? Also a warning to log when the wait timed out."""
-        if topic not in self._images_since_release or not self.image_topics <= self._images_since_release:
-            return True, None  # its first image since the release, or the group is not complete yet
+        if (topic not in self._images_since_release or not self.image_topics <= self._images_since_release
+                or not self.state_topics <= self._states_sent):
+            return True, None  # its first image since the release, the group is not complete yet, or no state was
         warning = None
         if self.action_seq > self._gate_seq:
             released = True
@@ -67,6 +78,10 @@ class LockstepGate:
     def sent(self, topic: str) -> None:
         """``topic``'s image went out: its next one waits for the next release."""
         self._images_since_release.add(topic)
+
+    def state_sent(self, topic: str) -> None:
+        """A message of ``topic``, one of the state topics, went out."""
+        self._states_sent.add(topic)
 
 
 def gate_key(topic: str, robots: list[str] | tuple[str, ...]) -> str:
