@@ -20,6 +20,7 @@ from oxygen_ros.core.model.compile_setup import compile_cache_dir, resolve_compi
 from oxygen_ros.core.model import compiled as compiled_module
 from oxygen_ros.core.model.compiled import CompiledVLA
 from oxygen_ros.core.model.config import TINY
+from oxygen_ros.core.model.static import StaticPieces
 from oxygen_ros.core.model.vla import PrefixBatch, build_model
 from oxygen_ros.core.model.buckets import batch_buckets, bucket_for, fit_prefill, prompt_buckets
 from oxygen_ros.core.observation import make_prefix_batch
@@ -268,16 +269,17 @@ def test_recompiles_counts_the_graphs_loaded_after_the_warm_up(lively_tiny, monk
     monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path))
     cache = lively_tiny.new_cache(4, TINY.prefix_len + 12)
     pieces = CompiledVLA(lively_tiny, cache, steps=3, max_observations=1, decode_loop=False, denoise_loop=False)
-    assert pieces._compile, "the packaged path, whose loads are counted"
+    assert pieces.compiling, "the packaged path, whose loads are counted"
+    eager = StaticPieces(lively_tiny, cache, 3)
 
     class Stub:
         built = False
 
         def __init__(self, model, cache, name, steps, inputs, cache_dir):
-            self._call = getattr(pieces._static, name)
+            self.piece = getattr(eager, name)
 
         def __call__(self, *inputs):
-            return self._call(*inputs)
+            return self.piece(*inputs)
 
     built = []
     monkeypatch.setattr(compiled_module, "PackagedPiece", Stub)
@@ -299,7 +301,7 @@ def test_recompiles_counts_the_graphs_loaded_after_the_warm_up(lively_tiny, monk
     assert pieces.recompiles == 0
     decode()
     assert pieces.recompiles == 0, "a warmed bucket loads nothing"
-    pieces._pieces.clear()  # as if the decode bucket's graph were lost
+    pieces.unload()  # the decode bucket's graph loads again
     decode()
     assert pieces.recompiles == 1
 
@@ -534,8 +536,8 @@ def test_a_package_gives_the_same_through_its_library_as_through_torchs_loader(l
                                                    language_every_n_frames=0, camera_names=("base",), compile="on"))
     engine.warm_up()
     name = "decode_loop" if engine.compiled.loops else "decode"  # one step where torch cannot export the loop
-    piece = next(p for key, p in engine.compiled._pieces.items() if key[0] == name and key[1] == (2,))
-    assert isinstance(piece, PackagedPiece) and isinstance(piece._call, AOTILibrary)
+    piece = next(p for key, p in engine.compiled.loaded.items() if key[0] == name and key[1] == (2,))
+    assert isinstance(piece, PackagedPiece) and isinstance(piece.library, AOTILibrary)
     state = dict(_Piece(lively_tiny, name, 2).named_parameters())
     cache = engine.pool.cache
     cache.k.normal_(generator=torch.Generator().manual_seed(0))
@@ -547,7 +549,7 @@ def test_a_package_gives_the_same_through_its_library_as_through_torchs_loader(l
                    torch.arange(2), torch.tensor([2]))
     k0, v0 = cache.k.clone(), cache.v.clone()
     with torch.inference_mode():
-        ours = piece._call(cache.k, cache.v, *inputs)
+        ours = piece.library(cache.k, cache.v, *inputs)
         ours_k, ours_v = cache.k.clone(), cache.v.clone()
         cache.k.copy_(k0)
         cache.v.copy_(v0)
@@ -557,8 +559,8 @@ def test_a_package_gives_the_same_through_its_library_as_through_torchs_loader(l
     assert not torch.equal(k0, cache.k)  # ... and there were some
 
     with pytest.raises(ValueError, match=rf"{piece.path.stem}.*takes {2 + len(inputs)} tensors, got 4"):
-        piece._call(cache.k, cache.v, *inputs[:2])
-    some = piece._call.constant_names()[0]  # one the decode loop needs (it never reads the vision tower's)
+        piece.library(cache.k, cache.v, *inputs[:2])
+    some = piece.library.constant_names()[0]  # one the decode loop needs (it never reads the vision tower's)
     with pytest.raises(RuntimeError, match=rf"{piece.path.stem}.*needs constants the model does not have.*{some}"):
         AOTILibrary(piece.path, {n: t for n, t in state.items() if n != some})
 

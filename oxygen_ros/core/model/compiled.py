@@ -33,7 +33,8 @@ steady state never does. Differences from eager, by design:
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from types import MappingProxyType
 
 import torch
 from torch import Tensor
@@ -105,7 +106,8 @@ class CompiledVLA:
         self.built = 0  # ... of which compiled here (not found in the cache)
         self._graphs_at_warm: int | None = None
         self._static = StaticPieces(model, cache, steps)
-        self._compile = compile
+        #: whether the pieces are compiled packages (False: the same buckets, eager)
+        self.compiling = compile
         self._pieces: dict[tuple, Callable[..., object]] = {}
         self._columns = torch.arange(self.decode_steps)  # its length is the loop's K (a graph input)
         self._constants: dict[tuple[int, ...], Tensor] = {}  # see _constant
@@ -121,7 +123,7 @@ class CompiledVLA:
             piece = self._load(package, package_inputs)
             if package == "denoise_step":
                 piece = functools.partial(self._stepped_denoise, piece)
-            if self._compile and self.model.device.type == "cuda":
+            if self.compiling and self.model.device.type == "cuda":
                 piece = CudaGraphs(piece)
             self._pieces[key] = piece
         return piece
@@ -135,7 +137,7 @@ class CompiledVLA:
         return name, inputs
 
     def _load(self, name: str, inputs: tuple[Tensor, ...]) -> Callable[..., object]:
-        if not self._compile:
+        if not self.compiling:
             return getattr(self._static, name)
         with torch.inference_mode(False):  # export traces ordinary tensors
             example = tuple(t.clone() for t in inputs)
@@ -161,6 +163,16 @@ class CompiledVLA:
     def bucket_count(self) -> int:
         prefills = len(self.camera_buckets) * len(self.prompt_buckets)
         return len(self.decode_buckets) + len(self.observation_buckets) * (1 + prefills)
+
+    @property
+    def loaded(self) -> Mapping[tuple, Callable[..., object]]:
+        """The graphs loaded so far, by (piece name, its inputs' shapes...), read-only."""
+        return MappingProxyType(self._pieces)
+
+    def unload(self) -> None:
+        """Drop the graphs loaded (their memory goes once no frame holds them): each loads again
+        at its next use, from the compile cache, and counts in :attr:`recompiles`."""
+        self._pieces.clear()
 
     @property
     def cuda_graphs(self) -> int:
@@ -189,7 +201,7 @@ class CompiledVLA:
             if progress is not None:
                 progress(done, len(buckets), what + how)
 
-        if self._compile:
+        if self.compiling:
             with torch.inference_mode(False):  # export traces ordinary tensors
                 packages = [(what, *self._package(name, inputs)) for what, name, inputs in buckets]
                 builds = [Build(what, name, self.steps, tuple(t.clone() for t in inputs),
@@ -209,7 +221,7 @@ class CompiledVLA:
         for what, name, inputs in buckets:
             self._run(name, *inputs)  # loads the package (built above, or found in the cache)
             if what not in fresh:
-                report(what, " (from the cache)" if self._compile else "")
+                report(what, " (from the cache)" if self.compiling else "")
         self._graphs_at_warm = self.graphs
 
     def buckets(self) -> list[tuple[str, str, tuple[Tensor, ...]]]:

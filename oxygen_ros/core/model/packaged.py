@@ -93,10 +93,10 @@ class PackagedPiece:
         state = dict(module.named_parameters())
         state.update(module.named_buffers())
         # through the library's C interface: the interpreter lock is released
-        self._call = AOTILibrary(self.path, state, str(model.device))
+        self.library = AOTILibrary(self.path, state, str(model.device))  # the package's compiled code
 
     def __call__(self, *inputs: Tensor):
-        return self._call(self.cache.k, self.cache.v, *inputs)
+        return self.library(self.cache.k, self.cache.v, *inputs)
 
 
 def _loaded(path: pathlib.Path, state: dict[str, Tensor]):
