@@ -221,3 +221,48 @@ def test_a_state_waited_for_is_not_waited_for_beyond_one_and_a_half_periods():
     assert g.frame_arrived(1, 300 * MS, 302 * MS, MAX_AGE, True).kind == WAIT  # state 100 ms older: its next is due
     assert g.frame_arrived(0, 340 * MS, 341 * MS, MAX_AGE, True).kind == WAIT
     assert g.frame_arrived(0, 360 * MS, 361 * MS, MAX_AGE, True).kind == PUBLISH  # 160 ms: overdue, not awaited
+
+
+def _replay(g, events):
+    """Feed ``events`` (arrival ms, "frame" or "state", stamp ms) in order, deciding again at each
+    ``retry_ns`` that comes before the next event (as the node's timer does); the published groups
+    as (the time they went out, the newest frame's stamp, the state's stamp), in ms."""
+    groups, retry = [], None
+
+    def act(decision, now):
+        nonlocal retry
+        if decision.kind == PUBLISH:
+            groups.append((now / MS, max(g.stamps) / MS, g.state_stamp / MS))
+            g.published()
+            retry = None
+        elif decision.retry_ns is not None:
+            retry = decision.retry_ns if retry is None else min(retry, decision.retry_ns)
+
+    for arrival, kind, stamp in events:
+        now = round(arrival * MS)
+        while retry is not None and retry <= now:
+            at, retry = retry, None
+            act(g.again(at, MAX_AGE, True), at)
+        if kind == "frame":
+            act(g.frame_arrived(0, round(stamp * MS), now, MAX_AGE, g.state_stamp is not None), now)
+        else:
+            act(g.state_arrived(now, MAX_AGE, round(stamp * MS)), now)
+    return groups
+
+
+def test_a_state_slower_than_the_camera_holds_a_group_back_half_a_frame_period_at_most():
+    """A 10 Hz state beside a 30 Hz camera, both stamped when taken and arriving 1 ms later:
+    every frame still makes its group, each out within half a frame period of its arrival once
+    the state's period is known (a group waits only for a state due by then; before, for a
+    state at the camera's rate, at most one frame period), and takes the state nearest in time
+    it can. (Waiting for any state due within 1.5 of its periods, 6 of the 30 frames were lost:
+    a newer frame came while its group waited.)"""
+    frame_ms = 100 / 3
+    events = sorted([(k * frame_ms + 1, "frame", k * frame_ms) for k in range(30)]
+                    + [(k * 100 + 1, "state", k * 100) for k in range(11)])
+    groups = _replay(FrameGrouping(1, needs_state=True), events)
+    assert len(groups) == 30, groups
+    delays = [out - (stamp + 1) for out, stamp, _ in groups]
+    assert max(delays) <= frame_ms, delays
+    assert max(delays[3:]) <= frame_ms / 2, [(round(d, 1), g) for d, g in zip(delays, groups)]  # from 100 ms on
+    assert [state for _, stamp, state in groups if stamp == 300] == [300]  # a state of its moment, waited for

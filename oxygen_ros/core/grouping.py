@@ -34,7 +34,10 @@ next group now:
   teleoperation rig, a bag of either) would otherwise pair every image with the
   state of the period before. A state published faster than the cameras (a
   ``ros2_control`` broadcaster) makes a group wait at most half its own period.
-  Until two states have come, the cameras' shortest period stands for the
+  A group waits only for a state due within half a frame period (the cameras'
+  shortest) of its newest frame: a state slower than the cameras (a 10 Hz
+  driver beside 30 Hz cameras) would otherwise hold many groups back for tens
+  of milliseconds, for a state hardly closer in time. Until two states have come, the cameras' shortest period stands for the
   state's (a state published with each image). No state is waited for with
   ``state_wait`` off. A group waits one state period at most: ``retry_ns``
   says when to decide again if nothing comes (the state's driver stopped, a bag
@@ -137,12 +140,14 @@ class FrameGrouping:
         steps = self._steps[index]
         return min(steps) if steps else None
 
-    def _state_period_ns(self) -> int | None:
-        """The state's period as its stamps show it; until two states came, the cameras' shortest."""
-        if self._state_steps:
-            return min(self._state_steps)
+    def _frame_period_ns(self) -> int | None:
+        """The cameras' shortest period (None: no camera has one yet)."""
         periods = [p for p in map(self.period_ns, range(len(self.stamps))) if p is not None]
         return min(periods) if periods else None
+
+    def _state_period_ns(self) -> int | None:
+        """The state's period as its stamps show it; until two states came, the cameras' shortest."""
+        return min(self._state_steps) if self._state_steps else self._frame_period_ns()
 
     def _state_retry(self, now_ns: int) -> int | None:
         """When to decide again, if the next state is expected closer to the group's newest frame
@@ -151,8 +156,12 @@ class FrameGrouping:
         period = self._state_period_ns()
         if self.state_stamp is None or period is None:
             return None
-        if not period < 2 * (max(self.stamps) - self.state_stamp) < 3 * period:
+        lag = max(self.stamps) - self.state_stamp
+        if not period < 2 * lag < 3 * period:
             return None
+        frame_period = self._frame_period_ns()
+        if frame_period is not None and 2 * (period - lag) > frame_period:
+            return None  # the next state is not due within half a frame period
         if self._state_since is None:
             self._state_since = now_ns
         return self._state_since + period if 0 <= now_ns - self._state_since < period else None

@@ -51,8 +51,8 @@ PARAMETERS: tuple[ParamSpec, ...] = (
               "give theirs; other joints are ignored); empty: each message's positions in its order",
               "str_list", _joint_names),
     ParamSpec("state_wait", True, "a group waits for the state due next when that one is closer in time to its "
-              "images than the state held (a driver that sends each image, then the state taken with it); "
-              "false: the state held when the group is complete", "bool"),
+              "images than the state held and due within half a frame period (a driver that sends each image, "
+              "then the state taken with it); false: the state held when the group is complete", "bool"),
     ParamSpec("max_state_age", 1.0, "seconds: a state older than this (by arrival; with state_joint_names, "
               "its oldest joint) is no state, and no group goes out until a newer one; 0: no limit",
               "float", non_negative, dynamic=True),
