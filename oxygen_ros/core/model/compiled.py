@@ -170,8 +170,7 @@ class CompiledVLA:
         return MappingProxyType(self._pieces)
 
     def unload(self) -> None:
-        """Drop the graphs loaded (their memory goes once no frame holds them): each loads again
-        at its next use, from the compile cache, and counts in :attr:`recompiles`."""
+        """Drop the graphs loaded: each loads again at its next use (from the cache), counted in :attr:`recompiles`."""
         self._pieces.clear()
 
     @property
@@ -258,7 +257,7 @@ class CompiledVLA:
         self._check(cache)
         if view.start != 0:
             raise ValueError(f"a compiled decode step reads slots from 0, got a view from slot {view.start}")
-        return self._run_decode(*self._decode_inputs(view.rows, view, tokens))[: view.rows]
+        return self._run("decode", *self._decode_inputs(view.rows, view, tokens))[: view.rows]
 
     def decode(self, cache: KVCache, view: SlotView, tokens: Tensor | Sequence[int], remaining: Tensor | Sequence[int],
                allowed: Tensor, eos_id: int, steps: int) -> Tensor:
@@ -274,7 +273,7 @@ class CompiledVLA:
         n = min(steps, self.decode_steps)
         inputs = self._decode_inputs(view.rows, view, tokens)
         if not self.loops:
-            logits = self._run_decode(*inputs)[: view.rows]
+            logits = self._run("decode", *inputs)[: view.rows]
             return greedy_allowed(logits, allowed.to(logits.device))[:, None].cpu()
         left = padded(remaining, inputs[0].shape[0], torch.long)
         return self._run("decode_loop", *self._loop_inputs(*inputs, left, allowed, eos_id, n))[: view.rows, :n]
@@ -349,9 +348,6 @@ class CompiledVLA:
             return piece(*inputs)
         with torch.inference_mode():
             return piece(*inputs)
-
-    def _run_decode(self, tokens: Tensor, lengths: Tensor, live: Tensor) -> Tensor:
-        return self._run("decode", tokens, lengths, live)
 
     def _loop_inputs(self, tokens: Tensor, lengths: Tensor, live: Tensor, remaining: Tensor, allowed: Tensor,
                      eos_id: int, steps: int) -> tuple[Tensor, ...]:
