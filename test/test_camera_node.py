@@ -362,3 +362,30 @@ def test_parameters_validated_at_start_and_at_run_time(stepped_ros):
     assert camera.image_size == 16
     assert camera.set_parameters([Parameter("default_instruction", value="go\x07")])[0].successful
     assert camera.default_instruction == "go"
+
+
+def test_frames_missing_by_their_stamps_are_counted_and_warned_about_with_what_helps(stepped_ros, monkeypatch):
+    """A 30 Hz camera whose stamps show one frame in three missing (best effort loses large raw
+    images whole): /diagnostics counts them, and the console says so, with the fix for a
+    best-effort publisher of large images, though the rate received is above min_camera_rate_hz."""
+    from oxygen_ros.ros.conversions import ns_to_time_msg, rgb_to_image_msg
+
+    rig = CameraRig(stepped_ros)
+    camera = camera_node(stepped_ros, instruction_wait_s=0.0)
+    lines = record_log(camera, monkeypatch)
+    rig.wait_matched(camera)
+    assert stepped_ros.spin_until(lambda: not camera.status.settling(), timeout=6.0)  # frames missing then: not warned
+    big = np.random.default_rng(0).integers(0, 255, (160, 160, 3), dtype=np.uint8)  # 77 kB: in fragments
+    start = camera.get_clock().now().nanoseconds
+    for k in range(30):
+        if k % 3 != 2:
+            rig.send_raw(big, msg=rgb_to_image_msg(big, "rgb8", ns_to_time_msg(start + k * 33_333_333), "raw_frame"))
+            stepped_ros.spin_for(0.01)
+    assert stepped_ros.spin_until(lambda: camera.received[0] >= 15 and camera.diagnostics()["base.frames_missing"] >= 9)
+
+    def warned():
+        return [text for level, text in lines if level == "warning" and "frames missing by their stamps" in text]
+
+    assert stepped_ros.spin_until(warned, timeout=5.0), lines
+    assert f"camera base on {stepped_ros.prefix}/cam_raw:" in warned()[0]
+    assert "its publisher best effort" in warned()[0] and "send compressed images" in warned()[0], warned()[0]

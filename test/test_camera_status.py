@@ -128,3 +128,44 @@ def test_the_group_stamp_spread_is_the_widest_since_the_last_figures():
     figures = status.figures("")
     assert figures["group_stamp_spread_ms"] == 100.0 and figures["published"] == 3
     assert math.isnan(status.figures("")["group_stamp_spread_ms"])
+
+
+def _frames(status, clock, seconds, period_ms=100, keep=lambda k: True, hold_ms=0):
+    """A camera stamping its frames every ``period_ms`` for ``seconds``; only the frames ``keep``
+    selects arrive (``hold_ms``: each arrival later by that much, as a lockstep player's hold
+    moves a restamped stamp); the rates are read every second, as the node does."""
+    warnings, stamp = [], 0
+    for k in range(round(seconds * 1000 / period_ms)):
+        clock.now += period_ms / 1000
+        stamp += (period_ms + hold_ms) * 1_000_000
+        if keep(k):
+            status.frame(0, stamp, period_ms * 1_000_000)
+        if math.floor(clock.now) > math.floor(clock.now - period_ms / 1000):  # each whole second
+            status.figures("")
+            warnings += status.rate_warnings(5.0)
+    return warnings
+
+
+def test_frames_missing_by_their_stamps_are_counted_and_warned_about_above_a_tenth():
+    """A 30 Hz camera whose every other frame is lost (best effort and large raw images): its
+    rate (15 Hz) is above min_camera_rate_hz, but the stamps show the frames missing."""
+    clock = Clock()
+    status = CameraStatus(["base"], ["/camera"], ("decode",), clock=clock)
+    assert _frames(status, clock, 2, period_ms=33, keep=lambda k: k % 2 == 0) == []  # settling: not warned
+    assert _frames(status, clock, 4, period_ms=33) == []  # all there
+    warnings = _frames(status, clock, 4, period_ms=33, keep=lambda k: k % 2 == 0)
+    assert status.missing[0] >= 55 and status.figures("")["base.frames_missing"] == status.missing[0]
+    (line,) = warnings  # throttled: one in 4 s
+    assert "camera base on /camera:" in line and "frames missing by their stamps over the last 3 s" in line
+    assert "below min_camera_rate_hz" not in line
+
+
+def test_a_few_frames_missing_or_a_lockstep_hold_or_a_pause_warn_of_nothing():
+    clock = Clock()
+    status = CameraStatus(["base"], ["/camera"], ("decode",), clock=clock)
+    assert _frames(status, clock, 6, keep=lambda k: k % 20 != 5) == []  # one in 20 (under a tenth)
+    assert status.missing[0] == 3
+    assert _frames(status, clock, 6, hold_ms=30) == []  # each frame held 30 ms: steps of 130 ms
+    assert status.missing[0] == 3
+    status.frame(0, 10**12, 100_000_000)  # the camera paused for minutes, then went on: not frames lost
+    assert status.missing[0] == 3

@@ -235,7 +235,6 @@ class CameraNode(Node):
             self.status.reject(exc.reason)
             self._warn((topic, exc.reason), f"rejected image on {topic}: {exc}")
             return
-        self.status.frame(index)
         now_ns = self.get_clock().now().nanoseconds
         stamp_ns = stamp_to_ns(msg.header.stamp)
         header = msg.header
@@ -245,6 +244,7 @@ class CameraNode(Node):
             if topic not in self._unstamped_warned:
                 self._unstamped_warned.add(topic)
                 self.get_logger().warning(f"images on {topic} have no header stamp: using the receive time")
+        self.status.frame(index, stamp_ns, self._grouping.period_ns(index))
         self._frames[index] = _Frame(rgb, stamp_ns, header)
         state = self._state_at(now_ns)  # read once: the decision and the group it publishes see the same state
         self._act(self._grouping.frame_arrived(index, stamp_ns, now_ns, self.max_age, state is not None),

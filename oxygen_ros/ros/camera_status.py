@@ -4,8 +4,17 @@
 dropped, measures each camera's received rate over the last :data:`RATE_WINDOW_S`
 seconds, and turns them into the ``/diagnostics`` figures, the status (level and
 message) and the throttled console warnings: a camera below ``min_camera_rate_hz``
-(including one that never delivered), rejected images and stale groups are logged
-where they happen. After a stall of the node's own process (:data:`STALL_READINGS`)
+(including one that never delivered), a camera missing frames by its stamps
+(:data:`MISSING_SHARE`), rejected images and stale groups are logged where they happen.
+
+A frame is missing when its camera's stamps step a whole number of periods (2 to
+:data:`MISSING_MAX_STEPS`, within a quarter period) between two frames received:
+best effort loses large raw images whole when one fragment is lost (a 640x480
+``rgb8`` camera at 30 Hz lost every other frame here), which a rate above
+``min_camera_rate_hz`` does not show, and the robot then gets its chunks in bursts.
+A lockstep bag player's held images step by a hold, not by whole periods. Frames
+missing while the node settles (:meth:`CameraStatus.settling`) are counted but not warned
+about: a publisher starting beside busy processes skips frames (the demo's camera did). After a stall of the node's own process (:data:`STALL_READINGS`)
 the rates start again instead of reading the stall as a slow camera.
 """
 
@@ -31,6 +40,11 @@ RATE_WARN_PERIOD_S = 5.0
 #: camera's process). The rates then start again from that reading, with their grace. A shorter
 #: stall costs a 10 Hz camera at most 10 frames of a window, 5 of them queued: still above 5 Hz.
 STALL_READINGS = 1.5
+#: The share of a camera's frames over the last RATE_WINDOW_S seconds missing by its stamps (and at least
+#: 3 of them) from which the console warns.
+MISSING_SHARE = 0.1
+#: The longest stamp step, in periods, read as frames missing (longer: the camera paused).
+MISSING_MAX_STEPS = 10
 
 
 class RateWindow:
@@ -73,6 +87,9 @@ class CameraStatus:
         self.rejected: dict[str, int] = {r: 0 for r in reasons}
         self.published = self.dropped_stale = self.waiting_for_state = self.waiting_for_instruction = 0
         self.received = [0] * len(topics)  # good frames per camera
+        self.missing = [0] * len(topics)  # frames missing by the stamps, per camera (see the module doc)
+        self._stamps: list[int | None] = [None] * len(topics)  # each camera's last frame's stamp
+        self._missed = [RateWindow(start) for _ in topics]
         self._spread_ns: int | None = None  # the widest stamp spread of a group published since the last figures
         self._last_frame: list[float | None] = [None] * len(topics)
         self._rates = [RateWindow(start) for _ in topics]
@@ -86,12 +103,21 @@ class CameraStatus:
         publishers come up in any order, so a state missing then is expected, not a fault."""
         return self._clock() - self._since < RATE_WINDOW_S
 
-    def frame(self, index: int) -> None:
-        """Camera ``index`` delivered a good frame."""
+    def frame(self, index: int, stamp_ns: int | None = None, period_ns: int | None = None) -> None:
+        """Camera ``index`` delivered a good frame stamped ``stamp_ns``; ``period_ns``: the camera's
+        period as its stamps showed it before this frame (None: not known yet)."""
         now = self._clock()
         self.received[index] += 1
         self._last_frame[index] = now
         self._rates[index].add(now)
+        previous, self._stamps[index] = self._stamps[index], stamp_ns
+        if previous is None or stamp_ns is None or not period_ns:
+            return
+        steps = round((stamp_ns - previous) / period_ns)
+        if 2 <= steps <= MISSING_MAX_STEPS and 4 * abs(stamp_ns - previous - steps * period_ns) < period_ns:
+            self.missing[index] += steps - 1
+            for _ in range(0 if self.settling() else steps - 1):  # (publishers starting skip frames)
+                self._missed[index].add(now)
 
     def group(self, spread_ns: int) -> None:
         """A group went out, its frames' stamps ``spread_ns`` apart (newest minus oldest)."""
@@ -107,7 +133,7 @@ class CameraStatus:
         now = self._clock()
         if now - self._last_reading > self._stall_s:
             self._since = now
-            for r in self._rates:
+            for r in self._rates + self._missed:
                 r.restart(now)
         self._last_reading = now
         return [r.rate(now) for r in self._rates]
@@ -121,10 +147,11 @@ class CameraStatus:
                    waiting_for_instruction=self.waiting_for_instruction, instruction=instruction,
                    group_stamp_spread_ms=math.nan if self._spread_ns is None else self._spread_ns / 1e6)
         self._spread_ns = None
-        for name, topic, count, last, rate in zip(self.names, self.topics, self.received, self._last_frame,
-                                                  self.rates()):
+        for name, topic, count, missing, last, rate in zip(self.names, self.topics, self.received, self.missing,
+                                                           self._last_frame, self.rates()):
             out[f"{name}.topic"] = topic
             out[f"{name}.frames"] = count
+            out[f"{name}.frames_missing"] = missing
             out[f"{name}.rate_hz"] = rate
             out[f"{name}.last_frame_age_s"] = math.nan if last is None else now - last
         return out
@@ -170,6 +197,20 @@ class CameraStatus:
             if rejected:
                 line += f" ({rejected} images rejected so far, see the warnings above)"
             lines.append(line + hint(index))
+        return lines + self._missing_warnings(hint)
+
+    def _missing_warnings(self, hint: Callable[[int], str]) -> list[str]:
+        """Console lines for the cameras missing over :data:`MISSING_SHARE` of their frames now."""
+        lines, now = [], self._clock()
+        for index, (missed, received) in enumerate(zip(self._missed, self._rates)):
+            lost, got = missed.rate(now) * RATE_WINDOW_S, received.rate(now) * RATE_WINDOW_S
+            if not lost >= max(3, MISSING_SHARE * (lost + got)):  # (NaN while too short to tell)
+                continue
+            suppressed = self._throttle(("missing", index))
+            if suppressed is not None:
+                lines.append(f"camera {self.names[index]} on {self.topics[index]}: {lost:.0f} frames missing by "
+                             f"their stamps over the last {RATE_WINDOW_S:g} s, {got:.0f} received: lost on the "
+                             f"way or never sent; the chunks then come late" + hint(index))
         return lines
 
 

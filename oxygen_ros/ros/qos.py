@@ -54,10 +54,16 @@ def image_qos_hint(topic: str, subscription: QoSProfile, image_bytes: int | None
                    publishers: list[QoSProfile]) -> str:
     """For a slow camera on ``topic``: the hint to subscribe reliable, when its ``publishers``
     are all reliable, the ``subscription`` best effort and its last image (``image_bytes``,
-    None: none came) large; else ''."""
-    if is_reliable(subscription) or (image_bytes is not None and image_bytes < FRAGMENT_BYTES) or \
-            not publishers or not all(is_reliable(p) for p in publishers):
+    None: none came) large; to send compressed images or publish reliable, when images came
+    large from a best-effort publisher; else ''."""
+    if is_reliable(subscription) or (image_bytes is not None and image_bytes < FRAGMENT_BYTES) or not publishers:
         return ""  # images of one datagram each (best effort loses no part of one), or not its QoS
+    if not all(is_reliable(p) for p in publishers):
+        if image_bytes is None:
+            return ""
+        return (f"; its images are large ({image_bytes / 1e3:.0f} kB) and its publisher best effort, which loses "
+                "a whole image with any fragment: send compressed images, or publish reliable and set "
+                "image_reliability: reliable")
     fix = (f"set image_reliability: reliable (or qos_overrides.{topic}.subscription.reliability: reliable), "
            "or send compressed images")
     if image_bytes is None:  # nothing came: lost in fragments, or not sent yet (a player waiting to start)
