@@ -11,11 +11,14 @@ A frame is missing when its camera's stamps step a whole number of periods (2 to
 :data:`MISSING_MAX_STEPS`, within a quarter period) between two frames received:
 best effort loses large raw images whole when one fragment is lost (a 640x480
 ``rgb8`` camera at 30 Hz lost every other frame here), which a rate above
-``min_camera_rate_hz`` does not show, and the robot then gets its chunks in bursts.
+``min_camera_rate_hz`` does not show, and the chunks then come late (underruns).
 A lockstep bag player's held images step by a hold, not by whole periods. Frames
-missing while the node settles (:meth:`CameraStatus.settling`) are counted but not warned
-about: a publisher starting beside busy processes skips frames (the demo's camera did). After a stall of the node's own process (:data:`STALL_READINGS`)
-the rates start again instead of reading the stall as a slow camera.
+missing while the node settles (:meth:`CameraStatus.settling`) are counted but
+not warned about: a publisher starting beside busy processes skips frames (the
+demo's camera did).
+
+After a stall of the node's own process (:data:`STALL_READINGS`) the rates start
+again instead of reading the stall as a slow camera.
 """
 
 from __future__ import annotations
