@@ -148,3 +148,40 @@ def test_a_misspelt_parameter_is_named_with_the_one_it_is_closest_to(ros_env, tm
         again = ros.add(cls(context=ros.context, namespace=namespace,
                             cli_args=["--ros-args", "--params-file", str(dump_file(tmp_path, full_name, dumped))]))
         assert unknown_parameters(again, specs) == []
+
+
+@pytest.mark.parametrize("which, name, given, later", [("inference", "control_rate_hz", 40, 25),
+                                                       ("camera", "max_age", 2, 3),
+                                                       ("synthetic_camera", "rate_hz", 5, 7)])
+def test_a_whole_number_given_for_a_float_parameter_is_stored_as_a_float(ros_env, tmp_path, which, name, given,
+                                                                         later):
+    """`control_rate_hz: 40` in a params file (or `control_rate_hz:=40`, `ros2 param set ...
+    25`) is a float parameter's value: `ros2 param get` answers a double, and `dump` writes
+    40.0, at start and after a run-time change. A string is still refused, naming it."""
+    from rcl_interfaces.msg import Parameter as ParameterMsg
+    from rcl_interfaces.msg import ParameterValue
+    from rcl_interfaces.srv import SetParameters
+
+    double, integer, string = 3, 2, 4
+    cls, values = _nodes(tmp_path)[which]
+    namespace = f"/num_{uuid.uuid4().hex[:8]}"
+    with Ros() as ros:
+        client = ros.node("oxygen_test_number_client")
+        path = tmp_path / "numbers.yaml"
+        path.write_text(yaml.safe_dump({"/**": {"ros__parameters": {**values, name: given}}}))
+        node = ros.add(cls(context=ros.context, namespace=namespace, cli_args=["--ros-args", "--params-file", str(path)]))
+        full_name = node.get_fully_qualified_name()
+        kind, value, _ = parameter_services(client, full_name)[name]
+        assert (kind, value) == (double, float(given)) and isinstance(value, float)
+
+        def set_to(kind, **field):
+            msg = ParameterMsg(name=name, value=ParameterValue(type=kind, **field))
+            return _call(client, SetParameters, f"{full_name}/set_parameters",
+                         SetParameters.Request(parameters=[msg])).results[0]
+
+        assert set_to(integer, integer_value=later).successful
+        kind, value, _ = parameter_services(client, full_name)[name]
+        assert (kind, value) == (double, float(later))
+        refused = set_to(string, string_value="fast")
+        assert not refused.successful and name in refused.reason
+        assert parameter_services(client, full_name)[name][1] == float(later)

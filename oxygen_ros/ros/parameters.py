@@ -134,22 +134,41 @@ def declare_parameters(node, specs: Iterable[ParamSpec]) -> dict[str, Any]:
     leaves the parameter NOT_SET, which the parameter services cannot answer for
     (``ros2 param dump`` then gets nothing, or writes ``null``, which does not load
     back). Such a parameter is declared writable, given its typed empty value, and
-    then made read-only if its spec says so."""
+    then made read-only if its spec says so. A whole number given for a float is
+    stored as that float, at start and on every later change (:func:`numbers_as_declared`)."""
     raw = {}
     specs = list(specs)
+    as_declared = numbers_as_declared(specs)
     for spec in specs:
         param = node.declare_parameter(spec.name, spec.default, _descriptor(spec, read_only=False))
         if spec.type == "str_list" and param.type_ != Parameter.Type.STRING_ARRAY and not param.value:
             node.set_parameters([Parameter(spec.name, Parameter.Type.STRING_ARRAY, [])])
             param = node.get_parameter(spec.name)
+        if as_declared([param]) != [param]:  # `50` given for a float: stored as 50.0
+            node.set_parameters(as_declared([param]))
+            param = node.get_parameter(spec.name)
         if not spec.dynamic:
             node.set_descriptor(spec.name, _descriptor(spec, read_only=True))
         raw[spec.name] = param.value
+    node.add_pre_set_parameters_callback(as_declared)
     unknown = unknown_parameters(node, specs)
     if unknown:
         node.get_logger().warning(f"unknown parameter(s) ignored: {', '.join(unknown)} (this node's parameters: "
                                   "config/agent.yaml, `ros2 param list`)")
     return check_all(specs, raw)
+
+
+def numbers_as_declared(specs: Iterable[ParamSpec]) -> Callable[[list], list]:
+    """A pre-set-parameters callback: a whole number set for a float parameter (``ros2 param
+    set ... control_rate_hz 25``, ``control_rate_hz:=25``, ``control_rate_hz: 25`` in YAML) is
+    stored as that float, so that ``ros2 param get`` and ``dump`` show the parameter's type."""
+    floats = {s.name for s in specs if s.type == "float"}
+
+    def callback(params: list) -> list:
+        return [Parameter(p.name, Parameter.Type.DOUBLE, float(p.value))
+                if p.name in floats and p.type_ == Parameter.Type.INTEGER else p for p in params]
+
+    return callback
 
 
 def declare_parameters_or_fail(node, specs: Iterable[ParamSpec]) -> dict[str, Any]:
