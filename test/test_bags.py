@@ -67,11 +67,11 @@ def test_a_topic_recorded_from_two_publishers_counts_both(tmp_path, storage):
 
     from oxygen_ros.ros import bags
 
-    store = bags._typestore()
+    store = bags.typestore()
     writer = Writer(tmp_path / "bag", version=bags.BAG_VERSION, storage_plugin=bags.STORAGES[storage])
     writer.open()
     latched = writer.add_connection("/oxygen/instruction", "std_msgs/msg/String", typestore=store,
-                                    offered_qos_profiles=[bags._latched_qos()])
+                                    offered_qos_profiles=[bags.latched_qos()])
     plain = writer.add_connection("/oxygen/instruction", "std_msgs/msg/String", typestore=store,
                                   offered_qos_profiles=[])
     for i, conn in enumerate([latched, plain, plain, latched, plain]):

@@ -417,10 +417,10 @@ def test_the_table_row_shows_the_speedup_over_the_baseline_and_the_ideal_one():
 
     baseline, oxygen = run("baseline", 100.0, 20.0), run("oxygen", 200.0, 10.0)
     bound = {"frame_latency_ms": 8.0}
-    assert bench._row(oxygen, baseline, bound).split()[-2:] == ["2.00", "2.50"]
-    assert bench._row(baseline, baseline, bound).split()[-2:] == ["1.00", "2.50"]
-    assert bench._row(run("oxygen", 400.0, 10.0, agents=3), baseline, bound).split()[-2:] == ["4.00", "-"]
-    assert bench._row(oxygen, None, bound).split()[-2:] == ["-", "-"]
+    assert bench.table_row(oxygen, baseline, bound).split()[-2:] == ["2.00", "2.50"]
+    assert bench.table_row(baseline, baseline, bound).split()[-2:] == ["1.00", "2.50"]
+    assert bench.table_row(run("oxygen", 400.0, 10.0, agents=3), baseline, bound).split()[-2:] == ["4.00", "-"]
+    assert bench.table_row(oxygen, None, bound).split()[-2:] == ["-", "-"]
 
 
 def test_the_denoise_step_figure_is_the_denoise_call_over_its_steps(monkeypatch, lively_tiny, tok):

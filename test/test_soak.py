@@ -42,20 +42,20 @@ def test_soak_smoke(ros_env, tmp_path):
 
 
 def _soak_report(elapsed, rss_start_mb, rss_end_mb):
-    """The report oxygen-soak makes at the end of a run (``soak._report``), from a session whose
+    """The report oxygen-soak makes at the end of a run (``soak.build_report``), from a session whose
     nodes are stand-ins that counted nothing wrong: only the memory differs between calls."""
     from collections import defaultdict
     from types import SimpleNamespace
 
     from oxygen_ros.tools import soak
 
-    ns, _ = soak._parse(["--duration", str(elapsed)])
+    ns, _ = soak.parse_args(["--duration", str(elapsed)])
     s = soak.SoakSession(ns)
     s.rss_launch, s.rss_start = 80 * 2**20, rss_start_mb * 2**20
     s.soak = SimpleNamespace(counts=lambda: defaultdict(int), injected={}, cameras=[])
     s.inference = SimpleNamespace(params={"setting": "oxygen", "control_rate_hz": 50.0},
                                   counters=defaultdict(int), diagnostics=lambda: {"k": 1})
-    return soak._report(s, float(elapsed), {"ticks": 100, "underruns": 0}, rss_end_mb * 2**20)
+    return soak.build_report(s, float(elapsed), {"ticks": 100, "underruns": 0}, rss_end_mb * 2**20)
 
 
 def test_a_long_soak_whose_memory_grew_5_percent_fails_its_memory_check():

@@ -61,33 +61,33 @@ def test_each_command_refuses_an_unusable_output_naming_it(capsys, a_file):
     _refused(bench.parse_args, ["--json", bad], capsys, "--json", "is a file")
     _refused(bench.parse_args, ["--plot", str(a_file)], capsys, "--plot", "is a file")
     _refused(calibrate.parse_args, ["--out", bad, "--target-hz", "50"], capsys, "--out")
-    _refused(eval_tool._parser().parse_args, ["--json", bad], capsys, "--json")
+    _refused(eval_tool.parse_args, ["--json", bad], capsys, "--json")
     _refused(prefill_bench.parse_args, ["--json", bad], capsys, "--json")
-    _refused(train._parser().parse_args, ["--out", str(a_file / "model")], capsys, "--out", "is a file")
-    _refused(train._parser().parse_args, [], capsys, "--out")  # no default: the installed package's model
+    _refused(train.parse_args, ["--out", str(a_file / "model")], capsys, "--out", "is a file")
+    _refused(train.parse_args, [], capsys, "--out")  # no default: the installed package's model
     _refused(train_tokenizer.main, ["--out", bad], capsys, "--out")
 
 
 def test_ros_commands_refuse_bad_outputs_and_values_naming_them(capsys, a_file):
     from oxygen_ros.tools import agent, ask, soak
 
-    _refused(agent._parse_args, ["--report", str(a_file / "r.json")], capsys, "--report")
+    _refused(agent.parse_args, ["--report", str(a_file / "r.json")], capsys, "--report")
     _refused(soak.main, ["--json", str(a_file / "s.json")], capsys, "--json")
-    _refused(ask._parser().parse_args, ["--max-tokens", "-1", "q?"], capsys, "--max-tokens")
-    _refused(ask._parser().parse_args, ["--action", "bad//name", "q?"], capsys, "--action", "not a valid action")
-    _refused(ask._parser().parse_args, ["--timeout", "0", "q?"], capsys, "--timeout")
+    _refused(ask.parse_args, ["--max-tokens", "-1", "q?"], capsys, "--max-tokens")
+    _refused(ask.parse_args, ["--action", "bad//name", "q?"], capsys, "--action", "not a valid action")
+    _refused(ask.parse_args, ["--timeout", "0", "q?"], capsys, "--timeout")
 
 
 def test_eval_and_train_refuse_counts_out_of_range(capsys, tmp_path):
     from oxygen_ros.tools import eval as eval_tool, train
 
     for option in ("--execute", "--scenes", "--concurrency", "--max-steps", "--camera-size"):
-        _refused(eval_tool._parser().parse_args, [option, "0"], capsys, option)
-    _refused(eval_tool._parser().parse_args, ["--setting", "fast"], capsys, "--setting")
+        _refused(eval_tool.parse_args, [option, "0"], capsys, option)
+    _refused(eval_tool.parse_args, ["--setting", "fast"], capsys, "--setting")
     out = ["--out", str(tmp_path / "m")]
     for option, value in (("--steps", "-1"), ("--batch-size", "0"), ("--lr", "-1"), ("--log-every", "0"),
                           ("--threads", "0"), ("--workers", "-1"), ("--preset", "foo"), ("--size", "foo=1")):
-        _refused(train._parser().parse_args, [*out, option, value], capsys, option)
+        _refused(train.parse_args, [*out, option, value], capsys, option)
 
 
 def test_evaluate_refuses_an_execute_count_outside_the_chunk(lively_tiny):
@@ -106,9 +106,9 @@ def test_training_and_evaluation_numbers_are_checked_up_front(capsys, tmp_path):
     from oxygen_ros.tools import eval as eval_tool, train
 
     out = ["--out", str(tmp_path / "model")]
-    _refused(train._parser().parse_args, out + ["--lr", "nan"], capsys, "--lr")
-    _refused(train._parser().parse_args, out + ["--seed", "1000000"], capsys, "--seed", "held out")
-    _refused(train._parser().parse_args, out + ["--seed", "-1"], capsys, "--seed")
-    _refused(train._parser().parse_args, out + ["--patch-shape-weight", "-5"], capsys, "--patch-shape-weight")
-    _refused(eval_tool._parser().parse_args, ["--seed", "-1"], capsys, "--seed")
-    _refused(eval_tool._parser().parse_args, ["--steps-per-frame", "0"], capsys, "--steps-per-frame")
+    _refused(train.parse_args, out + ["--lr", "nan"], capsys, "--lr")
+    _refused(train.parse_args, out + ["--seed", "1000000"], capsys, "--seed", "held out")
+    _refused(train.parse_args, out + ["--seed", "-1"], capsys, "--seed")
+    _refused(train.parse_args, out + ["--patch-shape-weight", "-5"], capsys, "--patch-shape-weight")
+    _refused(eval_tool.parse_args, ["--seed", "-1"], capsys, "--seed")
+    _refused(eval_tool.parse_args, ["--steps-per-frame", "0"], capsys, "--steps-per-frame")

@@ -105,7 +105,7 @@ def _ensure_type(typestore: Typestore, msgtype: str, seen: frozenset = frozenset
     typestore.register(types)
 
 
-def _typestore() -> Typestore:
+def typestore() -> Typestore:
     return get_typestore(Stores.ROS2_KILTED)
 
 
@@ -114,7 +114,7 @@ def _typestore() -> Typestore:
 # --------------------------------------------------------------------------
 
 
-def _latched_qos() -> Qos:
+def latched_qos() -> Qos:
     return Qos(
         history=QosHistory.KEEP_LAST,
         depth=1,
@@ -139,7 +139,7 @@ class BagWriter:
         self.path = Path(path)
         if self.path.exists():
             raise BagError(f"{self.path} exists already; a bag is written to a new directory")
-        self._typestore = _typestore()
+        self._typestore = typestore()
         self._writer = Writer(self.path, version=BAG_VERSION, storage_plugin=STORAGES[storage])
         self._writer.open()
         self._connections: dict[str, Any] = {}
@@ -154,7 +154,7 @@ class BagWriter:
                 raise BagError(f"topic {topic} carries {conn.msgtype}, cannot also write a {msgtype}")
             return
         _ensure_type(self._typestore, msgtype)
-        qos = [_latched_qos()] if latched else []
+        qos = [latched_qos()] if latched else []
         self._connections[topic] = self._writer.add_connection(topic, msgtype, typestore=self._typestore,
                                                                offered_qos_profiles=qos)
 

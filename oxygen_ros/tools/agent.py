@@ -63,7 +63,7 @@ SUMMARY = ("start_to_first_chunk_s", "tick_rate_hz", "tick_jitter_p99_ms", "unde
            "ros_overhead_p99_ms", "actions_published", "text_tokens_published", "control_rate_changed_hz")
 
 
-def _parse_args(argv: list[str]) -> tuple[argparse.Namespace, dict[str, str]]:
+def parse_args(argv: list[str]) -> tuple[argparse.Namespace, dict[str, str]]:
     names = ", ".join(f"{a.name}:=" for a in ARGUMENTS)
     parser = argparse.ArgumentParser(
         prog="oxygen-agent", description="Run the oxygen_ros nodes in one process (like launch/agent.launch.py).",
@@ -165,7 +165,7 @@ class AgentSession:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ns, values = _parse_args(sys.argv[1:] if argv is None else argv)
+    ns, values = parse_args(sys.argv[1:] if argv is None else argv)
     session = AgentSession(ns)
     code = run_agent("oxygen-agent", values, session, ns.executor, ns.background_niceness, ns.robot_processes)
     report = session.report

@@ -79,6 +79,11 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
+def parse_args(argv=None) -> argparse.Namespace:
+    """The command line, checked (argparse exits with status 2 naming a bad option)."""
+    return _parser().parse_args(argv)
+
+
 def ask(node, action: str, question: str, *, max_tokens: int = 0, timeout: float = 30.0,
         on_piece=None) -> tuple[str, str]:
     """``(text, finish_reason)`` of the answer; ``finish_reason`` is ``"no server"`` when no Ask
@@ -148,7 +153,7 @@ def _spin_until(executor, future, deadline: float) -> bool:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    args = _parser().parse_args(argv)
+    args = parse_args(argv)
     # Ctrl-C raises KeyboardInterrupt here, instead of rclpy shutting the context down under
     # the client: ask() still cancels the question it was waiting for
     rclpy.init(signal_handler_options=SignalHandlerOptions.NO)

@@ -283,7 +283,7 @@ def print_table(runs: list[dict], bounds: dict) -> None:
     print("-" * len(head))
     eager_notes = set()  # why a compile mode ran eager: said once, below its first row
     for r in runs:
-        print(_row(r, base.get(_same_but_setting(r)), bounds.get(bound_key(r["S"], r["N"], r["k"], r["compiled"]))))
+        print(table_row(r, base.get(_same_but_setting(r)), bounds.get(bound_key(r["S"], r["N"], r["k"], r["compiled"]))))
         note = f"compile={r['compile']} ran eager: {r['compile_reason']}"
         if r["compile"] != "off" and not r["compiled"] and note not in eager_notes:
             eager_notes.add(note)
@@ -311,7 +311,7 @@ def _same_but_setting(r: dict) -> tuple:
     return r["N"], r["k"], r["S"], r["compiled"], r["agents"]
 
 
-def _row(r: dict, b: dict | None, ub: dict | None) -> str:
+def table_row(r: dict, b: dict | None, ub: dict | None) -> str:
     """``r``'s row of the table; ``b``: the baseline run it is compared with, ``ub``: its upper bound
     (one observation per frame: no ideal for several)."""
     speed = f"{r['action_frequency_hz'] / b['action_frequency_hz']:.2f}" if b else "-"

@@ -263,8 +263,13 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
+def parse_args(argv=None) -> argparse.Namespace:
+    """The command line, checked (argparse exits with status 2 naming a bad option)."""
+    return _parser().parse_args(argv)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
-    args = _parser().parse_args(argv)
+    args = parse_args(argv)
     ckpt = load_model(args)
     try:
         check_execute(args.execute, ckpt.config.action_horizon)

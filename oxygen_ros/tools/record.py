@@ -70,6 +70,11 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
+def parse_args(argv=None) -> argparse.Namespace:
+    """The command line, checked (argparse exits with status 2 naming a bad option)."""
+    return _parser().parse_args(argv)
+
+
 class Recorder:
     """Subscriptions that write every message they get into ``bag`` (a :class:`~..ros.bags.BagWriter`)."""
 
@@ -199,7 +204,7 @@ def _summary(out: Path, counts: Counter, wanted: Sequence[str]) -> int:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    return record(_parser().parse_args(argv))
+    return record(parse_args(argv))
 
 
 if __name__ == "__main__":

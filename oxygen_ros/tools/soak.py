@@ -226,10 +226,10 @@ class SoakSession:
         while time.monotonic() < deadline and (self.soak.counts()["requests_open"]
                                                or self.soak.counts()["questions_unanswered"]):
             time.sleep(0.05)
-        self.report = _report(self, elapsed, ticks, rss_end)
+        self.report = build_report(self, elapsed, ticks, rss_end)
 
 
-def _parse(argv: list[str]) -> tuple[argparse.Namespace, dict[str, str]]:
+def parse_args(argv: list[str]) -> tuple[argparse.Namespace, dict[str, str]]:
     parser = argparse.ArgumentParser(prog="oxygen-soak", description=__doc__.split("\n\n")[0])
     parser.add_argument("launch_args", nargs="*", metavar="name:=value",
                         help="oxygen-agent launch arguments (demo is always true)")
@@ -261,7 +261,7 @@ def _parse(argv: list[str]) -> tuple[argparse.Namespace, dict[str, str]]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ns, values = _parse(sys.argv[1:] if argv is None else argv)
+    ns, values = parse_args(sys.argv[1:] if argv is None else argv)
     session = SoakSession(ns)
     try:
         code = run_agent("oxygen-soak", values, session)
@@ -279,7 +279,7 @@ def main(argv: list[str] | None = None) -> int:
     return code or (0 if all(report["checks"].values()) else 1)
 
 
-def _report(s: SoakSession, elapsed: float, ticks: dict[str, int], rss_end: int) -> dict[str, Any]:
+def build_report(s: SoakSession, elapsed: float, ticks: dict[str, int], rss_end: int) -> dict[str, Any]:
     """What ran and how every part counted it, the memory, and the checks."""
     c = s.soak.counts()
     report = {"duration_s": round(elapsed, 1), "setting": s.inference.params["setting"],

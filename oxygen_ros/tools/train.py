@@ -244,6 +244,11 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
+def parse_args(argv=None) -> argparse.Namespace:
+    """The command line, checked (argparse exits with status 2 naming a bad option)."""
+    return _parser().parse_args(argv)
+
+
 def _evaluate(model, tokenizer, cfg: TrainConfig, scenes: int) -> dict:
     """The evaluation on ``scenes`` held-out scenes under ``oxygen``, with ``shared_kv`` and ``baseline``
     compared against it (same tokens or not)."""
@@ -262,7 +267,7 @@ def _evaluate(model, tokenizer, cfg: TrainConfig, scenes: int) -> dict:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    args = _parser().parse_args(argv)
+    args = parse_args(argv)
     torch.set_num_threads(args.threads)
 
     cfg = TrainConfig(steps=args.steps, batch_size=args.batch_size, lr=args.lr, seed=args.seed,
