@@ -1,6 +1,7 @@
 """The camera node's rate figures and warnings (camera_status.py) on a clock the test moves."""
 
 import math
+from collections import deque
 
 from oxygen_ros.ros.camera_status import RATE_WINDOW_S, CameraStatus
 
@@ -146,14 +147,19 @@ def _frames(status, clock, seconds, period_ms=100, keep=lambda k: True, hold_ms=
     return warnings
 
 
+#: Which frames of 30 arrive when best effort loses half a 30 Hz camera's large raw images (in gaps).
+HALF_LOST = {0, 1, 4, 5, 6, 9, 12, 13, 16, 17, 18, 21, 23, 24, 28}
+
+
 def test_frames_missing_by_their_stamps_are_counted_and_warned_about_above_a_tenth():
-    """A 30 Hz camera whose every other frame is lost (best effort and large raw images): its
-    rate (15 Hz) is above min_camera_rate_hz, but the stamps show the frames missing."""
+    """A 30 Hz camera losing half its frames (best effort and large raw images): its rate (15
+    Hz) is above min_camera_rate_hz, but the stamps show the frames missing."""
     clock = Clock()
     status = CameraStatus(["base"], ["/camera"], ("decode",), clock=clock)
-    assert _frames(status, clock, 2, period_ms=33, keep=lambda k: k % 2 == 0) == []  # settling: not warned
+    lossy = lambda k: k % 30 in HALF_LOST  # noqa: E731
+    assert _frames(status, clock, 2, period_ms=33, keep=lossy) == []  # settling: not warned
     assert _frames(status, clock, 4, period_ms=33) == []  # all there
-    warnings = _frames(status, clock, 4, period_ms=33, keep=lambda k: k % 2 == 0)
+    warnings = _frames(status, clock, 4, period_ms=33, keep=lossy)
     assert status.missing[0] >= 55 and status.figures("")["base.frames_missing"] == status.missing[0]
     (line,) = warnings  # throttled: one in 4 s
     assert "camera base on /camera:" in line and "frames missing by their stamps over the last 3 s" in line
@@ -169,3 +175,22 @@ def test_a_few_frames_missing_or_a_lockstep_hold_or_a_pause_warn_of_nothing():
     assert status.missing[0] == 3
     status.frame(0, 10**12, 100_000_000)  # the camera paused for minutes, then went on: not frames lost
     assert status.missing[0] == 3
+
+
+def test_a_camera_whose_rate_was_lowered_is_not_taken_for_one_losing_frames():
+    """A camera set from 10 Hz to 1 Hz steps ten of its old periods, frame after frame, until
+    its period is learnt anew (the node passes the shortest of its last 8 steps): no frame is
+    missing, and nothing is warned about. Set back to 10 Hz, a gap of three periods is two
+    frames missing."""
+    clock = Clock()
+    status = CameraStatus(["base"], ["/camera"], ("decode",), clock=clock)
+    assert _frames(status, clock, 5) == []  # settled, 10 Hz
+    steps, stamp, warnings = deque([100_000_000] * 8, maxlen=8), 5 * 10**9, []
+    for step_s in [1.0] * 12 + [0.1] * 10 + [0.3, 0.1, 0.1]:
+        clock.now += step_s
+        stamp += round(step_s * 1e9)
+        status.frame(0, stamp, min(steps))
+        steps.append(round(step_s * 1e9))
+        status.figures("")
+        warnings += status.rate_warnings(0.5)
+    assert status.missing[0] == 2 and warnings == []

@@ -50,6 +50,7 @@ def test_an_old_state_is_no_state():
     t.update(["a"], [1.0], 0)
     assert t.current(S, 1.0) is not None and t.current(S + 1, 1.0) is None
     assert "old (over 1 s)" in t.missing(2 * S, 1.0)
+    assert t.missing(S + S // 50, 1.0).startswith("the newest state is 1.02 s old")  # not "1.0 s (over 1 s)"
     assert t.current(100 * S, math.inf) is not None  # no limit
     named = StateTracker(["arm", "gripper"])
     named.update(["arm", "gripper"], [0.0, 0.0], 0)
@@ -69,6 +70,9 @@ def test_a_bad_message_is_refused_and_drops_the_state_held(names, positions, rea
     refusal = t.update(names, positions, 1)
     assert refusal is not None and refusal[0] == reason
     assert t.current(1, 1.0) is None  # never the older state instead
+    assert t.missing(1, 1.0) == f"the last message was refused: {refusal[1]}"  # not "no valid state yet"
+    t.update(["a"], [2.0], 2)
+    assert t.missing(2, 1.0) == ""
 
 
 def test_with_joint_names_only_the_named_joints_must_be_finite_and_names_are_needed():

@@ -40,6 +40,7 @@ class StateTracker:
         self._values: dict[str, tuple[float, int]] = {}  # joint -> (position, arrival)
         self._state: tuple[np.ndarray, int] | None = None  # without names: (positions, arrival)
         self.stamp_ns: int | None = None  # the newest message taken: its stamp (or its arrival)
+        self._refused: str | None = None  # why the last message was refused, if it was
 
     def update(self, names: Sequence[str], positions: Sequence[float], now_ns: int,
                stamp_ns: int = 0) -> tuple[str, str] | None:
@@ -50,7 +51,9 @@ class StateTracker:
         if refusal is not None:
             self._values.clear()
             self._state = None
+            self._refused = refusal[1]
             return refusal
+        self._refused = None
         if not self.joint_names:
             self._state = (values.astype(np.float32), now_ns)
         else:
@@ -95,6 +98,8 @@ class StateTracker:
         """Why there is no state now, for a log line ("" when there is one, or none ever came)."""
         if self.current(now_ns, max_age_s) is not None:
             return ""
+        if self._refused is not None:
+            return f"the last message was refused: {self._refused}"
         oldest = now_ns - max_age_s * 1e9  # float: max_age_s may be inf
         if self.joint_names:
             absent = [n for n in self.joint_names if n not in self._values]
@@ -104,7 +109,7 @@ class StateTracker:
             return f"joint(s) {old} older than {max_age_s:g} s"
         if self._state is None:
             return ""
-        return f"the newest state is {(now_ns - self._state[1]) / 1e9:.1f} s old (over {max_age_s:g} s)"
+        return f"the newest state is {(now_ns - self._state[1]) / 1e9:.2f} s old (over {max_age_s:g} s)"
 
 
 __all__ = ["StateTracker"]

@@ -12,6 +12,9 @@ A frame is missing when its camera's stamps step a whole number of periods (2 to
 best effort loses large raw images whole when one fragment is lost (a 640x480
 ``rgb8`` camera at 30 Hz lost every other frame here), which a rate above
 ``min_camera_rate_hz`` does not show, and the chunks then come late (underruns).
+Such a step is counted once the next step is not the same again: a camera whose
+rate was lowered steps by one multiple of its old period, frame after frame,
+until its period is learnt anew, and lost none.
 A lockstep bag player's held images step by a hold, not by whole periods. Frames
 missing while the node settles (:meth:`CameraStatus.settling`) are counted but
 not warned about: a publisher starting beside busy processes skips frames (the
@@ -93,6 +96,9 @@ class CameraStatus:
         self.missing = [0] * len(topics)  # frames missing by the stamps, per camera (see the module doc)
         self._stamps: list[int | None] = [None] * len(topics)  # each camera's last frame's stamp
         self._missed = [RateWindow(start) for _ in topics]
+        # per camera, the last step of whole periods: (step, period, frames missing), counted once
+        # the next step differs from it (the same step again: the camera's rate changed)
+        self._gaps: list[tuple[int, int, int] | None] = [None] * len(topics)
         self._spread_ns: int | None = None  # the widest stamp spread of a group published since the last figures
         self._last_frame: list[float | None] = [None] * len(topics)
         self._rates = [RateWindow(start) for _ in topics]
@@ -116,11 +122,15 @@ class CameraStatus:
         previous, self._stamps[index] = self._stamps[index], stamp_ns
         if previous is None or stamp_ns is None or not period_ns:
             return
-        steps = round((stamp_ns - previous) / period_ns)
-        if 2 <= steps <= MISSING_MAX_STEPS and 4 * abs(stamp_ns - previous - steps * period_ns) < period_ns:
-            self.missing[index] += steps - 1
-            for _ in range(0 if self.settling() else steps - 1):  # (publishers starting skip frames)
+        step = stamp_ns - previous
+        gap, self._gaps[index] = self._gaps[index], None
+        if gap is not None and 4 * abs(step - gap[0]) >= gap[1]:  # not the camera's new rate: frames were lost
+            self.missing[index] += gap[2]
+            for _ in range(0 if self.settling() else gap[2]):  # (publishers starting skip frames)
                 self._missed[index].add(now)
+        steps = round(step / period_ns)
+        if 2 <= steps <= MISSING_MAX_STEPS and 4 * abs(step - steps * period_ns) < period_ns:
+            self._gaps[index] = (step, period_ns, steps - 1)
 
     def group(self, spread_ns: int) -> None:
         """A group went out, its frames' stamps ``spread_ns`` apart (newest minus oldest)."""
