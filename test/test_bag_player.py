@@ -398,6 +398,13 @@ def test_player_refuses_bad_parameters(stepped_ros, tmp_path):
         BagPlayer(context=stepped_ros.context, parameter_overrides=params(bag_path=str(bag), rate=0.0))
     with pytest.raises(ParameterError, match="'topics'.*nothing to play"):
         BagPlayer(context=stepped_ros.context, parameter_overrides=params(bag_path=str(bag), topics=["/other"]))
+    # every topic left out, and a recording that received nothing: each named for what it is
+    every = sorted({topic for topic, _, _ in bag_recording(images=1)})
+    with pytest.raises(ParameterError, match=r"'exclude_topics'.*nothing to play: every topic of the bag is excluded"):
+        BagPlayer(context=stepped_ros.context, parameter_overrides=params(bag_path=str(bag), exclude_topics=every))
+    empty = write_bag(tmp_path / "empty", "mcap", [])
+    with pytest.raises(ParameterError, match=r"'bag_path'.*holds no topic \(a recording that received nothing\)"):
+        BagPlayer(context=stepped_ros.context, parameter_overrides=params(bag_path=str(empty)))
     player = _player(stepped_ros, bag, start_delay_s=60.0)
     from rclpy.parameter import Parameter
 

@@ -232,6 +232,17 @@ class BagPlayer(Node):
         self.destroy_node()
         raise exc
 
+    @staticmethod
+    def _nothing_to_play(p: dict[str, Any], recorded: dict, wanted: list[str]) -> tuple[str, str]:
+        """(the parameter to blame, why) when no topic of the bag can be played."""
+        if p["topics"]:
+            return "topics", f"nothing to play: none of {wanted} is in the bag with an available type"
+        if not recorded:
+            return "bag_path", f"nothing to play: {p['bag_path']} holds no topic (a recording that received nothing)"
+        if not wanted:
+            return "exclude_topics", f"nothing to play: every topic of the bag is excluded ({sorted(recorded)})"
+        return "bag_path", f"nothing to play: no message type of the bag's topics is available here ({wanted})"
+
     def _setup_topics(self, p: dict[str, Any]) -> None:
         recorded = bag_topics(self._reader)
         wanted = p["topics"] or [t for t in recorded if not excluded(t, p["exclude_topics"])]
@@ -269,7 +280,7 @@ class BagPlayer(Node):
             self._publishers_by_topic[topic] = self.create_publisher(
                 cls, topic, LATCHED_QOS if latched else DATA_QOS)
         if not self._publishers_by_topic:
-            self._fail("topics", f"nothing to play: none of {wanted} is in the bag with an available type")
+            self._fail(*self._nothing_to_play(p, recorded, wanted))
         self._connections = [c for c in self._reader.connections if c.topic in self._publishers_by_topic]
 
     def _apply_parameters(self, params: list) -> None:
