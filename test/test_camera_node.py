@@ -330,7 +330,7 @@ def test_a_missing_state_is_told_calmly_while_the_node_starts_then_warned_about(
     assert rig.observations == []
 
 
-def test_parameters_validated_at_start_and_at_run_time(stepped_ros):
+def test_parameters_validated_at_start_and_at_run_time(stepped_ros, monkeypatch):
     from rclpy.parameter import Parameter
 
     from oxygen_ros.ros.parameters import ParameterError
@@ -358,10 +358,14 @@ def test_parameters_validated_at_start_and_at_run_time(stepped_ros):
     for name, value in (("observation_topic", "/elsewhere"), ("instruction_wait_s", 5.0)):
         result = camera.set_parameters([Parameter(name, value=value)])[0]
         assert not result.successful and "read-only" in result.reason
+    lines = record_log(camera, monkeypatch)
     assert camera.set_parameters([Parameter("image_size", value=16)])[0].successful
     assert camera.image_size == 16
     assert camera.set_parameters([Parameter("default_instruction", value="go\x07")])[0].successful
     assert camera.default_instruction == "go"
+    # each change taken is said once, as the inference node says its own (a refused one is not)
+    assert lines == [("info", "parameters changed: image_size=16"),
+                     ("info", "parameters changed: default_instruction='go\\x07'")]
 
 
 def test_frames_missing_by_their_stamps_are_counted_and_warned_about_with_what_helps(stepped_ros, monkeypatch):

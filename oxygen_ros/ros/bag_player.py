@@ -43,6 +43,7 @@ from oxygen_ros.ros.parameters import (
     ParamSpec,
     changed_values,
     declare_parameters_or_fail,
+    log_changes,
     non_negative,
     parameter_callback,
     positive,
@@ -284,7 +285,9 @@ class BagPlayer(Node):
         self._connections = [c for c in self._reader.connections if c.topic in self._publishers_by_topic]
 
     def _apply_parameters(self, params: list) -> None:
-        for name, value in changed_values(BAG_PLAYER_PARAMETERS, params).items():
+        changes = changed_values(BAG_PLAYER_PARAMETERS, params)
+        log_changes(self, changes)
+        for name, value in changes.items():
             if name == "rate" and self._pending is not None:
                 # keep the position in the bag: re-anchor the time base at the bag's present (the next
                 # message's wait goes on at the new rate; anchored at that message, it played at once)

@@ -77,7 +77,8 @@ from oxygen_ros.ros.conversions import (
 from oxygen_ros.ros.diagnostic_message import diagnostic_array
 from oxygen_ros.ros.node_main import run_node
 from oxygen_ros.ros.one_shot import OneShot
-from oxygen_ros.ros.parameters import ParameterError, changed_values, declare_parameters, parameter_callback
+from oxygen_ros.ros.parameters import (ParameterError, changed_values, declare_parameters, log_changes,
+                                       parameter_callback)
 from oxygen_ros.ros.qos import OBSERVATION_QOS, image_qos, image_qos_hint, is_reliable
 
 NODE_NAME = "oxygen_camera"
@@ -208,8 +209,10 @@ class CameraNode(Node):
     # -- parameters ---------------------------------------------------------
 
     def _apply_parameters(self, params: list) -> None:
-        for name, value in changed_values(PARAMETERS, params).items():
+        changes = changed_values(PARAMETERS, params)
+        for name, value in changes.items():
             setattr(self, name, clean_text(value) if name == "default_instruction" else value)
+        log_changes(self, changes)
 
     # -- inputs -------------------------------------------------------------
 

@@ -76,7 +76,7 @@ from .inference_setup import (
 )
 from .inference_status import StatusReporter
 from .node_main import run_control_node
-from .parameters import ParameterError, changed_values, declare_parameters, parameter_callback
+from .parameters import ParameterError, changed_values, declare_parameters, log_changes, parameter_callback
 from .process import destroy_after_interrupt, settle_garbage_collector, thaw_garbage_collector
 from .qos import reliable
 from .robot_io import RobotIO, TextRouter
@@ -282,7 +282,7 @@ class InferenceNode(InferenceInputs, InferenceDiagnostics, InferenceTicks, Node)
             self.loop.configure(**_loop_settings(changes))
             self._tick_settings_changed(changes)
             self._cond.notify_all()
-        self.get_logger().info("parameters changed: " + ", ".join(f"{k}={v}" for k, v in changes.items()))
+        log_changes(self, changes)
 
     @property
     def diagnostics_timer(self):

@@ -214,6 +214,13 @@ def changed_values(specs: Sequence[ParamSpec], params: list) -> dict[str, Any]:
             if p.name in table and table[p.name].dynamic}
 
 
+def log_changes(node, changes: Mapping[str, Any]) -> None:
+    """One info line naming the run-time changes a node took (nothing when there are none)."""
+    if changes:
+        node.get_logger().info("parameters changed: " + ", ".join(f"{k}={v!r}" if isinstance(v, str) else f"{k}={v}"
+                                                                   for k, v in changes.items()))
+
+
 # ---------------------------------------------------------------------- checks
 def positive(value: float, values: Mapping | None = None) -> str | None:
     return None if value > 0 else f"must be > 0, got {value}"

@@ -26,8 +26,8 @@ from oxygen_ros.msg import ActionChunk
 from oxygen_ros.ros.conversions import action_chunk_array, rgb_to_image_msg
 from oxygen_ros.ros.node_main import run_node
 from oxygen_ros.ros.plan_tables import DEMO_IMAGE_SIZE
-from oxygen_ros.ros.parameters import (ParamSpec, changed_values, declare_parameters_or_fail, non_negative,
-                                       parameter_callback, positive, topic_name)
+from oxygen_ros.ros.parameters import (ParamSpec, changed_values, declare_parameters_or_fail, log_changes,
+                                       non_negative, parameter_callback, positive, topic_name)
 from oxygen_ros.ros.qos import ACTIONS_QOS, DATA_QOS, LATCHED_QOS
 
 JOINT_NAMES = ["gripper_x", "gripper_y"]
@@ -90,12 +90,14 @@ class SyntheticCamera(Node):
             f"{self.rate_hz} Hz on {p['image_topic']}; actions from {p['action_topic']}")
 
     def _apply_parameters(self, params: list) -> None:
-        for name, value in changed_values(SYNTHETIC_CAMERA_PARAMETERS, params).items():
+        changes = changed_values(SYNTHETIC_CAMERA_PARAMETERS, params)
+        for name, value in changes.items():
             setattr(self, name, value)
             if name == "rate_hz":
                 self._timer.cancel()
                 self.destroy_timer(self._timer)
                 self._timer = self.create_timer(1.0 / self.rate_hz, self._tick)
+        log_changes(self, changes)
 
     def pause(self, paused: bool = True) -> None:
         """Stop publishing (a camera drop-out, as ``oxygen-soak`` injects one) or, with
