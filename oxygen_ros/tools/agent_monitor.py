@@ -72,6 +72,7 @@ class Monitor:
         self.tty = hasattr(out, "isatty") and out.isatty()
         self._last_status = 0.0
         self._status_len = 0
+        self._last_line = ""  # the status line last printed (without a terminal, a wait is printed once)
 
     # -- the report's window (see :mod:`.agent_report`)
     def poll(self) -> None:
@@ -147,9 +148,8 @@ class Monitor:
         if not self.inference.configured:  # at start (autostart:=false), or after a cleanup
             line = "the inference node is not configured: waiting for its configure transition ..."
         elif not self.inference.active:
-            kept = d.get("active_requests", "?") if inactive else "?"
-            line = (f"the inference node is inactive (lifecycle), {kept} requests kept: waiting for its activate "
-                    "transition ...")
+            kept = f"{d['active_requests']} requests" if inactive and "active_requests" in d else "its requests"
+            line = f"the inference node is inactive (lifecycle), {kept} kept: waiting for its activate transition ..."
         elif not d or inactive:  # just activated: its first full status is a second away
             line = "waiting for the inference node's diagnostics ..."
         elif robots:
@@ -163,8 +163,9 @@ class Monitor:
         if self.tty:
             self.out.write("\r" + line.ljust(self._status_len))
             self._status_len = len(line)
-        else:
+        elif line != self._last_line:  # a log: a wait is said once, not every second
             self.out.write(line + "\n")
+        self._last_line = line
         self.out.flush()
 
     def end_status(self) -> None:
