@@ -4,7 +4,8 @@
 * one camera's subscription can differ through ROS 2's ``qos_overrides`` parameters;
 * a camera below ``min_camera_rate_hz`` is warned about on the console (with its
   remapped topic name and a hint when a reliable publisher meets a best-effort
-  subscription) and in ``/diagnostics`` (its received rate);
+  subscription, or when nothing publishes on its topic) and in ``/diagnostics``
+  (its received rate);
 * a publisher whose QoS cannot match is named in a warning.
 
 Counts and log lines are checked, never durations.
@@ -128,6 +129,20 @@ def test_a_camera_with_no_image_yet_gets_the_qos_hint_as_a_possibility(ros_env):
         assert until(warned, 30.0), rig.logs
         assert "if it sends large raw images, best effort can lose every one: set image_reliability: reliable" \
             in warned()[0], warned()[0]
+
+
+def test_a_camera_whose_topic_nobody_publishes_is_said_to_have_no_publisher(ros_env):
+    """The camera publishes on another topic than the node's (a typo, a namespace): the rate
+    warning says that nothing publishes there, not a QoS possibility."""
+    with Ros() as ros:
+        rig = Rig(ros, _data_qos("reliable"), {"min_camera_rate_hz": 5.0}, published_topic="{p}/camera/raw")
+
+        def warned():
+            return [line for line in rig.logs if "below min_camera_rate_hz 5" in line]
+
+        assert until(warned, 30.0), rig.logs
+        assert f"nothing publishes on {rig.prefix}/raw: check the topic's name" in warned()[0], warned()[0]
+        assert "image_reliability" not in warned()[0]
 
 
 @pytest.mark.parametrize("side, hinted", [(160, True), (8, False)], ids=["large images", "small images"])

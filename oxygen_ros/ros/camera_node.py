@@ -173,11 +173,14 @@ class CameraNode(Node):
                    f"is incompatible ({policy}) with this subscription's ({mine}); image_reliability: best_effort "
                    "matches every publisher")
 
-    def _qos_hint(self, index: int) -> str:
-        """For a slow camera: a reliable subscription's hint, for reliable publishers of large images."""
+    def _rate_hint(self, index: int) -> str:
+        """For a slow camera, what may help: nothing publishes on its topic (a typo, a namespace),
+        or the QoS hint (:func:`~oxygen_ros.ros.qos.image_qos_hint`)."""
         topic = self.topics[index]
-        return image_qos_hint(topic, self._images[index].qos_profile, self._image_bytes[index],
-                              [info.qos_profile for info in self.get_publishers_info_by_topic(topic)])
+        publishers = [info.qos_profile for info in self.get_publishers_info_by_topic(topic)]
+        if not publishers:
+            return f"; nothing publishes on {topic}: check the topic's name (a remapping, the robot's namespace)"
+        return image_qos_hint(topic, self._images[index].qos_profile, self._image_bytes[index], publishers)
 
     # -- counters (see CameraStatus) -------------------------------------------
 
@@ -294,7 +297,7 @@ class CameraNode(Node):
             self._diag_publisher.publish(diagnostic_array(
                 f"{self.get_fully_qualified_name().lstrip('/')}: cameras", ",".join(self.topics),
                 self.diagnostic_status(d), d, self.get_clock().now().to_msg()))
-            for line in self.status.rate_warnings(self.min_camera_rate_hz, self._qos_hint):
+            for line in self.status.rate_warnings(self.min_camera_rate_hz, self._rate_hint):
                 self.get_logger().warning(line)
         except Exception as exc:  # diagnostics must never end the node
             self.get_logger().error(f"diagnostics failed: {exc!r}")
