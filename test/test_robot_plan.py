@@ -207,6 +207,10 @@ def test_a_params_file_that_is_not_sections_is_named(tmp_path):
             read_sections(str(path))
     with pytest.raises(ValueError, match="not found"):
         read_sections(str(tmp_path / "missing.yaml"))
+    broken = _write(tmp_path, "oxygen_camera:\n  ros__parameters:\n    image_topics: [/a, /b\n")
+    with pytest.raises(ValueError, match="cannot be read") as error:
+        read_sections(str(broken))
+    assert f'in "{broken}", line' in str(error.value)  # the syntax error placed in the file, not in a string
 
 
 def test_built_nodes_run_in_their_robots_namespaces_with_the_merged_parameters(ros_env, tmp_path):

@@ -26,24 +26,30 @@ plus its robot's own section. No rclpy here.
 from __future__ import annotations
 
 import re
-from pathlib import Path
 from typing import Any
 
 PARAMS_KEY = "ros__parameters"
+
+
+def read_yaml(path: str) -> Any:
+    """The parameters file ``path`` as YAML; ValueError naming the file when it is missing or
+    cannot be read (a syntax error's line and column given in the file)."""
+    import yaml
+
+    try:
+        with open(path, encoding="utf-8") as stream:  # the stream's name: errors point into the file
+            return yaml.safe_load(stream)
+    except FileNotFoundError as exc:
+        raise ValueError(f"parameters file {path} not found") from exc
+    except (OSError, UnicodeDecodeError, yaml.YAMLError) as exc:
+        raise ValueError(f"parameters file {path} cannot be read: {exc}") from exc
 
 
 def read_sections(path: str) -> list[tuple[str, dict[str, Any]]]:
     """The node sections of the parameters file ``path`` in file order, as
     ``(fully-qualified key, {flattened parameter: value})``; ValueError naming the
     file when it is missing, not YAML or not a mapping of node sections."""
-    import yaml
-
-    try:
-        data = yaml.safe_load(Path(path).read_text())
-    except FileNotFoundError as exc:
-        raise ValueError(f"parameters file {path} not found") from exc
-    except (OSError, UnicodeDecodeError, yaml.YAMLError) as exc:
-        raise ValueError(f"parameters file {path} cannot be read: {exc}") from exc
+    data = read_yaml(path)
     if data is None:
         return []
     if not isinstance(data, dict):

@@ -28,7 +28,7 @@ from .plan_tables import (
     default_params_file,
     parse_bool,
 )
-from .params_sections import key_matches, read_sections
+from .params_sections import key_matches, read_sections, read_yaml
 from .robot_plan import file_robots, robots_plan
 from .robots import parse_robots
 
@@ -97,14 +97,9 @@ def unused_sections(plan: list[dict[str, Any]], params_file: str) -> list[str]:
 def check_params_file(path: str) -> None:
     """ValueError naming ``path`` unless it is a readable YAML file (the nodes would
     otherwise start on their built-in defaults, or not at all, far from the cause)."""
-    import yaml
-
     if not Path(path).is_file():
         raise ValueError(f"parameters file {path} not found")
-    try:
-        yaml.safe_load(Path(path).read_text())
-    except (OSError, UnicodeDecodeError, yaml.YAMLError) as exc:
-        raise ValueError(f"parameters file {path} cannot be read: {exc}") from exc
+    read_yaml(path)
 
 
 def node_exit_message(name: str, returncode: int | None, shutting_down: bool) -> str | None:
