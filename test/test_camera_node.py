@@ -378,14 +378,15 @@ def test_frames_missing_by_their_stamps_are_counted_and_warned_about_with_what_h
     camera = camera_node(stepped_ros, instruction_wait_s=0.0)
     lines = record_log(camera, monkeypatch)
     rig.wait_matched(camera)
-    assert stepped_ros.spin_until(lambda: not camera.status.settling(), timeout=6.0)  # frames missing then: not warned
     big = np.random.default_rng(0).integers(0, 255, (160, 160, 3), dtype=np.uint8)  # 77 kB: in fragments
+    rig.send_raw(solid(8, 8, (1, 2, 3)))  # the first frame (one datagram): missing ones are not warned about for 3 s
+    assert stepped_ros.spin_until(lambda: camera.received[0] == 1 and not camera.status.settling(), timeout=8.0)
     start = camera.get_clock().now().nanoseconds
     for k in range(30):
         if k % 3 != 2:
             rig.send_raw(big, msg=rgb_to_image_msg(big, "rgb8", ns_to_time_msg(start + k * 33_333_333), "raw_frame"))
             stepped_ros.spin_for(0.01)
-    assert stepped_ros.spin_until(lambda: camera.received[0] >= 15 and camera.diagnostics()["base.frames_missing"] >= 9)
+    assert stepped_ros.spin_until(lambda: camera.received[0] >= 16 and camera.diagnostics()["base.frames_missing"] >= 9)
 
     def warned():
         return [text for level, text in lines if level == "warning" and "frames missing by their stamps" in text]

@@ -71,6 +71,11 @@ def test_a_missing_state_is_expected_while_the_node_settles():
     clock.now += 30.0  # the process stalls; the next reading starts the grace again
     _run(status, clock, 1, 10.0)
     assert status.settling()
+    late = CameraStatus(["base"], ["/camera"], ("decode",), clock=clock)
+    _run(late, clock, 10.0, None)  # nothing for 10 s: then a bag player starts, images before states
+    assert not late.settling()
+    late.frame(0)
+    assert late.settling()
 
 
 def test_a_node_that_reads_its_rates_less_often_is_not_taken_for_stalled():

@@ -108,14 +108,18 @@ class CameraStatus:
         self._throttle = Throttle(RATE_WARN_PERIOD_S, clock)
 
     def settling(self) -> bool:
-        """Whether the node started, or its process stalled, less than :data:`RATE_WINDOW_S` ago:
-        publishers come up in any order, so a state missing then is expected, not a fault."""
+        """Whether the node started, its first frame came, or its process stalled, less than
+        :data:`RATE_WINDOW_S` ago: publishers come up in any order (a bag player started after
+        the node sends its first images before their state), so a state missing then is
+        expected, not a fault."""
         return self._clock() - self._since < RATE_WINDOW_S
 
     def frame(self, index: int, stamp_ns: int | None = None, period_ns: int | None = None) -> None:
         """Camera ``index`` delivered a good frame stamped ``stamp_ns``; ``period_ns``: the camera's
         period as its stamps showed it before this frame (None: not known yet)."""
         now = self._clock()
+        if not any(self.received):  # the first frame: its publishers are coming up now
+            self._since = now
         self.received[index] += 1
         self._last_frame[index] = now
         self._rates[index].add(now)
