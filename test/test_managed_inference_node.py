@@ -224,7 +224,9 @@ def test_diagnostics_say_inactive_while_the_manager_keeps_the_node_inactive(ros_
 
 def test_a_transition_its_state_lacks_is_refused_with_a_warning_and_the_node_goes_on(ros_env, random_tiny_dir,
                                                                                     capfd):
-    """``activate`` while unconfigured is answered false, naming the state and what it allows;
+    """``activate`` while unconfigured is answered false, naming the transition by id and
+    label, the state and what it allows (by id too: the shutdown from active is not the one an
+    unconfigured node has);
     the node still answers and configures after it (Jazzy's rclpy raised in the service: no
     answer, and the exception ended the executor's spin)."""
     prefix = unique_prefix()
@@ -233,10 +235,13 @@ def test_a_transition_its_state_lacks_is_refused_with_a_warning_and_the_node_goe
         life = Lifecycle(ros.node("oxygen_test_lifecycle"), node.get_fully_qualified_name())
         assert not life.change("activate") and life.state() == "unconfigured"
         assert not life.change("deactivate") and life.state() == "unconfigured"
+        assert not life.change("active_shutdown") and life.state() == "unconfigured"  # shutdown, but from active
         assert life.change("configure") and life.state() == "inactive"
         lines = [line for line in capfd.readouterr().err.splitlines() if " refused: not a transition" in line]
-        assert len(lines) == 2 and "activate refused: not a transition of state unconfigured" in lines[0], lines
-        assert "(it has: configure, shutdown)" in lines[0], lines[0]
+        assert len(lines) == 3, lines
+        assert "transition 3 (activate) refused: not a transition of state unconfigured" in lines[0], lines
+        assert "(it has: configure (id 1), shutdown (id 5))" in lines[0], lines[0]
+        assert "transition 7 (shutdown) refused" in lines[2], lines[2]  # the id tells it from the shutdown it has
 
 
 def test_a_configure_that_fails_names_the_cause_and_stays_unconfigured(ros_env, tmp_path):

@@ -102,10 +102,12 @@ class ManagedInferenceNode(LifecycleNodeMixin, InferenceNode):
             available = {t[0]: t[1] for t in machine.available_transitions}
             if wanted in available:
                 return handle(request, response)
-            label = next((t[1] for t in machine.transition_graph if t[0] == wanted), f"transition {wanted}")
+            label = next((t[1] for t in machine.transition_graph if t[0] == wanted), "an unknown transition")
             state = machine.current_state[1]
-            self.get_logger().warning(f"{label} refused: not a transition of state {state} (it has: "
-                                      f"{', '.join(sorted(set(available.values()))) or 'none'})")
+            # by id: shutdown from unconfigured and from active are two transitions of one label
+            has = ", ".join(f"{name} (id {id_})" for id_, name in sorted(available.items())) or "none"
+            self.get_logger().warning(f"transition {wanted} ({label}) refused: not a transition of state {state} "
+                                      f"(it has: {has})")
             response.success = False
             return response
 
