@@ -174,13 +174,10 @@ class CameraNode(Node):
                    "matches every publisher")
 
     def _rate_hint(self, index: int) -> str:
-        """For a slow camera, what may help: nothing publishes on its topic (a typo, a namespace),
-        or the QoS hint (:func:`~oxygen_ros.ros.qos.image_qos_hint`)."""
+        """For a slow camera, what may help (:func:`~oxygen_ros.ros.qos.image_qos_hint`)."""
         topic = self.topics[index]
-        publishers = [info.qos_profile for info in self.get_publishers_info_by_topic(topic)]
-        if not publishers:
-            return f"; nothing publishes on {topic}: check the topic's name (a remapping, the robot's namespace)"
-        return image_qos_hint(topic, self._images[index].qos_profile, self._image_bytes[index], publishers)
+        return image_qos_hint(topic, self._images[index].qos_profile, self._image_bytes[index],
+                              [info.qos_profile for info in self.get_publishers_info_by_topic(topic)])
 
     # -- counters (see CameraStatus) -------------------------------------------
 

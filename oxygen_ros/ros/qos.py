@@ -52,11 +52,14 @@ FRAGMENT_BYTES = 64_000
 
 def image_qos_hint(topic: str, subscription: QoSProfile, image_bytes: int | None,
                    publishers: list[QoSProfile]) -> str:
-    """For a slow camera on ``topic``: the hint to subscribe reliable, when its ``publishers``
-    are all reliable, the ``subscription`` best effort and its last image (``image_bytes``,
-    None: none came) large; to send compressed images or publish reliable, when images came
-    large from a best-effort publisher; else ''."""
-    if is_reliable(subscription) or (image_bytes is not None and image_bytes < FRAGMENT_BYTES) or not publishers:
+    """For a slow camera on ``topic``: that nothing publishes there, when ``publishers`` is
+    empty (a typo, a namespace); the hint to subscribe reliable, when its ``publishers`` are
+    all reliable, the ``subscription`` best effort and its last image (``image_bytes``, None:
+    none came) large; to send compressed images or publish reliable, when images came large
+    from a best-effort publisher; else ''."""
+    if not publishers:
+        return f"; nothing publishes on {topic}: check the topic's name (a remapping, the robot's namespace)"
+    if is_reliable(subscription) or (image_bytes is not None and image_bytes < FRAGMENT_BYTES):
         return ""  # images of one datagram each (best effort loses no part of one), or not its QoS
     if not all(is_reliable(p) for p in publishers):
         if image_bytes is None:
