@@ -37,9 +37,9 @@ next group now:
   A group waits only for a state due within half a frame period (the cameras'
   shortest) of its newest frame: a state slower than the cameras (a 10 Hz
   driver beside 30 Hz cameras) would otherwise hold many groups back for tens
-  of milliseconds, for a state hardly closer in time. Until two states have come, the cameras' shortest period stands for the
-  state's (a state published with each image). No state is waited for with
-  ``state_wait`` off. A group waits one state period at most: ``retry_ns``
+  of milliseconds, for a state hardly closer in time. Until two states have
+  come, the cameras' shortest period stands for the state's (a state published
+  with each image). No state is waited for with ``state_wait`` off. A group waits one state period at most: ``retry_ns``
   says when to decide again if nothing comes (the state's driver stopped, a bag
   ended), and the group then goes out with the state held.
 

@@ -144,8 +144,9 @@ def declare_parameters(node, specs: Iterable[ParamSpec]) -> dict[str, Any]:
         if spec.type == "str_list" and param.type_ != Parameter.Type.STRING_ARRAY and not param.value:
             node.set_parameters([Parameter(spec.name, Parameter.Type.STRING_ARRAY, [])])
             param = node.get_parameter(spec.name)
-        if as_declared([param]) != [param]:  # `50` given for a float: stored as 50.0
-            node.set_parameters(as_declared([param]))
+        (typed,) = as_declared([param])
+        if typed is not param:  # `50` given for a float: stored as 50.0
+            node.set_parameters([typed])
             param = node.get_parameter(spec.name)
         if not spec.dynamic:
             node.set_descriptor(spec.name, _descriptor(spec, read_only=True))

@@ -65,7 +65,8 @@ def max_tokens(text: str) -> int:
     return value
 
 
-def _parser() -> argparse.ArgumentParser:
+def parse_args(argv=None) -> argparse.Namespace:
+    """The command line, checked (argparse exits with status 2 naming a bad option)."""
     parser = argparse.ArgumentParser(prog="oxygen-ask", description=__doc__.split("\n\n")[0])
     parser.add_argument("question", type=question_text, help="the question, e.g. 'where is the target?'")
     parser.add_argument("--action", type=action_name, default=DEFAULT_ACTION,
@@ -76,12 +77,7 @@ def _parser() -> argparse.ArgumentParser:
                         help="seconds to wait for the server, then for the whole answer (default 30); "
                              "a question not answered by then is cancelled")
     parser.add_argument("--stream", action="store_true", help="print every token as it is decoded")
-    return parser
-
-
-def parse_args(argv=None) -> argparse.Namespace:
-    """The command line, checked (argparse exits with status 2 naming a bad option)."""
-    return _parser().parse_args(argv)
+    return parser.parse_args(argv)
 
 
 def ask(node, action: str, question: str, *, max_tokens: int = 0, timeout: float = 30.0,

@@ -283,7 +283,8 @@ def print_table(runs: list[dict], bounds: dict) -> None:
     print("-" * len(head))
     eager_notes = set()  # why a compile mode ran eager: said once, below its first row
     for r in runs:
-        print(table_row(r, base.get(_same_but_setting(r)), bounds.get(bound_key(r["S"], r["N"], r["k"], r["compiled"]))))
+        bound = bounds.get(bound_key(r["S"], r["N"], r["k"], r["compiled"]))
+        print(table_row(r, base.get(_same_but_setting(r)), bound))
         note = f"compile={r['compile']} ran eager: {r['compile_reason']}"
         if r["compile"] != "off" and not r["compiled"] and note not in eager_notes:
             eager_notes.add(note)

@@ -239,7 +239,8 @@ def compared(report: dict, other: dict) -> dict:
     return {**{k: v for k, v in other.items() if k not in TEXT_KEYS}, "same_tokens": same}
 
 
-def _parser() -> argparse.ArgumentParser:
+def parse_args(argv=None) -> argparse.Namespace:
+    """The command line, checked (argparse exits with status 2 naming a bad option)."""
     parser = argparse.ArgumentParser(prog="oxygen-eval", description=__doc__.split("\n\n")[0])
     parser.add_argument("--scenes", type=positive_int, default=200, help="held-out scenes (default 200)")
     parser.add_argument("--setting", default="oxygen", choices=SETTINGS, help="engine setting (default oxygen)")
@@ -260,12 +261,7 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--compile", default="auto", choices=COMPILE_CHOICES,
                         help="compile the model's pieces (auto: on CUDA, eager on CPU)")
     add_model_args(parser)
-    return parser
-
-
-def parse_args(argv=None) -> argparse.Namespace:
-    """The command line, checked (argparse exits with status 2 naming a bad option)."""
-    return _parser().parse_args(argv)
+    return parser.parse_args(argv)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

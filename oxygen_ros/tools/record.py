@@ -58,7 +58,8 @@ def new_bag_dir(text: str) -> Path:
     return path
 
 
-def _parser() -> argparse.ArgumentParser:
+def parse_args(argv=None) -> argparse.Namespace:
+    """The command line, checked (argparse exits with status 2 naming a bad option)."""
     parser = argparse.ArgumentParser(prog="oxygen-record", description=__doc__.split("\n\n")[0])
     parser.add_argument("out", type=new_bag_dir, help="the bag's folder (must not exist)")
     parser.add_argument("topics", nargs="*", type=topic_name,
@@ -67,12 +68,7 @@ def _parser() -> argparse.ArgumentParser:
                         help="seconds to record from the first message received (default: until Ctrl-C or "
                              "SIGTERM)")
     parser.add_argument("--storage", choices=("mcap", "sqlite3"), default="mcap", help="bag storage (default mcap)")
-    return parser
-
-
-def parse_args(argv=None) -> argparse.Namespace:
-    """The command line, checked (argparse exits with status 2 naming a bad option)."""
-    return _parser().parse_args(argv)
+    return parser.parse_args(argv)
 
 
 class Recorder:

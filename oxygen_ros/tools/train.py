@@ -214,7 +214,8 @@ def _params(model_config):
     return list(build_model(model_config, device="meta").parameters())
 
 
-def _parser() -> argparse.ArgumentParser:
+def parse_args(argv=None) -> argparse.Namespace:
+    """The command line, checked (argparse exits with status 2 naming a bad option)."""
     defaults = TrainConfig()
     parser = argparse.ArgumentParser(prog="oxygen-train", description=__doc__.split("\n\n")[0])
     parser.add_argument("--steps", type=positive_int, default=defaults.steps)
@@ -241,12 +242,7 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--log-every", type=positive_int, default=100)
     parser.add_argument("--eval", type=non_negative_int, default=200, metavar="N",
                         help="held-out scenes to evaluate (0: none)")
-    return parser
-
-
-def parse_args(argv=None) -> argparse.Namespace:
-    """The command line, checked (argparse exits with status 2 naming a bad option)."""
-    return _parser().parse_args(argv)
+    return parser.parse_args(argv)
 
 
 def _evaluate(model, tokenizer, cfg: TrainConfig, scenes: int) -> dict:
