@@ -35,7 +35,7 @@ class TickingNode:
         self.ticking = ActiveTime(lambda: self.clock)
         self.ticking.start()
 
-    def _tick(self, robots=("a", "b")) -> None:
+    def publish_tick(self, robots=("a", "b")) -> None:
         for robot in robots:
             self.published[robot] += 1
             self.counters["actions_published"] += 1
@@ -43,7 +43,7 @@ class TickingNode:
     def tick_counts(self, robot=None):
         self.reads += 1
         if self.reads == 5:
-            self._tick(("b",))
+            self.publish_tick(("b",))
         n = self.published[robot or "a"]
         return {"ticks": n, "published": n, "underruns": 0, "waiting": 0}
 
@@ -60,7 +60,7 @@ def test_top_level_actions_published_is_the_sum_of_the_robots_while_ticks_go_on(
     m.poll()  # the window starts
     assert m.start is not None
     for _ in range(5):
-        node._tick()
+        node.publish_tick()
     m.freeze()
     report = m.report()
     per_robot = {r: f["actions_published"] for r, f in report["robots"].items()}
@@ -97,7 +97,7 @@ def test_the_tick_rate_counts_the_seconds_the_node_was_active_not_a_deactivated_
             node.ticking.start()
             continue
         for _ in range(int(spell * 50)):
-            node._tick()
+            node.publish_tick()
         node.clock += spell
     node.ticking.stop()
     node.clock += 0.5  # a shutdown that takes its time: no ticks
@@ -121,7 +121,7 @@ def test_a_frame_shared_by_robots_is_taken_apart_with_each_robot_s_own_record():
     # the subscriber's latency: 1 ms of DDS each way around queue wait + engine + tick wait
     probed = {"a": {"arrivals": [t0 + 0.2], "observations": {1: t0}, "first_actions": {7: [1, t0 + 0.017]}},
               "b": {"arrivals": [t0 + 0.2], "observations": {1: t0}, "first_actions": {7: [1, t0 + 0.047]}}}
-    node._tick()
+    node.publish_tick()
     time.sleep(0.25)
     m.freeze()
     report = m.report(probed)
@@ -233,7 +233,7 @@ def test_the_underruns_reported_are_those_of_the_window_not_of_the_whole_run():
     node = UnderrunNode()
     m = Measurement(node)
     m.poll()  # the window starts with 6 underruns behind it
-    node._tick()
+    node.publish_tick()
     node.underruns["b"] += 2  # robot b's camera stalls for two ticks in the window
     m.freeze()
     report = m.report()
@@ -250,7 +250,7 @@ def test_a_robot_s_latencies_are_those_of_the_chunks_that_arrived_in_the_window(
     t0 = m.start["t"]
     probed = {r: {"arrivals": [t0 + 0.02], "observations": {1: t0 - 1.0, 2: t0},
                   "first_actions": {3: [1, t0 - 0.5], 7: [2, t0 + 0.02]}} for r in ("a", "b")}
-    node._tick()
+    node.publish_tick()
     time.sleep(0.05)
     m.freeze()
     report = m.report(probed)

@@ -6,6 +6,7 @@ compiles a small engine and runs frames across batch sizes in every setting.
 """
 
 import dataclasses
+import pathlib
 
 import numpy as np
 import pytest
@@ -364,10 +365,8 @@ def test_a_build_that_fails_in_a_worker_reaches_the_engine_with_its_type_and_tex
         raise Unpicklable("Encountered input mutation during higher order op tracing")
 
     monkeypatch.setattr(package_builds, "build_package", failing_build)
-    monkeypatch.setitem(package_builds._worker, "model", None)
-    monkeypatch.setitem(package_builds._worker, "cache", None)
     with pytest.raises(package_builds.BuildFailed) as info:
-        package_builds._build_in_worker("decode_loop", 2, (), "/nonexistent/package")
+        package_builds.build_or_fail(None, None, "decode_loop", 2, (), pathlib.Path("/nonexistent/package"))
     back = pickle.loads(pickle.dumps(info.value))  # what the parent receives
     assert str(back) == "building decode_loop: Unpicklable: Encountered input mutation during higher order op tracing"
     with pytest.raises(TypeError, match="cannot pickle 'module' object"):

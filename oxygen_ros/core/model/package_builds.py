@@ -100,7 +100,13 @@ class BuildFailed(RuntimeError):
 
 
 def _build_in_worker(name: str, steps: int, inputs: tuple[Tensor, ...], path: str) -> None:
+    build_or_fail(_worker["model"], _worker["cache"], name, steps, inputs, pathlib.Path(path))
+
+
+def build_or_fail(model: VLA, cache: KVCache, name: str, steps: int, inputs: tuple[Tensor, ...],
+                  path: pathlib.Path) -> None:
+    """:func:`build_package`, its failure raised as :class:`BuildFailed` (what a worker hands back)."""
     try:
-        build_package(_worker["model"], _worker["cache"], name, steps, inputs, pathlib.Path(path))
+        build_package(model, cache, name, steps, inputs, path)
     except Exception as e:
         raise BuildFailed(f"building {name}: {type(e).__name__}: {e}") from None
