@@ -311,3 +311,58 @@ def test_the_start_up_says_in_which_units_actions_go_out(random_tiny_dir):
     n = shipped.normalizer
     assert not warn and f"state {n.state_dim}, actions {n.action_dim} dimensions" in line, line
     assert units_note(p, load_model(None, preset="tiny")) is None
+
+
+def test_a_pi05_vision_tower_without_its_last_layer_is_named(tmp_path):
+    """No config field states SigLIP's depth: π0.5's So400m tower (hidden 1152) is 27 layers deep,
+    so one that stops at 26 is a checkpoint with a layer missing, not a shallower tower."""
+    from oxygen_ros.core.checkpoints import layouts, loading
+    from oxygen_ros.core.model.config import PI05
+
+    tensors = {k: v for k, v in hf_pi05_tensors(vision_model_level=True).items() if ".layers.26." not in k}
+    plan = layouts.detect(tmp_path, tensors).key_map(tensors)
+    config = sizes.infer_config(plan.shapes(tensors), name="pi05", kind="openpi")
+    assert config.vision == PI05.vision
+    with pytest.raises(CheckpointError, match=r"missing: vision\.tower\.encoder\.layers\.26\.mlp\.fc1\.weight"):
+        loading.check_plan(plan, tensors, build_model(config, device="meta"), tmp_path, "openpi")
+
+
+@pytest.mark.parametrize("content, message", [
+    (b"not a sentencepiece model at all", "unusable tokenizer: not a SentencePiece model"),
+    (b"", "unusable tokenizer: not a SentencePiece model"),
+])
+def test_a_tokenizer_that_is_not_sentencepiece_is_a_checkpoint_error(tmp_path, small_variants, small_model,
+                                                                      content, message):
+    write_openpi(tmp_path, foreign_state(small_model))
+    (tmp_path / "tokenizer.model").write_bytes(content)
+    with pytest.raises(CheckpointError, match=message) as err:
+        load_checkpoint(tmp_path)
+    assert err.value.parameter is None  # the checkpoint's own file: model_path is what to fix
+    given = tmp_path / "given.model"
+    given.write_bytes(content)
+    with pytest.raises(CheckpointError, match=message) as err:
+        load_checkpoint(tmp_path, tokenizer_path=given)
+    assert err.value.parameter == "tokenizer_path"
+    with pytest.raises(CheckpointError, match="tokenizer_path .* is a folder: give the SentencePiece model file"):
+        load_checkpoint(tmp_path, tokenizer_path=tmp_path)
+
+
+def test_a_preset_s_given_tokenizer_and_statistics_are_checked_as_a_checkpoint_s(tmp_path):
+    from oxygen_ros.core.checkpoints import load_model
+
+    with pytest.raises(CheckpointError, match="tokenizer model not found") as err:
+        load_model(preset="tiny", tokenizer_path=tmp_path / "nope.model")
+    assert err.value.parameter == "tokenizer_path"
+    with pytest.raises(CheckpointError, match="norm_stats_path .*nope.json does not exist") as err:
+        load_model(preset="tiny", norm_stats_path=tmp_path / "nope.json")
+    assert err.value.parameter == "norm_stats_path"
+
+
+@pytest.mark.parametrize("content, message", [
+    (b"version https://git-lfs.github.com/spec/v1\noid sha256:0\nsize 12\n", "Git LFS pointer, not the weights"),
+    (b"<!DOCTYPE html><html><body>Sign in</body></html>", "an HTML page"),
+])
+def test_a_weights_file_that_is_a_pointer_or_a_web_page_says_so(tmp_path, content, message):
+    (tmp_path / "model.safetensors").write_bytes(content)
+    with pytest.raises(CheckpointError, match=message):
+        load_checkpoint(tmp_path)

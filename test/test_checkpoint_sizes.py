@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 
 import pytest
 import torch
@@ -110,3 +111,59 @@ def test_a_lerobot_horizon_is_its_chunk_size_and_its_steps_its_num_inference_ste
     assert c.action_horizon == 6
     assert c.denoise_steps == 4
     assert not {"action_horizon", "denoise_steps"} & set(c.extra["defaulted"])
+
+
+@pytest.mark.parametrize("stack", ["language_model", "expert"])
+def test_a_gemma_stack_without_its_last_layer_is_named_not_loaded_shallower(tmp_path, stack):
+    """The VLM and the expert share their depth: without a config that states it, a last layer
+    one of them lacks is reported as missing tensors, not read as a one-layer-shallower model."""
+    model = build_model(SMALL, seed=2)
+    state = foreign_state(model)
+    last = f".{stack}.layers.1." if stack == "language_model" else "gemma_expert.model.layers.1."
+    state = {k: v for k, v in state.items() if last not in k}
+    write_openpi(tmp_path, state, config=False)
+    with pytest.raises(CheckpointError, match=rf"missing: {stack}\.layers\.1\.self_attn\.q_proj\.weight") as err:
+        load_checkpoint(tmp_path)
+    assert "vlm 64x2, expert 32x2" in str(err.value)
+
+
+@pytest.mark.parametrize("fields, message", [
+    ({"action_horizon": "ten"}, "openpi config.json: action_horizon must be a whole number, got 'ten'"),
+    ({"action_horizon": 10.7}, "action_horizon must be a whole number, got 10.7"),
+    ({"action_dim": None}, "action_dim must be a whole number, got None"),
+    ({"paligemma_variant": 2}, "a Gemma variant must be a name such as 'gemma_2b', got 2"),
+])
+def test_an_openpi_config_field_of_the_wrong_type_is_named(tmp_path, fields, message):
+    write_openpi(tmp_path, foreign_state(build_model(SMALL, seed=2)), config=False)
+    set_config(tmp_path, **fields)
+    with pytest.raises(CheckpointError, match=re.escape(message)):
+        load_checkpoint(tmp_path)
+
+
+@pytest.mark.parametrize("fields, message", [
+    ({"image_resolution": 28}, "image_resolution must be [height, width] in pixels, got 28"),
+    ({"chunk_size": None}, "chunk_size must be a whole number, got None"),
+    ({"empty_cameras": "two"}, "empty_cameras must be a whole number, got 'two'"),
+    ({"input_features": ["observation.images.cam0"]}, "input_features must be an object"),
+])
+def test_a_lerobot_config_field_of_the_wrong_type_is_named(tmp_path, monkeypatch, fields, message):
+    monkeypatch.setitem(sizes.GEMMA_VARIANTS, "small_vlm", SMALL.vlm)
+    monkeypatch.setitem(sizes.GEMMA_VARIANTS, "small_expert", SMALL.expert)
+    write_lerobot(tmp_path, foreign_state(build_model(SMALL, seed=2), prefix="model.", embed="both"))
+    meta = json.loads((tmp_path / "config.json").read_text()) | fields
+    set_config(tmp_path, **meta)
+    with pytest.raises(CheckpointError, match=re.escape(f"lerobot config.json: {message}")):
+        load_checkpoint(tmp_path)
+
+
+def test_a_config_json_that_is_not_an_object_is_refused(tmp_path):
+    write_openpi(tmp_path, foreign_state(build_model(SMALL, seed=2)), config=False)
+    (tmp_path / "config.json").write_text("[1, 2]")
+    with pytest.raises(CheckpointError, match="config.json holds a JSON list, not an object of config fields"):
+        load_checkpoint(tmp_path)
+    native = save_native(build_model(SMALL, seed=2), tmp_path / "native")
+    meta = json.loads((native / "config.json").read_text())
+    del meta["config"]
+    (native / "config.json").write_text(json.dumps(meta))
+    with pytest.raises(CheckpointError, match='has no "config" object'):
+        load_checkpoint(native)

@@ -36,7 +36,7 @@ def load_model(p: dict) -> checkpoints.LoadedCheckpoint:
     except checkpoints.SizesError as exc:  # sizes that do not fit: the given ones if any, else the checkpoint's
         raise ParameterError("model_sizes" if p["model_sizes"] else "model_path", str(exc)) from exc
     except checkpoints.CheckpointError as exc:
-        raise ParameterError("model_path", str(exc)) from exc
+        raise ParameterError(exc.parameter or "model_path", str(exc)) from exc
 
 
 def unused_preset(p: dict, loaded: checkpoints.LoadedCheckpoint) -> str | None:

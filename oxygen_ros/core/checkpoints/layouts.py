@@ -177,4 +177,6 @@ def _read_json(path: pathlib.Path) -> dict:
         data = json.loads(path.read_text())
     except ValueError as exc:
         raise CheckpointError(f"{path} is not valid JSON: {exc}") from exc
-    return data if isinstance(data, dict) else {}
+    if not isinstance(data, dict):
+        raise CheckpointError(f"{path} holds a JSON {type(data).__name__}, not an object of config fields")
+    return data

@@ -22,7 +22,7 @@ from transformers.models.siglip.modeling_siglip import SiglipVisionEmbeddings
 from ..model.config import ModelConfig
 from ..model.config import preset as preset_config
 from ..model.vla import TORCH_DTYPES, VLA, build_model
-from ..normalization import Normalizer, load_norm_stats
+from ..normalization import Normalizer
 from ..tokenizer import Tokenizer, default_tokenizer_path
 from . import layouts
 from .errors import CheckpointError
@@ -30,7 +30,7 @@ from .given_sizes import apply_sizes, check_sizes
 from .native import TOKENIZER_FILE
 from .safetensors_files import (PICKLE_SUFFIXES, SAFETENSORS_DTYPES, index_tensors, open_files, pickle_error,
                                 read_into, weight_files)
-from .stats import find_norm_stats
+from .stats import find_norm_stats, read_norm_stats
 
 log = logging.getLogger(__name__)
 
@@ -121,8 +121,9 @@ def load_model(
     name = preset or fallback_preset
     config = apply_sizes(preset_config(name), sizes, "the given sizes")
     model = build_model(config, seed=seed, device=device, dtype=dtype)
-    tokenizer = Tokenizer(tokenizer_path) if tokenizer_path else Tokenizer(default_tokenizer_path())
-    normalizer = load_norm_stats(norm_stats_path) if norm_stats_path else None
+    tokenizer = _read_tokenizer(tokenizer_path, "tokenizer_path") if tokenizer_path else Tokenizer(
+        default_tokenizer_path())
+    normalizer = read_norm_stats(norm_stats_path) if norm_stats_path else None
     return LoadedCheckpoint(model.eval(), config, tokenizer, normalizer, "random",
                             f"preset {name} (random weights, seed {seed})")
 
@@ -205,7 +206,9 @@ def _tokenizer(directory: pathlib.Path, explicit, config: ModelConfig, layout: s
         candidates.append(directory / "assets" / TOKENIZER_FILE)
     found = next((p for p in candidates if p.is_file()), None)
     if explicit is not None and found is None:
-        raise CheckpointError(f"tokenizer_path {explicit} does not exist")
+        what = ("is a folder: give the SentencePiece model file in it" if pathlib.Path(explicit).is_dir()
+                else "does not exist")
+        raise CheckpointError(f"tokenizer_path {explicit} {what}", parameter="tokenizer_path")
     if found is None:
         shipped = Tokenizer(default_tokenizer_path())
         if layout == "native" and config.vocab_size == shipped.vocab_size:
@@ -219,13 +222,20 @@ def _tokenizer(directory: pathlib.Path, explicit, config: ModelConfig, layout: s
             "gs://big_vision/paligemma_tokenizer.model; LeRobot uses google/paligemma-3b-pt-224's). "
             "The tokenizer shipped in oxygen_ros/data/ only fits the native tiny model."
         )
-    tok = Tokenizer(found)
+    parameter = "tokenizer_path" if explicit is not None else None
+    tok = _read_tokenizer(found, parameter)
     if tok.vocab_size > config.vocab_size:
         raise CheckpointError(
             f"tokenizer {found} has {tok.vocab_size} pieces but the model's embedding has only "
-            f"{config.vocab_size} rows: wrong tokenizer for this checkpoint"
-        )
+            f"{config.vocab_size} rows: wrong tokenizer for this checkpoint", parameter=parameter)
     return tok
+
+
+def _read_tokenizer(path, parameter: str | None) -> Tokenizer:
+    try:
+        return Tokenizer(path)
+    except (OSError, ValueError) as exc:  # missing, unreadable, not a SentencePiece model
+        raise CheckpointError(f"unusable tokenizer: {exc}", parameter=parameter) from None
 
 
 __all__ = ["LoadedCheckpoint", "load_checkpoint", "load_model", "default_model", "check_plan", "DEFAULT_MODEL_DIR",

@@ -83,6 +83,9 @@ def read_native_config(path: pathlib.Path) -> tuple[ModelConfig, str]:
         raise CheckpointError(
             f"{path}: native format version {version!r} is not supported (this code reads version {FORMAT_VERSION})"
         )
+    if not isinstance(meta.get("config"), dict):
+        raise CheckpointError(f"{path / CONFIG_FILE} has no \"config\" object (the model's sizes, as save_native "
+                              "writes them)")
     return config_from_dict(meta["config"]), str(meta.get("dtype", "float32"))
 
 

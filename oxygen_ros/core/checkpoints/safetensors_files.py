@@ -84,9 +84,10 @@ def read_header(path: pathlib.Path) -> tuple[dict[str, TensorInfo], dict[str, st
     try:
         file_size = path.stat().st_size
         with open(path, "rb") as f:
-            size = int.from_bytes(f.read(8), "little")
+            start = f.read(8)
+            size = int.from_bytes(start, "little")
             if not 0 < size <= min(100_000_000, file_size - 8):
-                raise ValueError(f"implausible header size {size}")
+                raise ValueError(f"implausible header size {size}{_what_it_is(start + f.read(24))}")
             header = json.loads(f.read(size))
         meta = header.pop("__metadata__", None) or {}
         base = 8 + size
@@ -106,6 +107,16 @@ def read_header(path: pathlib.Path) -> tuple[dict[str, TensorInfo], dict[str, st
     except (OSError, ValueError, KeyError, TypeError) as exc:
         raise CheckpointError(f"{path}: not a valid safetensors file ({exc})") from exc
     return infos, meta
+
+
+def _what_it_is(start: bytes) -> str:
+    """What a file that is not safetensors looks like it is, from its first bytes ('' if unknown)."""
+    if start.startswith(b"version https://git-lfs"):
+        return ("; it is a Git LFS pointer, not the weights: fetch them (git lfs pull in the repository "
+                "it was cloned from)")
+    if start.lstrip().lower().startswith((b"<!doctype html", b"<html")):
+        return "; it is an HTML page (a download that saved a web page instead of the file)"
+    return ""
 
 
 def index_tensors(files: list[pathlib.Path]) -> tuple[dict[str, TensorInfo], dict[str, str]]:

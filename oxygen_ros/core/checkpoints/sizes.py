@@ -5,12 +5,14 @@ same for every layout:
 
 * vision: ``hidden`` and ``patch_size`` from the patch embedding
   ``[hidden, 3, p, p]``; ``image_size = sqrt(rows of the position embedding) * p``;
-  ``depth`` = number of encoder layers present; ``mlp`` = rows of ``fc1``;
+  ``depth`` = number of encoder layers present (27, SigLIP So400m's, for its
+  hidden size 1152: a missing last layer is then named); ``mlp`` = rows of ``fc1``;
   ``heads = hidden / 72`` (SigLIP So400m's head size; ``/ 64`` for hidden
   sizes that are not multiples of 72, as SigLIP base/large) - the square q/k/v
   projections do not encode the head count, so this is a convention.
 * each Gemma stack: ``width`` = columns of ``q_proj``; ``depth`` = number of
-  layers present; ``mlp`` = rows of ``gate_proj``; ``head_dim = 256`` (every
+  layers present in either stack (they share it: a layer one of them lacks is
+  named); ``mlp`` = rows of ``gate_proj``; ``head_dim = 256`` (every
   Gemma variant π0.5 uses) when the rows of ``k_proj`` are a multiple of 256,
   otherwise multi-query attention is assumed (``head_dim`` = rows of
   ``k_proj``, one key/value head); ``heads`` = rows of ``q_proj / head_dim``,
@@ -62,6 +64,7 @@ GEMMA_VARIANTS: dict[str, GemmaConfig] = {
 }
 GEMMA_HEAD_DIM = 256
 SIGLIP_HEAD_DIMS = (72, 64)
+SO400M_HIDDEN, SO400M_DEPTH = 1152, 27  # π0.5's vision tower, whose depth no config field states
 DEFAULTS = {"action_horizon": 50, "max_token_len": 200, "denoise_steps": 10, "max_cameras": 3}
 #: our field -> LeRobot's config.json field
 LEROBOT_FIELDS = {"action_dim": "max_action_dim", "action_horizon": "chunk_size",
@@ -71,6 +74,8 @@ Shapes = Mapping[str, tuple[int, ...]]
 
 
 def variant(name: str, where: str) -> GemmaConfig:
+    if not isinstance(name, str):
+        raise CheckpointError(f"{where}: a Gemma variant must be a name such as 'gemma_2b', got {name!r}")
     base = name.removesuffix("_lora")  # LoRA variants have the base sizes
     if base not in GEMMA_VARIANTS:
         raise CheckpointError(f"{where}: unknown Gemma variant {name!r}; known: {sorted(GEMMA_VARIANTS)}")
@@ -91,8 +96,9 @@ def infer_config(shapes: Shapes, *, name: str, source: Mapping[str, Any] | None 
     given = merge_sizes(check_sizes(src.get(SIZE_BLOCK, {}), SIZE_BLOCK, where), check_sizes(sizes or {}))
     need = _Needs(shapes)
     vision = _vision(need, given.get("vision", {}))
-    vlm = _gemma(need, "language_model", given.get("vlm", {}), src.get("paligemma_variant"), where)
-    expert = _gemma(need, "expert", given.get("expert", {}), src.get("action_expert_variant"), where)
+    depth = max(need.depth("language_model"), need.depth("expert"))  # shared: a layer either lacks is named
+    vlm = _gemma(need, "language_model", given.get("vlm", {}), src.get("paligemma_variant"), where, depth)
+    expert = _gemma(need, "expert", given.get("expert", {}), src.get("action_expert_variant"), where, depth)
     values = dict(DEFAULTS, vocab_size=need.dim("language_model.embed_tokens.weight", 0),
                   action_dim=need.dim("action_in_proj.weight", 1))
     need.raise_if_missing()
@@ -110,7 +116,7 @@ def _layout_values(src: Mapping[str, Any], kind: str | None, where: str, vision:
     """The sizes openpi's or LeRobot's own config.json fields state."""
     values: dict[str, int] = {}
     if kind == "openpi":
-        values.update({k: int(src[k]) for k in ("action_dim", "action_horizon") if k in src})
+        values.update({k: _whole(src, k, where) for k in ("action_dim", "action_horizon") if k in src})
     elif kind == "lerobot":
         if src.get("use_relative_actions"):
             raise CheckpointError(
@@ -119,11 +125,14 @@ def _layout_values(src: Mapping[str, Any], kind: str | None, where: str, vision:
                 "actions as they are, so a robot would take the deltas for positions")
         for ours, theirs in LEROBOT_FIELDS.items():
             if theirs in src:
-                values[ours] = int(src[theirs])
-        cams = _lerobot_cameras(src)
+                values[ours] = _whole(src, theirs, where)
+        cams = _lerobot_cameras(src, where)
         if cams:
             values["max_cameras"] = cams
         res = src.get("image_resolution")
+        if res is not None and not (isinstance(res, list) and len(res) == 2
+                                    and all(isinstance(r, int) and not isinstance(r, bool) for r in res)):
+            raise CheckpointError(f"{where}: image_resolution must be [height, width] in pixels, got {res!r}")
         if res is not None and tuple(res) != (vision.image_size, vision.image_size):
             raise CheckpointError(
                 f"{where}: image_resolution {list(res)} does not match the vision tower's position embedding "
@@ -131,13 +140,26 @@ def _layout_values(src: Mapping[str, Any], kind: str | None, where: str, vision:
     return values
 
 
-def _lerobot_cameras(src: Mapping[str, Any]) -> int:
+def _lerobot_cameras(src: Mapping[str, Any], where: str) -> int:
     """The camera slots: the VISUAL input features, and the ``empty_cameras`` not among them
     (LeRobot adds ``observation.images.empty_camera_<i>`` to the features it saves)."""
     features = src.get("input_features") or {}
+    if not isinstance(features, Mapping):
+        raise CheckpointError(f"{where}: input_features must be an object of feature name -> "
+                              f"{{\"type\": ..., \"shape\": ...}}, got {type(features).__name__}")
     visual = [k for k, v in features.items() if isinstance(v, Mapping) and v.get("type") == "VISUAL"]
     listed = sum("empty_camera" in k for k in visual)
-    return len(visual) + max(0, int(src.get("empty_cameras", 0) or 0) - listed)
+    empty = _whole(src, "empty_cameras", where) if src.get("empty_cameras") is not None else 0
+    return len(visual) + max(0, empty - listed)
+
+
+def _whole(src: Mapping[str, Any], key: str, where: str) -> int:
+    """The config field ``key`` as a whole number (a float such as 50.0 too), else an error naming it."""
+    value = src[key]
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or (
+            isinstance(value, float) and not value.is_integer()):
+        raise CheckpointError(f"{where}: {key} must be a whole number, got {value!r}")
+    return int(value)
 
 
 class _Needs:
@@ -188,7 +210,9 @@ def _vision(need: _Needs, given: Mapping[str, Any]) -> VisionConfig:
     if side * side != positions and "image_size" not in given:
         raise SizesError(f"vision position embedding has {positions} rows, not a square number of patches; "
                          f"set {how_to_set('vision.image_size')}")
-    sizes = {"hidden": patch[0], "patch_size": patch[-1], "depth": need.depth("vision.tower.encoder"),
+    depth = need.depth("vision.tower.encoder")
+    sizes = {"hidden": patch[0], "patch_size": patch[-1],
+             "depth": max(depth, SO400M_DEPTH) if patch[0] == SO400M_HIDDEN else depth,
              "mlp": need.any_layer("vision.tower.encoder", "mlp.fc1.weight", 0)}
     sizes.update(given)
     sizes.setdefault("image_size", side * sizes["patch_size"])
@@ -204,7 +228,8 @@ def _vision(need: _Needs, given: Mapping[str, Any]) -> VisionConfig:
     return _part(VisionConfig, sizes, "vision")
 
 
-def _gemma(need: _Needs, stack: str, given: Mapping[str, Any], variant_name: str | None, where: str) -> GemmaConfig:
+def _gemma(need: _Needs, stack: str, given: Mapping[str, Any], variant_name: str | None, where: str,
+           depth: int) -> GemmaConfig:
     part = "vlm" if stack == "language_model" else "expert"
     if variant_name:
         sizes = dataclasses.asdict(variant(variant_name, where))
@@ -212,7 +237,7 @@ def _gemma(need: _Needs, stack: str, given: Mapping[str, Any], variant_name: str
         q_rows = need.any_layer(stack, "self_attn.q_proj.weight", 0)
         k_rows = need.any_layer(stack, "self_attn.k_proj.weight", 0)
         head_dim = int(given.get("head_dim", GEMMA_HEAD_DIM if k_rows % GEMMA_HEAD_DIM == 0 else k_rows))
-        sizes = {"width": need.any_layer(stack, "self_attn.q_proj.weight", 1), "depth": need.depth(stack),
+        sizes = {"width": need.any_layer(stack, "self_attn.q_proj.weight", 1), "depth": depth,
                  "mlp": need.any_layer(stack, "mlp.gate_proj.weight", 0), "head_dim": head_dim,
                  "heads": max(1, q_rows // head_dim), "kv_heads": max(1, k_rows // head_dim)}
     sizes.update(given)

@@ -15,10 +15,7 @@ def find_norm_stats(directory: pathlib.Path, explicit: str | os.PathLike[str] | 
     ``norm_stats.json`` (directly or in ``assets/<robot>/``) or LeRobot's
     normalizer processor files. ``None`` when absent and not ``required``."""
     if explicit is not None:
-        path = pathlib.Path(explicit)
-        if not path.exists():
-            raise CheckpointError(f"norm_stats_path {path} does not exist")
-        return _read(path)
+        return read_norm_stats(explicit)
     present = ((directory / "norm_stats.json").is_file()
                or any(directory.glob("*normalizer_processor.safetensors"))
                or any(directory.glob("assets/**/norm_stats.json")))
@@ -35,9 +32,17 @@ def find_norm_stats(directory: pathlib.Path, explicit: str | os.PathLike[str] | 
     return None
 
 
-def _read(path: pathlib.Path) -> Normalizer:
+def read_norm_stats(explicit: str | os.PathLike[str]) -> Normalizer:
+    """The statistics file (or folder) given as ``norm_stats_path`` / ``--norm-stats``."""
+    path = pathlib.Path(explicit)
+    if not path.exists():
+        raise CheckpointError(f"norm_stats_path {path} does not exist", parameter="norm_stats_path")
+    return _read(path, "norm_stats_path")
+
+
+def _read(path: pathlib.Path, parameter: str | None = None) -> Normalizer:
     try:
         return load_norm_stats(path)
     except NormStatsError as exc:
         raise CheckpointError(f"unusable normalisation statistics ({exc}); fix the file or point "
-                              "norm_stats_path / --norm-stats at the right one") from exc
+                              "norm_stats_path / --norm-stats at the right one", parameter=parameter) from exc
