@@ -36,3 +36,21 @@ def test_the_file_names_the_checkpoint_by_its_absolute_path(tmp_path, random_tin
     params = yaml.safe_load(out.read_text())["oxygen_inference"]["ros__parameters"]
     assert params["model_path"] == str(model.resolve())
     assert "control_rate_hz 30, frame deadline 166.7 ms" in out.read_text()
+
+
+def test_the_file_holds_the_conditions_k_was_chosen_under_and_the_model_s_files(tmp_path, random_tiny_dir):
+    """k fits a frame deadline at a control rate with so many threads: a node that ran the file at its
+    defaults (50 Hz, 1 thread) would cut it back every frame. A tokenizer or statistics file given
+    for the measurement is the one the node needs too."""
+    from oxygen_ros.core.tokenizer import default_tokenizer_path
+    from oxygen_ros.ros.inference_parameters import PARAMETERS
+
+    out = tmp_path / "calibrated.yaml"
+    assert calibrate.main(["--model-path", random_tiny_dir, "--tokenizer-path", str(default_tokenizer_path()),
+                           "--target-hz", "5", "--control-rate-hz", "10", "--frame-deadline-ms", "400",
+                           "--threads", "2", "--max-decode", "4", "--repeats", "2", "--out", str(out)]) == 0
+    params = yaml.safe_load(out.read_text())["oxygen_inference"]["ros__parameters"]
+    assert (params["control_rate_hz"], params["frame_deadline_ms"], params["threads"]) == (10.0, 400.0, 2)
+    assert params["tokenizer_path"] == str(default_tokenizer_path().resolve())
+    assert "norm_stats_path" not in params  # not given: the checkpoint's own
+    assert set(params) <= {spec.name for spec in PARAMETERS}  # every key a parameter the node declares

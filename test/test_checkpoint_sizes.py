@@ -167,3 +167,16 @@ def test_a_config_json_that_is_not_an_object_is_refused(tmp_path):
     (native / "config.json").write_text(json.dumps(meta))
     with pytest.raises(CheckpointError, match='has no "config" object'):
         load_checkpoint(native)
+
+
+def test_a_depth_given_for_one_gemma_stack_is_the_other_s_too(tmp_path):
+    """Both stacks without their last layer look like a shallower model; a depth stated for one of
+    them (``--size vlm.depth=2``) has the missing layers of both named."""
+    model = build_model(SMALL, seed=2)
+    state = {k: v for k, v in foreign_state(model).items() if ".layers.1." not in k or "vision" in k}
+    write_openpi(tmp_path, state, config=False)
+    assert load_checkpoint(tmp_path).config.vlm.depth == 1
+    with pytest.raises(CheckpointError) as err:
+        load_checkpoint(tmp_path, sizes={"vlm": {"depth": 2}})
+    assert {"language_model.layers.1.mlp.up_proj.weight", "expert.layers.1.mlp.up_proj.weight"} <= {
+        p.split()[1].rstrip(",") for p in err.value.problems if p.startswith("missing:")}

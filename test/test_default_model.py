@@ -200,3 +200,28 @@ def test_a_training_run_s_card_says_what_ran(tmp_path):
     assert "these are the defaults" not in card
     assert "mean of the last 3 steps" in card
     assert "--steps 3 --batch-size 4" in card
+
+
+def test_a_short_horizon_run_is_evaluated_and_saved_and_a_foreign_folder_is_refused_first(tmp_path, capsys):
+    """A horizon under the 5 actions the evaluation runs of a chunk ended a finished training in a
+    traceback with nothing written; --size keeps the embedded model's image size unless it names
+    it; --out holding another layout's checkpoint would have been half overwritten."""
+    import json
+
+    from oxygen_ros.tools import train as train_tool
+
+    out = tmp_path / "short"
+    assert train_tool.main(["--steps", "2", "--batch-size", "2", "--eval", "1", "--workers", "0",
+                            "--size", "action_horizon=3", "--out", str(out)]) == 0
+    config = json.loads((out / "config.json").read_text())["config"]
+    assert (config["action_horizon"], config["vision"]["image_size"]) == (3, 48)
+    assert json.loads((out / "training.json").read_text())["evaluation"]["execute"] == 3
+    assert train_tool.main(["--steps", "1", "--batch-size", "2", "--eval", "0", "--workers", "0",
+                            "--out", str(out)]) == 0  # a native checkpoint is replaced, as the README's re-create
+    foreign = tmp_path / "openpi"
+    foreign.mkdir()
+    (foreign / "model.safetensors").write_bytes(b"weights of another layout")
+    with pytest.raises(SystemExit):
+        train_tool.parse_args(["--out", str(foreign)])
+    assert "is not an oxygen_ros checkpoint (model.safetensors); give a new or empty folder" in capsys.readouterr().err
+    assert (foreign / "model.safetensors").read_bytes() == b"weights of another layout"

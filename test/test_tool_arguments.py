@@ -60,7 +60,12 @@ def test_each_command_refuses_an_unusable_output_naming_it(capsys, a_file):
     bad = str(a_file / "out.json")
     _refused(bench.parse_args, ["--json", bad], capsys, "--json", "is a file")
     _refused(bench.parse_args, ["--plot", str(a_file)], capsys, "--plot", "is a file")
+    same = str(a_file.parent / "same")
+    _refused(bench.parse_args, ["--json", same, "--plot", same], capsys, "--json and --plot name the same path")
+    _refused(bench.parse_args, ["--pieces-only", "--tick-probe", "5"], capsys, "two different runs")
+    _refused(bench.parse_args, ["--pieces-only", "--plot", same], capsys, "--plot draws the frames of runs")
     _refused(calibrate.parse_args, ["--out", bad, "--target-hz", "50"], capsys, "--out")
+    _refused(calibrate.parse_args, ["--out", "x.yaml", "--target-hz", "nan"], capsys, "--target-hz")
     _refused(eval_tool.parse_args, ["--json", bad], capsys, "--json")
     _refused(prefill_bench.parse_args, ["--json", bad], capsys, "--json")
     _refused(train.parse_args, ["--out", str(a_file / "model")], capsys, "--out", "is a file")
@@ -69,7 +74,10 @@ def test_each_command_refuses_an_unusable_output_naming_it(capsys, a_file):
 
 
 def test_ros_commands_refuse_bad_outputs_and_values_naming_them(capsys, a_file):
-    from oxygen_ros.tools import agent, ask, soak
+    from oxygen_ros.tools import agent, ask, record, soak
+
+    _refused(record.parse_args, [str(a_file / "bag")], capsys, "out", "is a file, not a folder")
+    _refused(record.parse_args, [str(a_file)], capsys, "exists already")
 
     _refused(agent.parse_args, ["--report", str(a_file / "r.json")], capsys, "--report")
     _refused(soak.main, ["--json", str(a_file / "s.json")], capsys, "--json")
@@ -100,6 +108,17 @@ def test_evaluate_refuses_an_execute_count_outside_the_chunk(lively_tiny):
             evaluate(lively_tiny, Tokenizer.default(), None, scenes=1, execute=execute)
 
 
+def test_evaluate_refuses_statistics_with_fewer_actions_than_the_reach_task_takes(lively_tiny):
+    from oxygen_ros.core.normalization import openpi_normalizer
+    from oxygen_ros.core.tokenizer import Tokenizer
+    from oxygen_ros.tools.eval import evaluate
+
+    one = {"mean": [0.0], "std": [1.0], "q01": [-1.0], "q99": [1.0]}
+    normalizer = openpi_normalizer({"norm_stats": {"state": one, "actions": one}}, "one action dimension")
+    with pytest.raises(ValueError, match=r"actions are \(dx, dy\); the normalisation statistics' actions have 1"):
+        evaluate(lively_tiny, Tokenizer.default(), normalizer, scenes=1)
+
+
 def test_training_and_evaluation_numbers_are_checked_up_front(capsys, tmp_path):
     """Values that used to end in a traceback after the start (lr nan, seeds out of range) or be
     dropped silently (a negative loss weight turned the loss off while the card printed it)."""
@@ -112,3 +131,25 @@ def test_training_and_evaluation_numbers_are_checked_up_front(capsys, tmp_path):
     _refused(train.parse_args, out + ["--patch-shape-weight", "-5"], capsys, "--patch-shape-weight")
     _refused(eval_tool.parse_args, ["--seed", "-1"], capsys, "--seed")
     _refused(eval_tool.parse_args, ["--steps-per-frame", "0"], capsys, "--steps-per-frame")
+
+
+def test_help_shows_each_default_as_it_is_typed(capsys):
+    """bench, calibrate and prefill-bench end an option's help with its default: as a comma list (not
+    a Python list), once (not "(default cpu) (default: cpu)"), and not at all where there is none."""
+    from oxygen_ros.tools import bench
+
+    with pytest.raises(SystemExit):
+        bench.parse_args(["--help"])
+    text = " ".join(capsys.readouterr().out.split())
+    assert "(default: baseline,parallel,shared_kv,oxygen)" in text and "(default: 30)" in text
+    assert "cpu or cuda[:N] (default: cpu) --dtype" in text
+    assert "(default: None)" not in text and "['" not in text and "(default: False)" not in text
+
+
+def test_an_empty_model_path_is_refused_not_taken_for_the_default(capsys):
+    """``--model-path "$CKPT"`` with CKPT unset ran the embedded default model."""
+    from oxygen_ros.tools import bench, common
+
+    for option in ("--model-path", "--tokenizer-path", "--norm-stats"):
+        with pytest.raises(SystemExit, match=f"{option} is empty"):
+            common.load_model(bench.parse_args([option, ""]))

@@ -141,6 +141,10 @@ def startup_summary(loaded: checkpoints.LoadedCheckpoint, p: dict, resolve=str) 
             f"H={mc.action_horizon} actions ({_whose('action_horizon', given, defaulted)}) at "
             f"{p['control_rate_hz']:g} Hz, S={s} "
             f"denoise steps ({whose}), k={p['steps_per_frame']}, N={p['max_decode']}; ")
+    unstated = {"max_token_len": f"prompt length {mc.max_token_len}", "max_cameras": f"{mc.max_cameras} cameras"}
+    unstated = [text for size, text in unstated.items() if size in defaulted and size not in given]
+    if unstated:
+        head += f"{' and '.join(unstated)} (pi0.5's defaults: the checkpoint does not state them); "
     robots = p["robots"] or [""]
     topics = "; ".join(f"{resolve(robot_topic(r, p['observation_topic']))} -> {resolve(robot_topic(r, p['actions_topic']))}, "
                        f"{resolve(robot_topic(r, p['text_topic']))}" for r in robots)

@@ -57,6 +57,10 @@ ARGUMENTS: tuple[Argument, ...] = (
     Argument("model_sizes", "", "Model sizes as a comma list of KEY=VALUE items (e.g. "
              "vision.heads=2,max_token_len=48), for a checkpoint that does not state them.",
              "oxygen_inference", "model_sizes", items=True),
+    Argument("tokenizer_path", "", "SentencePiece tokenizer.model (empty: the YAML's, by default the checkpoint's).",
+             "oxygen_inference", "tokenizer_path"),
+    Argument("norm_stats_path", "", "Normalisation statistics file (empty: the YAML's, by default the "
+             "checkpoint's).", "oxygen_inference", "norm_stats_path"),
     Argument("preset", "", "Random-weights preset when there is no model (tiny | pi05).",
              "oxygen_inference", "preset"),
     Argument("device", "", "Torch device (cpu | cuda | cuda:N).", "oxygen_inference", "device"),

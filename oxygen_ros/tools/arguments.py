@@ -42,6 +42,19 @@ def positive_float(text: str) -> float:
     return value
 
 
+class DefaultsHelp(argparse.HelpFormatter):
+    """Each option's help ends with its default, as the user would type it (``baseline,oxygen``,
+    not a Python list), unless the help already says its default or there is none to say."""
+
+    def _get_help_string(self, action: argparse.Action) -> str:
+        text, default = action.help or "", action.default
+        if ("default" in text.lower() or default is None or default is False or default == []
+                or default == argparse.SUPPRESS or not action.option_strings or action.nargs == 0):
+            return text
+        shown = ",".join(str(v) for v in default) if isinstance(default, (list, tuple)) else str(default)
+        return f"{text} (default: {shown.replace('%', '%%')})"
+
+
 def _creatable(path: Path) -> str | None:
     """Why ``path`` (absent) could not be made: its nearest existing folder is a file or not
     writable; None when it can."""
@@ -83,4 +96,4 @@ def output_dir(text: str) -> Path:
     return path
 
 
-__all__ = ["non_negative_int", "output_dir", "output_file", "positive_float", "positive_int"]
+__all__ = ["DefaultsHelp", "non_negative_int", "output_dir", "output_file", "positive_float", "positive_int"]

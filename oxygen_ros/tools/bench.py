@@ -44,7 +44,7 @@ from ..core.model.compile_setup import COMPILE_CHOICES, resolve_compile
 from ..core.model.load_probe import LibraryLoadError
 from ..core.piece_timing import PieceTimer
 from ..core.workloads import Workload
-from .arguments import non_negative_int, output_dir, output_file, positive_float, positive_int
+from .arguments import DefaultsHelp, non_negative_int, output_dir, output_file, positive_float, positive_int
 from .common import add_model_args, check_cameras, keeps_freed_memory, load_model
 
 
@@ -75,7 +75,7 @@ def compile_list(text: str) -> list[str]:
 
 def parse_args(argv=None) -> argparse.Namespace:
     p = argparse.ArgumentParser(prog="oxygen-bench", description=__doc__.split("\n")[0],
-                                formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+                                formatter_class=DefaultsHelp)
     p.add_argument("--settings", type=setting_list, default=list(SETTINGS), help="comma-separated settings")
     p.add_argument("--denoise-steps", type=int_list, default=None,
                    help="S (comma list to sweep; default: the checkpoint's)")
@@ -114,6 +114,12 @@ def parse_args(argv=None) -> argparse.Namespace:
             workload.check(n)
     except ValueError as e:
         p.error(f"--arrivals: {e}")
+    if args.json and args.plot and args.json.resolve() == args.plot.resolve():
+        p.error(f"--json and --plot name the same path ({args.json}): the figures go into a folder")
+    if args.pieces_only and args.tick_probe:
+        p.error("--pieces-only and --tick-probe are two different runs: give one of them")
+    if (args.pieces_only or args.tick_probe) and args.plot:
+        p.error("--plot draws the frames of runs: --pieces-only and --tick-probe run none")
     return args
 
 

@@ -47,7 +47,8 @@ def run_pieces(model, tokenizer, args: argparse.Namespace) -> dict:
     c = model.config
     steps = denoise_sweep(args.denoise_steps, c)[0]
     # the slot length of an engine with the default request sizes
-    slots = slot_len(EngineConfig(max_decode=max(args.max_decode), max_cameras=args.cameras), c)
+    slots = slot_len(EngineConfig(max_decode=max(args.max_decode), steps_per_frame=1,  # k: not in the length
+                                  max_cameras=args.cameras), c)
     modes = dict.fromkeys(resolve_compile(mode, args.device).enabled for mode in args.compile)  # in order, once
     timers, not_run = {}, {}
     for compiled in modes:

@@ -25,7 +25,7 @@ from ..core.benchmark import measure_components
 from ..core.budget import frame_deadline_ms
 from ..core.model.compile_setup import COMPILE_CHOICES, resolve_compile
 from ..core.checkpoints.given_sizes import flat_items
-from .arguments import output_file, positive_float, positive_int
+from .arguments import DefaultsHelp, output_file, positive_float, positive_int
 from .common import add_model_args, check_cameras, load_model, model_sizes
 
 
@@ -37,10 +37,10 @@ PRESET_NOTE = ("measured the preset {preset} with random weights, which the infe
 
 def parse_args(argv=None) -> argparse.Namespace:
     p = argparse.ArgumentParser(prog="oxygen-calibrate", description=__doc__.split("\n")[0],
-                                formatter_class=argparse.ArgumentDefaultsHelpFormatter)
-    p.add_argument("--target-hz", type=float, required=True, help="required action frequency f = H / T")
-    p.add_argument("--max-decode", type=int, default=30, help="N: tokens per language request")
-    p.add_argument("--denoise-steps", type=int, default=None, help="S (default: the checkpoint's)")
+                                formatter_class=DefaultsHelp)
+    p.add_argument("--target-hz", type=positive_float, required=True, help="required action frequency f = H / T")
+    p.add_argument("--max-decode", type=positive_int, default=30, help="N: tokens per language request")
+    p.add_argument("--denoise-steps", type=positive_int, default=None, help="S (default: the checkpoint's)")
     p.add_argument("--arrivals-per-frame", type=positive_float, default=1.0,
                    help="expected new language requests per frame (sets the steady-state batch)")
     p.add_argument("--cameras", type=positive_int, default=None, help="cameras per observation (default: model max)")
@@ -50,18 +50,14 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--frame-deadline-ms", type=positive_float, default=None,
                    help="the node's frame_deadline_ms, when set in its parameters (default: automatic, as the node)")
     p.add_argument("--margin", type=float, default=0.9, help="use at most this fraction of the deadline")
-    p.add_argument("--repeats", type=int, default=30, help="timed repetitions per measurement (median)")
+    p.add_argument("--repeats", type=positive_int, default=30, help="timed repetitions per measurement (median)")
     p.add_argument("--out", type=output_file, required=True, help="parameters YAML to write")
     p.add_argument("--compile", default="auto", choices=COMPILE_CHOICES,
                    help="measure the compiled pieces (auto: on CUDA, eager on CPU)")
     add_model_args(p)
     args = p.parse_args(argv)
-    if args.target_hz <= 0:
-        p.error("--target-hz must be > 0")
     if not 0 < args.margin <= 1:
         p.error("--margin must be in (0, 1]")
-    if args.max_decode < 1 or (args.denoise_steps is not None and args.denoise_steps < 1) or args.repeats < 1:
-        p.error("--max-decode, --denoise-steps and --repeats must be >= 1")
     return args
 
 
@@ -105,6 +101,24 @@ def choose_k(components: dict, *, n: int, s: int, horizon: int, target_hz: float
     return best, table
 
 
+def node_parameters(args: argparse.Namespace, k: int, preset_only: bool) -> dict:
+    """The inference node's parameters the choice of ``k`` was made under: the node runs it
+    under the same conditions (rate, deadline, threads, the model and its files)."""
+    absolute = {  # absolute: the file is copied into a robot's agent.yaml and run from anywhere
+        name: str(pathlib.Path(value).resolve()) for name, value in (
+            ("model_path", args.model_path), ("tokenizer_path", args.tokenizer_path),
+            ("norm_stats_path", args.norm_stats)) if value}
+    return {
+        "setting": "oxygen", "steps_per_frame": k, "max_decode": args.max_decode,
+        "denoise_steps": args.denoise_steps or 0, "control_rate_hz": args.control_rate_hz,
+        **({"frame_deadline_ms": args.frame_deadline_ms} if args.frame_deadline_ms else {}),
+        "threads": args.threads, "device": args.device, "dtype": args.dtype, "compile": args.compile,
+        **absolute,
+        # the model measured; a preset's sizes would be put on the model the node runs instead
+        **({"model_sizes": flat_items(model_sizes(args))} if args.size and not preset_only else {}),
+    }
+
+
 def main(argv=None) -> int:
     args = parse_args(argv)
     loaded = load_model(args)
@@ -137,15 +151,7 @@ def main(argv=None) -> int:
     preset_only = bool(args.preset) and not args.model_path
     if preset_only:
         print("note: " + PRESET_NOTE.format(preset=args.preset), file=sys.stderr)
-    params = {"oxygen_inference": {"ros__parameters": {
-        "setting": "oxygen", "steps_per_frame": k, "max_decode": args.max_decode,
-        "denoise_steps": args.denoise_steps or 0, "device": args.device, "dtype": args.dtype,
-        "compile": args.compile,
-        # absolute: the file is copied into a robot's agent.yaml and run from anywhere
-        **({"model_path": str(pathlib.Path(args.model_path).resolve())} if args.model_path else {}),
-        # the model measured; a preset's sizes would be put on the model the node runs instead
-        **({"model_sizes": flat_items(model_sizes(args))} if args.size and not preset_only else {}),
-    }}}
+    params = {"oxygen_inference": {"ros__parameters": node_parameters(args, k, preset_only)}}
     note = f"# {PRESET_NOTE.format(preset=args.preset)}\n" if preset_only else ""
     header = (f"# written by oxygen-calibrate for {loaded.source} on {args.device} ({args.dtype})\n{note}"
               f"# target {args.target_hz} Hz, control_rate_hz {args.control_rate_hz:g}, frame deadline "

@@ -26,9 +26,9 @@ def add_model_args(parser: argparse.ArgumentParser) -> None:
                         "preset's (see docs/checkpoints.md)")
     g.add_argument("--preset", choices=sorted(PRESETS),
                    help="build a randomly initialised preset instead of loading weights")
-    g.add_argument("--device", default="cpu", help="cpu or cuda[:N] (default cpu)")
+    g.add_argument("--device", default="cpu", help="cpu or cuda[:N] (default: cpu)")
     g.add_argument("--dtype", default="float32", choices=["float32", "bfloat16"])
-    g.add_argument("--threads", type=int, default=1, help="torch intra-op threads (default 1)")
+    g.add_argument("--threads", type=int, default=1, help="torch intra-op threads (default: 1)")
     g.add_argument("--keep-freed-memory", choices=["on", "off"], default="on",
                    help="keep memory freed between frames in the process for reuse, so that large tensors do not "
                         "fault their pages in again each frame (glibc mallopt; default on, as the node's "
@@ -70,6 +70,10 @@ def load_model(args: argparse.Namespace) -> LoadedCheckpoint:
     that cannot be loaded ends the command with the loader's message."""
     if args.threads < 1:
         raise SystemExit(f"--threads must be >= 1, got {args.threads}")
+    for option, value in (("--model-path", args.model_path), ("--tokenizer-path", args.tokenizer_path),
+                          ("--norm-stats", args.norm_stats)):
+        if value is not None and not value.strip():  # an unset shell variable: not the default model silently
+            raise SystemExit(f"{option} is empty; leave it out for the default")
     if args.model_path and args.preset:
         raise SystemExit("give either --model-path or --preset, not both")
     if args.device.split(":")[0] not in ("cpu", "cuda"):
@@ -81,8 +85,13 @@ def load_model(args: argparse.Namespace) -> LoadedCheckpoint:
     if keeps_freed_memory(args):
         print(keep_freed_memory(), file=sys.stderr)
     try:
-        return checkpoints.load_model(args.model_path, preset=args.preset, device=args.device, dtype=args.dtype,
-                                      tokenizer_path=args.tokenizer_path, norm_stats_path=args.norm_stats,
-                                      sizes=sizes)
+        loaded = checkpoints.load_model(args.model_path, preset=args.preset, device=args.device, dtype=args.dtype,
+                                        tokenizer_path=args.tokenizer_path, norm_stats_path=args.norm_stats,
+                                        sizes=sizes)
     except checkpoints.CheckpointError as exc:
         raise SystemExit(f"cannot load the model: {exc}") from None
+    defaulted = ", ".join(f"{size}={getattr(loaded.config, size)}" for size in loaded.config.extra.get("defaulted", ()))
+    if defaulted:
+        print(f"{loaded.source} does not state these sizes; pi0.5's defaults are used: {defaulted} (give "
+              "--size KEY=VALUE where the checkpoint was trained with others)", file=sys.stderr)
+    return loaded

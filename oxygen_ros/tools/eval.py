@@ -189,6 +189,15 @@ def check_execute(execute: int, horizon: int) -> None:
         raise ValueError(f"execute must be in 1..{horizon} (the model's action horizon), got {execute}")
 
 
+def check_action_dims(normalizer, model) -> None:
+    """ValueError unless the actions carry the reach task's two, (dx, dy): a normaliser cuts them
+    to its statistics' action dimension."""
+    dims = normalizer.action_dim if normalizer is not None else model.config.action_dim
+    if dims < 2:
+        whose = "the normalisation statistics'" if normalizer is not None else "the model's"
+        raise ValueError(f"the reach task's actions are (dx, dy); {whose} actions have {dims} dimension(s)")
+
+
 def evaluate(model, tokenizer, normalizer, *, scenes: int = 200, seed: int = 0, setting: str = "oxygen",
              concurrency: int = 8, execute: int = 5, max_steps: int = 50, max_decode: int = 12,
              steps_per_frame: int = 5, denoise_steps: int | None = None, camera_size: int | None = None,
@@ -197,6 +206,7 @@ def evaluate(model, tokenizer, normalizer, *, scenes: int = 200, seed: int = 0, 
     """Run the evaluation and return its figures (and, with ``with_texts``, every generated text and
     token: ``texts`` and ``tokens`` of the descriptions, ``question_tokens`` of the answers)."""
     check_execute(execute, model.config.action_horizon)
+    check_action_dims(normalizer, model)
     if scenes < 1 or max_steps < 1:
         raise ValueError(f"scenes and max_steps must be >= 1, got {scenes} and {max_steps}")
     steps = denoise_steps or model.config.denoise_steps
@@ -271,6 +281,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         check_execute(args.execute, ckpt.config.action_horizon)
     except ValueError as exc:
         raise SystemExit(f"--execute: {exc}") from None
+    try:
+        check_action_dims(ckpt.normalizer, ckpt.model)
+    except ValueError as exc:
+        raise SystemExit(f"cannot evaluate {ckpt.source}: {exc}") from None
     if ckpt.normalizer is None:
         print(f"note: {ckpt.source} has no normalisation statistics; actions are used as the model outputs them",
               file=sys.stderr)

@@ -20,7 +20,7 @@ import torch
 
 from ..core.model.vla import PrefixBatch
 from ..core.plain_prefill import ATTENTION, compare_prefill
-from .arguments import output_file
+from .arguments import DefaultsHelp, output_file, positive_int
 from .common import add_model_args, load_model
 
 
@@ -33,11 +33,11 @@ def attention_list(text: str) -> list[str]:
 
 def parse_args(argv=None) -> argparse.Namespace:
     p = argparse.ArgumentParser(prog="oxygen-prefill-bench", description=__doc__.split("\n")[0],
-                                formatter_class=argparse.ArgumentDefaultsHelpFormatter)
-    p.add_argument("--present", type=int, help="cameras present per observation (default: all slots)")
-    p.add_argument("--prompt-tokens", type=int, default=20, help="valid prompt tokens per observation")
-    p.add_argument("--batch", type=int, default=1, help="observations in the prefill")
-    p.add_argument("--repeats", type=int, default=3, help="timed runs of each, interleaved")
+                                formatter_class=DefaultsHelp)
+    p.add_argument("--present", type=positive_int, help="cameras present per observation (default: all slots)")
+    p.add_argument("--prompt-tokens", type=positive_int, default=20, help="valid prompt tokens per observation")
+    p.add_argument("--batch", type=positive_int, default=1, help="observations in the prefill")
+    p.add_argument("--repeats", type=positive_int, default=3, help="timed runs of each, interleaved")
     p.add_argument("--attention", type=attention_list, default=list(ATTENTION),
                    help="the plain prefill's transformers attention implementations (comma list)")
     p.add_argument("--padded", action="store_true",
@@ -69,8 +69,6 @@ def make_batch(config, batch: int, present: int, prompt_tokens: int, seed: int) 
 
 def main(argv=None) -> int:
     args = parse_args(argv)
-    if args.repeats < 1:
-        raise SystemExit(f"--repeats must be >= 1, got {args.repeats}")
     loaded = load_model(args)
     model = loaded.model
     present = args.present if args.present is not None else model.config.max_cameras

@@ -30,7 +30,7 @@ from collections import Counter
 from collections.abc import Sequence
 from pathlib import Path
 
-from .arguments import positive_float
+from .arguments import output_dir, positive_float
 
 #: Topics not recorded unless named: every node's logs and parameter events.
 SKIPPED = ("/rosout", "/parameter_events")
@@ -55,7 +55,7 @@ def new_bag_dir(text: str) -> Path:
     path = Path(text)
     if path.exists():
         raise argparse.ArgumentTypeError(f"{path} exists already; a bag is written to a new folder")
-    return path
+    return output_dir(text)  # and a place it can be made in
 
 
 def parse_args(argv=None) -> argparse.Namespace:

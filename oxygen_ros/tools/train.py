@@ -25,6 +25,7 @@ import json
 import platform
 import sys
 import time
+import traceback
 from collections.abc import Sequence
 
 import torch
@@ -202,10 +203,12 @@ def _card_evaluation(evaluation: dict) -> list[str]:
 
 
 def _sizes(args) -> list[str]:
-    """The sizes over the preset: ``--size``, else the embedded default model's (tiny only)."""
-    if args.size is not None:
-        return list(args.size)
-    return list(DEFAULT_SIZES) if args.preset == "tiny" else []
+    """The sizes over the preset: for tiny, the embedded default model's, then ``--size`` (which
+    wins for a size it names too)."""
+    given = list(args.size or [])
+    named = {item.split("=")[0].strip() for text in given for item in text.split(",") if item.strip()}
+    defaults = [d for d in DEFAULT_SIZES if d.split("=")[0] not in named] if args.preset == "tiny" else []
+    return defaults + given
 
 
 def _params(model_config):
@@ -232,17 +235,35 @@ def parse_args(argv=None) -> argparse.Namespace:
                         f"whether its patch is on the target (default {defaults.patch_target_weight}; 0: off)")
     parser.add_argument("--preset", default="tiny", choices=sorted(PRESETS))
     parser.add_argument("--size", action="append", type=size_item, default=None, metavar="KEY=VALUE",
-                        help=f"a model size over the preset (repeatable; default for tiny: {' '.join(DEFAULT_SIZES)})")
+                        help=f"a model size over the preset (repeatable; for tiny on top of the embedded model's "
+                             f"{' '.join(DEFAULT_SIZES)})")
     parser.add_argument("--out", type=output_dir, required=True,
-                        help="output directory (checked before training; the embedded default model is "
-                             "oxygen_ros/data/default_model in the checkout)")
+                        help="output directory: new, empty, or a native checkpoint to replace (checked before "
+                             "training; the embedded default model is oxygen_ros/data/default_model in the "
+                             "checkout)")
     parser.add_argument("--threads", type=positive_int, default=1,
                         help="torch threads for the optimiser (default 1; results depend on it)")
     parser.add_argument("--workers", type=non_negative_int, default=1, help="data processes (0: render in this process)")
     parser.add_argument("--log-every", type=positive_int, default=100)
     parser.add_argument("--eval", type=non_negative_int, default=200, metavar="N",
                         help="held-out scenes to evaluate (0: none)")
-    return parser.parse_args(argv)
+    args = parser.parse_args(argv)
+    why = _not_replaceable(args.out)
+    if why:
+        parser.error(f"argument --out: {why}")
+    return args
+
+
+def _not_replaceable(out) -> str | None:
+    """Why the checkpoint must not be written into ``out``: a folder that holds something other than a
+    native checkpoint (another layout's would be half overwritten); None when it may."""
+    from ..core.checkpoints.native import is_native_dir
+
+    if not out.is_dir() or not any(out.iterdir()) or is_native_dir(out):
+        return None
+    names = sorted(p.name for p in out.iterdir())
+    shown = ", ".join(names[:5]) + (", ..." if len(names) > 5 else "")
+    return f"{out} holds files and is not an oxygen_ros checkpoint ({shown}); give a new or empty folder"
 
 
 def _evaluate(model, tokenizer, cfg: TrainConfig, scenes: int) -> dict:
@@ -252,10 +273,11 @@ def _evaluate(model, tokenizer, cfg: TrainConfig, scenes: int) -> dict:
     from .eval import TEXT_KEYS, compared, evaluate
 
     normalizer = openpi_normalizer(norm_stats(cfg.max_step), "training statistics")
-    evaluation = evaluate(model, tokenizer, normalizer, scenes=scenes, with_texts=True)
+    execute = min(5, model.config.action_horizon)  # actions run of each chunk
+    evaluation = evaluate(model, tokenizer, normalizer, scenes=scenes, execute=execute, with_texts=True)
     evaluation["compare"] = {
         setting: compared(evaluation, evaluate(model, tokenizer, normalizer, scenes=scenes, setting=setting,
-                                               with_texts=True))
+                                               execute=execute, with_texts=True))
         for setting in ("shared_kv", "baseline")}
     for key in TEXT_KEYS:
         evaluation.pop(key)
@@ -283,10 +305,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     digest = weights_digest(model)
     print(f"trained {cfg.steps} steps in {train_s / 60:.1f} min; weights sha256 {digest}", flush=True)
 
-    evaluation = None
+    evaluation, failed = None, None
     if args.eval > 0:
-        evaluation = _evaluate(model, tokenizer, cfg, args.eval)
-        print(json.dumps(evaluation), flush=True)
+        try:
+            evaluation = _evaluate(model, tokenizer, cfg, args.eval)
+            print(json.dumps(evaluation), flush=True)
+        except Exception as exc:  # the trained weights are written all the same
+            traceback.print_exc()
+            failed = f"{type(exc).__name__}: {exc}"
 
     from ..core.checkpoints import save_native
 
@@ -297,6 +323,9 @@ def main(argv: Sequence[str] | None = None) -> int:
                       extra={"card.md": card(args, cfg, model_config, history, train_s, digest, evaluation),
                              "training.json": training_record})
     print(f"wrote {out}", flush=True)
+    if failed:
+        raise SystemExit(f"oxygen-train: the evaluation failed ({failed}); the trained checkpoint is in {out}, "
+                         "without an evaluation")
     return 0
 
 

@@ -96,7 +96,7 @@ def infer_config(shapes: Shapes, *, name: str, source: Mapping[str, Any] | None 
     given = merge_sizes(check_sizes(src.get(SIZE_BLOCK, {}), SIZE_BLOCK, where), check_sizes(sizes or {}))
     need = _Needs(shapes)
     vision = _vision(need, given.get("vision", {}))
-    depth = max(need.depth("language_model"), need.depth("expert"))  # shared: a layer either lacks is named
+    depth = _shared_depth(need, given, src, where)
     vlm = _gemma(need, "language_model", given.get("vlm", {}), src.get("paligemma_variant"), where, depth)
     expert = _gemma(need, "expert", given.get("expert", {}), src.get("action_expert_variant"), where, depth)
     values = dict(DEFAULTS, vocab_size=need.dim("language_model.embed_tokens.weight", 0),
@@ -110,6 +110,15 @@ def infer_config(shapes: Shapes, *, name: str, source: Mapping[str, Any] | None 
                            extra={"layout": kind, "source_config": src, "defaulted": defaulted}, **values)
     except ValueError as exc:
         raise SizesError(f"inconsistent sizes for {name}: {exc}") from exc
+
+
+def _shared_depth(need: _Needs, given: Mapping[str, Any], src: Mapping[str, Any], where: str) -> int:
+    """The depth of both Gemma stacks (they share it): a given one, else a variant's, else the layers
+    present in either stack, so that a layer one of them lacks is named as missing."""
+    stated = [given.get(part, {}).get("depth") for part in ("vlm", "expert")]
+    stated += [variant(src[key], where).depth for key in ("paligemma_variant", "action_expert_variant") if src.get(key)]
+    stated = [d for d in stated if d is not None]
+    return stated[0] if stated else max(need.depth("language_model"), need.depth("expert"))
 
 
 def _layout_values(src: Mapping[str, Any], kind: str | None, where: str, vision: VisionConfig) -> dict[str, int]:
