@@ -125,6 +125,8 @@ def test_shape_inference_without_config(tmp_path, small_model):
 
     p = {spec.name: spec.default for spec in PARAMETERS}
     assert "H=50 actions (pi0.5's default: the checkpoint does not state it)" in startup_summary(loaded, p)
+    assert "prompt length 200 and 3 cameras (pi0.5's defaults: the checkpoint does not state them)" in \
+        startup_summary(loaded, p)
     assert 'model_sizes: ["action_horizon=N"]' in unstated_horizon(loaded)
     native = save_native(loaded.model, tmp_path / "native")  # converted: its config.json states every size
     assert unstated_horizon(load_checkpoint(native)) is None
