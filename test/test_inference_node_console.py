@@ -51,6 +51,18 @@ def test_no_observation_is_told_after_the_grace_naming_the_topic():
     assert "more such seconds since the last report" in line
 
 
+def test_observations_whose_frames_fail_are_not_told_as_no_observation():
+    """A checkpoint whose actions are not finite fails every frame: the console said "no observation
+    on /oxygen/observation" beside the frame failures, sending the user to the camera."""
+    clock = Clock()
+    status = StatusReporter("/oxygen/observation", clock=clock)
+    failing = _figures(frames=0, observations_received=40, actions_non_finite=40)
+    clock.t += NO_OBSERVATION_WARN_S
+    level, message = status.status(failing, 1.0)
+    assert "no observation" not in message and "non-finite" in message
+    assert not any("no observation" in line for line in status.console())
+
+
 def test_underruns_and_a_stale_camera_are_told_and_quiet_seconds_are_not():
     clock = Clock()
     status = StatusReporter("/o", clock=clock)

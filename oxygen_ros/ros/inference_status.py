@@ -82,8 +82,8 @@ def _problems(d: dict, new: dict, max_observation_age: float) -> list[tuple[str,
         problems.append(("observations_stale", f"{new['observations_stale']} stale observations not used"))
     if new["missed_ticks"]:
         problems.append(("missed_ticks", f"{new['missed_ticks']} ticks missed (timer late)"))
-    if d["frames"] == 0:
-        problems.append(("no_observation", "no observation frame yet"))
+    if not d["observations_received"]:  # (observations whose frames all failed are told as failures)
+        problems.append(("no_observation", "no observation received yet"))
     if new["frame_errors"]:
         problems.append(("frame_errors", f"{new['frame_errors']} frame errors"))
     if new["actions_non_finite"]:
