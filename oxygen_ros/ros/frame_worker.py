@@ -171,8 +171,9 @@ class FrameWorker:
             if not np.all(np.isfinite(actions)):
                 non_finite.add(arrival.robot)
                 self._robots[arrival.robot].counters["actions_non_finite"] += 1
-                self._frame_failed(f"frame {result.frame_id} (observation {arrival.seq}): non-finite actions, "
-                                   "not published", arrival.robot)
+                self._frame_failed(f"frame {result.frame_id} (observation {arrival.seq}): non-finite actions "
+                                   "(NaN or infinity: in the weights, the statistics or the state?), not published",
+                                   arrival.robot)
                 continue  # the other robots' chunks and the text are still good
             record = FrameRecord(result.frame_id, arrival.seq, arrival.received_ns, dequeued, started, finished,
                                  result.total_ms, result.paused_ms)
