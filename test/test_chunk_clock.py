@@ -5,7 +5,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from oxygen_ros.core.chunk_clock import Chunk, ChunkClock, chunk_origin, period_ns, recovery_ticks
+from oxygen_ros.core.chunk_clock import Chunk, ChunkClock, chunk_origin, period_ns, recovery_ticks, unusable_stamp
 
 P = 20_000_000  # 50 Hz
 
@@ -90,6 +90,19 @@ def test_chunk_origin_rules():
     assert chunk_origin("observation", stamp_ns=10**12 + 2 * P, received_ns=10**12, **kw) is None
     with pytest.raises(ValueError, match="origin"):
         chunk_origin("bogus", stamp_ns=1, received_ns=1, **kw)
+
+
+def test_an_unusable_stamp_says_why():
+    """What the node logs when a chunk starts at the frame's end in place of its observation's stamp."""
+    kw = dict(period_ns=P, horizon=10)
+    t = 10**12
+    assert unusable_stamp(stamp_ns=t, received_ns=t + 5 * P, **kw) is None
+    assert unusable_stamp(stamp_ns=0, received_ns=t, **kw) == "it has no stamp"
+    assert unusable_stamp(stamp_ns=t, received_ns=t + 12 * P, **kw) == (
+        f"it arrived {12 * P / 1e6:.0f} ms after its stamp, when all 10 actions of its chunk "
+        f"({10 * P / 1e6:.0f} ms) were due already")
+    assert "later than its arrival (not on this node's clock?)" in unusable_stamp(stamp_ns=t + 3 * P, received_ns=t,
+                                                                                   **kw)
 
 
 def test_first_publications_and_recovery_ticks():

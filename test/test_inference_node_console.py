@@ -19,7 +19,8 @@ def _figures(**changes) -> dict:
          "actions_non_finite": 0, "recompiles": 0, "faulted": False, "consecutive_failures": 0, "last_failure": "",
          "observation_age_ms": 50.0, "observations_received": 10, "frames": 10, "k": 5, "k_max": 5,
          "frame_deadline_ms": 100.0, "action_frequency_hz": 60.0, "control_rate_hz": 50.0,
-         "frame_latency_ms": 10.0, "tokens_per_s": 100.0, "worker_load": 0.3, "compiled": False}
+         "frame_latency_ms": 10.0, "tokens_per_s": 100.0, "worker_load": 0.3, "compiled": False,
+         "observations_invalid": 0, "chunks_from_frame_end": 0}
     d.update(changes)
     return d
 
@@ -61,6 +62,19 @@ def test_observations_whose_frames_fail_are_not_told_as_no_observation():
     level, message = status.status(failing, 1.0)
     assert "no observation" not in message and "non-finite" in message
     assert not any("no observation" in line for line in status.console())
+
+
+def test_refused_observations_are_told_as_refused_not_as_a_camera_that_is_not_there():
+    """Every observation refused (7 joints for a model of 2): the status said "no observation frame
+    yet" and "no fresh observation (camera drop-out?)" while 122 had come and been refused."""
+    clock = Clock()
+    status = StatusReporter("/oxygen/observation", clock=clock)
+    status.status(_figures(frames=0, observations_received=0, observations_invalid=0), 1.0)
+    clock.t += NO_OBSERVATION_WARN_S
+    level, message = status.status(_figures(frames=0, observations_received=60, observations_invalid=60,
+                                            observation_age_ms=1400.0), 1.0)
+    assert message == "60 observations refused (the log says why)", message
+    assert status.console() == []  # the node logs each refusal's reason itself
 
 
 def test_underruns_and_a_stale_camera_are_told_and_quiet_seconds_are_not():

@@ -192,3 +192,23 @@ def test_observations_that_came_before_the_node_could_take_them_give_one_frame_t
     stepped_ros.spin_for(0.5)
     assert node.counters["observations_received"] == 1, dict(node.counters)
     assert [r.observation_seq for r in node.frame_records().values()] == [2]
+
+
+def test_an_observation_stamped_before_its_whole_chunk_is_counted_and_said_when_it_loses_its_origin(ros):
+    """A camera whose stamps lag more than a chunk covers (H x P) leaves no row of the chunk in the
+    future: the chunk starts at the frame's end, as before, but now counted and told on
+    /diagnostics, since its actions are then not delay-compensated (a camera's latency, a clock)."""
+    prefix = unique_prefix()
+    node = inference_node(ros, prefix, language_every_n_frames=0, frame_deadline_ms=5000.0, max_cameras=1)
+    client = InferenceClient(ros, prefix, "oxygen_test_origin_client", node=node)
+    client.observe()
+    assert until(lambda: node.counters["frames"] >= 1)
+    assert node.counters["chunks_from_frame_end"] == 0  # a fresh stamp is the origin
+    chunk_s = node.horizon / node.params["control_rate_hz"]
+    frames = node.counters["frames"]
+    client.observe(age_s=chunk_s + 0.3)
+    assert until(lambda: node.counters["frames"] > frames)
+    assert node.counters["chunks_from_frame_end"] == 1
+    assert until(lambda: any("chunks started at the frame's end" in s.message for s in client.diagnostics))
+    status = next(s for s in client.diagnostics if "chunks started at the frame's end" in s.message)
+    assert {v.key: v.value for v in status.values}["chunks_from_frame_end"] == "1"

@@ -78,12 +78,25 @@ def chunk_origin(mode: str, *, stamp_ns: int, received_ns: int, period_ns: int, 
     """
     if mode not in ORIGINS:
         raise ValueError(f"chunk origin must be one of {ORIGINS}, got {mode!r}")
-    if mode == "frame_end" or stamp_ns <= 0:
-        return None
-    lag = received_ns - stamp_ns
-    if lag < -period_ns or lag >= horizon * period_ns:
+    if mode == "frame_end" or unusable_stamp(stamp_ns=stamp_ns, received_ns=received_ns, period_ns=period_ns,
+                                             horizon=horizon):
         return None
     return stamp_ns
+
+
+def unusable_stamp(*, stamp_ns: int, received_ns: int, period_ns: int, horizon: int) -> str | None:
+    """Why an observation's stamp cannot be its chunk's origin (then the chunk starts at the frame's
+    end), or None when it can: no stamp, a stamp not on the node's clock, or a stamp so old that every
+    row of the chunk was due before the observation arrived."""
+    if stamp_ns <= 0:
+        return "it has no stamp"
+    lag = received_ns - stamp_ns
+    if lag < -period_ns:
+        return f"its stamp is {-lag / 1e6:.0f} ms later than its arrival (not on this node's clock?)"
+    if lag >= horizon * period_ns:
+        return (f"it arrived {lag / 1e6:.0f} ms after its stamp, when all {horizon} actions of its chunk "
+                f"({horizon * period_ns / 1e6:.0f} ms) were due already")
+    return None
 
 
 @dataclass(frozen=True)

@@ -19,7 +19,7 @@ from typing import Any, Optional
 
 import numpy as np
 
-from ..core.chunk_clock import NS_PER_S, Chunk, chunk_origin
+from ..core.chunk_clock import NS_PER_S, Chunk, chunk_origin, unusable_stamp
 from ..core.frame_loop import Arrival, FrameLoop, FramePlan, Job
 from ..core.frame_records import FrameRecord
 from ..core.frame_result import FrameError
@@ -253,8 +253,10 @@ class FrameWorker:
     def _push_chunk(self, arrival: Arrival, actions: np.ndarray, result, record: FrameRecord, now_ros: int,
                     observations: int) -> None:
         period, stamp, io = self.loop.period_ns, arrival.stamp_ros_ns, self._robots[arrival.robot]
-        origin = chunk_origin(self._params["chunk_origin"], stamp_ns=stamp, received_ns=arrival.received_ros_ns,
-                              period_ns=period, horizon=self.loop.horizon)
+        timing = dict(stamp_ns=stamp, received_ns=arrival.received_ros_ns, period_ns=period, horizon=self.loop.horizon)
+        origin = chunk_origin(self._params["chunk_origin"], **timing)
+        if self._params["chunk_origin"] == "observation" and origin is None:
+            self._unanchored(arrival, unusable_stamp(**timing))
         chunk = Chunk(actions, period, origin, frame_id=result.frame_id, observation_seq=arrival.seq,
                       observation_stamp_ns=stamp, ready_ns=now_ros)
         with self._cond:
@@ -266,6 +268,13 @@ class FrameWorker:
             io.frame_share.append(1.0 / observations)
             self.loop.frame_succeeded(arrival.robot)
         io.counters["frames"] += 1
+
+    def _unanchored(self, arrival: Arrival, why: str) -> None:
+        """Count and log (throttled) a chunk that starts at the frame's end for want of a usable stamp."""
+        self._robots[arrival.robot].counters["chunks_from_frame_end"] += 1
+        whose = f"robot {arrival.robot}: " if arrival.robot else ""
+        self._log.warning(f"{whose}observation {arrival.seq}: {why}; its chunk starts at the frame's end instead, "
+                          "without delay compensation (chunk_origin)", throttle_duration_sec=5.0)
 
     def _frame_failed(self, reason: str, robot: str) -> None:
         """Count a failed frame of ``robot``; when the loop stops its action output, drop its chunk."""

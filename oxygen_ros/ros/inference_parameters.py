@@ -181,7 +181,8 @@ PARAMETERS: tuple[ParamSpec, ...] = (
               "cancel).", "str", topic_name, constraints="a valid action name"),
     ParamSpec("chunk_origin", "observation", "Time origin of a chunk's actions: 'observation' (the "
               "observation's capture stamp: the actions that fell into the latency are skipped; falls back "
-              "to frame_end for stamps not on this clock) or 'frame_end' (the first tick after the frame).",
+              "to frame_end, counted and logged, for a stamp not on this clock or older than the whole chunk) "
+              "or 'frame_end' (the first tick after the frame).",
               "str", one_of(ORIGINS), True, " | ".join(ORIGINS)),
     ParamSpec("yield_to_ticks", True, "Between the pieces of a frame (prefill, each denoise and decode step), "
               "let a control tick that falls due before the next piece would end run first: the worker and the "

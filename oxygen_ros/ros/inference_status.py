@@ -15,10 +15,10 @@ from ..core.throttle import Throttle
 COUNTED = ("ticks_faulted", "actions_non_finite", "frames", "language_frames", "frame_errors",
            "observations_received", "observations_superseded", "observations_stale", "observations_invalid",
            "instructions_truncated", "questions_received", "questions_truncated", "actions_published",
-           "text_tokens_published", "publish_errors")
+           "text_tokens_published", "publish_errors", "chunks_from_frame_end")
 #: Counters whose increase since the last status is reported.
 NEW_SINCE_LAST = ("underruns", "missed_ticks", "observations_stale", "hold_ticks", "frame_errors",
-                  "actions_non_finite", "recompiles")
+                  "actions_non_finite", "recompiles", "chunks_from_frame_end", "observations_invalid")
 
 
 #: The frame worker's load (its busy fraction) from which underruns are blamed on the frames' pace.
@@ -74,10 +74,16 @@ def _problems(d: dict, new: dict, max_observation_age: float) -> list[tuple[str,
         problems.append(("underruns", f"{new['underruns']} underruns{_overload(d)}"))
     if new["hold_ticks"]:
         problems.append(("hold_ticks", f"holding the last action ({new['hold_ticks']} ticks)"))
+    if new["observations_invalid"]:
+        problems.append(("observations_invalid", f"{new['observations_invalid']} observations refused (the log "
+                                                 "says why)"))
     age = d["observation_age_ms"]
     if (d["observations_received"] and max_observation_age > 0 and not math.isnan(age)
-            and age > max_observation_age * 1e3):
+            and age > max_observation_age * 1e3 and not new["observations_invalid"]):  # (refused: not a drop-out)
         problems.append(("observation_age", f"no fresh observation for {age / 1e3:.1f} s (camera drop-out?)"))
+    if new["chunks_from_frame_end"]:
+        problems.append(("chunks_from_frame_end", f"{new['chunks_from_frame_end']} chunks started at the frame's end: "
+                                                  "their observations' stamps were too old or not on this clock"))
     if new["observations_stale"]:
         problems.append(("observations_stale", f"{new['observations_stale']} stale observations not used"))
     if new["missed_ticks"]:
