@@ -86,10 +86,14 @@ def test_a_node_exit_ends_the_launch_unless_it_is_shutting_down():
     assert node_exit_message("oxygen_inference", 2, shutting_down=True) is None
 
 
-@pytest.mark.parametrize("content", [None, "oxygen_camera: [unclosed\n", b"\xff\xfe\x00bad"])
+@pytest.mark.parametrize("content", [None, "oxygen_camera: [unclosed\n", b"\xff\xfe\x00bad",
+                                     "oxygen_camera:\n  ros__parameters:\n    image_size: 48\n"
+                                     "oxygen_inference:\n  ros__parameters:\n"])
 def test_a_missing_or_unreadable_params_file_is_an_error(tmp_path, capsys, content):
     """The launch file and oxygen-agent share resolve(): nothing starts from a params
-    file that is missing or not YAML, and the error names the file."""
+    file that is missing, not YAML, or has a section ROS 2 refuses (an empty ros__parameters,
+    its parameters commented out, ended oxygen-agent in rcl's traceback), and the error names
+    the file."""
     from oxygen_ros.ros.agent import run_agent
     from oxygen_ros.ros.plan import resolve
 

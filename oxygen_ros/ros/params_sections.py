@@ -66,7 +66,10 @@ def _collect(tree: dict, prefix: str, out: list, path: str) -> None:
         if not isinstance(value, dict):
             raise ValueError(f"parameters file {path}: section {name!r} is not a mapping")
         if PARAMS_KEY in value:
-            params = value[PARAMS_KEY] or {}
+            params = value[PARAMS_KEY]
+            if params is None:  # rcl refuses the whole file ("Cannot have a value before ros__parameters")
+                raise ValueError(f"parameters file {path}: {name}.{PARAMS_KEY} is empty, which ROS 2 refuses: "
+                                 "give it a parameter or remove the section")
             if not isinstance(params, dict):
                 raise ValueError(f"parameters file {path}: {name}.{PARAMS_KEY} is not a mapping")
             out.append((name, flatten(params)))
