@@ -298,14 +298,25 @@ def test_state_joint_names_pick_joints_from_several_publishers_and_an_old_state_
 
 def test_an_instruction_from_a_volatile_publisher_arrives_too(stepped_ros):
     """``ros2 topic pub`` and a plain publisher are volatile: a latched subscription alone would
-    refuse them as incompatible, and the node would run on default_instruction."""
+    refuse them as incompatible, and the node would run on default_instruction. The latched
+    subscription's "incompatible QoS: no messages will be received" is not logged: they are."""
+    from rcl_interfaces.msg import Log
+    from rclpy.qos import DurabilityPolicy, QoSProfile, ReliabilityPolicy
     from std_msgs.msg import String
 
+    observer = stepped_ros.node("oxygen_test_volatile")
+    logs = []
+    observer.create_subscription(Log, "/rosout", logs.append, QoSProfile(
+        depth=1000, reliability=ReliabilityPolicy.RELIABLE, durability=DurabilityPolicy.TRANSIENT_LOCAL))
     camera = camera_node(stepped_ros)
-    pub = stepped_ros.node("oxygen_test_volatile").create_publisher(String, f"{stepped_ros.prefix}/instruction", 10)
+    pub = observer.create_publisher(String, f"{stepped_ros.prefix}/instruction", 10)
     assert stepped_ros.spin_until(lambda: pub.get_subscription_count() >= 1)
     assert stepped_ros.spin_until(lambda: camera.instruction == "stack the cups",
                                   every=lambda: pub.publish(String(data="stack the cups")))
+    assert stepped_ros.spin_until(lambda: any("instruction (14 characters)" in m.msg for m in logs))
+    stepped_ros.spin_for(0.5)
+    mine = [m.msg for m in logs if m.name == camera.get_logger().name]
+    assert not [m for m in mine if "incompatible QoS" in m], mine
 
 
 def test_a_missing_state_is_told_calmly_while_the_node_starts_then_warned_about(stepped_ros, monkeypatch):

@@ -5,7 +5,9 @@ subscriptions take it: a latched one gets a transient-local publisher's
 instruction sent before the node started, and a volatile one matches the
 volatile publishers (``ros2 topic pub``, a plain ``create_publisher``), which a
 transient-local subscription refuses as incompatible. A latched instruction
-so comes twice: the same text, logged once.
+so comes twice: the same text, logged once. The latched subscription's own
+"incompatible QoS" warning about a volatile publisher is not logged: the
+volatile one takes its messages (the publisher's side may still log it).
 
 Control characters are removed (with a warning); an empty instruction asks for
 ``default_instruction`` (with a warning). Until the first group has gone out, a
@@ -19,6 +21,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+from rclpy.event_handler import SubscriptionEventCallbacks
 from std_msgs.msg import String
 
 from oxygen_ros.core.instruction_wait import HOLD, RAN_OUT, InstructionWait
@@ -38,8 +41,10 @@ class CameraInstruction:
         self._on_held_arrived = on_held_arrived
         self.text: str | None = None  # the instruction received (None: none yet, or an empty one)
         self.wait = InstructionWait(wait_s)
-        self.subscriptions = [node.create_subscription(String, topic, self._on_message, qos)
-                              for qos in (LATCHED_QOS, reliable(1))]
+        expected = SubscriptionEventCallbacks(incompatible_qos=lambda event: None)  # a volatile publisher
+        self.subscriptions = [node.create_subscription(String, topic, self._on_message, LATCHED_QOS,
+                                                       event_callbacks=expected),
+                              node.create_subscription(String, topic, self._on_message, reliable(1))]
         self.topic: str = self.subscriptions[-1].topic_name  # as remapped
 
     def current(self) -> str:
