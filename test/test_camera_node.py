@@ -405,3 +405,23 @@ def test_frames_missing_by_their_stamps_are_counted_and_warned_about_with_what_h
     assert stepped_ros.spin_until(warned, timeout=5.0), lines
     assert f"camera base on {stepped_ros.prefix}/cam_raw:" in warned()[0]
     assert "its publisher best effort" in warned()[0] and "send compressed images" in warned()[0], warned()[0]
+
+
+def test_after_shutdown_frames_are_neither_grouped_nor_told_as_stale(stepped_ros, monkeypatch):
+    """oxygen-agent's end stops the camera node before the inference node: the frames that queued
+    while that took a second were grouped late and warned about as a stale group, a stale state."""
+    rig = CameraRig(stepped_ros)
+    camera = camera_node(stepped_ros, max_age=0.2)
+    rig.wait_matched(camera)
+    frame = solid(8, 8, (5, 5, 5))
+    send = lambda: (rig.send_raw(frame), rig.send_jpeg(frame))  # noqa: E731 - both cameras make a group
+    assert stepped_ros.spin_until(lambda: rig.observations, every=send)
+    lines = record_log(camera, monkeypatch)
+    camera.shutdown()
+    published, received = camera.published, list(camera.received)
+    send()
+    stepped_ros.spin_for(0.5)  # the frames arrive, older than max_age by the time they would be grouped
+    send()
+    stepped_ros.spin_for(0.5)
+    assert camera.published == published and camera.dropped_stale == 0 and lines == []
+    assert camera.received == received

@@ -131,6 +131,7 @@ class CameraNode(Node):
         self._retry = OneShot(self, self._decide_again)  # a waiting or held group is decided again then
         self._throttle = Throttle(5.0)
         self._unstamped_warned: set[str] = set()
+        self._stopped = False  # after shutdown(): frames are no longer grouped
 
         self._subscribe(p)
         # counters and figures (diagnostics, console, tests), on the resolved topic names
@@ -226,7 +227,16 @@ class CameraNode(Node):
             else:
                 self.get_logger().warning(text + more)
 
+    def shutdown(self) -> None:
+        """Stop grouping and checking the cameras, before the nodes downstream stop (``oxygen-agent``'s
+        end): frames that queue while they stop are not grouped nor told as stale or late."""
+        self._stopped = True
+        self._retry.cancel()
+        self._diag_timer.cancel()
+
     def _on_image(self, index: int, msg: Image | CompressedImage) -> None:
+        if self._stopped:
+            return
         topic = self.topics[index]
         self._image_bytes[index] = len(msg.data)
         try:
@@ -304,6 +314,8 @@ class CameraNode(Node):
     def _act(self, decision: Decision, now_ns: int, state: np.ndarray | None) -> None:
         """Carry out the grouping's decision (:mod:`oxygen_ros.core.grouping`), taken at
         ``now_ns`` with ``state`` (the state held then, None: no valid one)."""
+        if self._stopped:  # (a state or a retry after shutdown)
+            return
         if decision.kind == STALE:
             self.status.dropped_stale += 1
             ages = ", ".join(f"{self.topics[i]} {(now_ns - self._frames[i].stamp_ns) / 1e9:.3f} s"

@@ -146,7 +146,7 @@ class AgentSession:
             if self.monitor is not None:
                 self.monitor.end_status()
                 self.monitor.freeze()  # the measurement window ends here, before the shutdown
-            for node in agent.nodes:
+            for node in agent.nodes:  # in the plan's order: the cameras stop grouping before inference stops
                 if hasattr(node, "shutdown"):
                     node.shutdown()  # the inference node publishes its cancellations
             probed = self.probe.stop() if self.probe is not None else None
