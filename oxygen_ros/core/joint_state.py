@@ -29,6 +29,10 @@ from collections.abc import Sequence
 import numpy as np
 
 
+#: joint names of the messages kept, to say which a missing joint is not among
+SEEN_KEPT = 16
+
+
 class StateTracker:
     """See the module doc; ``max_values``: the most positions a state may have."""
 
@@ -41,6 +45,7 @@ class StateTracker:
         self._state: tuple[np.ndarray, int] | None = None  # without names: (positions, arrival)
         self.stamp_ns: int | None = None  # the newest message taken: its stamp (or its arrival)
         self._refused: str | None = None  # why the last message was refused, if it was
+        self._seen: dict[str, None] = {}  # the joint names messages carried (the first SEEN_KEPT), in order
 
     def update(self, names: Sequence[str], positions: Sequence[float], now_ns: int,
                stamp_ns: int = 0) -> tuple[str, str] | None:
@@ -57,6 +62,9 @@ class StateTracker:
         if not self.joint_names:
             self._state = (values.astype(np.float32), now_ns)
         else:
+            for name in names:
+                if len(self._seen) < SEEN_KEPT:
+                    self._seen.setdefault(name)
             named = [(name, value) for name, value in zip(names, values.tolist()) if name in self.joint_names]
             if not named:
                 return None
@@ -104,7 +112,8 @@ class StateTracker:
         if self.joint_names:
             absent = [n for n in self.joint_names if n not in self._values]
             if absent:
-                return f"no position yet of joint(s) {absent}"
+                carried = f"; the messages name {list(self._seen)}" if self._seen else ""
+                return f"no position yet of joint(s) {absent}{carried}"
             old = [n for n in self.joint_names if self._values[n][1] < oldest]
             return f"joint(s) {old} older than {max_age_s:g} s"
         if self._state is None:
