@@ -185,3 +185,25 @@ def test_a_whole_number_given_for_a_float_parameter_is_stored_as_a_float(ros_env
         refused = set_to(string, string_value="fast")
         assert not refused.successful and name in refused.reason
         assert parameter_services(client, full_name)[name][1] == float(later)
+
+
+@pytest.mark.parametrize("which, other, owner", [("camera", "hold_action", "oxygen_inference"),
+                                                 ("inference", "image_topics", "oxygen_camera")])
+def test_another_node_s_parameter_in_a_node_s_section_names_that_node(ros_env, tmp_path, which, other, owner):
+    """hold_action in oxygen_camera's section was "unknown parameter(s) ignored: 'hold_action'",
+    leaving the user to find whose it is."""
+    from rcl_interfaces.msg import Log
+    from rclpy.qos import DurabilityPolicy, QoSProfile, ReliabilityPolicy
+
+    cls, values = _nodes(tmp_path)[which]
+    namespace = f"/owner_{uuid.uuid4().hex[:8]}"
+    with Ros() as ros:
+        logs = []
+        ros.node("oxygen_test_owner_log").create_subscription(Log, "/rosout", logs.append, QoSProfile(
+            depth=1000, reliability=ReliabilityPolicy.RELIABLE, durability=DurabilityPolicy.TRANSIENT_LOCAL))
+        path = tmp_path / "misplaced.yaml"
+        path.write_text(yaml.safe_dump({"/**": {"ros__parameters": {**values, other: ["x"]}}}))
+        node = ros.add(cls(context=ros.context, namespace=namespace, cli_args=["--ros-args", "--params-file", str(path)]))
+        want = f"unknown parameter(s) ignored: {other!r} (a parameter of {owner}: in its section)"
+        assert until(lambda: any(m.msg.startswith(want) and m.name == node.get_logger().name for m in logs), 10.0), \
+            [m.msg for m in logs if m.name == node.get_logger().name]

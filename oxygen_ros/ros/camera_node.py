@@ -75,6 +75,7 @@ from oxygen_ros.ros.conversions import (
     to_model_image,
 )
 from oxygen_ros.ros.diagnostic_message import diagnostic_array
+from oxygen_ros.ros.inference_parameters import PARAMETERS as INFERENCE_PARAMETERS
 from oxygen_ros.ros.node_main import run_node
 from oxygen_ros.ros.one_shot import OneShot
 from oxygen_ros.ros.parameters import (ParameterError, changed_values, declare_parameters, log_changes,
@@ -103,7 +104,7 @@ class CameraNode(Node):
         super().__init__(NODE_NAME, **kwargs)
         self._core = core_observation()  # torch: imported now rather than at the first frame
         try:
-            p = declare_parameters(self, PARAMETERS)
+            p = declare_parameters(self, PARAMETERS, elsewhere={"oxygen_inference": INFERENCE_PARAMETERS})
             names = camera_names(p)
             if len(p["state_joint_names"]) > self._core.MAX_STATE_DIM:
                 raise ParameterError("state_joint_names", f"{len(p['state_joint_names'])} joints, at most "

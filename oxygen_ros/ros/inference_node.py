@@ -56,6 +56,7 @@ from ..core.stats import Rolling
 from ..core.tick_guard import TickGuard
 from .action_output import TickGrid
 from .ask_server import AskServer
+from .camera_parameters import PARAMETERS as CAMERA_PARAMETERS
 from .control_link import ControlLink
 from .control_thread import ControlThread
 from .frame_worker import FrameWorker
@@ -117,7 +118,7 @@ class InferenceNode(InferenceInputs, InferenceDiagnostics, InferenceTicks, Node)
         self._entities: list = []  # the publishers and subscriptions that configure() made
         self._ask_servers: dict[str, AskServer] = {}  # by action name: they live as long as the node
         try:
-            self.params = declare_parameters(self, PARAMETERS)  # it warns of unknown ones
+            self.params = declare_parameters(self, PARAMETERS, elsewhere={"oxygen_camera": CAMERA_PARAMETERS})
             self.add_on_set_parameters_callback(parameter_callback(PARAMETERS, lambda: self.params))
             self.add_post_set_parameters_callback(self._apply_parameters)
             if start:  # the plain node: configured and active from the start (the managed one waits)

@@ -109,25 +109,32 @@ IMPLICIT_PARAMETERS = ("use_sim_time", "start_type_description_service")
 QOS_OVERRIDES = "qos_overrides."
 
 
-def unknown_parameters(node, specs: Iterable[ParamSpec]) -> list[str]:
+def unknown_parameters(node, specs: Iterable[ParamSpec],
+                       elsewhere: Mapping[str, Iterable[ParamSpec]] | None = None) -> list[str]:
     """What ``node`` was given (its params files' sections, overrides) that is none of its
-    parameters: each with the known name it is closest to, if any (a typo in the YAML would
-    otherwise leave that parameter at its default, unnoticed). Warned, not refused: a
-    wildcard section (``/**``) may hold other nodes' parameters."""
+    parameters: each with the node of ``elsewhere`` ({node name: its specs}) it belongs to, else
+    the known name it is closest to, if any (a typo in the YAML would otherwise leave that
+    parameter at its default, unnoticed). Warned, not refused: a wildcard section (``/**``) may
+    hold other nodes' parameters."""
     known = [s.name for s in specs]
+    owners = {s.name: owner for owner, other in (elsewhere or {}).items() for s in other}
     given = getattr(node, "_parameter_overrides", {})
     out = []
     for name in sorted(n for n in given if n not in known and n not in IMPLICIT_PARAMETERS
                        and not n.startswith(QOS_OVERRIDES)):
         close = difflib.get_close_matches(name, known, n=1)
-        out.append(f"{name!r} (did you mean {close[0]!r}?)" if close else repr(name))
+        if name in owners:
+            out.append(f"{name!r} (a parameter of {owners[name]}: in its section)")
+        else:
+            out.append(f"{name!r} (did you mean {close[0]!r}?)" if close else repr(name))
     return out
 
 
-def declare_parameters(node, specs: Iterable[ParamSpec]) -> dict[str, Any]:
+def declare_parameters(node, specs: Iterable[ParamSpec],
+                       elsewhere: Mapping[str, Iterable[ParamSpec]] | None = None) -> dict[str, Any]:
     """Declare every parameter on ``node``; return their checked values (or raise ParameterError).
     Parameters it was given that are none of ``specs`` are warned about in its log, naming
-    each (:func:`unknown_parameters`).
+    each, and the node of ``elsewhere`` whose parameter it is (:func:`unknown_parameters`).
 
     An empty list of strings is stored as an empty STRING_ARRAY. rclpy would store it
     untyped: a default ``[]`` becomes a BYTE_ARRAY, and ``name: []`` in a params file
@@ -152,7 +159,7 @@ def declare_parameters(node, specs: Iterable[ParamSpec]) -> dict[str, Any]:
             node.set_descriptor(spec.name, _descriptor(spec, read_only=True))
         raw[spec.name] = param.value
     node.add_pre_set_parameters_callback(as_declared)
-    unknown = unknown_parameters(node, specs)
+    unknown = unknown_parameters(node, specs, elsewhere)
     if unknown:
         node.get_logger().warning(f"unknown parameter(s) ignored: {', '.join(unknown)} (this node's parameters: "
                                   "config/agent.yaml, `ros2 param list`)")
