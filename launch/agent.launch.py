@@ -48,7 +48,7 @@ from launch.event_handlers import OnProcessExit, OnShutdown
 from launch.substitutions import LaunchConfiguration
 from launch_ros.actions import Node
 
-from oxygen_ros.ros.plan import node_exit_message, node_label, overrides_file, resolve, unused_sections
+from oxygen_ros.ros.plan import node_exit_message, node_label, overrides_file, resolve, plan_warnings
 from oxygen_ros.ros.plan_tables import ARGUMENTS, PACKAGE
 
 
@@ -76,7 +76,7 @@ def _nodes(context, *args, **kwargs):
     overrides_dir = tempfile.mkdtemp(prefix='oxygen_launch_')
     # the nodes read their files as they start; the folder goes when the launch ends
     actions = [RegisterEventHandler(OnShutdown(on_shutdown=partial(_remove, overrides_dir)))]
-    actions += [LogInfo(msg=f'warning: {line}') for line in unused_sections(plan, params_file)]
+    actions += [LogInfo(msg=f'warning: {line}') for line in plan_warnings(plan, params_file)]
     for item in plan:
         spec, label = item['spec'], node_label(item)
         parameters = [params_file]

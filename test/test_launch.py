@@ -288,16 +288,24 @@ def test_a_params_file_section_that_names_no_node_is_reported(tmp_path, capsys):
     """A misspelt node name in the params file leaves every parameter of that node at its
     default: oxygen-agent (and the launch file, in its log) says which section no node reads.
     Sections of the installed file, a robot's own and the generic ones it reads are all used."""
-    from oxygen_ros.ros.plan import node_plan, unused_sections
+    from oxygen_ros.ros.plan import node_plan, plan_warnings
 
     bad = tmp_path / "bad.yaml"
     bad.write_text("oxygen_inferense:\n  ros__parameters:\n    control_rate_hz: 25.0\n"
                    "oxygen_camera:\n  ros__parameters:\n    max_age: 1.0\n")
-    (line,) = unused_sections(node_plan({}, str(bad)), str(bad))
+    (line,) = plan_warnings(node_plan({}, str(bad)), str(bad))
     assert "section '/oxygen_inferense' names no node of this launch" in line and "/oxygen_inference" in line
-    assert unused_sections(node_plan({}, str(YAML_FILE)), str(YAML_FILE)) == []
-    assert unused_sections(node_plan({"demo": "true"}, str(YAML_FILE)), str(YAML_FILE)) == []
+    assert plan_warnings(node_plan({}, str(YAML_FILE)), str(YAML_FILE)) == []
+    assert plan_warnings(node_plan({"demo": "true"}, str(YAML_FILE)), str(YAML_FILE)) == []
+    assert plan_warnings(node_plan({"camera_topic": "/cam"}, str(YAML_FILE)), str(YAML_FILE)) == []
+    assert plan_warnings(node_plan({"robots": "a,b", "camera_topic": "/cam"}, str(YAML_FILE)), str(YAML_FILE)) == []
+    # camera_topic remaps /camera/image_raw: with other image_topics it would change nothing, unnoticed
+    mine = tmp_path / "mine.yaml"
+    mine.write_text("oxygen_camera:\n  ros__parameters:\n    image_topics: [/wrist/image_raw]\n")
+    (line,) = plan_warnings(node_plan({"camera_topic": "/cam"}, str(mine)), str(mine))
+    assert line == ("camera_topic:=/cam does not change oxygen_camera's cameras: it remaps /camera/image_raw, "
+                    "which is not among its image_topics ['/wrist/image_raw']; set image_topics instead")
     robots = tmp_path / "robots.yaml"
     robots.write_text(YAML_FILE.read_text() + "left/oxygen_camera:\n  ros__parameters:\n    max_age: 1.0\n"
                       "/**:\n  ros__parameters:\n    use_sim_time: false\n")
-    assert unused_sections(node_plan({"robots": "left,right"}, str(robots)), str(robots)) == []
+    assert plan_warnings(node_plan({"robots": "left,right"}, str(robots)), str(robots)) == []

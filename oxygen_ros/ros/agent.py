@@ -16,7 +16,7 @@ import sys
 import threading
 from typing import Any, Protocol
 
-from .plan import build_nodes, node_label, resolve, unused_sections
+from .plan import build_nodes, node_label, resolve, plan_warnings
 from .robot_process import INFERENCE, RobotProcessError, RobotProcesses, camera_sides
 from .spinner import BACKGROUND_NICENESS, CONTROL_PATH, EXECUTORS, Spinner  # noqa: F401 (the agent's layout)
 
@@ -167,7 +167,7 @@ def run_agent(prog: str, values: dict[str, str], session: Session, executor: str
     init_control_process([], sigint_once=True)
     print(f"{prog}: parameters from {params_file}; nodes: " + ", ".join(node_label(item) for item in plan)
           + ("; every robot's camera side in a process of its own" if robot_processes else ""), flush=True)
-    for line in unused_sections(plan, params_file):
+    for line in plan_warnings(plan, params_file):
         print(f"{prog}: warning: {line}", file=sys.stderr, flush=True)
     agent, code = Agent(plan, params_file, robot_processes, background_niceness), 0
     try:

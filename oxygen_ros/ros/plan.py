@@ -3,8 +3,8 @@
 :func:`node_plan`: what to start for the launch arguments (the nodes of
 :data:`.plan_tables.NODES`, what :data:`.plan_tables.ARGUMENTS` override;
 ``robots:=left,right`` makes it the plan of several robots, :mod:`.robot_plan`);
-:func:`resolve` checks the parameters file too, and :func:`unused_sections` finds
-its sections that no node reads; :func:`build_nodes` constructs a
+:func:`resolve` checks the parameters file too, and :func:`plan_warnings` finds
+its sections that no node reads and a ``camera_topic`` that remaps no camera; :func:`build_nodes` constructs a
 plan's nodes in this process; :func:`overrides_file` writes a plan item's
 parameters for ``ros2 launch``; :func:`node_exit_message` says why a launch ends
 when a node exits. A test keeps ``config/agent.yaml`` in step with the plan.
@@ -28,7 +28,7 @@ from .plan_tables import (
     default_params_file,
     parse_bool,
 )
-from .params_sections import key_matches, read_sections, read_yaml
+from .params_sections import key_matches, node_parameters, read_sections, read_yaml
 from .robot_plan import file_robots, robots_plan
 from .robots import parse_robots
 
@@ -79,19 +79,38 @@ def resolve(values: dict[str, str]) -> tuple[list[dict[str, Any]], str]:
     return plan, params_file
 
 
-def unused_sections(plan: list[dict[str, Any]], params_file: str) -> list[str]:
-    """Lines naming each section of ``params_file`` that gives its parameters to no node of
-    ``plan`` (a misspelt node name: every parameter of that node would silently keep its
-    default). A robot's node counts under its plain name too: the plan of several robots
-    reads the generic sections for them (:mod:`.robot_plan`); so does every node this
+def plan_warnings(plan: list[dict[str, Any]], params_file: str) -> list[str]:
+    """What to warn of before ``plan`` starts with ``params_file``: its sections that give their
+    parameters to no node (a misspelt node name: every parameter of that node would silently
+    keep its default), and a camera remapping (``camera_topic``) of a topic the camera node
+    does not subscribe to. A robot's node counts under its plain name too: the plan of several
+    robots reads the generic sections for them (:mod:`.robot_plan`); so does every node this
     package can start (the demo's synthetic camera has its section in the installed file)."""
+    sections = read_sections(params_file)
     names = {f"/{spec.name}" for spec in NODES} | {node_fqn(item) for item in plan}
     lines = []
-    for key, _ in read_sections(params_file):
+    for key, _ in sections:
         if not any(key_matches(key, fqn) for fqn in names):
             lines.append(f"parameters file {params_file}: section {key!r} names no node of this launch (its nodes: "
                          f"{', '.join(sorted(names))}): its parameters are not used")
-    return lines
+    return lines + [line for item in plan if (line := _remap_unused(item, sections))]
+
+
+def _remap_unused(item: dict[str, Any], sections: list) -> str | None:
+    """The warning for a camera node whose camera remapping names none of its image topics."""
+    if item["spec"].name != "oxygen_camera" or not item["remappings"]:
+        return None
+    from .camera_parameters import PARAMETERS
+
+    default = next(spec.default for spec in PARAMETERS if spec.name == "image_topics")
+    params = {**node_parameters(sections, node_fqn(item)), **item["parameters"]}
+    topics = [t if t.startswith("/") else f"/{item['namespace'].strip('/')}/{t}".replace("//", "/")
+              for t in params.get("image_topics", default)]
+    (src, dst), = item["remappings"]
+    if src in topics:
+        return None
+    return (f"camera_topic:={dst} does not change {node_label(item)}'s cameras: it remaps {src}, which is not "
+            f"among its image_topics {topics}; set image_topics instead")
 
 
 def check_params_file(path: str) -> None:
