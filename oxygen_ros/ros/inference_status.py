@@ -51,7 +51,12 @@ def stalled_after_s(d: dict) -> float:
 
 
 def _problems(d: dict, new: dict, max_observation_age: float) -> list[tuple[str, str]]:
-    """(kind, text) of every problem in the figures ``d`` (``new``: counts since the last status)."""
+    """(kind, text) of every problem in the figures ``d`` (``new``: counts since the last status):
+    the action output's, then the inputs', then the frames'."""
+    return _output_problems(d, new) + _input_problems(d, new, max_observation_age) + _frame_problems(d, new)
+
+
+def _output_problems(d: dict, new: dict) -> list[tuple[str, str]]:
     problems = []
     if d.get("control_failure"):
         problems.append(("control_failure", f"control tick stopped: {d['control_failure']}; no action goes out"))
@@ -74,6 +79,11 @@ def _problems(d: dict, new: dict, max_observation_age: float) -> list[tuple[str,
         problems.append(("underruns", f"{new['underruns']} underruns{_overload(d)}"))
     if new["hold_ticks"]:
         problems.append(("hold_ticks", f"holding the last action ({new['hold_ticks']} ticks)"))
+    return problems
+
+
+def _input_problems(d: dict, new: dict, max_observation_age: float) -> list[tuple[str, str]]:
+    problems = []
     if new["observations_invalid"]:
         problems.append(("observations_invalid", f"{new['observations_invalid']} observations refused (the log "
                                                  "says why)"))
@@ -90,6 +100,11 @@ def _problems(d: dict, new: dict, max_observation_age: float) -> list[tuple[str,
         problems.append(("missed_ticks", f"{new['missed_ticks']} ticks missed (timer late)"))
     if not d["observations_received"]:  # (observations whose frames all failed are told as failures)
         problems.append(("no_observation", "no observation received yet"))
+    return problems
+
+
+def _frame_problems(d: dict, new: dict) -> list[tuple[str, str]]:
+    problems = []
     if new["frame_errors"]:
         problems.append(("frame_errors", f"{new['frame_errors']} frame errors"))
     if new["actions_non_finite"]:
