@@ -72,11 +72,18 @@ def test_the_command_prints_the_table_and_writes_json(tmp_path, capsys):
 
 @pytest.mark.parametrize("argv,message", [
     (["--present", "4"], "--present must be 1..3"),
-    (["--prompt-tokens", "0"], "--prompt-tokens must be 1..32"),
+    (["--prompt-tokens", "33"], "--prompt-tokens must be 1..32"),
 ])
 def test_the_command_names_a_bad_option(argv, message):
     with pytest.raises(SystemExit, match=message):
         prefill_bench.main(["--preset", "tiny", "--repeats", "1"] + argv)
+
+
+@pytest.mark.parametrize("option", ["--present", "--prompt-tokens", "--batch", "--repeats"])
+def test_a_count_below_one_is_refused_before_the_model_loads(option, capsys):
+    with pytest.raises(SystemExit) as exit_:
+        prefill_bench.parse_args([option, "0"])
+    assert exit_.value.code == 2 and f"argument {option}: expected an integer >= 1, got '0'" in capsys.readouterr().err
 
 
 def test_the_command_refuses_an_unknown_attention(capsys):
