@@ -30,7 +30,7 @@ from collections.abc import Sequence
 
 import torch
 
-from ..core.checkpoints.given_sizes import SizesError, apply_sizes, parse_sizes
+from ..core.checkpoints.given_sizes import SizesError, apply_sizes, flat_items, merge_sizes, parse_sizes
 from ..core.model.config import PRESETS, preset
 from ..core.tokenizer import Tokenizer, default_tokenizer_path
 from ..core.training import EVAL_SEED_BASE, TrainConfig, config_dict, norm_stats, train
@@ -205,10 +205,8 @@ def _card_evaluation(evaluation: dict) -> list[str]:
 def _sizes(args) -> list[str]:
     """The sizes over the preset: for tiny, the embedded default model's, then ``--size`` (which
     wins for a size it names too)."""
-    given = list(args.size or [])
-    named = {item.split("=")[0].strip() for text in given for item in text.split(",") if item.strip()}
-    defaults = [d for d in DEFAULT_SIZES if d.split("=")[0] not in named] if args.preset == "tiny" else []
-    return defaults + given
+    defaults = parse_sizes(DEFAULT_SIZES) if args.preset == "tiny" else {}
+    return flat_items(merge_sizes(defaults, parse_sizes(args.size or [])))
 
 
 def _params(model_config):
