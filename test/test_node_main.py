@@ -7,16 +7,22 @@ import subprocess
 import pytest
 from ros_harness import checkout_env, installed_prefix
 
-CASES = [("camera_node", "image_size:=-3", "image_size"),
-         ("synthetic_camera", "rate_hz:=0.0", "rate_hz"),
-         ("inference_node", "steps_per_frame:=-1", "steps_per_frame")]
+CASES = [("camera_node", ["image_size:=-3"], ["image_size"]),
+         ("synthetic_camera", ["rate_hz:=0.0"], ["rate_hz"]),
+         ("inference_node", ["steps_per_frame:=-1"], ["steps_per_frame"]),
+         # several mistakes are all named at once, not one per start
+         ("camera_node", ["image_size:=-3", "max_age:=-1.0"], ["image_size", "max_age"]),
+         ("inference_node", ["steps_per_frame:=-1", "control_rate_hz:=0.0", "queue_limit:=-2"],
+          ["steps_per_frame", "control_rate_hz", "queue_limit"])]
 
 
-@pytest.mark.parametrize("executable, parameter, name", CASES)
-def test_a_bad_parameter_ends_a_node_with_status_2_naming_it(ros_env, tmp_path, executable, parameter, name):
+@pytest.mark.parametrize("executable, parameters, names", CASES)
+def test_a_bad_parameter_ends_a_node_with_status_2_naming_it(ros_env, tmp_path, executable, parameters, names):
     path = installed_prefix() / "lib" / "oxygen_ros" / executable
-    run = subprocess.run([str(path), "--ros-args", "-p", parameter], cwd=tmp_path, env=checkout_env(),
+    args = [a for p in parameters for a in ("-p", p)]
+    run = subprocess.run([str(path), "--ros-args", *args], cwd=tmp_path, env=checkout_env(),
                          capture_output=True, text=True, timeout=120)
     out = run.stdout + run.stderr
     assert run.returncode == 2, out[-2000:]
-    assert name in out and "Traceback" not in out, out[-2000:]
+    assert "Traceback" not in out, out[-2000:]
+    assert all(f"parameter '{name}'" in out for name in names), out[-2000:]

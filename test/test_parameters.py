@@ -109,3 +109,26 @@ def test_a_run_time_change_goes_through_the_same_check():
     changed = changed_values(inference_parameters.PARAMETERS, [Parameter("control_rate_hz", value=25),
                                                               Parameter("use_sim_time", value=True)])
     assert changed == {"control_rate_hz": 25.0} and isinstance(changed["control_rate_hz"], float)
+
+
+def test_every_bad_value_is_named_at_once():
+    """A params file with several mistakes is refused naming each, in the table's order, so
+    that it is mended in one go rather than one start per mistake."""
+    from oxygen_ros.ros.parameters import ParameterErrors
+
+    bad = {**DEFAULTS, "max_decode": 0, "control_rate_hz": "fast", "device": "gpu"}
+    with pytest.raises(ParameterErrors) as caught:
+        check_all(inference_parameters.PARAMETERS, bad)
+    named = [e.name for e in caught.value.errors]
+    assert named == ["device", "control_rate_hz", "max_decode"]
+    message = str(caught.value)
+    assert message.startswith("3 bad parameters: ")
+    assert all(f"parameter '{name}'" in message for name in named)
+    # one bad value is told as before, on its own
+    with pytest.raises(ParameterError) as one:
+        check_all(inference_parameters.PARAMETERS, {**DEFAULTS, "device": "gpu"})
+    assert not isinstance(one.value, ParameterErrors) and str(one.value).startswith("parameter 'device'")
+    # two values refused only for each other are both told
+    with pytest.raises(ParameterErrors) as pair:
+        check_all(inference_parameters.PARAMETERS, {**DEFAULTS, "steps_per_frame": 0, "decode_when_idle": False})
+    assert {e.name for e in pair.value.errors} == {"steps_per_frame", "decode_when_idle"}

@@ -42,6 +42,18 @@ class ParameterError(ValueError):
         self.reason = reason
 
 
+class ParameterErrors(ParameterError):
+    """Several parameters have bad values: ``errors``, each a :class:`ParameterError`, in the
+    table's order (its ``name`` and ``reason`` are the first's). The message names every one,
+    so that a params file with several mistakes is mended in one go."""
+
+    def __init__(self, errors: Sequence[ParameterError]):
+        ValueError.__init__(self, f"{len(errors)} bad parameters: " + "; ".join(str(e) for e in errors))
+        self.errors = list(errors)
+        self.name = errors[0].name
+        self.reason = errors[0].reason
+
+
 @dataclass(frozen=True)
 class ParamSpec:
     """One parameter: default, description, type, its check, run-time changeable."""
@@ -94,8 +106,36 @@ def coerce(spec: ParamSpec, value: Any, values: Mapping | None = None) -> Any:
 
 
 def check_all(specs: Iterable[ParamSpec], raw: Mapping[str, Any]) -> dict[str, Any]:
-    """Every value of ``raw`` (by spec) coerced and checked, relations against the others."""
-    return {spec.name: coerce(spec, raw[spec.name], raw) for spec in specs}
+    """Every value of ``raw`` (by spec) coerced and checked, relations against the others.
+    Every bad one is found: one raises its :class:`ParameterError`, several a :class:`ParameterErrors`.
+    A value refused only for its relation to another bad value is not told (``steps_per_frame``
+    is not said to exceed a ``max_decode`` of 0 that is itself refused)."""
+    specs = list(specs)
+    values, errors = {}, []
+    for spec in specs:
+        try:
+            values[spec.name] = coerce(spec, raw[spec.name], raw)
+        except ParameterError as exc:
+            errors.append(exc)
+    refused = {e.name for e in errors}
+    good = {name: value for name, value in raw.items() if name not in refused}
+    table = {s.name: s for s in specs}
+    # two values refused only for each other (steps_per_frame 0, decode_when_idle false) are both told
+    errors = [e for e in errors if not _good_beside(table[e.name], raw[e.name], good)] or errors
+    if len(errors) > 1:
+        raise ParameterErrors(errors)
+    if errors:
+        raise errors[0]
+    return values
+
+
+def _good_beside(spec: ParamSpec, value: Any, good: Mapping[str, Any]) -> bool:
+    """Whether ``value`` passes its check against the good values alone (its refusal was a relation)."""
+    try:
+        coerce(spec, value, good)
+    except ParameterError:
+        return False
+    return True
 
 
 def _descriptor(spec: ParamSpec, read_only: bool) -> ParameterDescriptor:
