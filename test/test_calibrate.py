@@ -36,6 +36,11 @@ def test_the_file_names_the_checkpoint_by_its_absolute_path(tmp_path, random_tin
     params = yaml.safe_load(out.read_text())["oxygen_inference"]["ros__parameters"]
     assert params["model_path"] == str(model.resolve())
     assert "control_rate_hz 30, frame deadline 166.7 ms" in out.read_text()
+    # no --cameras: measured, and written, with every camera slot of the model
+    from oxygen_ros.core.checkpoints import load_checkpoint
+
+    slots = load_checkpoint(str(model)).model.config.max_cameras
+    assert params["max_cameras"] == slots and f"{slots} camera(s)" in out.read_text()
 
 
 def test_the_file_holds_the_conditions_k_was_chosen_under_and_the_model_s_files(tmp_path, random_tiny_dir):
@@ -48,9 +53,11 @@ def test_the_file_holds_the_conditions_k_was_chosen_under_and_the_model_s_files(
     out = tmp_path / "calibrated.yaml"
     assert calibrate.main(["--model-path", random_tiny_dir, "--tokenizer-path", str(default_tokenizer_path()),
                            "--target-hz", "5", "--control-rate-hz", "10", "--frame-deadline-ms", "400",
-                           "--threads", "2", "--max-decode", "4", "--repeats", "2", "--out", str(out)]) == 0
+                           "--threads", "2", "--max-decode", "4", "--repeats", "2", "--cameras", "1",
+                           "--out", str(out)]) == 0
     params = yaml.safe_load(out.read_text())["oxygen_inference"]["ros__parameters"]
     assert (params["control_rate_hz"], params["frame_deadline_ms"], params["threads"]) == (10.0, 400.0, 2)
+    assert params["max_cameras"] == 1  # k was chosen for one camera's prefill
     assert params["tokenizer_path"] == str(default_tokenizer_path().resolve())
     assert "norm_stats_path" not in params  # not given: the checkpoint's own
     assert set(params) <= {spec.name for spec in PARAMETERS}  # every key a parameter the node declares

@@ -1,4 +1,4 @@
-"""``oxygen-agent``: the nodes of ``launch/agent.launch.py`` in one process, with a live status line.
+"""``oxygen-agent``: the nodes of ``launch/agent.launch.py`` from one command, with a live status line.
 
 Usage::
 
@@ -66,7 +66,8 @@ SUMMARY = ("start_to_first_chunk_s", "tick_rate_hz", "tick_jitter_p99_ms", "unde
 def parse_args(argv: list[str]) -> tuple[argparse.Namespace, dict[str, str]]:
     names = ", ".join(f"{a.name}:=" for a in ARGUMENTS)
     parser = argparse.ArgumentParser(
-        prog="oxygen-agent", description="Run the oxygen_ros nodes in one process (like launch/agent.launch.py).",
+        prog="oxygen-agent", description="Run the oxygen_ros nodes from one command, like launch/agent.launch.py (the "
+        "control tick, and with robots:= each robot's camera side, in processes of their own).",
         epilog=f"launch arguments: {names}")
     parser.add_argument("launch_args", nargs="*", metavar="name:=value", help="launch arguments")
     parser.add_argument("--duration", type=float, default=None, help="stop after this many seconds")

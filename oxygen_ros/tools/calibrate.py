@@ -43,7 +43,9 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--denoise-steps", type=positive_int, default=None, help="S (default: the checkpoint's)")
     p.add_argument("--arrivals-per-frame", type=positive_float, default=1.0,
                    help="expected new language requests per frame (sets the steady-state batch)")
-    p.add_argument("--cameras", type=positive_int, default=None, help="cameras per observation (default: model max)")
+    p.add_argument("--cameras", type=positive_int, default=None,
+                   help="your robot's cameras per observation, written as max_cameras (default: the model's "
+                        "camera slots)")
     p.add_argument("--control-rate-hz", type=positive_float, default=50.0,
                    help="the robot's control rate (the node's control_rate_hz): the node's frame deadline is half "
                         "the time a chunk covers at it")
@@ -101,9 +103,9 @@ def choose_k(components: dict, *, n: int, s: int, horizon: int, target_hz: float
     return best, table
 
 
-def node_parameters(args: argparse.Namespace, k: int, preset_only: bool) -> dict:
+def node_parameters(args: argparse.Namespace, k: int, preset_only: bool, cameras: int) -> dict:
     """The inference node's parameters the choice of ``k`` was made under: the node runs it
-    under the same conditions (rate, deadline, threads, the model and its files)."""
+    under the same conditions (rate, deadline, threads, the cameras measured, the model and its files)."""
     absolute = {  # absolute: the file is copied into a robot's agent.yaml and run from anywhere
         name: str(pathlib.Path(value).resolve()) for name, value in (
             ("model_path", args.model_path), ("tokenizer_path", args.tokenizer_path),
@@ -113,7 +115,7 @@ def node_parameters(args: argparse.Namespace, k: int, preset_only: bool) -> dict
         "denoise_steps": args.denoise_steps or 0, "control_rate_hz": args.control_rate_hz,
         **({"frame_deadline_ms": args.frame_deadline_ms} if args.frame_deadline_ms else {}),
         "threads": args.threads, "device": args.device, "dtype": args.dtype, "compile": args.compile,
-        **absolute,
+        "max_cameras": cameras, **absolute,
         # the model measured; a preset's sizes would be put on the model the node runs instead
         **({"model_sizes": flat_items(model_sizes(args))} if args.size and not preset_only else {}),
     }
@@ -124,13 +126,17 @@ def main(argv=None) -> int:
     loaded = load_model(args)
     c = loaded.model.config
     check_cameras(args.cameras, c.max_cameras)
+    cameras = args.cameras or c.max_cameras
+    if args.cameras is None:
+        print(f"--cameras not given: measuring with the model's {cameras} camera slots (max_cameras {cameras}); "
+              "give your robot's count for the k it can afford", file=sys.stderr)
     sizes = sorted({1, 2, 4, 8, 16, steady_batch(args.max_decode, 1, args.arrivals_per_frame)})
     print(f"measuring {loaded.source} on {args.device} ({args.dtype}) ...", file=sys.stderr)
     s = args.denoise_steps or c.denoise_steps
     decision = resolve_compile(args.compile, args.device)
     if args.compile == "on" and not decision.enabled:
         print(f"compile=on runs eager: {decision.reason}", file=sys.stderr)
-    comp = measure_components(loaded.model, loaded.tokenizer, batch_sizes=sizes, cameras=args.cameras,
+    comp = measure_components(loaded.model, loaded.tokenizer, batch_sizes=sizes, cameras=cameras,
                               repeats=args.repeats, denoise_steps=s, compile=decision.enabled)
     node_ms = frame_deadline_ms(c.action_horizon, args.control_rate_hz, args.frame_deadline_ms)  # as the node
     k, table = choose_k(comp, n=args.max_decode, s=s, horizon=c.action_horizon, target_hz=args.target_hz,
@@ -151,11 +157,11 @@ def main(argv=None) -> int:
     preset_only = bool(args.preset) and not args.model_path
     if preset_only:
         print("note: " + PRESET_NOTE.format(preset=args.preset), file=sys.stderr)
-    params = {"oxygen_inference": {"ros__parameters": node_parameters(args, k, preset_only)}}
+    params = {"oxygen_inference": {"ros__parameters": node_parameters(args, k, preset_only, cameras)}}
     note = f"# {PRESET_NOTE.format(preset=args.preset)}\n" if preset_only else ""
     header = (f"# written by oxygen-calibrate for {loaded.source} on {args.device} ({args.dtype})\n{note}"
               f"# target {args.target_hz} Hz, control_rate_hz {args.control_rate_hz:g}, frame deadline "
-              f"{node_ms:.1f} ms, H={c.action_horizon}, S={s}, N={args.max_decode}\n"
+              f"{node_ms:.1f} ms, H={c.action_horizon}, S={s}, N={args.max_decode}, {cameras} camera(s)\n"
               f"# measured: {json.dumps({k2: v for k2, v in comp.items()}, default=str)}\n")
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(header + yaml.safe_dump(params, sort_keys=False))

@@ -63,7 +63,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="oxygen-record", description=__doc__.split("\n\n")[0])
     parser.add_argument("out", type=new_bag_dir, help="the bag's folder (must not exist)")
     parser.add_argument("topics", nargs="*", type=topic_name,
-                        help=f"topics to record (default: every topic but {', '.join(SKIPPED)})")
+                        help=f"topics to record (default: every topic but {', '.join(SKIPPED)} and hidden ones, "
+                             "such as an action's _action/feedback)")
     parser.add_argument("--duration", type=positive_float, default=None,
                         help="seconds to record from the first message received (default: until Ctrl-C or "
                              "SIGTERM)")
