@@ -101,6 +101,15 @@ def test_sigterm_cancels_in_flight_requests_and_the_process_exits_cleanly(ros, r
         proc.kill()
 
 
+def _exited(pid: int) -> bool:
+    """The child has ended (a zombie until its parent polls it, or gone)."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] == "Z"
+    except FileNotFoundError:
+        return True
+
+
 @pytest.mark.parametrize("control_process", [True, False], ids=["control-process", "control-thread"])
 def test_shutdown_in_process_stops_timers_and_worker_and_cancels(ros, control_process, random_tiny_dir):
     from oxygen_ros.msg import Observation, Question, TextToken
@@ -133,8 +142,10 @@ def test_shutdown_in_process_stops_timers_and_worker_and_cancels(ros, control_pr
     assert not worker.alive
     assert node.diagnostics_timer.is_canceled()
     pid = node.control_pid
-    if control_process:  # it ends with the node
+    if control_process:  # it ends with the node, and its end (told by the shutdown) is no failure
         assert pid is not None and node.control is None
+        assert until(lambda: _exited(pid), timeout=10.0), "control process still running"
+        assert node.control_failure is None  # an agent watching would end its run with status 1
     else:
         assert pid is None and node.control.stopped and not node.control.alive
     ros.remove(node)

@@ -111,6 +111,7 @@ class ControlLink:
         self.outputs: list[RemoteOutput] = []
         self._lateness_seen = self._missed_seen = 0
         self._process: Optional[subprocess.Popen] = None
+        self._told_to_end = False  # terminate/stop: its end is no failure
         self._ticked_at = time.monotonic()
         self._epoch = 0  # activates so far (see run)
 
@@ -184,9 +185,10 @@ class ControlLink:
 
     @property
     def failure(self) -> Optional[str]:
-        """Why the control process is gone (None while it runs, or before it started)."""
+        """Why the control process is gone (None while it runs, before it started, or once it was
+        told to end: a shutdown's end is no failure, while the node is still active in it)."""
         code = None if self._process is None else self._process.poll()
-        if code is None:
+        if code is None or self._told_to_end:
             return None
         return (f"the control process was killed by signal {-code}" if code < 0
                 else f"the control process exited with code {code}")
@@ -210,6 +212,7 @@ class ControlLink:
         """Tell the control process to end (SIGTERM), without waiting for it."""
         proc = self._process
         if proc is not None and proc.poll() is None:
+            self._told_to_end = True
             proc.send_signal(signal.SIGTERM)
 
     def stop(self, timeout: float = 5.0) -> None:
@@ -217,6 +220,7 @@ class ControlLink:
         proc = self._process
         if proc is None or proc.poll() is not None:
             return
+        self._told_to_end = True
         proc.send_signal(signal.SIGTERM)
         try:
             proc.wait(timeout)
