@@ -36,8 +36,8 @@ def _robot_of(cmd: str) -> str:
     return Path(cmd.split()[-1]).name.split("_")[2]  # oxygen_robot_<robot>_XXXX.json
 
 
-def _agent(tmp_path, *args, duration="8"):
-    return subprocess.Popen([installed_script("oxygen-agent"), "robots:=a,b", "demo:=true",
+def _agent(tmp_path, *args, duration="8", robots="robots:=a,b"):
+    return subprocess.Popen([installed_script("oxygen-agent"), robots, "demo:=true",
                              "--text", "none", "--duration", duration, *args], cwd=tmp_path, env=checkout_env(),
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
@@ -91,8 +91,13 @@ def test_plan_items_reach_a_child_unchanged(tmp_path):
 
 
 def test_two_robots_in_processes_of_their_own_both_get_actions_and_no_child_outlives_the_agent(ros_env, tmp_path):
+    """The robots named in the params file, not by robots:=: their camera sides get processes of
+    their own all the same (the default follows the plan's robots, wherever they were named)."""
     report = tmp_path / "out.json"
-    proc = _agent(tmp_path, "--report", str(report))
+    params = tmp_path / "agent.yaml"
+    params.write_text((REPO / "config" / "agent.yaml").read_text().replace("    robots: []\n", "    robots: [a, b]\n"))
+    assert "robots: [a, b]" in params.read_text()
+    proc = _agent(tmp_path, "--report", str(report), robots=f"params_file:={params}")
     try:
         children = _wait_for_children(proc)
         assert sorted(_robot_of(cmd) for cmd in children.values()) == ["a", "b"], children

@@ -147,16 +147,19 @@ class Session(Protocol):
 
 
 def run_agent(prog: str, values: dict[str, str], session: Session, executor: str = "split",
-              background_niceness: int = BACKGROUND_NICENESS, robot_processes: bool = False) -> int:
+              background_niceness: int = BACKGROUND_NICENESS, robot_processes: bool | None = None) -> int:
     """Run the plan's nodes for the launch-argument ``values`` in this process (with ``robot_processes``
-    the robots' camera sides in their own) with ``session``; the exit status: 2 for a bad argument or
-    parameter (printed after ``prog:``), 1 when a node or a robot's process stopped, else
+    the robots' camera sides in their own; None: when the plan has robots, from ``robots:=`` or the
+    params file, as measured best in docs/several_robots.md) with ``session``; the exit status: 2
+    for a bad argument or parameter (printed after ``prog:``), 1 when a node or a robot's process stopped, else
     ``session.run``'s (0 when interrupted by Ctrl-C or SIGTERM)."""
     try:
         plan, params_file = resolve(values)
     except ValueError as exc:
         print(f"{prog}: {exc}", file=sys.stderr)
         return 2
+    if robot_processes is None:
+        robot_processes = any(item.get("robot") for item in plan)
     from rclpy.executors import ExternalShutdownException
 
     from .parameters import ParameterError

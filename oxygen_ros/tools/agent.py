@@ -27,7 +27,7 @@ control path (synthetic camera, monitor) at a lower priority
 (``--executor multi``: everything on one ``MultiThreadedExecutor``, for
 comparison: its wait-set rebuilding in Python keeps most of a core busy, which
 on 2 cores delays the frames and the control tick). ``--robot-processes``
-(the default with ``robots``; ``--no-robot-processes``: all in this process):
+(the default with robots, from ``robots:=`` or the params file; ``--no-robot-processes``: all in this process):
 every robot's camera side (its camera node and synthetic camera) runs in a
 child process of its own instead, as on real robots, the inference node and
 the monitor here (:mod:`oxygen_ros.ros.robot_process`); a child that ends
@@ -85,7 +85,7 @@ def parse_args(argv: list[str]) -> tuple[argparse.Namespace, dict[str, str]]:
     parser.add_argument("--robot-processes", action=argparse.BooleanOptionalAction, default=None,
                         help="every robot's camera side (camera node, synthetic camera) in a process of its own, "
                              "as on real robots; the inference node and the monitor stay in this one "
-                             "(default: with robots:=, yes; without, no)")
+                             "(default: with robots, from robots:= or the params file, yes; without, no)")
     parser.add_argument("--text", choices=("all", "changed", "none"), default="changed",
                         help="which finished texts to print (default: answers and changed periodic texts)")
     ns = parser.parse_intermixed_args(argv)  # launch arguments before or after the options
@@ -99,8 +99,6 @@ def parse_args(argv: list[str]) -> tuple[argparse.Namespace, dict[str, str]]:
         parser.error(f"--probe-priority must be 0..99, got {ns.probe_priority}")
     if ns.duration is not None and not ns.duration > 0:
         parser.error(f"--duration must be > 0, got {ns.duration}")
-    if ns.robot_processes is None:  # measured: fewer underruns and less jitter for 4 robots (docs/several_robots.md)
-        ns.robot_processes = bool(values.get("robots", "").strip())
     return ns, values
 
 
