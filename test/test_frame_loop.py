@@ -165,6 +165,45 @@ def test_questions_are_cleaned_refused_when_empty_or_without_observation(engine)
     assert [(q.client_id, q.text) for q in questions] == [("a", "what is this?")] and refused == []
 
 
+def test_a_question_refused_for_want_of_an_observation_says_when_observations_came_but_were_refused(
+        engine, caplog):
+    """'No observation has arrived' would send the user looking for a dead camera, when the
+    node refused every observation (7 joints for a 2-dimensional model, too many cameras)."""
+    loop = make_loop(engine)
+    engine.forget_observations()
+    loop.robot("").count["observations_invalid"] += 3  # as the frame worker counts a refused message
+    loop.question_arrived("q", "where is the target?")
+    with caplog.at_level(logging.WARNING, logger="test_frame_loop"):
+        assert loop.questions(loop.next_job(0, 0), observed=())[0] == []
+    assert "no observation was usable yet (3 refused: the log says why)" in caplog.text
+    assert "has arrived" not in caplog.text
+
+
+def test_a_question_is_not_answered_from_an_observation_older_than_max_observation_age(engine, caplog):
+    """A camera that stopped leaves the engine its robot's last observation: a question is
+    refused (its client hears ``rejected``) rather than answered from that old image as if now."""
+    loop = make_loop(engine, max_observation_age=1.0)
+    engine.step([Observation({"base": np.zeros((32, 32, 3), np.uint8)}, "pick up the cube", None, stamp=10.0)],
+                start_language=False)
+    loop.question_arrived("late", "is the gripper at the target?")
+    with caplog.at_level(logging.WARNING, logger="test_frame_loop"):
+        questions, refused = loop.questions(loop.next_job(0, 0), observed=(), now_ros_ns=int(12.5 * S))
+    assert questions == [] and [q.client_id for q in refused] == ["late"]
+    assert loop.counters["questions_rejected_stale"] == 1
+    assert "newest observation is 2.5 s old (max_observation_age 1 s)" in caplog.text
+    # answered: within max_observation_age, or with a fresh observation in this very frame
+    loop.question_arrived("soon", "is the gripper at the target?")
+    questions, _ = loop.questions(loop.next_job(0, 0), observed=(), now_ros_ns=int(10.9 * S))
+    loop.question_arrived("with", "is the gripper at the target?")
+    questions += loop.questions(loop.next_job(0, 0), observed=[""], now_ros_ns=int(12.5 * S))[0]
+    loop.configure(max_observation_age=0.0)  # no age check
+    loop.question_arrived("unchecked", "is the gripper at the target?")
+    questions += loop.questions(loop.next_job(0, 0), observed=(), now_ros_ns=int(12.5 * S))[0]
+    assert [q.client_id for q in questions] == ["soon", "with", "unchecked"]
+    assert loop.counters["questions_rejected_stale"] == 1
+    engine.forget_observations()
+
+
 def test_a_question_asking_for_more_tokens_than_max_decode_is_refused_not_run(engine):
     """An Ask goal's max_tokens above the node's max_decode ends the question ``rejected``:
     it never reaches the engine, whose frame (and every other request in it) it would fail."""

@@ -85,7 +85,8 @@ def _worker_niceness() -> set[int]:
 def test_on_demand_only_and_question_before_any_observation(ros):
     prefix = unique_prefix()
     before = _worker_niceness()
-    node = inference_node(ros, prefix, language_every_n_frames=0, chunk_origin="frame_end", worker_niceness=3)
+    node = inference_node(ros, prefix, language_every_n_frames=0, chunk_origin="frame_end", worker_niceness=3,
+                          max_observation_age=30.0)  # the answers below come well within it, on any machine
     # the frames run below the node's own priority (the tick's thread keeps it)
     own = os.getpriority(os.PRIO_PROCESS, threading.get_native_id())
     assert ros.wait_until(lambda: min(own + 3, 19) in _worker_niceness() - before, 10.0), _worker_niceness()
@@ -113,3 +114,15 @@ def test_on_demand_only_and_question_before_any_observation(ros):
     assert {ms[0].client_id for ms in answers.values()} == {"late", "later"}
     assert all(ms[-1].finish_reason in ("eos", "length") for ms in answers.values())
     assert node.counters["language_frames"] >= 1
+
+    # the camera has stopped: once its newest observation is older than max_observation_age, a
+    # question is refused, not answered from that old image as if it were now
+    from rclpy.parameter import Parameter
+
+    assert node.set_parameters([Parameter("max_observation_age", value=0.2)])[0].successful
+    time.sleep(0.3)
+    client.ask("stale", "and now?")
+    assert ros.wait_until(lambda: any(m.client_id == "stale" and m.done for m in client.text), 10.0)
+    stale = [m for m in client.text if m.client_id == "stale"]
+    assert [(m.finish_reason, m.token_id) for m in stale] == [("rejected", -1)]
+    assert node.counters["questions_rejected_stale"] == 1

@@ -13,8 +13,9 @@ they arrive) and one :class:`~oxygen_ros.core.engine.Engine`. It decides:
 * the frame's plan (:meth:`FrameLoop.plan`): whether it starts a language
   request (every ``language_every_n_frames``-th observation frame) and its
   decode steps ``k`` under the deadline (:class:`~oxygen_ros.core.budget.DecodeBudget`);
-* input fitting (:class:`~oxygen_ros.core.input_fit.InstructionFitter`,
-  :func:`~oxygen_ros.core.input_fit.fit_question`) and the state check;
+* input fitting (:class:`~oxygen_ros.core.input_fit.InstructionFitter`), the
+  state check, and which questions a frame takes
+  (:class:`~oxygen_ros.core.question_intake.QuestionIntake`);
 * failures in a row (:class:`~oxygen_ros.core.failures.FailureCount`) and the
   frame records the agent's report reads (:class:`~oxygen_ros.core.frame_records.FrameRecords`),
   both per robot.
@@ -46,9 +47,9 @@ from .budget import DecodeBudget, frame_deadline_ms
 from .cadence import LanguageCadence
 from .chunk_clock import NS_PER_S, period_ns
 from .engine import Engine, FrameResult, Question
-from .frame_result import tokens_beyond
-from .input_fit import InstructionFitter, fit_messages, fit_question, oversized_images
+from .input_fit import InstructionFitter, fit_messages, oversized_images
 from .observation import Observation, ObservationError
+from .question_intake import QuestionIntake
 from .requests import TokenEvent
 from .robot_inputs import Arrival, RobotInputs, WaitingQuestion, stalest_first
 from .stats import Rolling
@@ -284,38 +285,14 @@ class FrameLoop:
             self._warn(key, text, level=level)
         return fitted.observation
 
-    def questions(self, job: Job, observed: Iterable[str]) -> tuple[list[Question], list[WaitingQuestion]]:
-        """The job's questions the engine can take, and those refused (no text, more tokens
-        asked for than ``max_decode``, or no observation of their robot to answer from yet:
-        ``observed`` names the robots with an observation in this frame)."""
-        limit, max_decode = self.engine.config.max_question_tokens, self.engine.config.max_decode
-        seen = set(observed) | set(self.engine.last_observations)
-        accepted, refused = [], []
-        for q in job.questions:
-            robot = self.robot(q.robot)
-            fitted = fit_question(self.engine.tokenizer, q.text, limit)
-            if not fitted.text:
-                robot.count["questions_rejected_empty"] += 1
-                self._warn("empty", f"question from {q.client_id!r} refused: no text")
-                refused.append(q)
-            elif tokens_beyond(q.max_tokens, max_decode):
-                robot.count["questions_rejected_max_tokens"] += 1
-                self._warn("max_tokens", f"question from {q.client_id!r} refused: it asks for {q.max_tokens} "
-                           f"tokens, more than max_decode={max_decode}")
-                refused.append(q)
-            elif q.robot not in seen:
-                robot.count["questions_rejected_no_observation"] += 1
-                self._warn("no_observation", "question(s) refused: no observation has arrived yet"
-                           + (f" from robot {q.robot}" if q.robot else ""))
-                refused.append(q)
-            else:
-                if fitted.truncated:
-                    robot.count["questions_truncated"] += 1
-                    self._warn("question_cut", f"question from {q.client_id!r} ({len(q.text)} characters, "
-                               f"{fitted.tokens}+ tokens) cut to {limit} tokens")
-                accepted.append(Question(text=fitted.text, client_id=q.client_id, max_tokens=q.max_tokens,
-                                         robot=q.robot))
-        return accepted, refused
+    def questions(self, job: Job, observed: Iterable[str], now_ros_ns: int = 0
+                  ) -> tuple[list[Question], list[WaitingQuestion]]:
+        """The job's questions the engine can take, and those refused (:mod:`.question_intake`:
+        no text, more tokens than ``max_decode``, nothing to answer from, or only an observation
+        older than ``max_observation_age`` at ``now_ros_ns``). ``observed`` names the robots
+        with an observation in this frame."""
+        intake = QuestionIntake(self.engine, self.robot, self.settings.max_observation_age, self._warn)
+        return intake.take(job.questions, observed, now_ros_ns)
 
     # ------------------------------------------------------------------ plan and outcome
     def plan(self, has_observation: bool) -> FramePlan:

@@ -153,7 +153,7 @@ class FrameWorker:
         if job.cancels:  # cancelled requests end before the frame: their slots are free for it
             self._cancel(job.cancels)
         observations, arrivals = self._model_inputs(job.observations)
-        questions, refused = self.loop.questions(job, [a.robot for a in arrivals])
+        questions, refused = self.loop.questions(job, [a.robot for a in arrivals], self._now_ros())
         for q in refused:  # every question gets an answer: here its `rejected` end
             self._text.publish(end_events([q.client_id], "rejected", q.robot), self._now_ros())
         if not observations and not questions and not self.loop.engine_has_work():

@@ -112,7 +112,8 @@ PARAMETERS: tuple[ParamSpec, ...] = (
     ParamSpec("language_every_n_frames", 1, "Start a language request on every n-th observation frame; "
               "0: only on demand (questions).", "int", non_negative, True, ">= 0"),
     ParamSpec("max_observation_age", 1.0, "Observations older than this (s, by their stamp on this node's "
-              "clock, when a frame would start from them) are not used; <= 0: no age check.", "float",
+              "clock, when a frame would start from them) are not used, nor answered from: a question to a robot "
+              "whose newest observation is older is refused; <= 0: no age check.", "float",
               dynamic=True, constraints="finite"),
     ParamSpec("hold_action", "none", "What a control tick publishes when the newest chunk has no action left "
               "(an underrun: camera drop-out, stale observations, frames too slow): 'none' publishes nothing; "

@@ -325,7 +325,8 @@ def _counts(s: SoakSession, c: dict[str, Any], ticks: dict[str, int]) -> dict[st
         "camera_rejected": {cam.get_name(): {k: v for k, v in cam.rejected.items() if v} for cam in s.soak.cameras},
         "inference_refused": {k: n[k] for k in ("observations_invalid", "observations_stale", "instructions_truncated",
                                                 "questions_rejected_empty", "questions_truncated",
-                                                "questions_rejected_no_observation", "actions_non_finite")},
+                                                "questions_rejected_no_observation", "questions_rejected_stale",
+                                                "actions_non_finite")},
         "hold_ticks": n["hold_ticks"],
         "k_last": s.inference.diagnostics()["k"],
     }

@@ -1,0 +1,97 @@
+"""Which waiting questions a frame can take, and why the others are refused.
+
+A question is refused (its client hears ``rejected``) when it has no text, asks
+for more tokens than ``max_decode``, or has nothing to be answered from: no
+observation of its robot yet (or none usable: every one was refused), or only
+one older than ``max_observation_age``, its camera stopped (an answer from it
+would describe the past as the present). One in this very frame is always
+fresh. A question over ``max_question_tokens`` is cut, not refused. Each
+outcome is counted on its robot and logged (throttled by the caller's ``warn``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+
+from .chunk_clock import NS_PER_S
+from .engine import Engine, Question
+from .frame_result import tokens_beyond
+from .input_fit import FittedQuestion, fit_question
+from .robot_inputs import RobotInputs, WaitingQuestion
+
+Warn = Callable[[str, str], None]  # (throttle key, text)
+
+
+@dataclass(frozen=True)
+class QuestionIntake:
+    """What a frame's question intake checks against: the engine (tokenizer, limits, the
+    observations it would answer from), each robot's inputs, the age limit and the log."""
+
+    engine: Engine
+    robot: Callable[[str], RobotInputs]
+    max_observation_age: float  # s; <= 0: no age check
+    warn: Warn
+
+    def take(self, questions: Iterable[WaitingQuestion], observed: Iterable[str], now_ros_ns: int = 0
+             ) -> tuple[list[Question], list[WaitingQuestion]]:
+        """(accepted, refused) of ``questions``; ``observed``: the robots with an observation in
+        this frame; ``now_ros_ns``: the owner's clock, against observation stamps (0: no age check)."""
+        observed = set(observed)
+        accepted, refused = [], []
+        for q in questions:
+            fitted = fit_question(self.engine.tokenizer, q.text, self.engine.config.max_question_tokens)
+            if self._refused(q, fitted, observed, now_ros_ns):
+                refused.append(q)
+            else:
+                accepted.append(self._accepted(q, fitted))
+        return accepted, refused
+
+    def _refused(self, q: WaitingQuestion, fitted: FittedQuestion, observed: set[str], now_ros_ns: int) -> bool:
+        """Count and log why ``q`` is refused; False when it is not."""
+        engine, robot = self.engine, self.robot(q.robot)
+        max_decode = engine.config.max_decode
+        if not fitted.text:
+            count, key, text = "empty", "empty", f"question from {q.client_id!r} refused: no text"
+        elif tokens_beyond(q.max_tokens, max_decode):
+            count, key, text = "max_tokens", "max_tokens", (
+                f"question from {q.client_id!r} refused: it asks for {q.max_tokens} tokens, more than "
+                f"max_decode={max_decode}")
+        elif q.robot not in observed and q.robot not in engine.last_observations:
+            invalid = robot.counters["observations_invalid"]
+            count, key, text = "no_observation", "no_observation", "question(s) refused: " + (
+                f"no observation{_from(q.robot)} was usable yet ({invalid} refused: the log says why)"
+                if invalid else f"no observation has arrived yet{_from(q.robot)}")
+        elif q.robot not in observed and (age_s := self._stale_s(q.robot, now_ros_ns)) is not None:
+            count, key, text = "stale", f"stale_answer{q.robot}", (
+                f"question(s) refused: the newest observation{_from(q.robot)} is {age_s:.1f} s old "
+                f"(max_observation_age {self.max_observation_age:g} s): is its camera running?")
+        else:
+            return False
+        robot.count[f"questions_rejected_{count}"] += 1
+        self.warn(key, text)
+        return True
+
+    def _stale_s(self, robot: str, now_ros_ns: int) -> float | None:
+        """The age of the observation the engine would answer ``robot`` from, when beyond
+        ``max_observation_age`` (None: fresh enough, unstamped, or no check)."""
+        max_age, stamp = self.max_observation_age, self.engine.last_observations[robot].stamp
+        age_s = now_ros_ns / NS_PER_S - stamp
+        return age_s if max_age > 0 and stamp > 0 and now_ros_ns > 0 and age_s > max_age else None
+
+    def _accepted(self, q: WaitingQuestion, fitted: FittedQuestion) -> Question:
+        """``q`` as the engine takes it: cleaned, cut to ``max_question_tokens`` (counted, logged)."""
+        limit = self.engine.config.max_question_tokens
+        if fitted.truncated:
+            self.robot(q.robot).count["questions_truncated"] += 1
+            self.warn("question_cut", f"question from {q.client_id!r} ({len(q.text)} characters, "
+                      f"{fitted.tokens}+ tokens) cut to {limit} tokens")
+        return Question(text=fitted.text, client_id=q.client_id, max_tokens=q.max_tokens, robot=q.robot)
+
+
+def _from(robot: str) -> str:
+    """' from robot X' for a log line (nothing for the one robot of a node without robots)."""
+    return f" from robot {robot}" if robot else ""
+
+
+__all__ = ["QuestionIntake"]
