@@ -99,6 +99,27 @@ def test_a_robot_section_goes_over_the_generic_one_and_its_topics_are_taken_as_w
     assert seeds["right/oxygen_synthetic_camera"]["parameters"]["seed"] == 42  # its own, as written
 
 
+def test_robots_whose_topics_cross_or_miss_are_warned_of_before_anything_starts(tmp_path):
+    """Two robots reading one camera topic act on each other's images; a robot whose camera node
+    publishes its observations where the inference node does not look never gets an action. The
+    plan is fine as far as each node can tell, so the plan says it (oxygen-agent and the launch)."""
+    from oxygen_ros.ros.plan import node_plan, plan_warnings
+
+    def warnings(extra, **args):
+        path = _write(tmp_path, YAML_FILE.read_text() + extra)
+        return plan_warnings(node_plan({"robots": "left,right", **args}, str(path)), str(path))
+
+    assert warnings("") == [] and warnings("", demo="true", camera_topic="/cam/rgb") == []
+    (line,) = warnings('\nleft/oxygen_camera:\n  ros__parameters:\n    image_topics: ["/right/camera/image_raw"]\n')
+    assert line.startswith("robots left, right read the same camera topic /right/camera/image_raw")
+    (line,) = warnings('\nleft/oxygen_camera:\n  ros__parameters:\n    observation_topic: /oxygen/observation\n')
+    assert line.startswith("robot left's camera node publishes its observations on /oxygen/observation, but the "
+                           "inference node takes robot left's from /left/oxygen/observation")
+    # the inference node's own topic moved with it: the robots' camera nodes follow (no warning)
+    assert warnings("\noxygen_camera:\n  ros__parameters:\n    observation_topic: /obs\n"
+                    "oxygen_inference:\n  ros__parameters:\n    observation_topic: /obs\n") == []
+
+
 def test_a_wildcard_section_for_every_camera_node_is_the_generic_one_for_each_robot(tmp_path):
     """``/**/oxygen_camera`` names every camera node, the robots' too: it is each robot's generic
     section (topics under /<robot>), not a robot's own one (topics as written, which would put
