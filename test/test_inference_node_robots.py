@@ -105,6 +105,10 @@ def test_the_node_status_sums_the_robots_underruns_and_shows_the_oldest_observat
     assert sum(before.values()) <= whole["underruns"] <= sum(after.values()), (before, whole["underruns"], after)
     assert first["right"]["observation_age_ms"] > 1500 > first["left"]["observation_age_ms"]
     assert first["right"]["observation_age_ms"] <= whole["observation_age_ms"] <= last["right"]["observation_age_ms"]
+    # and the status names whose camera it is
+    assert whole["observation_age_robot"] == "right"
+    _, message = node.diagnostic_status(whole)
+    assert "no fresh observation from robot right for" in message, message
 
 
 def test_bad_robot_names_are_refused_naming_them(ros):

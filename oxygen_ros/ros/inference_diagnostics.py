@@ -105,6 +105,8 @@ class InferenceDiagnostics:
         d["worker_failure"] = (self.worker.death if self.worker else None) or ""
         d["control_silent_s"] = self.control_silent_s
         d["action_subscribers"] = subscribers  # controllers listening (summed over the robots for the node)
+        if robot is None and several:
+            d["observation_age_robot"] = loop["observation_age_robot"]  # whose is observation_age_ms
         if robot is not None and several:
             io = self.robot_io[robot]
             chunks = io.chunk_rate.rate(time.monotonic())
@@ -115,11 +117,14 @@ class InferenceDiagnostics:
     def _worst(self, now_ros: int) -> dict:
         """Over every robot: the oldest observation, and the first stopped output."""
         figures = [self.loop.figures(now_ros, name) for name in self.robot_io]
-        ages = [f["observation_age_ms"] for f in figures if f["observation_age_ms"] == f["observation_age_ms"]]
+        ages = {name: f["observation_age_ms"] for name, f in zip(self.robot_io, figures)
+                if f["observation_age_ms"] == f["observation_age_ms"]}
+        stalest = max(ages, key=ages.get) if ages else ""
         stopped = [f for f in figures if f["faulted"]] or figures
         worst = max(stopped, key=lambda f: f["consecutive_failures"])
-        return {"observation_age_ms": max(ages) if ages else float("nan"), "faulted": bool(stopped[0]["faulted"]),
-                "consecutive_failures": worst["consecutive_failures"], "last_failure": worst["last_failure"]}
+        return {"observation_age_ms": ages[stalest] if ages else float("nan"), "observation_age_robot": stalest,
+                "faulted": bool(stopped[0]["faulted"]), "consecutive_failures": worst["consecutive_failures"],
+                "last_failure": worst["last_failure"]}
 
     def diagnostic_status(self, d: Optional[dict] = None, robot: Optional[str] = None) -> tuple:
         """(level, message) of the status published now, the node's or ``robot``'s."""
