@@ -129,3 +129,17 @@ def test_the_synthetic_robot_applies_a_chunk_s_first_row_clamped_to_max_step(ste
     applied = sim.actions_applied
     assert applied >= 1
     np.testing.assert_allclose(states[-1].position, start + applied * 0.05 * towards_centre, atol=1e-5)
+
+
+def test_its_start_line_names_its_topics_as_remapped(stepped_ros, capfd):
+    """``camera_topic:=`` remaps the synthetic camera's image topic: its log names the topic it
+    publishes on, not the parameter's value (the README: logs name topics as resolved)."""
+    from oxygen_ros.ros.synthetic_camera import SyntheticCamera
+
+    p = stepped_ros.prefix
+    stepped_ros.add(SyntheticCamera(
+        context=stepped_ros.context, cli_args=["--ros-args", "-r", f"{p}/image:={p}/cam/rgb"],
+        parameter_overrides=params(image_size=16, image_topic=f"{p}/image", instruction_topic=f"{p}/instruction",
+                                   joint_state_topic=f"{p}/joint_states", action_topic=f"{p}/actions")))
+    (line,) = [line for line in capfd.readouterr().err.splitlines() if "synthetic scene" in line]
+    assert f"Hz on {p}/cam/rgb; actions from {p}/actions" in line, line

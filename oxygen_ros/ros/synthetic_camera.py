@@ -87,7 +87,7 @@ class SyntheticCamera(Node):
         self._publish_instruction()
         self.get_logger().info(
             f"synthetic scene (seed {p['seed']}): {self.sim.instruction!r}, {self.image_size} px at "
-            f"{self.rate_hz} Hz on {p['image_topic']}; actions from {p['action_topic']}")
+            f"{self.rate_hz} Hz on {self._image_pub.topic_name}; actions from {self._action_sub.topic_name}")
 
     def _apply_parameters(self, params: list) -> None:
         changes = changed_values(SYNTHETIC_CAMERA_PARAMETERS, params)
