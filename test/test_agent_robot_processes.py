@@ -158,7 +158,12 @@ def test_a_robot_with_a_bad_parameter_ends_the_start_with_status_2_naming_it(ros
     proc = _agent(tmp_path, f"params_file:={params}", duration="30")
     out, err = proc.communicate(timeout=150)
     assert proc.returncode == 2, out[-2000:] + err[-3000:]
-    assert "parameter 'max_age'" in err and "robot b's camera side" in err, err[-3000:]
+    assert "robot b's camera side: b/oxygen_camera: parameter 'max_age'" in err, err[-3000:]
+    # every node in the agent's process: its last line names the node too (the FATAL line above it does)
+    proc = _agent(tmp_path, f"params_file:={params}", "--no-robot-processes", duration="30")
+    out, err = proc.communicate(timeout=150)
+    assert proc.returncode == 2, out[-2000:] + err[-3000:]
+    assert err.rstrip().splitlines()[-1].startswith("oxygen-agent: b/oxygen_camera: parameter 'max_age'"), err[-3000:]
 
 
 CHILD_WITH_A_NODE_THAT_STOPS = """

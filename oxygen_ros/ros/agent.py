@@ -184,7 +184,8 @@ def run_agent(prog: str, values: dict[str, str], session: Session, executor: str
         elif (ended := agent.shut_down()) is not None:
             print(f"{prog}: {ended}", flush=True)
     except (ParameterError, RobotProcessError) as exc:  # a bad parameter (a robot's too): 2, else 1
-        print(f"{prog}: {exc}", file=sys.stderr, flush=True)
+        whose = f"{exc.node}: " if getattr(exc, "node", "") else ""
+        print(f"{prog}: {whose}{exc}", file=sys.stderr, flush=True)
         code = 2 if isinstance(exc, ParameterError) or getattr(exc, "code", None) == 2 else 1
     except (KeyboardInterrupt, ExternalShutdownException):
         pass

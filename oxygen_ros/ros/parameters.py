@@ -34,7 +34,10 @@ Check = Callable[[Any, Optional[Mapping]], Optional[str]]
 
 
 class ParameterError(ValueError):
-    """A parameter has a bad value; the message names the parameter."""
+    """A parameter has a bad value; the message names the parameter. ``node``: the node whose it
+    is, where the raiser knows it and the message does not say (one command starting several)."""
+
+    node: str = ""
 
     def __init__(self, name: str, reason: str):
         super().__init__(f"parameter '{name}': {reason}")

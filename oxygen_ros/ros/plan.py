@@ -147,6 +147,8 @@ def build_nodes(plan: list[dict[str, Any]], params_file: str, nodes: list, conte
 
     from rclpy.parameter import Parameter
 
+    from .parameters import ParameterError
+
     for item in plan:
         spec = item["spec"]
         cls = getattr(importlib.import_module(spec.module), spec.cls)
@@ -157,7 +159,11 @@ def build_nodes(plan: list[dict[str, Any]], params_file: str, nodes: list, conte
         extra = {"namespace": item["namespace"]} if item.get("namespace") else {}
         if context is not None:
             extra["context"] = context
-        nodes.append(cls(cli_args=cli, parameter_overrides=overrides, **extra))
+        try:
+            nodes.append(cls(cli_args=cli, parameter_overrides=overrides, **extra))
+        except ParameterError as exc:
+            exc.node = exc.node or node_label(item)  # the command's last line says whose it is
+            raise
     return nodes
 
 

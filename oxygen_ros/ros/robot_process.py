@@ -202,7 +202,7 @@ def main(argv: list[str] | None = None) -> int:
             print(f"{label}: {spinner.failure or 'an executor stopped'}", file=sys.stderr, flush=True)
         return code
     except ParameterError as exc:
-        print(f"{label}: {exc}", file=sys.stderr, flush=True)
+        print(f"{label}: {exc.node + ': ' if exc.node else ''}{exc}", file=sys.stderr, flush=True)
         return 2
     except (KeyboardInterrupt, ExternalShutdownException):
         return 0
