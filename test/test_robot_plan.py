@@ -157,7 +157,8 @@ def test_robots_set_in_the_parameters_file_plan_each_robot_s_nodes(tmp_path):
     assert plan["left/oxygen_camera"]["parameters"]["observation_topic"] == "/left/oxygen/observation"
     assert list(_plan({"robots": "a"}, path)) == ["a/oxygen_camera", "oxygen_inference"]  # the argument wins
     bad = _write(tmp_path, text.replace("robots: [left, right]", "robots: [left, left]"))
-    with pytest.raises(ValueError, match=r"robots \(in .*agent.yaml\)': robot name 'left' is listed twice"):
+    with pytest.raises(ValueError, match=r"parameters file .*agent.yaml: oxygen_inference's robots: robot name "
+                                         r"'left' is listed twice"):
         _plan({}, bad)
 
 

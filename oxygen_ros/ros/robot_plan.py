@@ -96,7 +96,7 @@ def file_robots(params_file: str) -> tuple[str, ...]:
     if not isinstance(robots, list) or not all(isinstance(r, str) for r in robots):
         raise ValueError(f"parameters file {params_file}: {INFERENCE}'s robots must be a list of names, "
                          f"got {robots!r}")
-    return parse_robots(",".join(robots), f"robots (in {params_file})")
+    return parse_robots(",".join(robots), f"parameters file {params_file}: {INFERENCE}'s robots")
 
 
 def robots_plan(args: dict[str, str], robots: tuple[str, ...], demo: bool, params_file: str) -> list[dict]:

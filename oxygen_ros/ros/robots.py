@@ -35,16 +35,17 @@ def robot_names_check(value, values=None) -> str | None:
     return bad_robot_names(value, f" in {list(value)}")
 
 
-def parse_robots(text: str, argument: str = "robots") -> tuple[str, ...]:
+def parse_robots(text: str, what: str = "argument 'robots'") -> tuple[str, ...]:
     """``"left,right"`` as ``("left", "right")``; empty text: no robots (today's single
-    robot). ValueError naming the bad name (not a name token, or listed twice)."""
+    robot). ValueError naming the bad name (not a name token, or listed twice), after ``what``
+    (where the list came from)."""
     text = str(text).strip()
     if not text:
         return ()
     names = [name.strip() for name in text.split(",")]
     reason = bad_robot_names(names, f" in {text!r}")
     if reason is not None:
-        raise ValueError(f"argument '{argument}': {reason}")
+        raise ValueError(f"{what}: {reason}")
     return tuple(names)
 
 
