@@ -111,6 +111,23 @@ def test_the_node_status_sums_the_robots_underruns_and_shows_the_oldest_observat
     assert "no fresh observation from robot right for" in message, message
 
 
+def test_after_a_deactivate_a_robot_s_action_frequency_counts_from_the_activate(served):
+    """The seconds a node was inactive are no part of a robot's action frequency after the next
+    activate: with them in its 5 s window, a robot publishing at full rate read 60-90% of it
+    (WARN 'below the control rate') for 5 s after every activate."""
+    import time
+
+    node, robots, _ = served
+    _observe_all(robots, 40)  # 2 s at 20 observations a second
+    assert until(lambda: all(node.tick_counts(r)["published"] > 0 for r in ROBOTS))
+    node.deactivate()
+    time.sleep(2.0)
+    node.activate()
+    _observe_all(robots, 30)  # 1.5 s: of a 5 s window, 1.5 s before the deactivate and 2 s inactive
+    rates = {r: node.diagnostics(r)["chunks_per_s"] for r in ROBOTS}
+    assert all(rate >= 15.0 for rate in rates.values()), rates  # 20 a second: every observation gets a frame
+
+
 def test_bad_robot_names_are_refused_naming_them(ros):
     from oxygen_ros.ros.inference_node import InferenceNode
     from oxygen_ros.ros.parameters import ParameterError

@@ -17,6 +17,7 @@ import collections
 import time
 from typing import Optional
 
+from ..core.stats import WindowRate
 from .diagnostic_message import diagnostic_array
 from .inference_status import diagnostic_figures
 
@@ -67,7 +68,10 @@ class InferenceDiagnostics:
 
     def _restart_statuses(self) -> None:
         """Every status counts from now (an activate: the underruns before the last deactivate
-        are not reported again as new)."""
+        are not reported again as new, and a robot's chunk rate is not lowered by the inactive
+        seconds still in its window)."""
+        for io in self.robot_io.values():
+            io.chunk_rate = WindowRate(io.chunk_rate.window_s)  # the worker that adds to it starts after
         for robot in self._status_robots():
             self._reporter(robot).restart(self.diagnostics(robot))
 
