@@ -115,6 +115,8 @@ def test_robots_whose_topics_cross_or_miss_are_warned_of_before_anything_starts(
     (line,) = warnings('\nleft/oxygen_camera:\n  ros__parameters:\n    observation_topic: /oxygen/observation\n')
     assert line.startswith("robot left's camera node publishes its observations on /oxygen/observation, but the "
                            "inference node takes robot left's from /left/oxygen/observation")
+    # values of the wrong type are the nodes' to refuse: no warning, no traceback here
+    assert warnings("\nleft/oxygen_camera:\n  ros__parameters:\n    image_topics: 5\n    observation_topic: 7\n") == []
     # the inference node's own topic moved with it: the robots' camera nodes follow (no warning)
     assert warnings("\noxygen_camera:\n  ros__parameters:\n    observation_topic: /obs\n"
                     "oxygen_inference:\n  ros__parameters:\n    observation_topic: /obs\n") == []

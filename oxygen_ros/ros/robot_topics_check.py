@@ -28,6 +28,11 @@ def _resolved(item: dict[str, Any], topic: str) -> str:
     return dict(item["remappings"]).get(topic, topic)
 
 
+def _names(value: Any) -> list[str]:
+    """The topic names of a list parameter's value (none when it is no list of strings)."""
+    return list(value) if isinstance(value, list) and all(isinstance(v, str) for v in value) else []
+
+
 def robot_topic_warnings(plan: list[dict[str, Any]], sections: list) -> list[str]:
     """The lines to warn of for ``plan`` (none without robots), with the parameters file's ``sections``."""
     from .camera_parameters import PARAMETERS as CAMERA_PARAMETERS
@@ -41,10 +46,12 @@ def robot_topic_warnings(plan: list[dict[str, Any]], sections: list) -> list[str
     observation = {**{s.name: s.default for s in INFERENCE_PARAMETERS}, **node_parameters(sections, f"/{INFERENCE}"),
                    **inference["parameters"]}["observation_topic"]
     readers, lines = defaultdict(list), []
-    for item in cameras:
+    for item in cameras:  # a value of the wrong type is the node's to refuse, naming it: passed over here
         params, robot = {**camera_defaults, **item["parameters"]}, item["robot"]
-        for topic in [*params["image_topics"], *params["compressed_image_topics"]]:
+        for topic in _names(params["image_topics"]) + _names(params["compressed_image_topics"]):
             readers[_resolved(item, topic)].append(robot)
+        if not isinstance(params["observation_topic"], str) or not isinstance(observation, str):
+            continue
         published = _resolved(item, params["observation_topic"])
         expected = _resolved(inference, robot_topic(robot, observation))
         if published != expected:
