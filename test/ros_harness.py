@@ -157,6 +157,14 @@ def stall_in_prefill(engine, timeout: float = 60.0):
     return entered, release
 
 
+def process_ended(pid: int) -> bool:
+    """Whether the process ``pid`` has ended: gone, or a zombie its parent has not yet polled."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] == "Z"
+    except (OSError, IndexError):
+        return True
+
+
 def unique_prefix() -> str:
     """A topic prefix no other test (or concurrent test run) uses."""
     return f"/t_{os.getpid()}_{uuid.uuid4().hex[:8]}"

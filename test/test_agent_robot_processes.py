@@ -12,7 +12,7 @@ import sys
 import time
 from pathlib import Path
 
-from ros_harness import REPO, checkout_env, installed_script
+from ros_harness import REPO, checkout_env, installed_script, process_ended
 
 CHILD = "oxygen_ros.ros.robot_process"
 
@@ -52,20 +52,12 @@ def _wait_for_children(proc, count=2, timeout=90.0) -> dict[int, str]:
     return _children(proc.pid)
 
 
-def _running(pid: int) -> bool:
-    """The process runs (a zombie, ended but not yet reaped, does not)."""
-    try:
-        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
-    except (OSError, IndexError):
-        return False
-
-
 def _left(pids, timeout=15.0) -> list[int]:
     """The pids of ``pids`` still running after at most ``timeout`` s."""
     deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline and any(_running(pid) for pid in pids):
+    while time.monotonic() < deadline and any(not process_ended(pid) for pid in pids):
         time.sleep(0.1)
-    return [pid for pid in pids if _running(pid)]
+    return [pid for pid in pids if not process_ended(pid)]
 
 
 def test_plan_items_reach_a_child_unchanged(tmp_path):

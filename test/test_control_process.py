@@ -11,7 +11,7 @@ import sys
 import time
 
 import numpy as np
-from ros_harness import checkout_env, reliable, unique_prefix, until
+from ros_harness import checkout_env, process_ended, reliable, unique_prefix, until
 
 from oxygen_ros.core.chunk_board import ChunkBoard
 from oxygen_ros.core.chunk_clock import Chunk
@@ -123,7 +123,7 @@ def test_the_control_process_ends_when_its_parent_ends(ros_env, tmp_path):
                                     env=checkout_env(), stdout=subprocess.PIPE, stderr=err, text=True, timeout=120)
         assert parent.returncode == 0, (tmp_path / "stderr").read_text()[-2000:]
         child = int(parent.stdout.strip())
-        gone = until(lambda: not os.path.exists(f"/proc/{child}") or _zombie(child), 10)
+        gone = until(lambda: process_ended(child), 10)
         if not gone:
             os.kill(child, signal.SIGKILL)
         assert gone, "the control process outlived its parent"
@@ -131,14 +131,6 @@ def test_the_control_process_ends_when_its_parent_ends(ros_env, tmp_path):
         for block in (board, ticks):
             block.close()
             block.unlink()
-
-
-def _zombie(pid: int) -> bool:
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().rsplit(")", 1)[1].split()[0] == "Z"
-    except OSError:
-        return True
 
 
 def test_a_control_process_whose_node_is_already_gone_does_not_start(ros_env, tmp_path):

@@ -16,7 +16,8 @@ import time
 
 import pytest
 from message_builders import observation_msg
-from ros_harness import OutputLines, checkout_env, inference_topics, params, reliable, unique_prefix, until
+from ros_harness import (OutputLines, checkout_env, inference_topics, params, process_ended, reliable, unique_prefix,
+                         until)
 
 class NodeProcess:
     """``python -m oxygen_ros.ros.inference_node --ros-args -p ...``; its output is
@@ -101,15 +102,6 @@ def test_sigterm_cancels_in_flight_requests_and_the_process_exits_cleanly(ros, r
         proc.kill()
 
 
-def _exited(pid: int) -> bool:
-    """The child has ended (a zombie until its parent polls it, or gone)."""
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().rsplit(")", 1)[1].split()[0] == "Z"
-    except FileNotFoundError:
-        return True
-
-
 @pytest.mark.parametrize("control_process", [True, False], ids=["control-process", "control-thread"])
 def test_shutdown_in_process_stops_timers_and_worker_and_cancels(ros, control_process, random_tiny_dir):
     from oxygen_ros.msg import Observation, Question, TextToken
@@ -144,7 +136,7 @@ def test_shutdown_in_process_stops_timers_and_worker_and_cancels(ros, control_pr
     pid = node.control_pid
     if control_process:  # it ends with the node, and its end (told by the shutdown) is no failure
         assert pid is not None and node.control is None
-        assert until(lambda: _exited(pid), timeout=10.0), "control process still running"
+        assert until(lambda: process_ended(pid), timeout=10.0), "control process still running"
         assert node.control_failure is None  # an agent watching would end its run with status 1
     else:
         assert pid is None and node.control.stopped and not node.control.alive
