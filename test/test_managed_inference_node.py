@@ -9,8 +9,8 @@ import time
 import weakref
 
 import pytest
-from ros_harness import (AskClient, InferenceClient, Lifecycle, Ros, inference_topics, params, stall_in_prefill,
-                         unique_prefix, until)
+from ros_harness import (AskClient, InferenceClient, Lifecycle, Ros, inference_topics, params, reliable,
+                         stall_in_prefill, unique_prefix, until)
 
 
 def _node(ros, prefix, model_dir, **overrides):
@@ -220,6 +220,29 @@ def test_diagnostics_say_inactive_while_the_manager_keeps_the_node_inactive(ros_
         seen = len(client.diagnostics)
         time.sleep(2.5)
         assert len(client.diagnostics) == seen, "an unconfigured node published diagnostics"
+
+
+def test_with_several_robots_each_robot_s_status_says_inactive_too(ros_env, random_tiny_dir):
+    """A monitor (or a diagnostic aggregator) that watches one robot's status sees it paused by
+    the manager, as the node's own: it does not just stop coming while the node is inactive."""
+    prefix = unique_prefix()
+    with Ros() as ros:
+        node = _node(ros, prefix, random_tiny_dir, autostart=False, robots=["a", "b"])
+        life = Lifecycle(ros.node("oxygen_test_lifecycle"), node.get_fully_qualified_name())
+        assert life.change("configure")
+        from diagnostic_msgs.msg import DiagnosticArray
+
+        statuses = []
+        ros.node("oxygen_test_monitor").create_subscription(
+            DiagnosticArray, "/diagnostics", lambda m: statuses.extend(m.status), reliable(50))
+        names = [f"oxygen_inference: {who}" for who in ("engine", "robot a", "robot b")]
+
+        def inactive() -> dict:
+            return {s.name: s for s in statuses if s.message.startswith("inactive (lifecycle)")}
+
+        assert until(lambda: set(names) <= set(inactive()), 10.0), [s.name for s in statuses]
+        robot_b = {v.key: v.value for v in inactive()["oxygen_inference: robot b"].values}
+        assert robot_b == {"lifecycle_state": "inactive", "robot": "b"}
 
 
 def test_a_transition_its_state_lacks_is_refused_with_a_warning_and_the_node_goes_on(ros_env, random_tiny_dir,

@@ -160,7 +160,12 @@ class InferenceDiagnostics:
             if not self.active:
                 inactive = self._inactive_status()
                 if inactive is not None:
-                    self._pub_diag.publish(self._engine_array(*inactive))
+                    array = self._engine_array(*inactive)
+                    for name in self._status_robots()[1:]:  # each robot's status says it too, not gone stale
+                        array.status += diagnostic_array(
+                            f"{self.get_name()}: robot {name}", self.params["device"], inactive[0],
+                            {"lifecycle_state": "inactive", "robot": name}, array.header.stamp).status
+                    self._pub_diag.publish(array)
                 return
             d = self.diagnostics()
             array = self._engine_array(self.diagnostic_status(d), d)
