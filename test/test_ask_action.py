@@ -67,11 +67,15 @@ def test_an_empty_question_or_more_tokens_than_max_decode_is_aborted_as_rejected
     with Ros() as ros:
         node, _ = _node(ros, random_tiny_dir, prefix)
         ask = AskClient(ros, f"{prefix}/ask")
+        reasons = []
         for question, max_tokens in (("  ", 0), ("what do you see?", 31)):
             handle, feedback = ask.send(question, max_tokens)
             response = ask.result(handle)
             assert response.status == GoalStatus.STATUS_ABORTED, question
             assert response.result.finish_reason == "rejected" and response.result.tokens == 0 and feedback == []
+            reasons.append(response.result.reason)
+        # the result says why, so that a client need not read the node's log
+        assert reasons == ["no text", "it asks for 31 tokens, more than max_decode=30"]
         assert node.counters["questions_rejected_empty"] == node.counters["questions_rejected_max_tokens"] == 1
         assert node.counters["frame_errors"] == 0
 
@@ -90,7 +94,7 @@ def test_oxygen_ask_cancels_a_question_it_stops_waiting_for(ros_env, random_tiny
         node, _ = _node(ros, random_tiny_dir, prefix, decode_when_idle=False)
         client = rclpy.create_node("oxygen_test_ask_tool", context=ros.context)
         try:
-            text, reason = ask(client, f"{prefix}/ask", "describe everything you see in detail", timeout=1.0)
+            text, reason, _ = ask(client, f"{prefix}/ask", "describe everything you see in detail", timeout=1.0)
         finally:
             client.destroy_node()
         assert reason == "timeout" and text == ""

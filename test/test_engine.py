@@ -83,6 +83,7 @@ def test_full_pool_queues_then_rejects_and_still_acts(model, tok):
     assert sorted(res.started) == [1, 2] and engine.queued_requests == 1
     rejected = [e for e in res.tokens if e.finish_reason == "rejected"]
     assert [e.client_id for e in rejected] == ["q3"] and rejected[0].done and rejected[0].token_id == -1
+    assert rejected[0].detail == "the queue of waiting requests is full (queue_limit 1)"  # an Ask result says it
     finished = list(res.finished)
     for o in obs[1:5]:
         r = engine.step([o])

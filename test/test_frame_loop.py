@@ -12,6 +12,7 @@ from oxygen_ros.core.engine import Engine, EngineConfig, FrameResult
 from oxygen_ros.core.frame_loop import Arrival, FrameLoop, LoopSettings
 from oxygen_ros.core.input_fit import CHARS_PER_TOKEN, InstructionFitter, fit_question
 from oxygen_ros.core.observation import Observation, ObservationError
+from oxygen_ros.core.robot_inputs import WaitingQuestion
 from oxygen_ros.core.text import clean_text
 from oxygen_ros.core.tokenizer import Tokenizer, prompt_ids
 
@@ -189,6 +190,7 @@ def test_a_question_is_not_answered_from_an_observation_older_than_max_observati
     with caplog.at_level(logging.WARNING, logger="test_frame_loop"):
         questions, refused = loop.questions(loop.next_job(0, 0), observed=(), now_ros_ns=int(12.5 * S))
     assert questions == [] and [q.client_id for q in refused] == ["late"]
+    assert refused[0].refusal.startswith("the newest observation is 2.5 s old")  # an Ask result carries it
     assert loop.counters["questions_rejected_stale"] == 1
     assert "newest observation is 2.5 s old (max_observation_age 1 s)" in caplog.text
     # answered: within max_observation_age, or with a fresh observation in this very frame
@@ -225,7 +227,8 @@ def test_questions_put_back_and_taken_at_shutdown(engine):
     loop.question_arrived("b", "two")
     job = loop.next_job(0, 0)
     loop.put_back(job)
-    assert loop.take_questions() == [("a", "one", None, ""), ("b", "two", None, "")] and not loop.take_questions()
+    assert loop.take_questions() == [WaitingQuestion("a", "one", None), WaitingQuestion("b", "two", None)]
+    assert not loop.take_questions()
 
 
 def test_instruction_is_cut_to_fit_the_prompt_and_the_state_checked(engine):
@@ -365,7 +368,7 @@ def test_a_cancelled_question_ends_where_it_is(engine):
     loop.question_arrived("b", "two")
     assert loop.cancel("a") is True
     job = loop.next_job(0, 0)
-    assert job.questions == [("b", "two", None, "")] and job.cancels == []
+    assert job.questions == [WaitingQuestion("b", "two", None)] and job.cancels == []
     assert loop.cancel("b") is False
     assert loop.has_work()
     job = loop.next_job(0, 0)

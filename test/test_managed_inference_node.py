@@ -160,7 +160,7 @@ def test_an_ask_goal_running_at_cleanup_gets_its_result_and_goals_wait_for_confi
         assert life.change("deactivate") and life.change("cleanup")
         response = ask.result(handle)
         assert response.status == GoalStatus.STATUS_ABORTED and response.result.finish_reason == "cancelled"
-        assert 0 < response.result.tokens < 30
+        assert 0 < response.result.tokens < 30 and response.result.reason == "ended by the node's cleanup"
 
         handle, _ = ask.send("what do you see?")
         assert not handle.accepted, "an unconfigured node accepted a goal"

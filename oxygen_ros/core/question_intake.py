@@ -41,36 +41,36 @@ class QuestionIntake:
         accepted, refused = [], []
         for q in questions:
             fitted = fit_question(self.engine.tokenizer, q.text, self.engine.config.max_question_tokens)
-            if self._refused(q, fitted, observed, now_ros_ns):
-                refused.append(q)
+            if why := self._refusal(q, fitted, observed, now_ros_ns):
+                refused.append(q._replace(refusal=why))
             else:
                 accepted.append(self._accepted(q, fitted))
         return accepted, refused
 
-    def _refused(self, q: WaitingQuestion, fitted: FittedQuestion, observed: set[str], now_ros_ns: int) -> bool:
-        """Count and log why ``q`` is refused; False when it is not."""
+    def _refusal(self, q: WaitingQuestion, fitted: FittedQuestion, observed: set[str], now_ros_ns: int) -> str:
+        """Why ``q`` is refused, counted and logged ("" when it is not): its ``refusal``, which an
+        Ask goal's result carries."""
         engine, robot = self.engine, self.robot(q.robot)
         max_decode = engine.config.max_decode
         if not fitted.text:
-            count, key, text = "empty", "empty", f"question from {q.client_id!r} refused: no text"
+            count, key, who, why = "empty", "empty", f"question from {q.client_id!r}", "no text"
         elif tokens_beyond(q.max_tokens, max_decode):
-            count, key, text = "max_tokens", "max_tokens", (
-                f"question from {q.client_id!r} refused: it asks for {q.max_tokens} tokens, more than "
-                f"max_decode={max_decode}")
+            count, key, who, why = "max_tokens", "max_tokens", f"question from {q.client_id!r}", (
+                f"it asks for {q.max_tokens} tokens, more than max_decode={max_decode}")
         elif q.robot not in observed and q.robot not in engine.last_observations:
             invalid = robot.counters["observations_invalid"]
-            count, key, text = "no_observation", "no_observation", "question(s) refused: " + (
-                f"no observation{_from(q.robot)} was usable yet ({invalid} refused: the log says why)"
-                if invalid else f"no observation has arrived yet{_from(q.robot)}")
+            count, key, who = "no_observation", "no_observation", "question(s)"
+            why = (f"no observation{_from(q.robot)} was usable yet ({invalid} refused: the log says why)"
+                   if invalid else f"no observation has arrived yet{_from(q.robot)}")
         elif q.robot not in observed and (age_s := self._stale_s(q.robot, now_ros_ns)) is not None:
-            count, key, text = "stale", f"stale_answer{q.robot}", (
-                f"question(s) refused: the newest observation{_from(q.robot)} is {age_s:.1f} s old "
-                f"(max_observation_age {self.max_observation_age:g} s): is its camera running?")
+            count, key, who = "stale", f"stale_answer{q.robot}", "question(s)"
+            why = (f"the newest observation{_from(q.robot)} is {age_s:.1f} s old (max_observation_age "
+                   f"{self.max_observation_age:g} s): is its camera running?")
         else:
-            return False
+            return ""
         robot.count[f"questions_rejected_{count}"] += 1
-        self.warn(key, text)
-        return True
+        self.warn(key, f"{who} refused: {why}")
+        return why
 
     def _stale_s(self, robot: str, now_ros_ns: int) -> float | None:
         """The age of the observation the engine would answer ``robot`` from, when beyond

@@ -43,6 +43,7 @@ class TokenEvent:
     done: bool
     finish_reason: str  # "" while running
     robot: str = ""  # the robot whose observation the request reads ("": the only one)
+    detail: str = ""  # on a refusal or a cancel by the node: why, in words ("" otherwise)
 
 
 @dataclass
@@ -187,6 +188,7 @@ class RequestManager:
             r.slot = dst
 
 
-def finish_event(r: Request) -> TokenEvent:
-    """The closing event of a request that finished without a new token."""
-    return TokenEvent(r.id, r.client_id, r.frame_id, len(r.tokens), -1, "", True, r.finish_reason.value, r.robot)
+def finish_event(r: Request, detail: str = "") -> TokenEvent:
+    """The closing event of a request that finished without a new token (``detail``: why)."""
+    return TokenEvent(r.id, r.client_id, r.frame_id, len(r.tokens), -1, "", True, r.finish_reason.value, r.robot,
+                      detail)

@@ -75,6 +75,7 @@ class WaitingQuestion(NamedTuple):
     text: str
     max_tokens: int | None
     robot: str = ""
+    refusal: str = ""  # why it was refused, once it is (see question_intake)
 
 
 @dataclass

@@ -5,9 +5,10 @@ message, with the client id ``ask/<goal uuid>``: answered from the newest
 observation, decoded in the same continuous batch as every other request, its
 tokens also streamed on ``/oxygen/text``. While it decodes, every token is sent
 as feedback (index, id, piece, the text so far). The result carries the whole
-text, the finish reason and the token count; the goal ends ``succeeded`` for
+text, the finish reason, the token count and, when the node refused the goal or
+ended it itself, why (``reason``); the goal ends ``succeeded`` for
 ``eos`` and ``length``, ``aborted`` for ``rejected`` (no text, no observation
-yet, the queue full, more tokens asked for than ``max_decode``) and ``canceled``
+yet or only a stale one, the queue full, more tokens asked for than ``max_decode``) and ``canceled``
 when the client cancelled it, which ends the request at once and frees its KV slot.
 
 The server lives as long as the node, across lifecycle transitions: a cleanup
@@ -81,22 +82,22 @@ class AskServer:
         client, goal, submit = self.client_id(handle), _Goal(handle), self._submit
         if submit is None:  # accepted just before a cleanup
             handle.abort()
-            return Ask.Result(finish_reason="rejected")
+            return Ask.Result(finish_reason="rejected", reason="the inference node is not configured")
         with self._lock:
             self._goals[client] = goal
         if not submit(client, handle.request.question, handle.request.max_tokens or None):
             with self._lock:  # the node closed its inputs (a cleanup began): no end would ever come
                 self._goals.pop(client, None)
             handle.abort()
-            return Ask.Result(finish_reason="rejected")
-        reason, tokens = await goal.done
+            return Ask.Result(finish_reason="rejected", reason="the inference node is closing (a cleanup began)")
+        reason, tokens, detail = await goal.done
         if reason == "cancelled" and handle.is_cancel_requested:
             handle.canceled()
         elif reason in ("rejected", "cancelled"):  # cancelled by the node (its cleanup), not by the client
             handle.abort()
         else:
             handle.succeed()
-        return Ask.Result(text="".join(goal.pieces), finish_reason=reason, tokens=tokens)
+        return Ask.Result(text="".join(goal.pieces), finish_reason=reason, tokens=tokens, reason=detail)
 
     def _on_cancel(self, handle) -> CancelResponse:
         cancel = self._cancel
@@ -120,7 +121,7 @@ class AskServer:
                 goal.handle.publish_feedback(Ask.Feedback(index=event.index, token_id=event.token_id,
                                                           piece=event.piece, text="".join(goal.pieces)))
             if event.done:
-                goal.done.set_result((event.finish_reason, len(goal.pieces)))
+                goal.done.set_result((event.finish_reason, len(goal.pieces), event.detail))
 
     def destroy(self) -> None:
         self._server.destroy()

@@ -155,7 +155,7 @@ class FrameWorker:
         observations, arrivals = self._model_inputs(job.observations)
         questions, refused = self.loop.questions(job, [a.robot for a in arrivals], self._now_ros())
         for q in refused:  # every question gets an answer: here its `rejected` end
-            self._text.publish(end_events([q.client_id], "rejected", q.robot), self._now_ros())
+            self._text.publish(end_events([q.client_id], "rejected", q.robot, q.refusal), self._now_ros())
         if not observations and not questions and not self.loop.engine_has_work():
             return
         with self._cond:

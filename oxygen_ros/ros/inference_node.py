@@ -37,6 +37,7 @@ stale data, overload and faults: the README's "Reliability". :meth:`InferenceNod
 completes) and publishes ``cancelled`` for every unfinished request.
 """
 
+import dataclasses
 import gc
 import sys
 import threading
@@ -336,6 +337,7 @@ class InferenceNode(InferenceInputs, InferenceDiagnostics, InferenceTicks, Node)
         return events + [e for q in pending for e in end_events([q.client_id], "cancelled", q.robot)]
 
     def _announce_cancellations(self, events: list, why: str) -> None:
+        events = [e if e.detail else dataclasses.replace(e, detail=f"ended by the node's {why}") for e in events]
         try:
             if events:
                 self.text.publish(events, self._now_ros())

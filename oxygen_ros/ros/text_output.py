@@ -16,9 +16,10 @@ from . import conversions
 from .qos import reliable
 
 
-def end_events(clients: Iterable[str], reason: str, robot: str = "") -> list[TokenEvent]:
-    """The final token of ``robot``'s requests that never got an id (refused, or cancelled while waiting)."""
-    return [TokenEvent(0, client, 0, 0, -1, "", True, reason, robot) for client in clients]
+def end_events(clients: Iterable[str], reason: str, robot: str = "", detail: str = "") -> list[TokenEvent]:
+    """The final token of ``robot``'s requests that never got an id (refused, or cancelled while
+    waiting); ``detail``: why, in words (an Ask goal's result carries it)."""
+    return [TokenEvent(0, client, 0, 0, -1, "", True, reason, robot, detail) for client in clients]
 
 
 class TextOutput:

@@ -21,6 +21,7 @@ import argparse
 import sys
 import time
 from collections.abc import Sequence
+from typing import NamedTuple
 
 import rclpy
 from rclpy.action import ActionClient
@@ -34,9 +35,9 @@ from .arguments import non_negative_int, positive_float
 DEFAULT_ACTION = "/oxygen/ask"
 #: seconds given to the cancel of a goal abandoned on a timeout or Ctrl-C
 CANCEL_WAIT_S = 2.0
-#: what ends a goal ``rejected`` (the node's log line says which)
-REJECTED = ("no text left once cleaned, no observation yet, the node's queue full, or more tokens asked for than its max_decode; "
-            "its log says which")
+#: what ends a goal ``rejected``, told when the node's result does not say which (its log does)
+REJECTED = ("no text left once cleaned, no observation yet or only one older than its max_observation_age, its queue "
+            "full, or more tokens asked for than its max_decode; its log says which")
 
 
 def action_name(text: str) -> str:
@@ -80,9 +81,18 @@ def parse_args(argv=None) -> argparse.Namespace:
     return parser.parse_args(argv)
 
 
+class Answer(NamedTuple):
+    """What :func:`ask` got: the text, the finish reason, and why the node refused or ended it."""
+
+    text: str
+    finish_reason: str
+    reason: str = ""
+
+
 def ask(node, action: str, question: str, *, max_tokens: int = 0, timeout: float = 30.0,
-        on_piece=None) -> tuple[str, str]:
-    """``(text, finish_reason)`` of the answer; ``finish_reason`` is ``"no server"`` when no Ask
+        on_piece=None) -> Answer:
+    """The :class:`Answer` (its ``reason``: the node's, for ``rejected`` and a ``cancelled`` it
+    ended itself); ``finish_reason`` is ``"no server"`` when no Ask
     server came within ``timeout``, ``"not accepted"`` when the server refused the goal (the
     node is not configured), ``"timeout"`` when no answer came within ``timeout`` after that.
     ``on_piece`` gets every token's text as it is decoded. A goal still running when this
@@ -95,24 +105,24 @@ def ask(node, action: str, question: str, *, max_tokens: int = 0, timeout: float
     ended = False  # the goal was refused or its result came
     try:
         if not client.wait_for_server(timeout_sec=timeout):
-            return "", "no server"
+            return Answer("", "no server")
         deadline = time.monotonic() + timeout
         feedback = None if on_piece is None else (lambda m: on_piece(m.feedback.piece))
         sent = client.send_goal_async(Ask.Goal(question=question, max_tokens=max_tokens),
                                       feedback_callback=feedback)
         if not _spin_until(executor, sent, deadline):
-            return "", "timeout"
+            return Answer("", "timeout")
         goal = sent.result()
         if not goal.accepted:
             ended = True
-            return "", "not accepted"
+            return Answer("", "not accepted")
         running = goal
         result = goal.get_result_async()
         if not _spin_until(executor, result, deadline):
-            return "", "timeout"
+            return Answer("", "timeout")
         running, ended = None, True
         answer = result.result().result
-        return answer.text, answer.finish_reason
+        return Answer(answer.text, answer.finish_reason, answer.reason)
     finally:
         stop_by = time.monotonic() + CANCEL_WAIT_S
         if sent is not None and running is None and not ended and _spin_until(executor, sent, stop_by) \
@@ -163,8 +173,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                 streamed.append(piece)
                 print(piece, end="", flush=True)
 
-            text, reason = ask(node, args.action, args.question, max_tokens=args.max_tokens,
-                               timeout=args.timeout, on_piece=on_piece if args.stream else None)
+            text, reason, detail = ask(node, args.action, args.question, max_tokens=args.max_tokens,
+                                       timeout=args.timeout, on_piece=on_piece if args.stream else None)
             servers = ask_servers(node) if reason == "no server" else []
         finally:
             node.destroy_node()
@@ -181,7 +191,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     why = {"no server": f"no Ask server on {args.action} within {args.timeout:g} s; {elsewhere}",
            "timeout": f"no answer from {args.action} within {args.timeout:g} s (the question was cancelled)",
            "not accepted": f"{args.action} took no question (is its inference node configured and active?)",
-           "rejected": f"{args.action} refused the question ({REJECTED})"}.get(reason, f"no answer ({reason})")
+           "rejected": f"{args.action} refused the question: {detail or REJECTED}"}.get(reason, f"no answer ({reason})")
     print(f"oxygen-ask: {why}", file=sys.stderr)
     return 1
 
