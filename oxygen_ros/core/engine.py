@@ -308,10 +308,10 @@ class Engine:
         rejected, and rejections are reported in this frame's result."""
         free = len(self.requests.queue) + len(new) if unlimited else None
         starting, rejected = self.requests.admit(new, free_places=free)
-        full = f"the queue of waiting requests is full (queue_limit {self.requests.queue_limit})"
         for r in rejected:
             self._result.finished.append(r)
-            self._result.tokens.append(finish_event(r, full))
+            self._result.tokens.append(finish_event(
+                r, f"the queue of waiting requests is full (queue_limit {self.requests.queue_limit})"))
         self._starting = starting
         return starting
 

@@ -155,6 +155,11 @@ class InferenceDiagnostics:
         return diagnostic_array(f"{self.get_name()}: engine", self.params["device"], status, d,
                                 self.get_clock().now().to_msg())
 
+    def _add_robot_status(self, array, robot: str, status, d: dict) -> None:
+        """Append ``robot``'s status (``status``: (level, message); ``d``: its figures) to ``array``."""
+        array.status += diagnostic_array(f"{self.get_name()}: robot {robot}", self.params["device"], status, d,
+                                         array.header.stamp).status
+
     def _publish_diagnostics(self) -> None:
         try:
             if not self.active:
@@ -162,9 +167,7 @@ class InferenceDiagnostics:
                 if inactive is not None:
                     array = self._engine_array(*inactive)
                     for name in self._status_robots()[1:]:  # each robot's status says it too, not gone stale
-                        array.status += diagnostic_array(
-                            f"{self.get_name()}: robot {name}", self.params["device"], inactive[0],
-                            {"lifecycle_state": "inactive", "robot": name}, array.header.stamp).status
+                        self._add_robot_status(array, name, inactive[0], {"lifecycle_state": "inactive", "robot": name})
                     self._pub_diag.publish(array)
                 return
             d = self.diagnostics()
@@ -172,8 +175,7 @@ class InferenceDiagnostics:
             lines = list(self._status.console()) if len(self.robot_io) == 1 else []
             for name in self._status_robots()[1:]:
                 rd = self.diagnostics(name)
-                array.status += diagnostic_array(f"{self.get_name()}: robot {name}", self.params["device"],
-                                                 self.diagnostic_status(rd, name), rd, array.header.stamp).status
+                self._add_robot_status(array, name, self.diagnostic_status(rd, name), rd)
                 lines += [f"robot {name}: {line}" for line in self._reporter(name).console()]
             self._pub_diag.publish(array)
             for line in lines:  # what a user must see without watching /diagnostics

@@ -31,7 +31,7 @@ from .plan_tables import (
 from .params_sections import key_matches, node_parameters, read_sections, read_yaml
 from .robot_plan import file_robots, robots_plan
 from .robot_topics_check import robot_topic_warnings
-from .robots import parse_robots
+from .robots import parse_robots, resolved_topic
 
 
 def node_plan(values: dict[str, str], params_file: str | None = None) -> list[dict[str, Any]]:
@@ -107,8 +107,7 @@ def _remap_unused(item: dict[str, Any], sections: list) -> str | None:
 
     default = next(spec.default for spec in PARAMETERS if spec.name == "image_topics")
     params = {**node_parameters(sections, node_fqn(item)), **item["parameters"]}
-    topics = [t if t.startswith("/") else f"/{item['namespace'].strip('/')}/{t}".replace("//", "/")
-              for t in params.get("image_topics", default)]
+    topics = [resolved_topic(item["namespace"], t) for t in params.get("image_topics", default)]
     (src, dst), = item["remappings"]
     if src in topics:
         return None

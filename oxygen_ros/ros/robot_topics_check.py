@@ -17,15 +17,13 @@ from collections import defaultdict
 from typing import Any
 
 from .params_sections import node_parameters
-from .robot_plan import CAMERA, INFERENCE
-from .robots import robot_topic
+from .robot_plan import CAMERA, INFERENCE, node_defaults
+from .robots import resolved_topic, robot_topic
 
 
 def _resolved(item: dict[str, Any], topic: str) -> str:
     """``topic`` as the plan item's node resolves it (in its namespace, then its remappings)."""
-    if not topic.startswith("/"):
-        topic = f"/{item['namespace'].strip('/')}/{topic}".replace("//", "/")
-    return dict(item["remappings"]).get(topic, topic)
+    return resolved_topic(item["namespace"], topic, item["remappings"])
 
 
 def _names(value: Any) -> list[str]:
@@ -35,14 +33,13 @@ def _names(value: Any) -> list[str]:
 
 def robot_topic_warnings(plan: list[dict[str, Any]], sections: list) -> list[str]:
     """The lines to warn of for ``plan`` (none without robots), with the parameters file's ``sections``."""
-    from .camera_parameters import PARAMETERS as CAMERA_PARAMETERS
     from .inference_parameters import PARAMETERS as INFERENCE_PARAMETERS
 
     cameras = [item for item in plan if item["spec"].name == CAMERA and item.get("robot")]
     inference = next((item for item in plan if item["spec"].name == INFERENCE), None)
     if not cameras or inference is None:
         return []
-    camera_defaults = {s.name: s.default for s in CAMERA_PARAMETERS}
+    camera_defaults = node_defaults(CAMERA)
     observation = {**{s.name: s.default for s in INFERENCE_PARAMETERS}, **node_parameters(sections, f"/{INFERENCE}"),
                    **inference["parameters"]}["observation_topic"]
     readers, lines = defaultdict(list), []

@@ -68,6 +68,14 @@ def namespaced_topic(robot: str | None, topic: str) -> str:
     return f"/{robot}{topic}"
 
 
+def resolved_topic(namespace: str, topic: str, remappings=()) -> str:
+    """``topic`` as a node in ``namespace`` resolves it: a relative one under the namespace,
+    then its remappings (``(from, to)`` pairs of resolved names)."""
+    if not topic.startswith("/"):
+        topic = f"/{namespace.strip('/')}/{topic}".replace("//", "/")
+    return dict(remappings).get(topic, topic)
+
+
 def namespaced_value(robot: str | None, value):
     """:func:`namespaced_topic` applied to a topic parameter's value (a name or a list of names)."""
     if isinstance(value, str):
@@ -77,5 +85,5 @@ def namespaced_value(robot: str | None, value):
     return value
 
 
-__all__ = ["NAME_RULE", "bad_robot_names", "namespaced_topic", "namespaced_value", "parse_robots", "robot_names_check",
-           "robot_topic"]
+__all__ = ["NAME_RULE", "bad_robot_names", "namespaced_topic", "namespaced_value", "parse_robots", "resolved_topic",
+           "robot_names_check", "robot_topic"]
