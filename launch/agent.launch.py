@@ -3,7 +3,7 @@
     ros2 launch oxygen_ros agent.launch.py [params_file:=...] [model_path:=...] [model_sizes:=k=v,...] [preset:=...]
         [device:=cpu|cuda] [dtype:=float32|bfloat16] [setting:=...] [control_rate_hz:=...]
         [steps_per_frame:=...] [camera_topic:=/my/camera/image_raw] [demo:=true] [robots:=left,right]
-        [compile:=auto|on|off] [autostart:=true|false]
+        [compile:=auto|on|off] [autostart:=true|false] [respawn:=true [respawn_delay:=1.0]]
 
 Every node reads its section of ``params_file`` (default: the installed
 ``config/agent.yaml``); an argument left empty keeps the file's value, a
@@ -29,7 +29,10 @@ launch shuts down.
 Every node is required: when one exits (a bad parameter, a model that does not
 load, a crash), the launch logs which one and how, stops the others and exits
 with a non-zero status (an exception in an OnProcessExit handler is what makes
-``ros2 launch`` return 1). Ctrl-C ends it as usual.
+``ros2 launch`` return 1). Ctrl-C ends it as usual. With ``respawn:=true`` a
+camera side's node (camera node, synthetic camera) that exits is restarted by
+launch_ros after ``respawn_delay`` seconds instead (logged), unless it exited
+for a bad parameter (code 2); the inference node stays required.
 
 The nodes and arguments are defined once, in ``oxygen_ros.ros.plan_tables``
 (``NODES``, ``ARGUMENTS``) and ``oxygen_ros.ros.plan`` (``node_plan``), which ``oxygen-agent`` uses too, so
@@ -48,7 +51,9 @@ from launch.event_handlers import OnProcessExit, OnShutdown
 from launch.substitutions import LaunchConfiguration
 from launch_ros.actions import Node
 
-from oxygen_ros.ros.plan import node_exit_message, node_label, overrides_file, resolve, plan_warnings
+from oxygen_ros.ros.plan import (
+    node_exit_message, node_label, overrides_file, plan_warnings, resolve, respawn_message,
+)
 from oxygen_ros.ros.plan_tables import ARGUMENTS, PACKAGE
 
 
@@ -60,10 +65,13 @@ class NodeExited(RuntimeError):
     """A required node exited: raised from its OnProcessExit handler to end the launch non-zero."""
 
 
-def _on_exit(name, event, context):
-    message = node_exit_message(name, event.returncode, context.is_shutdown)
+def _on_exit(name, respawn_delay, event, context):
+    message = node_exit_message(name, event.returncode, context.is_shutdown, respawn_delay)
     if message is not None:
         raise NodeExited(message)
+    if respawn_delay is not None and not context.is_shutdown:  # launch_ros restarts it
+        return [LogInfo(msg=respawn_message(name, event.returncode, respawn_delay))]
+    return None
 
 
 def _remove(directory, event, context):
@@ -91,9 +99,12 @@ def _nodes(context, *args, **kwargs):
             emulate_tty=True,
             parameters=parameters,
             remappings=item['remappings'],
+            respawn=item['respawn_delay'] is not None,
+            respawn_delay=item['respawn_delay'],
         )
         actions.append(node)
-        actions.append(RegisterEventHandler(OnProcessExit(target_action=node, on_exit=partial(_on_exit, label))))
+        on_exit = partial(_on_exit, label, item['respawn_delay'])
+        actions.append(RegisterEventHandler(OnProcessExit(target_action=node, on_exit=on_exit)))
     return actions
 
 

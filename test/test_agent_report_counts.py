@@ -119,8 +119,8 @@ def test_a_frame_shared_by_robots_is_taken_apart_with_each_robot_s_own_record():
         node.records[robot] = {7: FrameRecord(7, 1, dequeued - queue_wait * MS, dequeued, dequeued, dequeued + 10 * MS,
                                               10.0, 0.0, dequeued + 15 * MS)}
     # the subscriber's latency: 1 ms of DDS each way around queue wait + engine + tick wait
-    probed = {"a": {"arrivals": [t0 + 0.2], "observations": {1: t0}, "first_actions": {7: [1, t0 + 0.017]}},
-              "b": {"arrivals": [t0 + 0.2], "observations": {1: t0}, "first_actions": {7: [1, t0 + 0.047]}}}
+    probed = {"a": {"arrivals": [t0 + 0.2], "first_actions": {7: [1, t0 + 0.017, t0]}},
+              "b": {"arrivals": [t0 + 0.2], "first_actions": {7: [1, t0 + 0.047, t0]}}}
     node.publish_tick()
     time.sleep(0.25)
     m.freeze()
@@ -248,8 +248,8 @@ def test_a_robot_s_latencies_are_those_of_the_chunks_that_arrived_in_the_window(
     m = Measurement(node)
     m.poll()
     t0 = m.start["t"]
-    probed = {r: {"arrivals": [t0 + 0.02], "observations": {1: t0 - 1.0, 2: t0},
-                  "first_actions": {3: [1, t0 - 0.5], 7: [2, t0 + 0.02]}} for r in ("a", "b")}
+    probed = {r: {"arrivals": [t0 + 0.02],
+                  "first_actions": {3: [1, t0 - 0.5, t0 - 1.0], 7: [2, t0 + 0.02, t0]}} for r in ("a", "b")}
     node.publish_tick()
     time.sleep(0.05)
     m.freeze()

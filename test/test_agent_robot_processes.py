@@ -12,52 +12,8 @@ import sys
 import time
 from pathlib import Path
 
-from ros_harness import REPO, checkout_env, installed_script, process_ended
-
-CHILD = "oxygen_ros.ros.robot_process"
-
-
-def _children(parent: int | None = None) -> dict[int, str]:
-    """{pid: command line} of the running robot processes of this checkout's interpreter
-    (of the agent ``parent`` only, when given)."""
-    found = {}
-    for entry in Path("/proc").iterdir():
-        try:
-            cmd = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode()
-            ppid = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
-        except (OSError, ValueError, IndexError):
-            continue
-        if f" -m {CHILD} " in cmd and cmd.startswith(sys.executable + " ") and parent in (None, ppid):
-            found[int(entry.name)] = cmd
-    return found
-
-
-def _robot_of(cmd: str) -> str:
-    return Path(cmd.split()[-1]).name.split("_")[2]  # oxygen_robot_<robot>_XXXX.json
-
-
-def _agent(tmp_path, *args, duration="8", robots="robots:=a,b"):
-    return subprocess.Popen([installed_script("oxygen-agent"), robots, "demo:=true",
-                             "--text", "none", "--duration", duration, *args], cwd=tmp_path, env=checkout_env(),
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-
-
-def _wait_for_children(proc, count=2, timeout=90.0) -> dict[int, str]:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline and proc.poll() is None:
-        children = _children(proc.pid)
-        if len(children) >= count:
-            return children
-        time.sleep(0.2)
-    return _children(proc.pid)
-
-
-def _left(pids, timeout=15.0) -> list[int]:
-    """The pids of ``pids`` still running after at most ``timeout`` s."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline and any(not process_ended(pid) for pid in pids):
-        time.sleep(0.1)
-    return [pid for pid in pids if not process_ended(pid)]
+from agent_children import robot_of, start_agent, still_running, wait_for_robot_processes
+from ros_harness import REPO, checkout_env
 
 
 def test_plan_items_reach_a_child_unchanged(tmp_path):
@@ -89,10 +45,10 @@ def test_two_robots_in_processes_of_their_own_both_get_actions_and_no_child_outl
     params = tmp_path / "agent.yaml"
     params.write_text((REPO / "config" / "agent.yaml").read_text().replace("    robots: []\n", "    robots: [a, b]\n"))
     assert "robots: [a, b]" in params.read_text()
-    proc = _agent(tmp_path, "--report", str(report), robots=f"params_file:={params}")
+    proc = start_agent(tmp_path, "--report", str(report), robots=f"params_file:={params}")
     try:
-        children = _wait_for_children(proc)
-        assert sorted(_robot_of(cmd) for cmd in children.values()) == ["a", "b"], children
+        children = wait_for_robot_processes(proc)
+        assert sorted(robot_of(cmd) for cmd in children.values()) == ["a", "b"], children
         out, err = proc.communicate(timeout=150)
     finally:
         if proc.poll() is None:
@@ -100,7 +56,7 @@ def test_two_robots_in_processes_of_their_own_both_get_actions_and_no_child_outl
             proc.wait()
     assert proc.returncode == 0, out[-3000:] + err[-3000:]
     assert "every robot's camera side in a process of its own" in out
-    assert not _left(children, timeout=1.0), "a robot's process outlived the agent"
+    assert not still_running(children, timeout=1.0), "a robot's process outlived the agent"
     data = json.loads(report.read_text())
     assert set(data["robots"]) == {"a", "b"}
     for robot, figures in data["robots"].items():
@@ -110,10 +66,10 @@ def test_two_robots_in_processes_of_their_own_both_get_actions_and_no_child_outl
 
 
 def test_a_robot_process_that_dies_ends_the_run_naming_the_robot(ros_env, tmp_path):
-    proc = _agent(tmp_path, "--robot-processes", duration="120")
+    proc = start_agent(tmp_path, "--robot-processes", duration="120")
     try:
-        children = _wait_for_children(proc)
-        b = next(pid for pid, cmd in children.items() if _robot_of(cmd) == "b")
+        children = wait_for_robot_processes(proc)
+        b = next(pid for pid, cmd in children.items() if robot_of(cmd) == "b")
         time.sleep(3.0)  # running: the nodes spin
         os.kill(b, signal.SIGKILL)
         out, err = proc.communicate(timeout=60)
@@ -124,18 +80,18 @@ def test_a_robot_process_that_dies_ends_the_run_naming_the_robot(ros_env, tmp_pa
     assert proc.returncode == 1, out[-2000:] + err[-3000:]
     assert f"oxygen-agent: robot b's camera side (b/oxygen_synthetic_camera, b/oxygen_camera; pid {b}) " \
            "was killed by signal 9" in err, err[-3000:]
-    assert not _left(children, timeout=5.0), "robot a's process outlived the agent"
+    assert not still_running(children, timeout=5.0), "robot a's process outlived the agent"
 
 
 def test_the_robot_processes_end_when_the_agent_is_killed(ros_env, tmp_path):
-    proc = _agent(tmp_path, duration="120")
+    proc = start_agent(tmp_path, duration="120")
     try:
-        children = _wait_for_children(proc)
+        children = wait_for_robot_processes(proc)
         assert len(children) == 2, children
     finally:
         proc.kill()  # no chance to stop them: they notice their parent is gone
         proc.communicate(timeout=30)
-    assert not _left(children), "a robot's process outlived the killed agent"
+    assert not still_running(children), "a robot's process outlived the killed agent"
     plans = [Path(cmd.split()[-1]) for cmd in children.values()]
     assert not [p for p in plans if p.exists()], "a killed agent left its robots' plan files in the temp dir"
 
@@ -147,12 +103,12 @@ def test_a_robot_with_a_bad_parameter_ends_the_start_with_status_2_naming_it(ros
     params = tmp_path / "agent.yaml"
     params.write_text((REPO / "config" / "agent.yaml").read_text()
                       + "\nb/oxygen_camera:\n  ros__parameters:\n    max_age: -1.0\n")
-    proc = _agent(tmp_path, f"params_file:={params}", duration="30")
+    proc = start_agent(tmp_path, f"params_file:={params}", duration="30")
     out, err = proc.communicate(timeout=150)
     assert proc.returncode == 2, out[-2000:] + err[-3000:]
     assert "robot b's camera side: b/oxygen_camera: parameter 'max_age'" in err, err[-3000:]
     # every node in the agent's process: its last line names the node too (the FATAL line above it does)
-    proc = _agent(tmp_path, f"params_file:={params}", "--no-robot-processes", duration="30")
+    proc = start_agent(tmp_path, f"params_file:={params}", "--no-robot-processes", duration="30")
     out, err = proc.communicate(timeout=150)
     assert proc.returncode == 2, out[-2000:] + err[-3000:]
     assert err.rstrip().splitlines()[-1].startswith("oxygen-agent: b/oxygen_camera: parameter 'max_age'"), err[-3000:]

@@ -44,7 +44,7 @@ def test_launch_file_structure():
     imported = {alias.name for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) for alias in n.names}
     assert {"DeclareLaunchArgument", "LaunchConfiguration", "Node", "OpaqueFunction", "LaunchDescription",
             "get_package_share_directory", "ARGUMENTS", "resolve", "RegisterEventHandler", "OnProcessExit",
-            "node_exit_message", "overrides_file"} <= imported
+            "node_exit_message", "overrides_file", "respawn_message", "LogInfo"} <= imported
     functions = {n.name: n for n in ast.walk(tree) if isinstance(n, ast.FunctionDef)}
     assert "generate_launch_description" in functions
     calls = {}
@@ -69,11 +69,17 @@ def test_launch_file_structure():
     targets = {k.arg: k.value for k in handler.keywords}
     assert isinstance(targets["target_action"], ast.Name) and targets["target_action"].id == "node"
     assert "node = Node(" in LAUNCH_FILE.read_text()
-    assert ast.unparse(targets["on_exit"]) == "partial(_on_exit, label)"
+    assert isinstance(targets["on_exit"], ast.Name) and targets["on_exit"].id == "on_exit"
+    assert "on_exit = partial(_on_exit, label, item['respawn_delay'])" in LAUNCH_FILE.read_text()
     assert "spec, label = item['spec'], node_label(item)" in LAUNCH_FILE.read_text()
     on_exit = functions["_on_exit"]
     assert any(isinstance(n, ast.Raise) for n in ast.walk(on_exit))
-    assert "node_exit_message(name, event.returncode, context.is_shutdown)" in ast.unparse(on_exit)
+    assert "node_exit_message(name, event.returncode, context.is_shutdown, respawn_delay)" in ast.unparse(on_exit)
+    # respawn:=true: the plan's camera-side nodes are restarted by launch_ros, and the restart is logged
+    node_keywords = {k.arg: ast.unparse(k.value) for k in calls["Node"][0].keywords}
+    assert node_keywords["respawn"] == "item['respawn_delay'] is not None"
+    assert node_keywords["respawn_delay"] == "item['respawn_delay']"
+    assert "respawn_message(name, event.returncode, respawn_delay)" in ast.unparse(on_exit)
 
 
 def test_a_node_exit_ends_the_launch_unless_it_is_shutting_down():

@@ -146,20 +146,48 @@ class Session(Protocol):
         """After the main loop, whatever ended it (even Ctrl-C), while the nodes still spin."""
 
 
+def respawn_delay(plan: list[dict[str, Any]]) -> float | None:
+    """The seconds before a camera side of ``plan`` is restarted (None: ``respawn`` is off)."""
+    return next((d for item in plan if (d := item.get("respawn_delay")) is not None), None)
+
+
+def sides_apart(plan: list[dict[str, Any]], robot_processes: bool | None) -> bool:
+    """Whether the camera sides of ``plan`` run in processes of their own: ``robot_processes``,
+    and when None, with robots or with ``respawn:=true`` (which restarts such a process);
+    ValueError for ``respawn:=true`` with ``robot_processes`` False."""
+    respawn = respawn_delay(plan) is not None
+    if robot_processes is None:
+        return respawn or any(item.get("robot") for item in plan)
+    if respawn and not robot_processes:
+        raise ValueError("respawn:=true restarts a camera side in its own process: it cannot with "
+                         "--no-robot-processes")
+    return robot_processes
+
+
+def _announce(prog: str, plan: list[dict[str, Any]], params_file: str, robot_processes: bool) -> None:
+    """Print what starts, and the plan's warnings."""
+    respawn = respawn_delay(plan)
+    print(f"{prog}: parameters from {params_file}; nodes: " + ", ".join(node_label(item) for item in plan)
+          + ("; every robot's camera side in a process of its own" if robot_processes else "")
+          + (f", restarted {respawn:g} s after it ends (respawn:=true)" if respawn is not None else ""),
+          flush=True)
+    for line in plan_warnings(plan, params_file):
+        print(f"{prog}: warning: {line}", file=sys.stderr, flush=True)
+
+
 def run_agent(prog: str, values: dict[str, str], session: Session, executor: str = "split",
               background_niceness: int = BACKGROUND_NICENESS, robot_processes: bool | None = None) -> int:
     """Run the plan's nodes for the launch-argument ``values`` in this process (with ``robot_processes``
     the robots' camera sides in their own; None: when the plan has robots, from ``robots:=`` or the
-    params file, as measured best in docs/several_robots.md) with ``session``; the exit status: 2
+    params file, as measured best in docs/several_robots.md, or ``respawn:=true``) with ``session``; the exit status: 2
     for a bad argument or parameter (printed after ``prog:``), 1 when a node or a robot's process stopped, else
     ``session.run``'s (0 when interrupted by Ctrl-C or SIGTERM)."""
     try:
         plan, params_file = resolve(values)
+        robot_processes = sides_apart(plan, robot_processes)
     except ValueError as exc:
         print(f"{prog}: {exc}", file=sys.stderr)
         return 2
-    if robot_processes is None:
-        robot_processes = any(item.get("robot") for item in plan)
     from rclpy.executors import ExternalShutdownException
 
     from .parameters import ParameterError
@@ -168,15 +196,14 @@ def run_agent(prog: str, values: dict[str, str], session: Session, executor: str
     # the SIGINT that interrupts turns SIGINT off: a second one, sent with it (a `timeout` or launch
     # forwarding the signal its process group got too), cut the clean-up and lost the report
     init_control_process([], sigint_once=True)
-    print(f"{prog}: parameters from {params_file}; nodes: " + ", ".join(node_label(item) for item in plan)
-          + ("; every robot's camera side in a process of its own" if robot_processes else ""), flush=True)
-    for line in plan_warnings(plan, params_file):
-        print(f"{prog}: warning: {line}", file=sys.stderr, flush=True)
+    _announce(prog, plan, params_file, robot_processes)
     agent, code = Agent(plan, params_file, robot_processes, background_niceness), 0
+    log = lambda line: print(f"{prog}: {line}", file=sys.stderr, flush=True)  # noqa: E731
     try:
-        agent.build(lambda line: print(f"{prog}: {line}", file=sys.stderr, flush=True))
+        agent.build(log)
         session.start(agent)
         agent.spin(executor, background_niceness)
+        agent.children.supervise(log)  # respawn:=true: from now on a camera side that ends is restarted
         code = session.run(agent)
         if (failure := agent.failure()) is not None:  # a node died: the run failed, whatever the session says
             print(f"{prog}: {failure}", file=sys.stderr, flush=True)

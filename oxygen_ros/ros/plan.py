@@ -27,16 +27,19 @@ from .plan_tables import (
     argument_overrides,
     default_params_file,
     parse_bool,
+    parse_respawn,
 )
 from .params_sections import key_matches, node_parameters, read_sections, read_yaml
-from .robot_plan import file_robots, robots_plan
+from .robot_plan import INFERENCE, file_robots, robots_plan
 from .robot_topics_check import robot_topic_warnings
 from .robots import parse_robots, resolved_topic
 
 
 def node_plan(values: dict[str, str], params_file: str | None = None) -> list[dict[str, Any]]:
     """What to start for the given argument values (missing ones: defaults):
-    ``[{spec, namespace, robot, parameters: {name: value}, remappings: [(from, to)]}]``
+    ``[{spec, namespace, robot, parameters: {name: value}, remappings: [(from, to)], respawn_delay}]``
+    (``respawn_delay``: the seconds before the node is restarted when it exits, None when its
+    exit ends the launch, as the inference node's always does)
     (``namespace`` "" and ``robot`` None but with ``robots``: see :mod:`.robot_plan`,
     which reads ``params_file``, by default the installed one). ``robots`` empty: the
     inference node's ``robots`` in ``params_file`` (its nodes must be planned too)."""
@@ -46,17 +49,21 @@ def node_plan(values: dict[str, str], params_file: str | None = None) -> list[di
         raise ValueError(f"unknown argument(s) {unknown}; known: {sorted(args)}")
     args.update(values)
     demo = parse_bool("demo", args["demo"])
+    respawn_delay = parse_respawn(args)
     robots = parse_robots(args["robots"]) or file_robots(params_file or default_params_file())
     if robots:
-        return robots_plan(args, robots, demo, params_file or default_params_file())
-    plan = []
-    for spec in NODES:
-        if spec.demo_only and not demo:
-            continue
-        overrides = dict(DEMO_PARAMETERS.get(spec.name, {})) if demo else {}
-        overrides.update(argument_overrides(spec.name, args))
-        remaps = [(CAMERA_TOPIC, args["camera_topic"])] if spec.remap_camera and args["camera_topic"] else []
-        plan.append({"spec": spec, "namespace": "", "robot": None, "parameters": overrides, "remappings": remaps})
+        plan = robots_plan(args, robots, demo, params_file or default_params_file())
+    else:
+        plan = []
+        for spec in NODES:
+            if spec.demo_only and not demo:
+                continue
+            overrides = dict(DEMO_PARAMETERS.get(spec.name, {})) if demo else {}
+            overrides.update(argument_overrides(spec.name, args))
+            remaps = [(CAMERA_TOPIC, args["camera_topic"])] if spec.remap_camera and args["camera_topic"] else []
+            plan.append({"spec": spec, "namespace": "", "robot": None, "parameters": overrides, "remappings": remaps})
+    for item in plan:  # the inference node is always required: without it no robot gets an action
+        item["respawn_delay"] = None if item["spec"].name == INFERENCE else respawn_delay
     return plan
 
 
@@ -123,18 +130,34 @@ def check_params_file(path: str) -> None:
     read_yaml(path)
 
 
-def node_exit_message(name: str, returncode: int | None, shutting_down: bool) -> str | None:
-    """Why the launch must end when the node ``name`` exited with ``returncode``; None when
-    the launch is shutting down anyway (Ctrl-C, another node's exit). Every node of the
-    plan is required: a camera node without an inference node (or the reverse) would
-    leave the robot without actions and the launch looking healthy."""
-    if shutting_down:
-        return None
+def exit_how(returncode: int | None) -> str:
+    """How a process ended: ``exited with code 1``, ``was killed by signal 9``."""
     if returncode is not None and returncode < 0:
-        how = f"was killed by signal {-returncode}"
-    else:
-        how = f"exited with code {returncode}"
-    return f"{name} {how}; ending the launch (the node's own log above says why)"
+        return f"was killed by signal {-returncode}"
+    return f"exited with code {returncode}"
+
+
+def restarts(returncode: int | None, respawn_delay: float | None) -> bool:
+    """Whether a node (a camera side) that ended with ``returncode`` is restarted: with
+    ``respawn_delay`` set, unless it ended for a bad parameter (2), which a restart would not mend."""
+    return respawn_delay is not None and returncode != 2
+
+
+def node_exit_message(name: str, returncode: int | None, shutting_down: bool,
+                      respawn_delay: float | None = None) -> str | None:
+    """Why the launch must end when the node ``name`` exited with ``returncode``; None when
+    the launch is shutting down anyway (Ctrl-C, another node's exit) or the node is restarted
+    (:func:`restarts`). Every node of the plan is required: a camera node without an inference
+    node (or the reverse) would leave the robot without actions and the launch looking healthy."""
+    if shutting_down or restarts(returncode, respawn_delay):
+        return None
+    why = " (a bad parameter: not restarted)" if respawn_delay is not None else ""
+    return f"{name} {exit_how(returncode)}{why}; ending the launch (the node's own log above says why)"
+
+
+def respawn_message(name: str, returncode: int | None, respawn_delay: float) -> str:
+    """What the log says when a camera side's node (or process) ``name`` ended and is restarted."""
+    return f"{name} {exit_how(returncode)}; restarting it in {respawn_delay:g} s (respawn:=true; its own log above says why)"
 
 
 def build_nodes(plan: list[dict[str, Any]], params_file: str, nodes: list, context=None) -> list:

@@ -78,7 +78,13 @@ ARGUMENTS: tuple[Argument, ...] = (
     Argument("robots", "", "Robot names, comma-separated (left,right): per robot a camera node (and with "
              "demo:=true a synthetic camera) in the robot's namespace on /<robot>/... topics, and one inference "
              "node serving them all (empty: one robot on the configured topics)."),
+    Argument("respawn", "false", "true: a camera side's node that exits (camera node, synthetic camera) is "
+             "restarted after respawn_delay, and the other robots run on; the inference node stays required."),
+    Argument("respawn_delay", "", "Seconds before a camera side's node is restarted (respawn:=true; empty: "
+             "1.0)."),
 )
+
+RESPAWN_DELAY_S = 1.0  # respawn_delay left empty
 
 #: With demo:=true, the camera node also takes the synthetic camera's gripper
 #: position as the robot state (closing the loop the way the model was trained).
@@ -122,6 +128,26 @@ def parse_bool(name: str, value: str) -> bool:
     if v in FALSE:
         return False
     raise ValueError(f"argument '{name}': expected true or false, got {value!r}")
+
+
+def parse_respawn(args: dict[str, str]) -> float | None:
+    """The seconds before a camera side's node is restarted, None when it is not (``respawn``
+    false); ValueError naming the argument for a bad value, and for a ``respawn_delay``
+    given without ``respawn:=true`` (it would silently restart nothing)."""
+    delay = args["respawn_delay"].strip()
+    if not parse_bool("respawn", args["respawn"]):
+        if delay:
+            raise ValueError(f"argument 'respawn_delay': {delay!r} restarts nothing without respawn:=true")
+        return None
+    if not delay:
+        return RESPAWN_DELAY_S
+    try:
+        value = float(delay)
+    except ValueError:
+        value = float("nan")
+    if not 0.0 <= value < float("inf"):
+        raise ValueError(f"argument 'respawn_delay': expected seconds >= 0, got {delay!r}")
+    return value
 
 
 def parse_value(text: str) -> Any:

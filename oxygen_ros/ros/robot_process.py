@@ -30,11 +30,12 @@ import signal
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 from typing import Any
 
-from .plan import build_nodes, node_label
+from .plan import build_nodes, exit_how, node_label, respawn_message, restarts
 from .plan_tables import NODES
 
 READY = "robot process ready"
@@ -83,7 +84,8 @@ class RobotProcess:
     """One robot's camera side in a child process (see the module doc)."""
 
     def __init__(self, robot: str | None, items: list[dict[str, Any]], params_file: str, background_niceness: int):
-        self.robot, self.label = robot, side_label(robot)
+        self.robot, self.label, self.items = robot, side_label(robot), items
+        self.restart_at: float | None = None  # when it ended and is to be restarted (``time.monotonic()``)
         self.nodes = ", ".join(node_label(item) for item in items)
         fd, name = tempfile.mkstemp(prefix=f"oxygen_robot_{robot or 'camera'}_", suffix=".json")
         self.plan_file = Path(name)
@@ -106,10 +108,19 @@ class RobotProcess:
             raise RobotProcessError(self.exit_message(), self.proc.returncode)
         self.ready = True
 
+    def poll_ready(self) -> bool:
+        """Whether the child said :data:`READY` (by now: this never waits)."""
+        if not self.ready and select.select([self.proc.stdout], [], [], 0)[0]:
+            self.ready = self.proc.stdout.readline().strip() == READY
+        return self.ready
+
+    @property
+    def name(self) -> str:
+        """The child as logs name it: ``robot b's camera side (b/oxygen_camera; pid N)``."""
+        return f"{self.label} ({self.nodes}; pid {self.proc.pid})"
+
     def exit_message(self) -> str:
-        code = self.proc.returncode
-        how = f"was killed by signal {-code}" if code < 0 else f"exited with code {code}"
-        return f"{self.label} ({self.nodes}; pid {self.proc.pid}) {how}; its own log above says why"
+        return f"{self.name} {exit_how(self.proc.returncode)}; its own log above says why"
 
     def failure(self) -> str | None:
         """Why this child no longer runs (None while it does)."""
@@ -138,15 +149,51 @@ class RobotProcess:
 
 class RobotProcesses:
     """Every camera side of ``sides`` (see :func:`camera_sides`; none: nothing to do) in a
-    child process of its own, from :meth:`start` on."""
+    child process of its own, from :meth:`start` on. With the plan's ``respawn_delay``
+    (``respawn:=true``), :meth:`supervise` restarts a child that ends once the nodes spin."""
 
     def __init__(self, sides: dict[str | None, list[dict[str, Any]]], params_file: str, background_niceness: int):
         self.sides, self.params_file, self.background_niceness = sides, params_file, background_niceness
         self.children: list[RobotProcess] = []
+        delays = {item.get("respawn_delay") for items in sides.values() for item in items}
+        self.respawn_delay: float | None = max(delays - {None}, default=None)
+        self.restarts: dict[str | None, int] = dict.fromkeys(sides, 0)
+        self._ended: str | None = None  # why the run ends: a child that is not restarted
+        self._stop = threading.Event()
+        self._supervisor: threading.Thread | None = None
 
     def start(self) -> None:
         for robot, items in self.sides.items():
             self.children.append(RobotProcess(robot, items, self.params_file, self.background_niceness))
+
+    def supervise(self, log) -> None:
+        """From now on (every node spins), restart a child that ends after ``respawn_delay``
+        (logged with ``log``), unless it ended for a bad parameter (2: then :meth:`failure`
+        says so); without ``respawn_delay`` nothing: a child that ends is a failure."""
+        if self.respawn_delay is None or not self.children:
+            return
+        self._supervisor = threading.Thread(target=self._supervise, args=(log,), daemon=True,
+                                            name="oxygen-agent-respawn")
+        self._supervisor.start()
+
+    def _supervise(self, log) -> None:
+        while self._ended is None and not self._stop.wait(0.1):
+            for i, child in enumerate(self.children):
+                code = child.proc.poll()
+                if code is None:
+                    if not child.ready and child.poll_ready():
+                        log(f"{child.name} runs again (restart {self.restarts[child.robot]})")
+                elif not restarts(code, self.respawn_delay):
+                    self._ended = f"{child.name} {exit_how(code)} (a bad parameter: not restarted); its own log above says why"
+                    return
+                elif child.restart_at is None:
+                    child.restart_at = time.monotonic() + self.respawn_delay
+                    log(respawn_message(child.name, code, self.respawn_delay))
+                elif time.monotonic() >= child.restart_at:
+                    child.stop()
+                    self.children[i] = RobotProcess(child.robot, child.items, self.params_file,
+                                                    self.background_niceness)
+                    self.restarts[child.robot] += 1
 
     def wait_ready(self) -> None:
         """Wait until every child's nodes spin; RobotProcessError naming the first that did not."""
@@ -155,11 +202,17 @@ class RobotProcesses:
             child.wait_ready(deadline)
 
     def failure(self) -> str | None:
-        """Why a child no longer runs (the first one's), None while all do."""
+        """Why a child no longer runs (the first one's), None while all do; once
+        :meth:`supervise` restarts them, why one is not restarted."""
+        if self._supervisor is not None:
+            return self._ended
         return next((f for child in self.children if (f := child.failure()) is not None), None)
 
     def stop(self) -> None:
-        """Stop every child (all are signalled before any is waited for)."""
+        """Stop restarting, then every child (all are signalled before any is waited for)."""
+        self._stop.set()
+        if self._supervisor is not None:
+            self._supervisor.join()
         for child in self.children:
             child.interrupt()
         for child in self.children:

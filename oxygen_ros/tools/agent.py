@@ -31,7 +31,11 @@ on 2 cores delays the frames and the control tick). ``--robot-processes``
 every robot's camera side (its camera node and synthetic camera) runs in a
 child process of its own instead, as on real robots, the inference node and
 the monitor here (:mod:`oxygen_ros.ros.robot_process`); a child that ends
-ends the run, naming its robot, and none outlives the agent.
+ends the run, naming its robot, and none outlives the agent. With
+``respawn:=true`` (which implies ``--robot-processes``) a child that ends is
+restarted after ``respawn_delay`` seconds instead, and the other robots run on
+(the report counts the restarts); one that ended for a bad parameter still
+ends the run.
 
 While running it prints a status line and the streamed text
 (:mod:`.agent_monitor`). ``--report PATH`` writes the run's figures as JSON;
@@ -60,7 +64,8 @@ from .arguments import output_file
 PROBE_PRIORITY = 0  # normal: at 40, the probe's reception of four robots' messages took the frames' core (docs/control_loop_timing.md)
 STARTED = time.monotonic()  # this process's start, as far as the report is concerned
 SUMMARY = ("start_to_first_chunk_s", "tick_rate_hz", "tick_jitter_p99_ms", "underruns", "obs_to_action_p50_ms", "obs_to_action_p99_ms",
-           "ros_overhead_p99_ms", "actions_published", "text_tokens_published", "control_rate_changed_hz")
+           "ros_overhead_p99_ms", "actions_published", "text_tokens_published", "control_rate_changed_hz",
+           "camera_side_restarts")
 
 
 def parse_args(argv: list[str]) -> tuple[argparse.Namespace, dict[str, str]]:
@@ -85,7 +90,8 @@ def parse_args(argv: list[str]) -> tuple[argparse.Namespace, dict[str, str]]:
     parser.add_argument("--robot-processes", action=argparse.BooleanOptionalAction, default=None,
                         help="every robot's camera side (camera node, synthetic camera) in a process of its own, "
                              "as on real robots; the inference node and the monitor stay in this one "
-                             "(default: with robots, from robots:= or the params file, yes; without, no)")
+                             "(default: with robots, from robots:= or the params file, or with respawn:=true, "
+                             "yes; without, no)")
     parser.add_argument("--text", choices=("all", "changed", "none"), default="changed",
                         help="which finished texts to print (default: answers and changed periodic texts)")
     ns = parser.parse_intermixed_args(argv)  # launch arguments before or after the options
@@ -158,6 +164,9 @@ class AgentSession:
                 first = self.monitor.measurement.start
                 self.report["start_to_first_chunk_s"] = None if first is None else round(first["t"] - STARTED, 3)
                 self.report["probe_priority"] = probe_priority
+                restarts = agent.children.restarts if agent.children.respawn_delay is not None else None
+                self.report["camera_side_restarts"] = (
+                    None if restarts is None else {robot or "": n for robot, n in restarts.items()})
         finally:
             if self.probe is not None:  # a second Ctrl-C came before it was stopped
                 self.probe.stop()

@@ -74,7 +74,10 @@ the JSON fields below (``None`` where nothing was measured):
   with no window (no chunk ever published) the tick lateness percentiles are None;
 * ``robots`` - with an inference node serving several robots, the figures of
   each (:mod:`.agent_robots_report`, which also says what the top-level
-  figures then cover); absent with one robot.
+  figures then cover); absent with one robot;
+* ``camera_side_restarts`` - with ``respawn:=true``, how many times each
+  robot's camera side (``""``: the one camera side without robots) was
+  restarted over the whole run, added by the agent; None without.
 """
 
 from __future__ import annotations

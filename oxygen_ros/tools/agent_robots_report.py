@@ -71,9 +71,8 @@ def in_window(stream: dict[str, Any] | None, t0: float, t1: float) -> tuple[list
     if stream is None:
         return [], []
     arrivals = [t for t in stream["arrivals"] if t0 <= t <= t1]
-    obs = stream["observations"]
-    latencies = sorted((f, seq, (t - obs[seq]) * 1e3) for f, (seq, t) in stream["first_actions"].items()
-                       if seq in obs and t0 <= t <= t1)
+    latencies = sorted((f, seq, (t - t_obs) * 1e3) for f, (seq, t, t_obs) in stream["first_actions"].items()
+                       if t_obs is not None and t0 <= t <= t1)
     return arrivals, latencies
 
 

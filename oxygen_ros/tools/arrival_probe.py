@@ -11,9 +11,12 @@ writes the arrival times (when the middleware received each message,
 comparable with the agent's) as JSON when it gets SIGINT
 or SIGTERM, or when its parent process goes away, one stream per pair of
 topics (one per robot when the inference node serves several):
-``{"streams": [{"actions_topic": ..., "arrivals": [t, ...], "observations": {seq: t},
-"first_actions": {frame_id: [seq, t]}}, ...]}``. :class:`Probe` is the agent's
-side: it starts the probe and reads what it wrote.
+``{"streams": [{"actions_topic": ..., "arrivals": [t, ...],
+"first_actions": {frame_id: [seq, t, t_obs]}}, ...]}``: ``t_obs`` is the arrival
+of the newest Observation with that ``seq`` when the frame's first ActionChunk
+came (None: none came), matched then and there, since a camera node that is
+restarted (``respawn:=true``) counts its ``seq`` from 0 again. :class:`Probe` is
+the agent's side: it starts the probe and reads what it wrote.
 
 Priority: the probe stands for a robot's controller, and a controller's loop runs
 under a real-time policy (ros2_control's controller manager asks for ``SCHED_FIFO``
@@ -77,7 +80,6 @@ class Probe:
             recorded = json.loads(self.out.read_text())
             streams, self.priority = recorded["streams"], recorded.get("priority")
             return {key: {"arrivals": data["arrivals"],
-                          "observations": {int(k): v for k, v in data["observations"].items()},
                           "first_actions": {int(k): v for k, v in data["first_actions"].items()}}
                     for key, data in zip(self.keys, streams, strict=True)}
         except (OSError, ValueError, KeyError, TypeError):
@@ -99,7 +101,7 @@ def received(info) -> float:
     return now_mono - (now_real - stamp) / 1e9
 
 
-class _Stream:
+class ArrivalStream:
     """The arrivals on one pair of topics."""
 
     def __init__(self, node, actions_topic: str, observation_topic: str):
@@ -118,14 +120,15 @@ class _Stream:
     def on_actions(self, msg, info) -> None:
         t = received(info)
         self.arrivals.append(t)
-        self.first_actions.setdefault(int(msg.frame_id), [int(msg.observation_seq), t])
+        if int(msg.frame_id) not in self.first_actions:
+            seq = int(msg.observation_seq)
+            self.first_actions[int(msg.frame_id)] = [seq, t, self.observations.get(seq)]
 
     def on_observation(self, msg, info) -> None:
-        self.observations.setdefault(int(msg.seq), received(info))
+        self.observations[int(msg.seq)] = received(info)  # the newest: a restarted camera node counts again
 
     def recorded(self) -> dict[str, Any]:
-        return {"actions_topic": self.actions_topic, "arrivals": self.arrivals, "observations": self.observations,
-                "first_actions": self.first_actions}
+        return {"actions_topic": self.actions_topic, "arrivals": self.arrivals, "first_actions": self.first_actions}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -154,7 +157,7 @@ def main(argv: list[str] | None = None) -> int:
 
     rclpy.init(args=[], signal_handler_options=SignalHandlerOptions.NO)
     node = rclpy.create_node(f"oxygen_arrival_probe_{os.getpid()}")
-    streams = [_Stream(node, actions, observations) for actions, observations in pairs]
+    streams = [ArrivalStream(node, actions, observations) for actions, observations in pairs]
     executor = SingleThreadedExecutor()
     executor.add_node(node)
     parent = os.getppid()
