@@ -10,6 +10,7 @@ import torch
 from engine_harness import cached_outputs, stats_dict
 
 from oxygen_ros.core.checkpoints import (
+    CheckpointError,
     default_model,
     load_checkpoint,
     save_native,
@@ -116,3 +117,22 @@ def test_load_model_precedence(tmp_path, monkeypatch):
     monkeypatch.setattr(loading, "DEFAULT_MODEL_DIR", tmp_path / "nothing")  # none shipped
     fallback = load_model(fallback_preset="tiny", seed=1)
     assert fallback.layout == "random" and fallback.source == "preset tiny (random weights, seed 1)"
+
+
+def test_a_checkpoint_with_non_finite_weights_is_refused_naming_each_tensor(tmp_path):
+    """NaN or inf weights (a diverged training run, a bad conversion) loaded, warmed up and then
+    had every chunk refused at run time, far from the cause."""
+    model = build_model(TINY, seed=3)
+    state = model.state_dict()
+    names = [k for k, v in state.items() if v.is_floating_point() and v.numel() > 4]
+    with torch.no_grad():
+        state[names[0]].view(-1)[:2] = float("nan")
+        state[names[-1]].view(-1)[0] = float("-inf")
+    save_native(model, tmp_path)
+    with pytest.raises(CheckpointError) as err:
+        load_checkpoint(tmp_path)
+    message = str(err.value)
+    assert f"checkpoint {tmp_path}: 2 tensor(s) hold values that are not finite (NaN or inf)" in message
+    assert f"{names[0]} (2 of {state[names[0]].numel()} values as float32)" in message
+    assert f"{names[-1]} (1 of {state[names[-1]].numel()} values as float32)" in message
+

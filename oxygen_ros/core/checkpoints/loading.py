@@ -88,7 +88,7 @@ def load_checkpoint(
     for name, why in sorted(plan.ignored.items()):
         log.info("checkpoint %s: not loading %s: %s", directory, name, why)
     _materialise(model, device)
-    _fill(model, plan, tensors, files)
+    _fill(model, plan, tensors, files, directory)
     return LoadedCheckpoint(model.eval(), config, tokenizer, normalizer, layout.name, str(directory))
 
 
@@ -191,13 +191,35 @@ def _materialise(model: VLA, device: str) -> None:
 
 
 @torch.no_grad()
-def _fill(model: VLA, plan: layouts.KeyPlan, tensors, files) -> None:
+def _fill(model: VLA, plan: layouts.KeyPlan, tensors, files, directory: pathlib.Path) -> None:
+    """Read every planned tensor into the model; CheckpointError naming each tensor that holds
+    values that are not finite (NaN, inf), after reading them all: such a model would load, warm
+    up, and then have every chunk it makes refused."""
     params = model.state_dict(keep_vars=True)
+    bad = []
     with open_files(files) as handles:
         for ours, src in plan.mapping.items():
             if ours in params:
                 info = tensors[src]
-                read_into(handles[info.file], info, params[ours].data)
+                dest = params[ours].data
+                read_into(handles[info.file], info, dest)
+                if not _finite(dest):
+                    count = int((~torch.isfinite(dest)).sum())
+                    bad.append(f"{src} ({count} of {dest.numel()} values as {str(dest.dtype).removeprefix('torch.')})")
+    if bad:
+        shown = "; ".join(bad[:5]) + (f"; and {len(bad) - 5} more" if len(bad) > 5 else "")
+        raise CheckpointError(f"checkpoint {directory}: {len(bad)} tensor(s) hold values that are not finite (NaN or "
+                              f"inf): {shown}")
+
+
+def _finite(tensor: torch.Tensor) -> bool:
+    """No NaN or inf in ``tensor`` (integers, empty: True). Its minimum and maximum tell, as NaN
+    propagates into both: 30-60x faster than ``isfinite().all()`` on this 2-core CPU (0.016 s
+    against 1.0 s for 134 M bfloat16 values: half a minute for π0.5's)."""
+    if not tensor.is_floating_point() or tensor.numel() == 0:
+        return True
+    low, high = torch.aminmax(tensor)
+    return bool(torch.isfinite(low)) and bool(torch.isfinite(high))
 
 
 def _tokenizer(directory: pathlib.Path, explicit, config: ModelConfig, layout: str) -> Tokenizer:
