@@ -193,7 +193,7 @@ def test_an_ask_goal_cancelled_while_the_node_is_inactive_ends_at_once(ros_env, 
 def test_diagnostics_say_inactive_while_the_manager_keeps_the_node_inactive(ros_env, random_tiny_dir):
     """A monitor tells a node its manager paused from a dead one: configured and inactive, the
     node publishes a status that says so (and the requests it keeps), the full one once active,
-    and none after cleanup."""
+    and after a cleanup one that says it is unconfigured."""
     prefix = unique_prefix()
     with Ros() as ros:
         node = _node(ros, prefix, random_tiny_dir, autostart=False)
@@ -218,8 +218,11 @@ def test_diagnostics_say_inactive_while_the_manager_keeps_the_node_inactive(ros_
         assert life.change("cleanup")
         time.sleep(0.5)  # what was on its way
         seen = len(client.diagnostics)
-        time.sleep(2.5)
-        assert len(client.diagnostics) == seen, "an unconfigured node published diagnostics"
+        assert until(lambda: len(client.diagnostics) > seen + 1, 10.0), "no status once unconfigured"
+        for status in client.diagnostics[seen:]:
+            assert status.message == "unconfigured (lifecycle): waiting for the configure transition", status
+            assert status.level == b"\x00" and {v.key: v.value for v in status.values}["lifecycle_state"] == \
+                "unconfigured"
 
 
 def test_with_several_robots_each_robot_s_status_says_inactive_too(ros_env, random_tiny_dir):
@@ -268,13 +271,31 @@ def test_a_transition_its_state_lacks_is_refused_with_a_warning_and_the_node_goe
 
 
 def test_a_configure_that_fails_names_the_cause_and_stays_unconfigured(ros_env, tmp_path):
+    """The cause is on /diagnostics too, as ERROR, for a monitor that does not read the log
+    (with several robots, in each robot's status as well)."""
     prefix = unique_prefix()
     with Ros() as ros:
-        node = _node(ros, prefix, str(tmp_path / "no_such_model"), autostart=False)
+        node = _node(ros, prefix, str(tmp_path / "no_such_model"), autostart=False, robots=["a", "b"])
         life = Lifecycle(ros.node("oxygen_test_lifecycle"), node.get_fully_qualified_name())
+        from diagnostic_msgs.msg import DiagnosticArray
+
+        statuses = []
+        ros.node("oxygen_test_monitor").create_subscription(
+            DiagnosticArray, "/diagnostics", lambda m: statuses.extend(m.status), reliable(50))
+        assert until(lambda: statuses, 10.0), "no status before the configure"
+        assert statuses[0].message == "unconfigured (lifecycle): waiting for the configure transition"
         assert not life.change("configure")
         assert life.state() == "unconfigured"
         assert "no_such_model" in str(node.configure_error)
+        seen = len(statuses)
+        names = {f"oxygen_inference: {who}" for who in ("engine", "robot a", "robot b")}
+        assert until(lambda: {s.name for s in statuses[seen:] if s.level == b"\x02"} == names, 10.0), \
+            [(s.name, s.level, s.message) for s in statuses[seen:]]
+        engine = next(s for s in statuses[seen:] if s.name == "oxygen_inference: engine")
+        assert engine.message.startswith("unconfigured (lifecycle): the last configure failed: ")
+        assert "no_such_model" in engine.message
+        values = {v.key: v.value for v in engine.values}
+        assert values["lifecycle_state"] == "unconfigured" and "no_such_model" in values["configure_error"]
 
 
 def test_with_autostart_a_failed_configure_ends_the_start_with_its_cause(ros_env, tmp_path):

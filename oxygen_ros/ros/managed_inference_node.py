@@ -4,6 +4,8 @@ The same node as :mod:`.inference_node`, driven by the ROS 2 lifecycle through i
 services (``ros2 lifecycle set /oxygen_inference configure``, or a lifecycle manager):
 
 * **unconfigured** (after start, and after cleanup): parameters only, no model;
+  ``/diagnostics`` says so once a second (``unconfigured (lifecycle): waiting for the
+  configure transition``; ERROR with the cause after a configure that failed);
 * ``configure`` loads and warms up the model, makes the publishers, subscriptions
   and the Ask action server -> **inactive**: observations and questions are
   received, nothing is published and no frame runs;
@@ -32,11 +34,14 @@ answer and the exception ended the executor's spin.
 import functools
 import traceback
 
+from diagnostic_msgs.msg import DiagnosticArray
+from rclpy.callback_groups import MutuallyExclusiveCallbackGroup
 from rclpy.lifecycle import LifecycleNodeMixin, TransitionCallbackReturn
 
 from .inference_node import NODE_NAME, InferenceNode
 from .node_main import run_control_node
 from .parameters import ParameterError
+from .qos import reliable
 from .robots import robot_topic
 
 SUCCESS, FAILURE = TransitionCallbackReturn.SUCCESS, TransitionCallbackReturn.FAILURE
@@ -66,6 +71,10 @@ class ManagedInferenceNode(LifecycleNodeMixin, InferenceNode):
         self.activate_error: str | None = None  # why the last activate was refused
         self.lifecycle_error: str | None = None  # why a failed transition finalized the node
         self._refuse_transitions_not_available()
+        # /diagnostics while unconfigured (before the first configure, after a cleanup or a failed
+        # configure); once configured, the node's own timer publishes its status
+        self._pub_unconfigured = self.create_publisher(DiagnosticArray, "/diagnostics", reliable(10))
+        self.create_timer(1.0, self._publish_unconfigured, callback_group=MutuallyExclusiveCallbackGroup())
         for robot in self.params["robots"] or [None]:  # the Ask servers live as long as the node: until
             self._ask_server(robot_topic(robot, self.params["ask_action"]))  # configured, they refuse goals
         if self.params["autostart"]:
@@ -113,7 +122,30 @@ class ManagedInferenceNode(LifecycleNodeMixin, InferenceNode):
 
         service.callback = change_state
 
+    def unconfigured_status(self) -> tuple[tuple, dict]:
+        """((level, message), figures) of the status published while unconfigured: OK while it
+        waits for its configure, ERROR naming the cause after a configure failed."""
+        from diagnostic_msgs.msg import DiagnosticStatus
+
+        d = {"lifecycle_state": "unconfigured"}
+        if self.configure_error is None:
+            return (DiagnosticStatus.OK, "unconfigured (lifecycle): waiting for the configure transition"), d
+        d["configure_error"] = str(self.configure_error)
+        return (DiagnosticStatus.ERROR, f"unconfigured (lifecycle): the last configure failed: "
+                                        f"{self.configure_error}"), d
+
+    def _publish_unconfigured(self) -> None:
+        if self.configured or self.finalized:
+            return
+        status, d = self.unconfigured_status()
+        array = self._engine_array(status, d)
+        if len(self.params["robots"]) > 1:  # each robot's status says it too, as while inactive
+            for name in self.params["robots"]:
+                self._add_robot_status(array, name, status, {"lifecycle_state": "unconfigured", "robot": name})
+        self._pub_unconfigured.publish(array)
+
     def on_configure(self, state) -> TransitionCallbackReturn:
+        self.configure_error = None
         try:
             self.configure()
         except Exception as exc:  # noqa: BLE001 - the transition fails, the node stays unconfigured

@@ -145,8 +145,10 @@ class Monitor:
             partial = self.partial
         frame = f"frame {_num(d.get('frame_latency_ms'), 1)} ms  decode batch {_num(d.get('decode_batch_mean'), 1)}"
         inactive = d.get("lifecycle_state") == "inactive"
-        if not self.inference.configured:  # at start (autostart:=false), or after a cleanup
-            line = "the inference node is not configured: waiting for its configure transition ..."
+        if not self.inference.configured:  # at start (autostart:=false), after a cleanup or a failed configure
+            error = getattr(self.inference, "configure_error", None)
+            line = ("the inference node is not configured: waiting for its configure transition ..." if error is None
+                    else f"the inference node is not configured: its last configure failed: {error}")
         elif not self.inference.active:
             kept = f"{d['active_requests']} requests" if inactive and "active_requests" in d else "its requests"
             line = f"the inference node is inactive (lifecycle), {kept} kept: waiting for its activate transition ..."
