@@ -83,3 +83,19 @@ def test_with_joint_names_only_the_named_joints_must_be_finite_and_names_are_nee
     assert t.update([], [2.0], 1)[0] == "state_names_mismatch"
     with pytest.raises(ValueError, match="unique"):
         StateTracker(["a", "a"])
+
+
+def test_with_joint_names_another_driver_s_message_changes_nothing_however_it_is():
+    """A conveyor's driver on the arm's topic sends velocities without positions: that refused
+    every one of its messages (a warning each) and wiped the arm's state, so no observation went
+    out until the arm spoke again. A bad message naming a joint of ours drops that joint only."""
+    t = StateTracker(["j0", "gripper"])
+    assert t.update(["j0", "gripper"], [0.5, 0.04], 0) is None
+    for names, positions in ((["conveyor"], []), (["conveyor", "belt"], [1.0]), (["belt"], [math.nan])):
+        assert t.update(names, positions, 1) is None
+        np.testing.assert_allclose(t.current(1, 1.0), [0.5, 0.04])
+    refusal = t.update(["gripper", "finger"], [0.03], 2)  # the gripper's driver, names and positions disagreeing
+    assert refusal is not None and refusal[0] == "state_names_mismatch"
+    assert t.current(2, 1.0) is None and t.missing(2, 1.0) == f"the last message was refused: {refusal[1]}"
+    assert t.update(["gripper"], [0.02], 3) is None  # the arm's j0 was kept
+    np.testing.assert_allclose(t.current(3, 1.0), [0.5, 0.02])

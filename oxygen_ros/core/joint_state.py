@@ -16,8 +16,11 @@ state the next group gets:
   its arrival when that is not set): the grouping pairs states with frames by it;
 * a bad message (no positions, names and positions disagreeing, a named
   position not finite, too many values) is refused with its reason, and the
-  state it would have replaced is dropped: an older state is never forwarded as
-  if it were current.
+  state it would have replaced is dropped (with ``joint_names``, the positions
+  of the joints it names): an older state is never forwarded as if it were
+  current. With ``joint_names``, a message that names none of them is another
+  driver's and changes nothing, however it is (a conveyor's velocities without
+  positions refused every message and wiped the arm's state).
 
 Times are integer nanoseconds on one clock (the node's).
 """
@@ -52,9 +55,20 @@ class StateTracker:
         """A message stamped ``stamp_ns`` (0: not set) arrived: None when taken (or, with joint
         names, when it carries none of them), else (reason, text) of its refusal."""
         values = np.asarray(positions, dtype=np.float64)
-        refusal = self._check(list(names), values)
+        names = list(names)
+        if self.joint_names:
+            for name in names:
+                if len(self._seen) < SEEN_KEPT:
+                    self._seen.setdefault(name)
+            if names and not set(names) & set(self.joint_names):
+                return None  # another driver's joints, however its message is: not ours to judge
+        refusal = self._check(names, values)
         if refusal is not None:
-            self._values.clear()
+            if self.joint_names:  # the joints it names are not known now; another driver's stay
+                for name in names:
+                    self._values.pop(name, None)
+            else:
+                self._values.clear()
             self._state = None
             self._refused = refusal[1]
             return refusal
@@ -62,12 +76,7 @@ class StateTracker:
         if not self.joint_names:
             self._state = (values.astype(np.float32), now_ns)
         else:
-            for name in names:
-                if len(self._seen) < SEEN_KEPT:
-                    self._seen.setdefault(name)
             named = [(name, value) for name, value in zip(names, values.tolist()) if name in self.joint_names]
-            if not named:
-                return None
             self._values.update((name, (value, now_ns)) for name, value in named)
         self.stamp_ns = stamp_ns or now_ns
         return None
