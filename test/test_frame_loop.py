@@ -395,3 +395,17 @@ def test_images_far_larger_than_the_model_takes_are_noted_once(engine, caplog):
         caplog.clear()
         quiet.fit_observation(Observation({"base": np.zeros((size, size, 3), np.uint8)}, "pick it up"), 0)
     assert not [r for r in caplog.records if "image_size" in r.getMessage()]
+
+
+def test_a_state_shorter_than_the_statistics_goes_in_padded_with_one_warning(engine, caplog):
+    """A joint left out of state_joint_names gave the model a shorter state without a word
+    (statistics padded past the robot's joints exist, so it is not refused)."""
+    loop = make_loop(engine)
+    with caplog.at_level(logging.WARNING, logger="test_frame_loop"):
+        for seq in (1, 2, 3):
+            loop.fit_observation(image_obs("go", np.zeros(3, np.float32)), seq=seq)
+        loop.fit_observation(image_obs("go", np.zeros(4, np.float32)), seq=4)
+    lines = [r.getMessage() for r in caplog.records if "zero-padded" in r.getMessage()]
+    assert lines == ["observation 1: the state has 3 value(s), the checkpoint's state statistics cover 4: the model "
+                     "gets it zero-padded. A joint missing from the camera node's state_joint_names (or its state "
+                     "messages) makes every action wrong (said once)"]

@@ -110,7 +110,7 @@ class FrameLoop:
         self.budget = DecodeBudget(settings.steps_per_frame, self.deadline_ms())
         self.cadence = LanguageCadence(settings.language_every_n_frames)
         self.fitter = InstructionFitter(engine.tokenizer, max_token_len)
-        self._image_size_noted = False
+        self._image_size_noted = self._short_state_noted = False
         self.counters: collections.Counter = collections.Counter()  # the whole loop's (every robot's)
         self.last_k = settings.steps_per_frame
         self.k_history: collections.deque = collections.deque(maxlen=1000)  # (frame_id, k, observation?)
@@ -275,7 +275,15 @@ class FrameLoop:
         obs.check_cameras(self.engine.max_cameras, self.engine.config.camera_names)
         if obs.state is not None and self.state_dim is not None and obs.state.shape[0] > self.state_dim:
             raise ObservationError("state", f"has {obs.state.shape[0]} values, the checkpoint's state "
-                                   f"statistics cover {self.state_dim}")
+                                   f"statistics cover {self.state_dim}: pick the model's joints, in its order, "
+                                   "with the camera node's state_joint_names")
+        if obs.state is not None and self.state_dim is not None and obs.state.shape[0] < self.state_dim \
+                and not self._short_state_noted:
+            self._short_state_noted = True  # said once: statistics padded past the robot's joints are legitimate
+            self.log.warning(f"observation {seq}: the state has {obs.state.shape[0]} value(s), the checkpoint's "
+                             f"state statistics cover {self.state_dim}: the model gets it zero-padded. A joint "
+                             "missing from the camera node's state_joint_names (or its state messages) makes "
+                             "every action wrong (said once)")
         if not self._image_size_noted and (note := oversized_images(obs, self.engine.model.config.vision.image_size)):
             self._image_size_noted = True  # said once
             self.log.info(note)
