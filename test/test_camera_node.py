@@ -69,6 +69,34 @@ def test_groups_cameras_into_observations_with_latched_instruction(stepped_ros):
     assert camera.published == len(rig.observations)
 
 
+def test_camera_order_puts_a_compressed_camera_in_the_first_slot(stepped_ros):
+    """The images go to the model's slots in the Observation's order: raw topics first, then
+    compressed ones, unless camera_order says otherwise (a JPEG base camera, a raw wrist one:
+    camera_names only labelled them, so the base camera could not get the first slot)."""
+    from std_msgs.msg import String
+
+    from oxygen_ros.ros.conversions import msg_to_observation
+
+    rig = CameraRig(stepped_ros)
+    rig.instruction.publish(String(data="go"))
+    camera = camera_node(stepped_ros, camera_names=["wrist", "base"], camera_order=["base", "wrist"])
+    rig.wait_matched(camera)
+    red, green = solid(32, 32, (200, 30, 30)), solid(32, 32, (30, 180, 60))
+
+    def send_both():
+        rig.send_raw(red)
+        rig.send_jpeg(green)
+
+    assert stepped_ros.spin_until(lambda: rig.observations, every=send_both), "no Observation received"
+    msg = rig.observations[-1]
+    assert list(msg.camera_names) == ["base", "wrist"]
+    assert [i.header.frame_id for i in msg.images] == ["jpeg_frame", "raw_frame"]
+    obs = msg_to_observation(msg)
+    assert list(obs.images) == ["base", "wrist"]  # the model's slot order
+    assert np.abs(obs.images["base"][16, 16].astype(int) - [30, 180, 60]).max() <= 6  # the JPEG
+    assert np.array_equal(obs.images["wrist"][16, 16], [200, 30, 30])
+
+
 def test_each_image_of_an_observation_keeps_the_stamp_its_camera_sent(stepped_ros):
     """The group is stamped with its oldest image; each image keeps its own camera's capture
     time, so a consumer sees that the second camera's frame is 0.2 s newer than the first's."""
@@ -351,6 +379,9 @@ def test_parameters_validated_at_start_and_at_run_time(stepped_ros, monkeypatch)
         ({"max_age": -1.0}, "max_age"),
         ({"camera_names": ["only_one"]}, "camera_names"),
         ({"camera_names": ["a", "a"]}, "camera_names"),
+        ({"camera_order": ["base"]}, "camera_order"),
+        ({"camera_order": ["base", "cam1", "cam1"]}, "camera_order"),
+        ({"camera_order": ["base", "wrist"]}, "camera_order"),
         ({"image_topics": [], "compressed_image_topics": []}, "image_topics"),
         ({"image_topics": ["not a topic!"]}, "image_topics"),
         ({"instruction_topic": 7}, "instruction_topic"),

@@ -61,7 +61,7 @@ from oxygen_ros.core.text import clean_text, clip
 from oxygen_ros.core.throttle import Throttle
 from oxygen_ros.msg import Observation as ObservationMsg
 from oxygen_ros.ros.camera_instruction import CameraInstruction
-from oxygen_ros.ros.camera_parameters import PARAMETERS, camera_names
+from oxygen_ros.ros.camera_parameters import PARAMETERS, camera_names, slot_order
 from oxygen_ros.ros.camera_status import CameraStatus
 from oxygen_ros.ros.conversions import (
     IMAGE_ERROR_REASONS,
@@ -106,6 +106,7 @@ class CameraNode(Node):
         try:
             p = declare_parameters(self, PARAMETERS, elsewhere={"oxygen_inference": INFERENCE_PARAMETERS})
             names = camera_names(p)
+            self._slots = slot_order(p, names)  # the cameras in the model's slot order
             if len(p["state_joint_names"]) > self._core.MAX_STATE_DIM:
                 raise ParameterError("state_joint_names", f"{len(p['state_joint_names'])} joints, at most "
                                      f"{self._core.MAX_STATE_DIM} supported")
@@ -357,11 +358,11 @@ class CameraNode(Node):
         self._publish_group(state)
 
     def _publish_group(self, state: np.ndarray | None) -> None:
-        frames = [f for f in self._frames if f is not None]
+        named = [(self.camera_names[i], self._frames[i]) for i in self._slots]  # every camera has a frame now
         instruction = self._instruction.current()
-        oldest = min(f.stamp_ns for f in frames)
+        oldest = min(f.stamp_ns for _, f in named)
         observation = self._core.Observation(
-            images={name: to_model_image(f.rgb, self.image_size) for name, f in zip(self.camera_names, frames)},
+            images={name: to_model_image(f.rgb, self.image_size) for name, f in named},
             instruction=instruction,
             state=state if self.state_topic else None,
             stamp=oldest / 1e9,
@@ -370,7 +371,7 @@ class CameraNode(Node):
             observation,
             self.seq,
             stamp=ns_to_time_msg(oldest),
-            image_headers={name: f.header for name, f in zip(self.camera_names, frames)},
+            image_headers={name: f.header for name, f in named},
         )
         self._publisher.publish(msg)
         self.seq += 1

@@ -39,6 +39,8 @@ PARAMETERS: tuple[ParamSpec, ...] = (
               "str_list", topic_list),
     ParamSpec("camera_names", [], "camera names, one per topic (image_topics then compressed_image_topics); "
               "empty: base, cam1, cam2, ...", "str_list"),
+    ParamSpec("camera_order", [], "camera_names in the order of the model's camera slots, each once (a JPEG "
+              "base camera before a raw wrist camera); empty: the topics' order", "str_list"),
     ParamSpec("instruction_topic", "/oxygen/instruction", "std_msgs/String task instruction (latched)",
               "str", topic_name),
     ParamSpec("instruction_wait_s", 2.0, "seconds the first group waits for the instruction while a publisher "
@@ -97,3 +99,15 @@ def camera_names(p: dict[str, Any]) -> list[str]:
     if not all(names) or len(set(names)) != len(names):
         raise ParameterError("camera_names", f"names must be unique and non-empty, got {names}")
     return names
+
+
+def slot_order(p: dict[str, Any], names: list[str]) -> list[int]:
+    """The cameras (indices into ``names``) in the order of the model's slots: ``camera_order``,
+    or the topics' order; ParameterError unless ``camera_order`` lists every name once."""
+    order = p["camera_order"]
+    if not order:
+        return list(range(len(names)))
+    if sorted(order) != sorted(names):
+        raise ParameterError("camera_order", f"must list every camera name once, {names} in the slots' order, "
+                             f"got {order}")
+    return [names.index(name) for name in order]
