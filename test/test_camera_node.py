@@ -362,11 +362,16 @@ def test_a_missing_state_is_told_calmly_while_the_node_starts_then_warned_about(
     assert stepped_ros.spin_until(lambda: camera.waiting_for_state >= 1, every=send)
     waiting = [level for level, text in lines if "valid state" in text]
     assert waiting and set(waiting) == {"info"}, lines
+    assert camera.diagnostic_status()[0] == b"\x00"  # the state's publisher may still be coming up
     stepped_ros.spin_for(RATE_WINDOW_S)
     assert not camera.status.settling()
     assert stepped_ros.spin_until(lambda: ("warning", f"no valid state on {stepped_ros.prefix}/joint_states yet: "
                                                       "not publishing") in lines, every=send), lines
     assert rig.observations == []
+    # /diagnostics too: it said OK, '0 observations published', while nothing went out for want of a state
+    level, message = camera.diagnostic_status()
+    assert level == b"\x01" and f"groups not published: no valid state on {stepped_ros.prefix}/joint_states yet" \
+        in message, message
 
 
 def test_parameters_validated_at_start_and_at_run_time(stepped_ros, monkeypatch):

@@ -330,6 +330,7 @@ class CameraNode(Node):
         elif decision.kind == NO_STATE:
             self.status.waiting_for_state += 1
             why = self._state.missing(now_ns, self._state_age_limit())
+            self.status.state_problem = f"no valid state on {self.state_topic}{f' ({why})' if why else ' yet'}"
             if self.status.settling():  # just started: the state's publisher may come up after the cameras'
                 self._warn("settling_no_state", f"waiting for a valid state on {self.state_topic}"
                            f"{f' ({why})' if why else ''}: not publishing until one arrives", info=True)

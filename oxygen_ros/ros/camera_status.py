@@ -92,6 +92,7 @@ class CameraStatus:
         start = clock()
         self.rejected: dict[str, int] = {r: 0 for r in reasons}
         self.published = self.dropped_stale = self.waiting_for_state = self.waiting_for_instruction = 0
+        self.state_problem = "no valid state"  # why the last group waiting for a state did (the node says)
         self.received = [0] * len(topics)  # good frames per camera
         self.missing = [0] * len(topics)  # frames missing by the stamps, per camera (see the module doc)
         self._stamps: list[int | None] = [None] * len(topics)  # each camera's last frame's stamp
@@ -174,8 +175,9 @@ class CameraStatus:
         return out
 
     def status(self, d: dict[str, Any], max_age: float, min_rate_hz: float) -> tuple[bytes, str]:
-        """(level, message): WARN for rejections and stale groups since the last status, for
-        cameras silent for longer than ``max_age`` and for cameras below ``min_rate_hz``; else OK."""
+        """(level, message): WARN for rejections, stale groups and groups held for want of a state
+        since the last status, for cameras silent for longer than ``max_age`` and for cameras below
+        ``min_rate_hz``; else OK."""
         problems = []
         new = {reason: count - self._previous.get(reason, 0) for reason, count in self.rejected.items()}
         self._previous.update(self.rejected)
@@ -186,6 +188,10 @@ class CameraStatus:
         self._previous["_stale"] = self.dropped_stale
         if stale:
             problems.append(f"{stale} stale groups dropped")
+        held = self.waiting_for_state - self._previous.get("_no_state", 0)
+        self._previous["_no_state"] = self.waiting_for_state
+        if held and not self.settling():  # at the start the state's publisher may come up after the cameras'
+            problems.append(f"{held} groups not published: {self.state_problem}")
         silent = [f"{name} ({d[f'{name}.last_frame_age_s']:.1f} s)" if self.received[i] else f"{name} (no frame yet)"
                   for i, name in enumerate(self.names)
                   if not self.received[i] or d[f"{name}.last_frame_age_s"] > max_age]

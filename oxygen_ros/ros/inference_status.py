@@ -91,7 +91,8 @@ def _input_problems(d: dict, new: dict, max_observation_age: float) -> list[tupl
     if (d["observations_received"] and max_observation_age > 0 and not math.isnan(age)
             and age > max_observation_age * 1e3 and not new["observations_invalid"]):  # (refused: not a drop-out)
         whose = f" from robot {d['observation_age_robot']}" if d.get("observation_age_robot") else ""
-        problems.append(("observation_age", f"no fresh observation{whose} for {age / 1e3:.1f} s (camera drop-out?)"))
+        problems.append(("observation_age", f"no fresh observation{whose} for {age / 1e3:.1f} s (a camera "
+                                             "drop-out, or a state missing: see the camera node's status)"))
     if new["chunks_from_frame_end"]:
         problems.append(("chunks_from_frame_end", f"{new['chunks_from_frame_end']} chunks started at the frame's end: "
                                                   "their observations' stamps were too old or not on this clock"))
