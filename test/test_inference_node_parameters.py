@@ -185,3 +185,14 @@ def test_a_preset_that_cannot_apply_is_named_in_a_warning():
     assert unused_preset(p, loaded) is None
     note = unused_preset({**p, "preset": "pi05"}, loaded)
     assert note.startswith("preset 'pi05' not used: ") and "model_path is empty" in note
+
+
+def test_the_embedded_demo_model_warns_when_its_actions_would_drive_joints(ros, capfd, random_tiny_dir):
+    """Its actions are the synthetic gripper's displacements: an integrator trying the pipeline
+    on a real arm's trajectory controller would have sent them as joint positions."""
+    inference_node(ros, unique_prefix(), joint_names=["gripper_x", "gripper_y"])  # the embedded model
+    err = capfd.readouterr().err
+    assert "the embedded default model was trained on the synthetic scene: its actions are displacements" in err
+    for values in ({}, {"model_path": random_tiny_dir, "joint_names": ["a", "b"]}):
+        inference_node(ros, unique_prefix(), **values)
+        assert "trained on the synthetic scene" not in capfd.readouterr().err, values

@@ -67,6 +67,7 @@ from .inference_ticks import InferenceTicks
 from .inference_parameters import PARAMETERS
 from .inference_setup import (
     compile_pieces,
+    demo_model_trajectory,
     engine_config,
     load_model,
     model_load_error,
@@ -187,7 +188,8 @@ class InferenceNode(InferenceInputs, InferenceDiagnostics, InferenceTicks, Node)
     def _say_model_notes(self, p: dict) -> None:
         """What the start-up says of the model loaded: a preset not used, a horizon not stated, and
         in which units its actions go out."""
-        for note in (unused_preset(p, self.loaded), unstated_horizon(self.loaded)):
+        for note in (unused_preset(p, self.loaded), unstated_horizon(self.loaded),
+                     demo_model_trajectory(p, self.loaded)):
             if note:
                 self.get_logger().warning(note)
         units = units_note(p, self.loaded)

@@ -66,6 +66,16 @@ def units_note(p: dict, loaded: checkpoints.LoadedCheckpoint) -> tuple[bool, str
                   "trained with statistics needs them (norm_stats_path)")
 
 
+def demo_model_trajectory(p: dict, loaded: checkpoints.LoadedCheckpoint) -> str | None:
+    """The warning for the embedded default model publishing JointTrajectory (``joint_names``
+    set): its actions are the synthetic scene's gripper displacements, not joint positions."""
+    if not p["joint_names"] or loaded.source != str(checkpoints.DEFAULT_MODEL_DIR):
+        return None
+    return ("the embedded default model was trained on the synthetic scene: its actions are displacements "
+            "(dx, dy) of the demo's gripper, not positions of your joints, and its JointTrajectory on "
+            f"{p['trajectory_topic']} must not drive a real arm's controller (model_path: your checkpoint)")
+
+
 def unstated_horizon(loaded: checkpoints.LoadedCheckpoint) -> str | None:
     """The warning for a checkpoint that does not state its action horizon (an openpi
     checkpoint without config.json): π0.5's default is used, which may not be its own."""
