@@ -199,3 +199,37 @@ def test_a_camera_whose_rate_was_lowered_is_not_taken_for_one_losing_frames():
         status.figures("")
         warnings += status.rate_warnings(0.5)
     assert status.missing[0] == 2 and warnings == []
+
+
+def _stamped(status, clock, stamps_s, every=None):
+    """Frames of camera 0 stamped ``stamps_s`` (seconds), each arriving at its stamp; the node's
+    period passed as it does (the shortest of the last 8 steps). ``every``: frames kept."""
+    steps, previous = deque(maxlen=8), None
+    for i, stamp_s in enumerate(stamps_s):
+        stamp = round(stamp_s * 1e9)
+        clock.now = 100.0 + stamp_s
+        if every is None or every(i):
+            status.frame(0, stamp, min(steps) if steps else None)
+            if previous is not None:
+                steps.append(stamp - previous)
+            previous = stamp
+
+
+def test_a_publisher_whose_stamps_jitter_or_run_late_loses_no_frame_by_the_count():
+    """A 30 Hz publisher stamping when it gets to it: every frame arrives, but 5 ms of jitter
+    made its shortest step a quarter short of its period (15 of 900 counted missing), and a
+    frame published 30 ms late once a second, then the next on time, counted 30."""
+    import numpy as np
+
+    rng = np.random.default_rng(7)
+    jittery = [i / 30 + abs(rng.normal(0, 0.005)) for i in range(900)]
+    late = [i / 30 + (0.030 if i % 30 == 5 else 0.0) for i in range(900)]
+    for stamps in (jittery, late):
+        clock = Clock()
+        status = CameraStatus(["base"], ["/camera"], ("decode",), clock=clock)
+        _stamped(status, clock, stamps)
+        assert status.missing[0] <= 1, status.missing[0]
+    clock = Clock()  # the same jittery publisher losing one frame in ten: most are counted (a gap
+    status = CameraStatus(["base"], ["/camera"], ("decode",), clock=clock)  # jittered off 2 periods is not)
+    _stamped(status, clock, jittery, every=lambda i: i % 10 != 3)
+    assert 70 <= status.missing[0] <= 90, status.missing[0]
