@@ -461,3 +461,26 @@ def test_after_shutdown_frames_are_neither_grouped_nor_told_as_stale(stepped_ros
     stepped_ros.spin_for(0.5)
     assert camera.published == published and camera.dropped_stale == 0 and lines == []
     assert camera.received == received
+
+
+def test_a_camera_that_stops_sending_is_told_as_stopped_not_as_a_qos_loss(stepped_ros, monkeypatch):
+    """A camera that delivered, then went silent with its publisher still there: its rate warning
+    had the large-images-best-effort hint (wrong advice when nothing is sent), and never said that
+    no observation goes out without it."""
+    rig = CameraRig(stepped_ros)
+    camera = camera_node(stepped_ros, instruction_wait_s=0.0, min_camera_rate_hz=2.0)
+    lines = record_log(camera, monkeypatch)
+    rig.wait_matched(camera)
+    frame = solid(8, 8, (1, 2, 3))
+    assert stepped_ros.spin_until(lambda: camera.received[0] >= 5,
+                                  every=lambda: (rig.send_raw(frame), rig.send_jpeg(frame)), timeout=5.0)
+
+    def stopped():  # once the rate's window has seen no frame of it (the first warning may come before)
+        return [text for level, text in lines if level == "warning" and "camera base on" in text
+                and "0.0 frames/s" in text]
+
+    assert stepped_ros.spin_until(lambda: stopped(), every=lambda: rig.send_jpeg(frame), timeout=20.0), lines
+    line = stopped()[0]
+    assert "its publisher is still there but sends nothing (a driver that stopped?), and no observation goes out " \
+        "until it does" in line, line
+    assert "send compressed images" not in line, line

@@ -62,7 +62,7 @@ from oxygen_ros.core.throttle import Throttle
 from oxygen_ros.msg import Observation as ObservationMsg
 from oxygen_ros.ros.camera_instruction import CameraInstruction
 from oxygen_ros.ros.camera_parameters import PARAMETERS, camera_names, slot_order
-from oxygen_ros.ros.camera_status import CameraStatus
+from oxygen_ros.ros.camera_status import RATE_WINDOW_S, CameraStatus
 from oxygen_ros.ros.conversions import (
     IMAGE_ERROR_REASONS,
     ImageError,
@@ -177,10 +177,16 @@ class CameraNode(Node):
                    "matches every publisher")
 
     def _rate_hint(self, index: int) -> str:
-        """For a slow camera, what may help (:func:`~oxygen_ros.ros.qos.image_qos_hint`)."""
+        """For a slow camera, what may help (:func:`~oxygen_ros.ros.qos.image_qos_hint`); for one
+        that delivered and then fell silent while its publisher is still there, that it stopped
+        (not a QoS matter: a loss of fragments does not take every frame of one that came)."""
         topic = self.topics[index]
-        return image_qos_hint(topic, self._images[index].qos_profile, self._image_bytes[index],
-                              [info.qos_profile for info in self.get_publishers_info_by_topic(topic)])
+        publishers = [info.qos_profile for info in self.get_publishers_info_by_topic(topic)]
+        silent = self.status.silent_for(index)
+        if publishers and silent is not None and silent > RATE_WINDOW_S:
+            return (f"; no frame for {silent:.1f} s after {self.status.received[index]} received: its publisher is "
+                    "still there but sends nothing (a driver that stopped?), and no observation goes out until it does")
+        return image_qos_hint(topic, self._images[index].qos_profile, self._image_bytes[index], publishers)
 
     # -- counters (see CameraStatus) -------------------------------------------
 

@@ -164,6 +164,11 @@ class CameraStatus:
         if 2 <= steps <= MISSING_MAX_STEPS and 4 * abs(step - steps * period_ns) < period_ns:
             self._gaps[index] = (step, period_ns, steps - 1)
 
+    def silent_for(self, index: int) -> float | None:
+        """Seconds since camera ``index``'s last frame (None: none came yet)."""
+        last = self._last_frame[index]
+        return None if last is None else self._clock() - last
+
     def group(self, spread_ns: int) -> None:
         """A group went out, its frames' stamps ``spread_ns`` apart (newest minus oldest)."""
         self.published += 1
