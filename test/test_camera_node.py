@@ -122,9 +122,12 @@ def test_each_image_of_an_observation_keeps_the_stamp_its_camera_sent(stepped_ro
     assert stamps["cam1"] - stamps["base"] > 0.1
 
 
-def test_stale_groups_are_dropped(stepped_ros):
+def test_stale_groups_are_dropped(stepped_ros, monkeypatch):
+    """... and a group stale on arrival (a camera clock behind, or frames long in transit) is
+    told as such: the warning named only the age, which sent users after the camera's rate."""
     rig = CameraRig(stepped_ros)
     camera = camera_node(stepped_ros, max_age=0.5, default_instruction="wait")
+    lines = record_log(camera, monkeypatch)
     rig.wait_matched(camera)
     frame = solid(8, 8, (1, 2, 3))
 
@@ -134,6 +137,9 @@ def test_stale_groups_are_dropped(stepped_ros):
 
     assert stepped_ros.spin_until(lambda: camera.dropped_stale >= 3, every=send_old)
     assert rig.observations == []
+    stale = [text for _, text in lines if text.startswith("dropped a stale group (max_age 0.5 s): ")]
+    assert stale and "s; stale on arrival, stamped 30.0" in stale[0] and "a camera clock behind this machine's" \
+        in stale[0], stale
 
     def send_fresh():
         rig.send_raw(frame)

@@ -62,7 +62,7 @@ from oxygen_ros.core.throttle import Throttle
 from oxygen_ros.msg import Observation as ObservationMsg
 from oxygen_ros.ros.camera_instruction import CameraInstruction
 from oxygen_ros.ros.camera_parameters import PARAMETERS, camera_names, slot_order
-from oxygen_ros.ros.camera_status import RATE_WINDOW_S, CameraStatus
+from oxygen_ros.ros.camera_status import RATE_WINDOW_S, CameraStatus, stale_group_text
 from oxygen_ros.ros.conversions import (
     IMAGE_ERROR_REASONS,
     ImageError,
@@ -95,6 +95,7 @@ class _Frame:
     rgb: np.ndarray  # HxWx3 uint8, original size
     stamp_ns: int
     header: Header
+    arrival_ns: int
 
 
 class CameraNode(Node):
@@ -266,7 +267,7 @@ class CameraNode(Node):
                 self._unstamped_warned.add(topic)
                 self.get_logger().warning(f"images on {topic} have no header stamp: using the receive time")
         self.status.frame(index, stamp_ns, self._grouping.period_ns(index))
-        self._frames[index] = _Frame(rgb, stamp_ns, header)
+        self._frames[index] = _Frame(rgb, stamp_ns, header, now_ns)
         state = self._state_at(now_ns)  # read once: the decision and the group it publishes see the same state
         self._act(self._grouping.frame_arrived(index, stamp_ns, now_ns, self.max_age, state is not None),
                   now_ns, state)
@@ -326,9 +327,8 @@ class CameraNode(Node):
             return
         if decision.kind == STALE:
             self.status.dropped_stale += 1
-            ages = ", ".join(f"{self.topics[i]} {(now_ns - self._frames[i].stamp_ns) / 1e9:.3f} s"
-                             for i in decision.stale)
-            text = f"dropped a stale group (max_age {self.max_age} s): {ages}"
+            text = stale_group_text(self.max_age, [(self.topics[i], now_ns - self._frames[i].stamp_ns,
+                                                    now_ns - self._frames[i].arrival_ns) for i in decision.stale])
             if self.status.settling():  # just started: the cameras' publishers come up one after another
                 self._warn("settling_stale", text, info=True)
             else:

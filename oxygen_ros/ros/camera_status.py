@@ -88,6 +88,19 @@ class RateWindow:
         return math.nan if span < self.window else len(self._times) / self.window
 
 
+def stale_group_text(max_age: float, frames: list[tuple[str, int, int]]) -> str:
+    """The warning for a group dropped as stale; ``frames``: (topic, age by its stamp, time since
+    it arrived) of each stale camera's frame, in ns. When each arrived within ``max_age``, it was
+    stale on arrival: its stamp is behind, by a camera clock behind this machine's or by transit."""
+    text = f"dropped a stale group (max_age {max_age} s): " + ", ".join(
+        f"{topic} {age / 1e9:.3f} s" for topic, age, _ in frames)
+    if frames and all(held <= max_age * 1e9 for _, _, held in frames):
+        behind = min(age - held for _, age, held in frames)
+        text += (f"; stale on arrival, stamped {behind / 1e9:.3f} s before they arrived (a camera "
+                 "clock behind this machine's: sync them, chrony or PTP; or that long in transit)")
+    return text
+
+
 def _period(steps) -> int | None:
     """A camera's period from its recent stamp ``steps``: the median of those of one period
     (under 1.75 times the shortest; the longer ones have frames missing in them; None: no step
