@@ -30,9 +30,11 @@ def test_respawn_is_planned_for_the_camera_sides_only():
 
 @pytest.mark.parametrize("values, message", [
     ({"respawn": "maybe"}, "argument 'respawn': expected true or false, got 'maybe'"),
-    ({"respawn": "true", "respawn_delay": "-1"}, "argument 'respawn_delay': expected seconds >= 0, got '-1'"),
-    ({"respawn": "true", "respawn_delay": "soon"}, "argument 'respawn_delay': expected seconds >= 0, got 'soon'"),
-    ({"respawn": "true", "respawn_delay": "inf"}, "argument 'respawn_delay': expected seconds >= 0, got 'inf'"),
+    ({"respawn": "true", "respawn_delay": "-1"}, "argument 'respawn_delay': expected seconds >= 0.1, got '-1'"),
+    ({"respawn": "true", "respawn_delay": "soon"}, "argument 'respawn_delay': expected seconds >= 0.1, got 'soon'"),
+    ({"respawn": "true", "respawn_delay": "inf"}, "argument 'respawn_delay': expected seconds >= 0.1, got 'inf'"),
+    # none: launch_ros restarted a node that exited for a bad parameter once, while the launch shut down
+    ({"respawn": "true", "respawn_delay": "0"}, "argument 'respawn_delay': expected seconds >= 0.1, got '0'"),
     ({"respawn_delay": "3"}, "argument 'respawn_delay': '3' restarts nothing without respawn:=true"),
 ])
 def test_a_bad_respawn_argument_is_named_before_anything_starts(values, message, capsys):
@@ -54,14 +56,16 @@ def test_under_launch_a_camera_side_is_restarted_unless_a_bad_parameter_ended_it
     from oxygen_ros.ros.plan import node_exit_message, respawn_message
 
     assert node_exit_message("a/oxygen_camera", -9, shutting_down=False, respawn_delay=1.0) is None
-    assert node_exit_message("a/oxygen_camera", 1, shutting_down=False, respawn_delay=0.0) is None
+    assert node_exit_message("a/oxygen_camera", 1, shutting_down=False, respawn_delay=0.1) is None
     assert node_exit_message("a/oxygen_camera", 2, shutting_down=False, respawn_delay=1.0) == (
-        "a/oxygen_camera exited with code 2 (a bad parameter: not restarted); ending the launch "
+        "a/oxygen_camera exited with code 2 (a bad parameter or parameters file: not restarted); ending the launch "
         "(the node's own log above says why)")
     assert node_exit_message("oxygen_inference", 0, shutting_down=False, respawn_delay=None).startswith(
         "oxygen_inference exited with code 0; ending the launch")
-    assert respawn_message("a/oxygen_camera", -9, 1.5) == (
-        "a/oxygen_camera was killed by signal 9; restarting it in 1.5 s (respawn:=true; its own log above says why)")
+    assert respawn_message("a/oxygen_camera", -9, 1.5) == (  # killed: its log says nothing
+        "a/oxygen_camera was killed by signal 9; restarting it in 1.5 s (respawn:=true)")
+    assert respawn_message("a/oxygen_camera", 1, 1.5) == (
+        "a/oxygen_camera exited with code 1; restarting it in 1.5 s (respawn:=true; its own log above says why)")
 
 
 def _new_child(proc, robot: str, old: int, timeout: float = 90.0) -> int | None:
@@ -107,9 +111,11 @@ def test_a_killed_camera_side_comes_back_and_the_other_robot_runs_on(ros_env, tm
     assert data["robots"]["b"]["obs_to_action_p99_ms"] < 5000, data["robots"]["b"]
 
 
-def test_a_restart_refused_for_a_bad_parameter_ends_the_run(ros_env, tmp_path):
+@pytest.mark.parametrize("broken", ["value", "file"])
+def test_a_restart_refused_for_a_bad_parameter_ends_the_run(ros_env, tmp_path, broken):
     """The camera side is restarted with the parameters file as it is then: a value made bad
-    meanwhile ends the run (exit 1, naming it) instead of restarting it for ever."""
+    meanwhile, or a file that is no longer YAML, ends the run (exit 1, naming it) instead of
+    restarting it for ever."""
     params = tmp_path / "agent.yaml"
     text = (REPO / "config" / "agent.yaml").read_text()
     params.write_text(text)
@@ -118,7 +124,8 @@ def test_a_restart_refused_for_a_bad_parameter_ends_the_run(ros_env, tmp_path):
         read_until_running(proc)
         (side,) = robot_processes(proc.pid)
         assert "    max_age: 0.5\n" in text
-        params.write_text(text.replace("    max_age: 0.5\n", "    max_age: -1.0\n", 1))
+        params.write_text(text.replace("    max_age: 0.5\n", "    max_age: -1.0\n" if broken == "value" else
+                                       "    max_age: [0.5\n", 1))
         os.kill(side, signal.SIGKILL)
         out, err = proc.communicate(timeout=120)
     finally:
@@ -126,9 +133,13 @@ def test_a_restart_refused_for_a_bad_parameter_ends_the_run(ros_env, tmp_path):
             proc.kill()
             proc.wait()
     assert proc.returncode == 1, out[-2000:] + err[-3000:]
-    assert "restarting it in 1 s (respawn:=true" in err, err[-3000:]
-    assert "parameter 'max_age'" in err, err[-3000:]
-    assert "exited with code 2 (a bad parameter: not restarted); its own log above says why" in err, err[-3000:]
+    assert "restarting it in 1 s (respawn:=true)" in err, err[-3000:]
+    if broken == "value":
+        assert "parameter 'max_age'" in err, err[-3000:]
+        assert "exited with code 2 (a bad parameter or parameters file: not restarted); its own log above says why" \
+            in err, err[-3000:]
+    else:
+        assert f"was killed by signal 9; not restarted: parameters file {params}" in err, err[-3000:]
 
 
 def test_the_probe_matches_a_first_action_with_the_newest_observation_of_its_seq():

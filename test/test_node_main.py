@@ -26,3 +26,19 @@ def test_a_bad_parameter_ends_a_node_with_status_2_naming_it(ros_env, tmp_path, 
     assert run.returncode == 2, out[-2000:]
     assert "Traceback" not in out, out[-2000:]
     assert all(f"parameter '{name}'" in out for name in names), out[-2000:]
+
+
+@pytest.mark.parametrize("executable", ["camera_node", "inference_node"])
+def test_a_parameters_file_rcl_cannot_parse_ends_a_node_with_status_2(ros_env, tmp_path, executable):
+    """rcl refuses it in rclpy.init, before any node exists: that was a traceback and status 1,
+    which a launch with respawn:=true took for a crash and restarted every second for ever."""
+    broken = tmp_path / "broken.yaml"
+    broken.write_text("oxygen_camera:\n  ros__parameters:\n    image_topics: [/a\n")
+    path = installed_prefix() / "lib" / "oxygen_ros" / executable
+    run = subprocess.run([str(path), "--ros-args", "--params-file", str(broken)], cwd=tmp_path, env=checkout_env(),
+                         capture_output=True, text=True, timeout=120)
+    out = run.stdout + run.stderr
+    assert run.returncode == 2, out[-2000:]
+    assert "Traceback" not in out, out[-2000:]
+    assert f"cannot start with these arguments: failed to initialize rcl: Couldn't parse params file: " \
+           f"'--params-file {broken}'" in out, out[-2000:]

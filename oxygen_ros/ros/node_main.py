@@ -13,12 +13,28 @@ from .parameters import ParameterError
 from .process import ignore_further_interrupts, init_control_process, report_leftover_threads, settle_garbage_collector
 
 
+def _initialised(init: Callable) -> bool:
+    """Run ``init`` (rclpy's); False, with rcl's reason printed, when rcl refuses the process's
+    arguments (a parameters file that cannot be parsed): the same exit status as a bad parameter,
+    which a launch's respawn does not retry for ever."""
+    from rclpy._rclpy_pybind11 import RCLError
+
+    try:
+        init()
+    except RCLError as exc:
+        print(f"cannot start with these arguments: {exc}", file=sys.stderr, flush=True)
+        return False
+    return True
+
+
 def run_node(make_node: Callable, args: list[str] | None = None, until_done: bool = False) -> int:
     """Init rclpy, build the node, spin it (until ``node.done`` when asked), destroy it;
     Ctrl-C and an external shutdown end it quietly. 2 when a parameter is bad (the node
-    has logged which: the status of every node's executable and of ``oxygen-agent``), else 0."""
+    has logged which: the status of every node's executable and of ``oxygen-agent``) or rcl
+    refuses the arguments (a parameters file it cannot parse), else 0."""
     # rclpy.init() is a context manager from Kilted on; Jazzy's returns None: init and shut down by hand
-    rclpy.init(args=args)
+    if not _initialised(lambda: rclpy.init(args=args)):
+        return 2
     try:
         try:
             node = make_node()
@@ -48,7 +64,8 @@ def run_control_node(make_node: Callable, name: str, args: list[str] | None = No
     does not load, a fault outside the frames: printed with its cause), else 0."""
     from rclpy.executors import SingleThreadedExecutor
 
-    init_control_process(args, sigint_once=True)  # a second SIGINT (launch's) never cuts the clean-up
+    if not _initialised(lambda: init_control_process(args, sigint_once=True)):  # a second SIGINT (launch's)
+        return 2  # never cuts the clean-up
     node = executor = None
     code = 0
     try:

@@ -139,7 +139,8 @@ def exit_how(returncode: int | None) -> str:
 
 def restarts(returncode: int | None, respawn_delay: float | None) -> bool:
     """Whether a node (a camera side) that ended with ``returncode`` is restarted: with
-    ``respawn_delay`` set, unless it ended for a bad parameter (2), which a restart would not mend."""
+    ``respawn_delay`` set, unless it ended for a bad parameter or parameters file (2), which a
+    restart would not mend."""
     return respawn_delay is not None and returncode != 2
 
 
@@ -151,13 +152,14 @@ def node_exit_message(name: str, returncode: int | None, shutting_down: bool,
     node (or the reverse) would leave the robot without actions and the launch looking healthy."""
     if shutting_down or restarts(returncode, respawn_delay):
         return None
-    why = " (a bad parameter: not restarted)" if respawn_delay is not None else ""
+    why = " (a bad parameter or parameters file: not restarted)" if respawn_delay is not None else ""
     return f"{name} {exit_how(returncode)}{why}; ending the launch (the node's own log above says why)"
 
 
 def respawn_message(name: str, returncode: int | None, respawn_delay: float) -> str:
     """What the log says when a camera side's node (or process) ``name`` ended and is restarted."""
-    return f"{name} {exit_how(returncode)}; restarting it in {respawn_delay:g} s (respawn:=true; its own log above says why)"
+    why = "; its own log above says why" if returncode is not None and returncode >= 0 else ""  # a signal: none
+    return f"{name} {exit_how(returncode)}; restarting it in {respawn_delay:g} s (respawn:=true{why})"
 
 
 def build_nodes(plan: list[dict[str, Any]], params_file: str, nodes: list, context=None) -> list:

@@ -81,10 +81,13 @@ ARGUMENTS: tuple[Argument, ...] = (
     Argument("respawn", "false", "true: a camera side's node that exits (camera node, synthetic camera) is "
              "restarted after respawn_delay, and the other robots run on; the inference node stays required."),
     Argument("respawn_delay", "", "Seconds before a camera side's node is restarted (respawn:=true; empty: "
-             "1.0)."),
+             "1.0; at least 0.1)."),
 )
 
 RESPAWN_DELAY_S = 1.0  # respawn_delay left empty
+# launch_ros decides to restart a node as it queues its exit, before the launch's handler can end the
+# launch for a bad parameter: with no delay, it restarted such a node once, while the launch shut down
+RESPAWN_MIN_DELAY_S = 0.1
 
 #: With demo:=true, the camera node also takes the synthetic camera's gripper
 #: position as the robot state (closing the loop the way the model was trained).
@@ -145,8 +148,8 @@ def parse_respawn(args: dict[str, str]) -> float | None:
         value = float(delay)
     except ValueError:
         value = float("nan")
-    if not 0.0 <= value < float("inf"):
-        raise ValueError(f"argument 'respawn_delay': expected seconds >= 0, got {delay!r}")
+    if not RESPAWN_MIN_DELAY_S <= value < float("inf"):
+        raise ValueError(f"argument 'respawn_delay': expected seconds >= {RESPAWN_MIN_DELAY_S:g}, got {delay!r}")
     return value
 
 

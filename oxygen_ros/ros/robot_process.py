@@ -35,7 +35,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from .plan import build_nodes, exit_how, node_label, respawn_message, restarts
+from .plan import build_nodes, check_params_file, exit_how, node_label, respawn_message, restarts
 from .plan_tables import NODES
 
 READY = "robot process ready"
@@ -184,12 +184,17 @@ class RobotProcesses:
                     if not child.ready and child.poll_ready():
                         log(f"{child.name} runs again (restart {self.restarts[child.robot]})")
                 elif not restarts(code, self.respawn_delay):
-                    self._ended = f"{child.name} {exit_how(code)} (a bad parameter: not restarted); its own log above says why"
+                    self._ended = f"{child.name} {exit_how(code)} (a bad parameter or parameters file: not restarted); its own log above says why"
                     return
                 elif child.restart_at is None:
                     child.restart_at = time.monotonic() + self.respawn_delay
                     log(respawn_message(child.name, code, self.respawn_delay))
                 elif time.monotonic() >= child.restart_at:
+                    try:  # one that cannot be read ends the run, as it would a start
+                        check_params_file(self.params_file)
+                    except ValueError as exc:
+                        self._ended = f"{child.name} {exit_how(code)}; not restarted: {exc}"
+                        return
                     child.stop()
                     self.children[i] = RobotProcess(child.robot, child.items, self.params_file,
                                                     self.background_niceness)
@@ -235,6 +240,7 @@ def main(argv: list[str] | None = None) -> int:
     config = json.loads(plan.read_text())
     plan.unlink(missing_ok=True)  # read once: nothing is left in the temp dir even if the agent is killed
     label = side_label(config["robot"])
+    from rclpy._rclpy_pybind11 import RCLError
     from rclpy.executors import ExternalShutdownException
 
     from .parameters import ParameterError
@@ -256,6 +262,9 @@ def main(argv: list[str] | None = None) -> int:
         return code
     except ParameterError as exc:
         print(f"{label}: {exc.node + ': ' if exc.node else ''}{exc}", file=sys.stderr, flush=True)
+        return 2
+    except RCLError as exc:  # rcl refused the parameters file (changed since the start, and not YAML now)
+        print(f"{label}: cannot start: {exc}", file=sys.stderr, flush=True)
         return 2
     except (KeyboardInterrupt, ExternalShutdownException):
         return 0
