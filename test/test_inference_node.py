@@ -11,6 +11,7 @@ import threading
 import time
 
 import numpy as np
+import pytest
 from ros_harness import InferenceClient, check_chunks, check_text, inference_node, unique_prefix
 
 H = 10  # tiny preset horizon
@@ -48,6 +49,9 @@ def test_actions_at_control_rate_text_streams_and_questions(ros, random_tiny_dir
     # JointTrajectory: the first two action dimensions, one point per action from the offset on
     trajectories = list(client.trajectories)
     assert trajectories and all(list(t.joint_names) == ["j0", "j1"] for t in trajectories)
+    # never a single point (a chunk's last row, held when observations stop): it ends when it starts,
+    # and a joint_trajectory_controller refuses a trajectory that ends before it arrives
+    assert all(len(t.points) >= 2 for t in trajectories), sorted({len(t.points) for t in trajectories})
     first = chunks[0]
     match = [t for t in trajectories if t.header.stamp == first.header.stamp]
     assert match and len(match[0].points) == first.horizon
@@ -126,3 +130,24 @@ def test_on_demand_only_and_question_before_any_observation(ros):
     stale = [m for m in client.text if m.client_id == "stale"]
     assert [(m.finish_reason, m.token_id) for m in stale] == [("rejected", -1)]
     assert node.counters["questions_rejected_stale"] == 1
+
+
+@pytest.mark.parametrize("hold", ["last", "none"])
+def test_no_joint_trajectory_of_one_point_goes_out_when_a_chunk_runs_down(ros, random_tiny_dir, hold):
+    """The observations stop: the ticks publish the chunk's last rows, then (hold_action last) hold
+    its last row. A trajectory of one point ends when it starts, before it arrives, and a
+    joint_trajectory_controller refuses it ("ends in the past", an ERROR a tick while held); the
+    ActionChunks go out as before."""
+    prefix = unique_prefix()
+    node = inference_node(ros, prefix, joint_names=["j0", "j1"], model_path=random_tiny_dir, hold_action=hold,
+                          language_every_n_frames=0)
+    client = InferenceClient(ros, prefix, node=node)
+    client.publish_observations(1.0)
+    time.sleep(1.0)  # H / 50 Hz = 0.2 s of rows, then holds (or underruns)
+    chunks, trajectories = list(client.chunks), list(client.trajectories)
+    assert any(len(c.actions) == c.action_dim for c in chunks), "no tick with one row left"  # the test's premise
+    assert trajectories and all(len(t.points) >= 2 for t in trajectories), \
+        sorted({len(t.points) for t in trajectories})
+    if hold == "last":
+        assert any(c.offset >= c.horizon for c in chunks), "no hold"
+

@@ -148,7 +148,10 @@ class ActionOutput:
             conversions.ns_to_time_msg(c.observation_stamp_ns), due.offset, c.period_ns / NS_PER_S, actions,
             header_frame_id=frame)
         self._pub_actions.publish(msg)
-        if self._pub_traj is not None:
+        if self._pub_traj is not None and (len(actions) > 1 or c.horizon == 1):
+            # one point would end when it starts, before it arrives: joint_trajectory_controller refuses such
+            # a trajectory ("ends in the past", an ERROR each tick while a chunk's last row is held); it holds
+            # the last point of the one before, which is this row
             names = self._params["joint_names"]
             self._pub_traj.publish(conversions.joint_trajectory_msg(
                 msg.header.stamp, names, actions[:, :len(names)], c.period_ns / NS_PER_S, frame_id=frame))
