@@ -114,6 +114,19 @@ def test_a_missing_or_unreadable_params_file_is_an_error(tmp_path, capsys, conte
     assert f"oxygen-test: parameters file {path}" in capsys.readouterr().err
 
 
+def test_a_section_without_ros__parameters_is_named_as_such(tmp_path):
+    """It read "section '/oxygen_camera/image_size' is not a mapping", which named no cause."""
+    from oxygen_ros.ros.plan import resolve
+
+    path = tmp_path / "agent.yaml"
+    path.write_text("oxygen_camera:\n  image_size: 48\n")
+    with pytest.raises(ValueError) as err:
+        resolve({"params_file": str(path)})
+    assert str(err.value) == (f"parameters file {path}: 'image_size' in section '/oxygen_camera' is a value, not a "
+                              "section: a node's parameters go under ros__parameters (is 'ros__parameters:' missing "
+                              "under 'oxygen_camera'?)")
+
+
 def test_launch_file_loads_where_launch_ros_is_available():
     pytest.importorskip("launch_ros")
     from launch.actions import DeclareLaunchArgument, OpaqueFunction

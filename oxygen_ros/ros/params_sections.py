@@ -63,6 +63,10 @@ def read_sections(path: str) -> list[tuple[str, dict[str, Any]]]:
 def _collect(tree: dict, prefix: str, out: list, path: str) -> None:
     for key, value in tree.items():
         name = f"{prefix}/{str(key).strip('/')}" if prefix else "/" + str(key).lstrip("/")
+        if not isinstance(value, dict) and prefix:  # a parameter where a section's ros__parameters should be
+            raise ValueError(f"parameters file {path}: {str(key)!r} in section {prefix!r} is a value, not a section: "
+                             f"a node's parameters go under {PARAMS_KEY} (is '{PARAMS_KEY}:' missing under "
+                             f"{prefix.lstrip('/')!r}?)")
         if not isinstance(value, dict):
             raise ValueError(f"parameters file {path}: section {name!r} is not a mapping")
         if PARAMS_KEY in value:
