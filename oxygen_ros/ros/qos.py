@@ -58,7 +58,8 @@ def image_qos_hint(topic: str, subscription: QoSProfile, image_bytes: int | None
     none came) large; to send compressed images or publish reliable, when images came large
     from a best-effort publisher; else ''."""
     if not publishers:
-        return f"; nothing publishes on {topic}: check the topic's name (a remapping, the robot's namespace)"
+        return (f"; nothing publishes on {topic}: check the topic's name (a remapping, the robot's namespace), "
+                "or that its driver runs")
     if is_reliable(subscription) or (image_bytes is not None and image_bytes < FRAGMENT_BYTES):
         return ""  # images of one datagram each (best effort loses no part of one), or not its QoS
     if not all(is_reliable(p) for p in publishers):
