@@ -114,6 +114,22 @@ def test_a_missing_or_unreadable_params_file_is_an_error(tmp_path, capsys, conte
     assert f"oxygen-test: parameters file {path}" in capsys.readouterr().err
 
 
+def test_a_camera_node_grouping_more_cameras_than_max_cameras_is_warned_of_before_the_start(tmp_path):
+    """Every observation would be refused at run time, one by one; with robots, per robot."""
+    from oxygen_ros.ros.plan import node_plan, plan_warnings
+
+    path = tmp_path / "agent.yaml"
+    path.write_text(YAML_FILE.read_text().replace("    max_cameras: 0\n", "    max_cameras: 1\n").replace(
+        '    compressed_image_topics: []\n', '    compressed_image_topics: ["/wrist/image_raw/compressed"]\n', 1))
+    assert "max_cameras: 1" in path.read_text() and "/wrist/image_raw/compressed" in path.read_text()
+    assert plan_warnings(node_plan({}, str(path)), str(path)) == [
+        "oxygen_camera groups 2 cameras, but the inference node's max_cameras is 1: it would refuse every "
+        "observation (set max_cameras to 2, or 0 for the model's camera slots)"]
+    lines = plan_warnings(node_plan({"robots": "a,b"}, str(path)), str(path))
+    assert [line.split(" groups")[0] for line in lines] == ["a/oxygen_camera", "b/oxygen_camera"], lines
+    assert plan_warnings(node_plan({"model_path": ""}, str(YAML_FILE)), str(YAML_FILE)) == []  # max_cameras 0
+
+
 def test_a_section_without_ros__parameters_is_named_as_such(tmp_path):
     """It read "section '/oxygen_camera/image_size' is not a mapping", which named no cause."""
     from oxygen_ros.ros.plan import resolve

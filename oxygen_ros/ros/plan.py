@@ -31,6 +31,7 @@ from .plan_tables import (
 )
 from .params_sections import key_matches, node_parameters, read_sections, read_yaml
 from .robot_plan import INFERENCE, file_robots, robots_plan
+from .camera_count_check import camera_count_warnings
 from .robot_topics_check import robot_topic_warnings
 from .robots import parse_robots, resolved_topic
 
@@ -91,7 +92,8 @@ def plan_warnings(plan: list[dict[str, Any]], params_file: str) -> list[str]:
     """What to warn of before ``plan`` starts with ``params_file``: its sections that give their
     parameters to no node (a misspelt node name: every parameter of that node would silently
     keep its default), a camera remapping (``camera_topic``) of a topic the camera node does
-    not subscribe to, and robots whose topics cross or miss (:mod:`.robot_topics_check`). A
+    not subscribe to, robots whose topics cross or miss (:mod:`.robot_topics_check`) and a camera
+    node grouping more cameras than ``max_cameras`` (:mod:`.camera_count_check`). A
     robot's node counts under its plain name too: the plan of several robots reads the
     generic sections for them (:mod:`.robot_plan`); so does every node this package can
     start (the demo's synthetic camera has its section in the installed file)."""
@@ -103,7 +105,7 @@ def plan_warnings(plan: list[dict[str, Any]], params_file: str) -> list[str]:
             lines.append(f"parameters file {params_file}: section {key!r} names no node of this launch (its nodes: "
                          f"{', '.join(sorted(names))}): its parameters are not used")
     return (lines + [line for item in plan if (line := _remap_unused(item, sections))]
-            + robot_topic_warnings(plan, sections))
+            + robot_topic_warnings(plan, sections) + camera_count_warnings(plan, sections))
 
 
 def _remap_unused(item: dict[str, Any], sections: list) -> str | None:
