@@ -184,7 +184,8 @@ class RobotProcesses:
                     if not child.ready and child.poll_ready():
                         log(f"{child.name} runs again (restart {self.restarts[child.robot]})")
                 elif not restarts(code, self.respawn_delay):
-                    self._ended = f"{child.name} {exit_how(code)} (a bad parameter or parameters file: not restarted); its own log above says why"
+                    self._ended = (f"{child.name} {exit_how(code)} (a bad parameter or parameters file: not "
+                                   "restarted); its own log above says why")
                     return
                 elif child.restart_at is None:
                     child.restart_at = time.monotonic() + self.respawn_delay
