@@ -20,7 +20,7 @@ period is the median of the camera's last 8 stamp steps that span one period
 (under 1.75 times the shortest; the node's own figure, the shortest step,
 until there are 3): a publisher that stamps with its clock when it gets to it
 has steps shorter than its period, and a period taken from the shortest
-counted 15 of 900 frames missing at 5 ms of jitter where none was.
+counted 14-15 of 900 frames missing at 5 ms of jitter where none was.
 A lockstep bag player's held images step by a hold, not by whole periods. Frames
 missing while the node settles (:meth:`CameraStatus.settling`) are counted but
 not warned about: a publisher starting beside busy processes skips frames (the
