@@ -13,6 +13,7 @@ from __future__ import annotations
 from typing import Any
 
 from .params_sections import node_parameters
+from .plan_tables import node_fqn, node_label
 from .robot_plan import CAMERA, INFERENCE, node_defaults
 
 
@@ -21,16 +22,12 @@ def _topics(value: Any) -> int:
     return len(value) if isinstance(value, list) else 0
 
 
-def _fqn(item: dict[str, Any]) -> str:
-    return f"/{item['namespace']}/{item['spec'].name}" if item["namespace"] else f"/{item['spec'].name}"
-
-
 def camera_count_warnings(plan: list[dict[str, Any]], sections: list) -> list[str]:
     """The lines to warn of for ``plan`` with the parameters file's ``sections``."""
     inference = next((item for item in plan if item["spec"].name == INFERENCE), None)
     if inference is None:
         return []
-    most = {**node_parameters(sections, _fqn(inference)), **inference["parameters"]}.get("max_cameras", 0)
+    most = {**node_parameters(sections, node_fqn(inference)), **inference["parameters"]}.get("max_cameras", 0)
     if not isinstance(most, int) or isinstance(most, bool) or most <= 0:
         return []
     lines, defaults = [], node_defaults(CAMERA)
@@ -38,11 +35,11 @@ def camera_count_warnings(plan: list[dict[str, Any]], sections: list) -> list[st
         if item["spec"].name != CAMERA:
             continue
         # a robot's item carries its merged parameters; the one robot's come from the file's section
-        params = {**defaults, **({} if item.get("robot") else node_parameters(sections, _fqn(item))),
+        params = {**defaults, **({} if item.get("robot") else node_parameters(sections, node_fqn(item))),
                   **item["parameters"]}
         count = _topics(params["image_topics"]) + _topics(params["compressed_image_topics"])
         if count > most:
-            lines.append(f"{_fqn(item).lstrip('/')} groups {count} cameras, but the inference node's max_cameras is "
+            lines.append(f"{node_label(item)} groups {count} cameras, but the inference node's max_cameras is "
                          f"{most}: it would refuse every observation (set max_cameras to {count}, or 0 for the "
                          "model's camera slots)")
     return lines

@@ -26,6 +26,8 @@ from .plan_tables import (
     NODES,
     argument_overrides,
     default_params_file,
+    node_fqn,
+    node_label,
     parse_bool,
     parse_respawn,
 )
@@ -66,16 +68,6 @@ def node_plan(values: dict[str, str], params_file: str | None = None) -> list[di
     for item in plan:  # the inference node is always required: without it no robot gets an action
         item["respawn_delay"] = None if item["spec"].name == INFERENCE else respawn_delay
     return plan
-
-
-def node_label(item: dict[str, Any]) -> str:
-    """How logs name a plan item's node: ``oxygen_camera``, or ``left/oxygen_camera`` in a robot's namespace."""
-    return f"{item['namespace']}/{item['spec'].name}" if item["namespace"] else item["spec"].name
-
-
-def node_fqn(item: dict[str, Any]) -> str:
-    """A plan item's node's fully-qualified name: ``/oxygen_camera``, ``/left/oxygen_camera``."""
-    return "/" + node_label(item)
 
 
 def resolve(values: dict[str, str]) -> tuple[list[dict[str, Any]], str]:

@@ -124,6 +124,16 @@ def default_params_file() -> str:
     return str(Path(__file__).resolve().parents[2] / "config" / "agent.yaml")
 
 
+def node_label(item: dict[str, Any]) -> str:
+    """How logs name a plan item's node: ``oxygen_camera``, or ``left/oxygen_camera`` in a robot's namespace."""
+    return f"{item['namespace']}/{item['spec'].name}" if item["namespace"] else item["spec"].name
+
+
+def node_fqn(item: dict[str, Any]) -> str:
+    """A plan item's node's fully-qualified name: ``/oxygen_camera``, ``/left/oxygen_camera``."""
+    return "/" + node_label(item)
+
+
 def parse_bool(name: str, value: str) -> bool:
     v = str(value).strip().lower()
     if v in TRUE:
