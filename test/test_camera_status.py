@@ -3,6 +3,7 @@
 import math
 from collections import deque
 
+from oxygen_ros.core.grouping import PERIOD_STEPS, typical_period_ns
 from oxygen_ros.ros.camera_status import RATE_WINDOW_S, CameraStatus
 
 
@@ -184,9 +185,9 @@ def test_a_few_frames_missing_or_a_lockstep_hold_or_a_pause_warn_of_nothing():
 
 def test_a_camera_whose_rate_was_lowered_is_not_taken_for_one_losing_frames():
     """A camera set from 10 Hz to 1 Hz steps ten of its old periods, frame after frame, until
-    its period is learnt anew (the node passes the shortest of its last 8 steps): no frame is
-    missing, and nothing is warned about. Set back to 10 Hz, a gap of three periods is two
-    frames missing."""
+    its period is learnt anew (the node passes its grouping's period of its last 8 steps): no
+    frame is missing, and nothing is warned about. Set back to 10 Hz, a gap of three periods is
+    two frames missing."""
     clock = Clock()
     status = CameraStatus(["base"], ["/camera"], ("decode",), clock=clock)
     assert _frames(status, clock, 5) == []  # settled, 10 Hz
@@ -194,7 +195,7 @@ def test_a_camera_whose_rate_was_lowered_is_not_taken_for_one_losing_frames():
     for step_s in [1.0] * 12 + [0.1] * 10 + [0.3, 0.1, 0.1]:
         clock.now += step_s
         stamp += round(step_s * 1e9)
-        status.frame(0, stamp, min(steps))
+        status.frame(0, stamp, typical_period_ns(steps))
         steps.append(round(step_s * 1e9))
         status.figures("")
         warnings += status.rate_warnings(0.5)
@@ -202,14 +203,14 @@ def test_a_camera_whose_rate_was_lowered_is_not_taken_for_one_losing_frames():
 
 
 def _stamped(status, clock, stamps_s, every=None):
-    """Frames of camera 0 stamped ``stamps_s`` (seconds), each arriving at its stamp; the node's
-    period passed as it does (the shortest of the last 8 steps). ``every``: frames kept."""
-    steps, previous = deque(maxlen=8), None
+    """Frames of camera 0 stamped ``stamps_s`` (seconds), each arriving at its stamp; the period
+    passed as the node passes it (its grouping's, of the last 8 steps). ``every``: frames kept."""
+    steps, previous = deque(maxlen=PERIOD_STEPS), None
     for i, stamp_s in enumerate(stamps_s):
         stamp = round(stamp_s * 1e9)
         clock.now = 100.0 + stamp_s
         if every is None or every(i):
-            status.frame(0, stamp, min(steps) if steps else None)
+            status.frame(0, stamp, typical_period_ns(steps))
             if previous is not None:
                 steps.append(stamp - previous)
             previous = stamp

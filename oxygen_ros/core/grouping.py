@@ -56,6 +56,25 @@ PUBLISH, WAIT, STALE, NO_STATE = "publish", "wait", "stale", "no_state"
 PERIOD_STEPS = 8
 
 
+#: Steps from which :func:`typical_period_ns` takes a median (with fewer, the shortest)
+MEDIAN_STEPS = 3
+
+
+def typical_period_ns(steps) -> int | None:
+    """A camera's period from its recent stamp ``steps`` (each > 0): the median of those of one
+    period (under 1.75 times the shortest; the longer ones have frames missing in them), from
+    :data:`MEDIAN_STEPS` of them on; the shortest before (None: none). The shortest alone is
+    short of the period when the publisher's stamps jitter: a publisher that stamps with its
+    clock when it gets to it steps shorter than its period now and then."""
+    if not steps:
+        return None
+    shortest = min(steps)
+    if len(steps) < MEDIAN_STEPS:
+        return shortest
+    single = sorted(s for s in steps if s < 1.75 * shortest)
+    return single[len(single) // 2]
+
+
 @dataclass(frozen=True)
 class Decision:
     """What to do now: ``kind`` is one of PUBLISH, WAIT, STALE (``stale``: the cameras
@@ -139,6 +158,11 @@ class FrameGrouping:
         """Camera ``index``'s period as its stamps show it (None: not two frames yet)."""
         steps = self._steps[index]
         return min(steps) if steps else None
+
+    def typical_period_ns(self, index: int) -> int | None:
+        """Camera ``index``'s period robust to jitter (see :func:`typical_period_ns`), for counting
+        the frames it lost; the grouping waits by :meth:`period_ns`."""
+        return typical_period_ns(self._steps[index])
 
     def _frame_period_ns(self) -> int | None:
         """The cameras' shortest period (None: no camera has one yet)."""

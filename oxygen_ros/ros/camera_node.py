@@ -266,7 +266,7 @@ class CameraNode(Node):
             if topic not in self._unstamped_warned:
                 self._unstamped_warned.add(topic)
                 self.get_logger().warning(f"images on {topic} have no header stamp: using the receive time")
-        self.status.frame(index, stamp_ns, self._grouping.period_ns(index))
+        self.status.frame(index, stamp_ns, self._grouping.typical_period_ns(index))
         self._frames[index] = _Frame(rgb, stamp_ns, header, now_ns)
         state = self._state_at(now_ns)  # read once: the decision and the group it publishes see the same state
         self._act(self._grouping.frame_arrived(index, stamp_ns, now_ns, self.max_age, state is not None),

@@ -16,11 +16,10 @@ Such a step is counted once the next step is not the same again (a camera whose
 rate was lowered steps by one multiple of its old period, frame after frame,
 until its period is learnt anew, and lost none) and is not a catch-up, shorter
 than half a period (a frame published late, the next on time: none lost). The
-period is the median of the camera's last 8 stamp steps that span one period
-(under 1.75 times the shortest; the node's own figure, the shortest step,
-until there are 3): a publisher that stamps with its clock when it gets to it
-has steps shorter than its period, and a period taken from the shortest
-counted 14-15 of 900 frames missing at 5 ms of jitter where none was.
+period the node passes is its grouping's jitter-robust one
+(:func:`oxygen_ros.core.grouping.typical_period_ns`): one taken from the
+shortest stamp step counted 14-15 of 900 frames missing at 5 ms of jitter
+where none was.
 A lockstep bag player's held images step by a hold, not by whole periods. Frames
 missing while the node settles (:meth:`CameraStatus.settling`) are counted but
 not warned about: a publisher starting beside busy processes skips frames (the
@@ -57,8 +56,6 @@ STALL_READINGS = 1.5
 MISSING_SHARE = 0.1
 #: The longest stamp step, in periods, read as frames missing (longer: the camera paused).
 MISSING_MAX_STEPS = 10
-#: Stamp steps kept per camera; from :data:`MEDIAN_STEPS` of them on, its period comes from them (``_period``)
-PERIOD_STEPS, MEDIAN_STEPS = 8, 3
 
 
 class RateWindow:
@@ -101,17 +98,6 @@ def stale_group_text(max_age: float, frames: list[tuple[str, int, int]]) -> str:
     return text
 
 
-def _period(steps) -> int | None:
-    """A camera's period from its recent stamp ``steps``: the median of those of one period
-    (under 1.75 times the shortest; the longer ones have frames missing in them; None: no step
-    forward). The shortest alone is short of the period when the publisher's stamps jitter."""
-    forward = [s for s in steps if s > 0]
-    if not forward:
-        return None
-    single = sorted(s for s in forward if s < 1.75 * min(forward))
-    return single[len(single) // 2]
-
-
 class CameraStatus:
     """Counters and per-camera figures of a camera node with cameras ``names`` on ``topics``
     (resolved names); ``reasons``: every rejection reason counted; ``reading_period``: seconds
@@ -132,7 +118,6 @@ class CameraStatus:
         # per camera, the last step of whole periods: (step, period, frames missing), counted once
         # the next step differs from it (the same step again: the camera's rate changed)
         self._gaps: list[tuple[int, int, int] | None] = [None] * len(topics)
-        self._steps = [deque(maxlen=PERIOD_STEPS) for _ in topics]  # each camera's recent stamp steps
         self._spread_ns: int | None = None  # the widest stamp spread of a group published since the last figures
         self._last_frame: list[float | None] = [None] * len(topics)
         self._rates = [RateWindow(start) for _ in topics]
@@ -158,14 +143,9 @@ class CameraStatus:
         self._last_frame[index] = now
         self._rates[index].add(now)
         previous, self._stamps[index] = self._stamps[index], stamp_ns
-        if previous is None or stamp_ns is None:
+        if previous is None or stamp_ns is None or not period_ns:
             return
-        step, recent = stamp_ns - previous, self._steps[index]
-        if len(recent) >= MEDIAN_STEPS:
-            period_ns = _period(recent) or period_ns
-        recent.append(step)
-        if not period_ns:
-            return
+        step = stamp_ns - previous
         gap, self._gaps[index] = self._gaps[index], None
         # frames were lost unless the step after the gap is the same again (the camera's new rate) or
         # a catch-up, under half the gap's period (a frame published late, then the next on time)
