@@ -155,6 +155,14 @@ class InferenceDiagnostics:
         return diagnostic_array(f"{self.get_name()}: engine", self.params["device"], status, d,
                                 self.get_clock().now().to_msg())
 
+    def _lifecycle_array(self, status, d: dict, robots):
+        """The DiagnosticArray of a node whose lifecycle state (``d["lifecycle_state"]``) is all
+        there is to say: its status, and each of ``robots``' saying it too, not gone stale."""
+        array = self._engine_array(status, d)
+        for name in robots:
+            self._add_robot_status(array, name, status, {"lifecycle_state": d["lifecycle_state"], "robot": name})
+        return array
+
     def _add_robot_status(self, array, robot: str, status, d: dict) -> None:
         """Append ``robot``'s status (``status``: (level, message); ``d``: its figures) to ``array``."""
         array.status += diagnostic_array(f"{self.get_name()}: robot {robot}", self.params["device"], status, d,
@@ -165,10 +173,7 @@ class InferenceDiagnostics:
             if not self.active:
                 inactive = self._inactive_status()
                 if inactive is not None:
-                    array = self._engine_array(*inactive)
-                    for name in self._status_robots()[1:]:  # each robot's status says it too, not gone stale
-                        self._add_robot_status(array, name, inactive[0], {"lifecycle_state": "inactive", "robot": name})
-                    self._pub_diag.publish(array)
+                    self._pub_diag.publish(self._lifecycle_array(*inactive, self._status_robots()[1:]))
                 return
             d = self.diagnostics()
             array = self._engine_array(self.diagnostic_status(d), d)

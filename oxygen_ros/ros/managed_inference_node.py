@@ -137,12 +137,8 @@ class ManagedInferenceNode(LifecycleNodeMixin, InferenceNode):
     def _publish_unconfigured(self) -> None:
         if self.configured or self.finalized:
             return
-        status, d = self.unconfigured_status()
-        array = self._engine_array(status, d)
-        if len(self.params["robots"]) > 1:  # each robot's status says it too, as while inactive
-            for name in self.params["robots"]:
-                self._add_robot_status(array, name, status, {"lifecycle_state": "unconfigured", "robot": name})
-        self._pub_unconfigured.publish(array)
+        robots = self.params["robots"] if len(self.params["robots"]) > 1 else []  # as while inactive
+        self._pub_unconfigured.publish(self._lifecycle_array(*self.unconfigured_status(), robots))
 
     def on_configure(self, state) -> TransitionCallbackReturn:
         self.configure_error = None
