@@ -17,7 +17,7 @@ import threading
 from typing import Any, Protocol
 
 from .plan import build_nodes, node_label, resolve, plan_warnings
-from .robot_process import INFERENCE, RobotProcessError, RobotProcesses, camera_sides
+from .robot_process import INFERENCE, RobotProcessError, RobotProcesses, camera_sides, respawn_delay
 from .spinner import BACKGROUND_NICENESS, CONTROL_PATH, EXECUTORS, Spinner  # noqa: F401 (the agent's layout)
 
 
@@ -144,11 +144,6 @@ class Session(Protocol):
 
     def finish(self, agent: Agent) -> None:
         """After the main loop, whatever ended it (even Ctrl-C), while the nodes still spin."""
-
-
-def respawn_delay(plan: list[dict[str, Any]]) -> float | None:
-    """The seconds before a camera side of ``plan`` is restarted (None: ``respawn`` is off)."""
-    return next((d for item in plan if (d := item.get("respawn_delay")) is not None), None)
 
 
 def sides_apart(plan: list[dict[str, Any]], robot_processes: bool | None) -> bool:

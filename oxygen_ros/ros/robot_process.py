@@ -76,6 +76,11 @@ def decode_items(data: list[dict[str, Any]]) -> list[dict[str, Any]]:
             for item in data]
 
 
+def respawn_delay(items: list[dict[str, Any]]) -> float | None:
+    """The seconds before a camera side of these plan items is restarted (None: ``respawn`` is off)."""
+    return next((d for item in items if (d := item.get("respawn_delay")) is not None), None)
+
+
 def side_label(robot: str | None) -> str:
     return f"robot {robot}'s camera side" if robot else "the camera side"
 
@@ -155,8 +160,7 @@ class RobotProcesses:
     def __init__(self, sides: dict[str | None, list[dict[str, Any]]], params_file: str, background_niceness: int):
         self.sides, self.params_file, self.background_niceness = sides, params_file, background_niceness
         self.children: list[RobotProcess] = []
-        delays = {item.get("respawn_delay") for items in sides.values() for item in items}
-        self.respawn_delay: float | None = max(delays - {None}, default=None)
+        self.respawn_delay = respawn_delay([item for items in sides.values() for item in items])
         self.restarts: dict[str | None, int] = dict.fromkeys(sides, 0)
         self._ended: str | None = None  # why the run ends: a child that is not restarted
         self._stop = threading.Event()
