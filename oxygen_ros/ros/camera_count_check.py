@@ -12,9 +12,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from .params_sections import node_parameters
-from .plan_tables import node_fqn, node_label
-from .robot_plan import CAMERA, INFERENCE, node_defaults
+from .plan_tables import node_label
+from .robot_plan import CAMERA, INFERENCE, node_defaults, planned_parameters
 
 
 def _topics(value: Any) -> int:
@@ -27,16 +26,14 @@ def camera_count_warnings(plan: list[dict[str, Any]], sections: list) -> list[st
     inference = next((item for item in plan if item["spec"].name == INFERENCE), None)
     if inference is None:
         return []
-    most = {**node_parameters(sections, node_fqn(inference)), **inference["parameters"]}.get("max_cameras", 0)
+    most = planned_parameters(inference, sections).get("max_cameras", 0)
     if not isinstance(most, int) or isinstance(most, bool) or most <= 0:
         return []
     lines, defaults = [], node_defaults(CAMERA)
     for item in plan:
         if item["spec"].name != CAMERA:
             continue
-        # a robot's item carries its merged parameters; the one robot's come from the file's section
-        params = {**defaults, **({} if item.get("robot") else node_parameters(sections, node_fqn(item))),
-                  **item["parameters"]}
+        params = planned_parameters(item, sections, defaults)
         count = _topics(params["image_topics"]) + _topics(params["compressed_image_topics"])
         if count > most:
             lines.append(f"{node_label(item)} groups {count} cameras, but the inference node's max_cameras is "

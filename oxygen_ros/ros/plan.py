@@ -31,8 +31,8 @@ from .plan_tables import (
     parse_bool,
     parse_respawn,
 )
-from .params_sections import key_matches, node_parameters, read_sections, read_yaml
-from .robot_plan import INFERENCE, file_robots, robots_plan
+from .params_sections import key_matches, read_sections, read_yaml
+from .robot_plan import CAMERA, INFERENCE, file_robots, node_defaults, planned_parameters, robots_plan
 from .camera_count_check import camera_count_warnings
 from .robot_topics_check import robot_topic_warnings
 from .robots import parse_robots, resolved_topic
@@ -102,13 +102,10 @@ def plan_warnings(plan: list[dict[str, Any]], params_file: str) -> list[str]:
 
 def _remap_unused(item: dict[str, Any], sections: list) -> str | None:
     """The warning for a camera node whose camera remapping names none of its image topics."""
-    if item["spec"].name != "oxygen_camera" or not item["remappings"]:
+    if item["spec"].name != CAMERA or not item["remappings"]:
         return None
-    from .camera_parameters import PARAMETERS
-
-    default = next(spec.default for spec in PARAMETERS if spec.name == "image_topics")
-    params = {**node_parameters(sections, node_fqn(item)), **item["parameters"]}
-    topics = [resolved_topic(item["namespace"], t) for t in params.get("image_topics", default)]
+    params = planned_parameters(item, sections, node_defaults(CAMERA))
+    topics = [resolved_topic(item["namespace"], t) for t in params["image_topics"]]
     (src, dst), = item["remappings"]
     if src in topics:
         return None

@@ -33,7 +33,7 @@ from __future__ import annotations
 import importlib
 from typing import Any
 
-from .plan_tables import CAMERA_TOPIC, DEMO_PARAMETERS, NODES, argument_overrides
+from .plan_tables import CAMERA_TOPIC, DEMO_PARAMETERS, NODES, argument_overrides, node_fqn
 from .params_sections import node_parameters, read_sections
 from .robots import namespaced_topic, namespaced_value, parse_robots
 
@@ -57,6 +57,13 @@ def node_defaults(node: str) -> dict[str, Any]:
     """The built-in default of every parameter of the robot-side node ``node``."""
     module, attribute = PARAMETER_TABLES[node]
     return {spec.name: spec.default for spec in getattr(importlib.import_module(module), attribute)}
+
+
+def planned_parameters(item: dict[str, Any], sections: list, defaults: dict[str, Any] | None = None) -> dict[str, Any]:
+    """What a plan item's node will run with, as far as the plan can tell before it starts:
+    ``defaults``, then the parameters file's ``sections`` for its name (as rcl gives them),
+    then the plan's own values for it (a robot's: its merged parameters, which win)."""
+    return {**(defaults or {}), **node_parameters(sections, node_fqn(item)), **item["parameters"]}
 
 
 def _prefixed(robot: str, node: str, values: dict[str, Any]) -> dict[str, Any]:
@@ -124,4 +131,5 @@ def robots_plan(args: dict[str, str], robots: tuple[str, ...], demo: bool, param
     return plan
 
 
-__all__ = ["PARAMETER_TABLES", "ROBOT_TOPICS", "file_robots", "node_defaults", "robot_parameters", "robots_plan"]
+__all__ = ["PARAMETER_TABLES", "ROBOT_TOPICS", "file_robots", "node_defaults", "planned_parameters", "robot_parameters",
+           "robots_plan"]

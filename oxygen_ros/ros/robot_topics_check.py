@@ -16,8 +16,7 @@ from __future__ import annotations
 from collections import defaultdict
 from typing import Any
 
-from .params_sections import node_parameters
-from .robot_plan import CAMERA, INFERENCE, node_defaults
+from .robot_plan import CAMERA, INFERENCE, node_defaults, planned_parameters
 from .robots import resolved_topic, robot_topic
 
 
@@ -40,11 +39,11 @@ def robot_topic_warnings(plan: list[dict[str, Any]], sections: list) -> list[str
     if not cameras or inference is None:
         return []
     camera_defaults = node_defaults(CAMERA)
-    observation = {**{s.name: s.default for s in INFERENCE_PARAMETERS}, **node_parameters(sections, f"/{INFERENCE}"),
-                   **inference["parameters"]}["observation_topic"]
+    observation = planned_parameters(inference, sections,
+                                     {s.name: s.default for s in INFERENCE_PARAMETERS})["observation_topic"]
     readers, lines = defaultdict(list), []
     for item in cameras:  # a value of the wrong type is the node's to refuse, naming it: passed over here
-        params, robot = {**camera_defaults, **item["parameters"]}, item["robot"]
+        params, robot = planned_parameters(item, sections, camera_defaults), item["robot"]
         for topic in _names(params["image_topics"]) + _names(params["compressed_image_topics"]):
             readers[_resolved(item, topic)].append(robot)
         if not isinstance(params["observation_topic"], str) or not isinstance(observation, str):
