@@ -273,17 +273,17 @@ class FrameLoop:
         cameras are checked as the engine checks them (count and names), so that an
         observation it would refuse fails here, alone, not the frame of every robot."""
         obs.check_cameras(self.engine.max_cameras, self.engine.config.camera_names)
-        if obs.state is not None and self.state_dim is not None and obs.state.shape[0] > self.state_dim:
-            raise ObservationError("state", f"has {obs.state.shape[0]} values, the checkpoint's state "
-                                   f"statistics cover {self.state_dim}: pick the model's joints, in its order, "
-                                   "with the camera node's state_joint_names")
-        if obs.state is not None and self.state_dim is not None and obs.state.shape[0] < self.state_dim \
-                and not self._short_state_noted:
+        n = None if obs.state is None or self.state_dim is None else obs.state.shape[0]
+        if n is not None and n > self.state_dim:
+            raise ObservationError("state", f"has {n} values, the checkpoint's state statistics cover "
+                                   f"{self.state_dim}: pick the model's joints, in its order, with the camera "
+                                   "node's state_joint_names")
+        if n is not None and n < self.state_dim and not self._short_state_noted:
             self._short_state_noted = True  # said once: statistics padded past the robot's joints are legitimate
-            self.log.warning(f"observation {seq}: the state has {obs.state.shape[0]} value(s), the checkpoint's "
-                             f"state statistics cover {self.state_dim}: the model gets it zero-padded. A joint "
-                             "missing from the camera node's state_joint_names (or its state messages) makes "
-                             "every action wrong (said once)")
+            self.log.warning(f"observation {seq}: the state has {n} value(s), the checkpoint's state statistics "
+                             f"cover {self.state_dim}: the model gets it zero-padded. A joint missing from the "
+                             "camera node's state_joint_names (or its state messages) makes every action wrong "
+                             "(said once)")
         if not self._image_size_noted and (note := oversized_images(obs, self.engine.model.config.vision.image_size)):
             self._image_size_noted = True  # said once
             self.log.info(note)
