@@ -24,7 +24,9 @@ A node's overrides go to it as a parameters file of its own, written by
 ``overrides_file`` into a temporary folder, after ``params_file``: launch_ros
 refuses an empty list in a parameter dict, and a robot's merged parameters
 hold some (``compressed_image_topics: []``). The folder is removed when the
-launch shuts down.
+launch shuts down; one left by a launch that ended without shutting down
+(SIGTERM, SIGKILL) is removed by the next launch
+(``oxygen_ros.ros.launch_folder``).
 
 Every node is required: when one exits (a bad parameter, a model that does not
 load, a crash), the launch logs which one and how, stops the others and exits
@@ -41,7 +43,6 @@ both start the same thing.
 
 import os
 import shutil
-import tempfile
 from functools import partial
 
 from ament_index_python.packages import get_package_share_directory
@@ -51,6 +52,7 @@ from launch.event_handlers import OnProcessExit, OnShutdown
 from launch.substitutions import LaunchConfiguration
 from launch_ros.actions import Node
 
+from oxygen_ros.ros.launch_folder import new_overrides_folder
 from oxygen_ros.ros.plan import (
     node_exit_message, node_label, overrides_file, plan_warnings, resolve, respawn_message,
 )
@@ -81,9 +83,12 @@ def _remove(directory, event, context):
 def _nodes(context, *args, **kwargs):
     values = {a.name: LaunchConfiguration(a.name).perform(context) for a in ARGUMENTS}
     plan, params_file = resolve(values)  # ValueError: missing params_file, bad argument
-    overrides_dir = tempfile.mkdtemp(prefix='oxygen_launch_')
+    overrides_dir, left_behind = new_overrides_folder()
     # the nodes read their files as they start; the folder goes when the launch ends
     actions = [RegisterEventHandler(OnShutdown(on_shutdown=partial(_remove, overrides_dir)))]
+    if left_behind:
+        actions.append(LogInfo(msg=f'removed {len(left_behind)} overrides folder(s) of launches that ended '
+                                   f'without shutting down (SIGTERM or SIGKILL): {", ".join(left_behind)}'))
     actions += [LogInfo(msg=f'warning: {line}') for line in plan_warnings(plan, params_file)]
     for item in plan:
         spec, label = item['spec'], node_label(item)

@@ -10,7 +10,11 @@ declared by the real nodes (started here) against the YAML and the overrides.
 import ast
 import importlib
 import importlib.util
+import os
+import pathlib
 import re
+import subprocess
+import sys
 
 import pytest
 import yaml
@@ -60,6 +64,8 @@ def test_launch_file_structure():
     # ... in a folder removed when the launch shuts down
     assert "RegisterEventHandler(OnShutdown(on_shutdown=partial(_remove, overrides_dir)))" in LAUNCH_FILE.read_text()
     assert "shutil.rmtree(directory" in ast.unparse(functions["_remove"])
+    # ... named by the launch's process id, after removing those of launches that no longer run
+    assert "overrides_dir, left_behind = new_overrides_folder()" in LAUNCH_FILE.read_text()
     # the plan and the params file come from resolve() (which refuses a missing file) ...
     (resolved,) = calls["resolve"]
     assert [a.id for a in resolved.args] == ["values"]
@@ -143,9 +149,38 @@ def test_a_section_without_ros__parameters_is_named_as_such(tmp_path):
                               "under 'oxygen_camera'?)")
 
 
-def test_launch_file_loads_where_launch_ros_is_available():
+def test_a_launch_removes_the_overrides_folders_of_launches_that_no_longer_run(tmp_path):
+    """SIGTERM ends ``ros2 launch`` without its OnShutdown handlers: its folder stays, and the next
+    launch removes it. A running launch's folder, and other names, stay."""
+    from oxygen_ros.ros.launch_folder import new_overrides_folder
+
+    ended = subprocess.Popen([sys.executable, "-c", "pass"])
+    ended.wait()
+    left = tmp_path / f"oxygen_launch_{ended.pid}_abc123"
+    (left / "sub").mkdir(parents=True)
+    (left / "sub" / "oxygen_camera.yaml").write_text("x: 1\n")
+    running = tmp_path / f"oxygen_launch_{os.getppid()}_def456"  # pytest's parent runs
+    running.mkdir()
+    others = [tmp_path / "oxygen_launch_abc123", tmp_path / "oxygen_launch_7_notes.txt", tmp_path / "other_1_x"]
+    others[0].mkdir()
+    others[1].write_text("a file, not a launch's folder\n")
+    others[2].mkdir()
+
+    folder, removed = new_overrides_folder(str(tmp_path))
+    assert removed == [str(left)] and not left.exists()
+    assert running.is_dir() and all(p.exists() for p in others)
+    assert pathlib.Path(folder).is_dir() and pathlib.Path(folder).name.startswith(f"oxygen_launch_{os.getpid()}_")
+    # this process runs: a second launch from it keeps the first's folder
+    second, removed = new_overrides_folder(str(tmp_path))
+    assert removed == [] and pathlib.Path(folder).is_dir() and second != folder
+
+
+def test_launch_file_loads_where_launch_ros_is_available(tmp_path, monkeypatch):
     pytest.importorskip("launch_ros")
-    from launch.actions import DeclareLaunchArgument, OpaqueFunction
+    import tempfile
+
+    from launch.actions import DeclareLaunchArgument, OpaqueFunction, RegisterEventHandler
+    from launch_ros.actions import Node
 
     from launch import LaunchContext
     from oxygen_ros.ros.plan_tables import ARGUMENTS
@@ -157,15 +192,19 @@ def test_launch_file_loads_where_launch_ros_is_available():
     names = [e.name for e in description.entities if isinstance(e, DeclareLaunchArgument)]
     assert names == [a.name for a in ARGUMENTS]
     (opaque,) = [e for e in description.entities if isinstance(e, OpaqueFunction)]
-    # each node and its OnProcessExit handler; with two robots: 2 cameras (+ 2 synthetic) + 1 inference
-    for demo, robots, count in (("false", "", 4), ("true", "", 6), ("false", "a,b", 6), ("true", "a,b", 10)):
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))  # where the overrides folders go
+    # each node, its OnProcessExit handler, and the OnShutdown handler that removes the overrides'
+    # folder; with two robots: 2 cameras (+ 2 synthetic) + 1 inference
+    for demo, robots, count in (("false", "", 2), ("true", "", 3), ("false", "a,b", 3), ("true", "a,b", 5)):
         context = LaunchContext()
         for a in ARGUMENTS:
             context.launch_configurations[a.name] = a.default
         context.launch_configurations["params_file"] = str(YAML_FILE)
         context.launch_configurations["demo"] = demo
         context.launch_configurations["robots"] = robots
-        assert len(opaque.execute(context)) == count
+        actions = opaque.execute(context)
+        assert sum(isinstance(a, Node) for a in actions) == count, actions
+        assert sum(isinstance(a, RegisterEventHandler) for a in actions) == count + 1, actions
 
 
 def test_node_plan_demo_is_off_by_default_and_overrides_are_typed():
