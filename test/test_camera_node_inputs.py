@@ -253,3 +253,28 @@ def test_camera_node_refuses_a_damaged_compressed_image_and_uses_the_next_good_o
     assert until(lambda: any(topic in m.msg and "damaged" in m.msg for m in rig.logs))
     assert until(lambda: any(kv.key == "rejected_damaged" and int(kv.value) >= 1
                              for s in rig.diagnostics for kv in s.values), timeout=15.0)
+
+
+def test_a_grey_camera_is_told_once_and_goes_to_the_model_as_three_equal_channels(ros):
+    """A mono8 camera is a supported input, but a π0.5-style model sees colour: the log says once
+    that this camera's images are grey, and each goes in as three equal channels."""
+    from sensor_msgs.msg import JointState
+
+    from oxygen_ros.ros.conversions import rgb_to_compressed_msg, rgb_to_image_msg
+
+    rig = CameraRig(ros)
+
+    def send():
+        grey = rgb_to_image_msg(np.full((8, 8, 3), 90, np.uint8), "mono8", rig.now())
+        assert grey.encoding == "mono8" and len(grey.data) == 64
+        rig.state.publish(JointState(name=["a", "b"], position=[0.25, -0.5]))
+        rig.raw.publish(grey)
+        rig.jpeg.publish(rgb_to_compressed_msg(np.full((8, 8, 3), 77, np.uint8), "png", rig.now()))
+
+    assert until(lambda: len(rig.observations) >= 5, every=send), "no observation from grey frames"
+    img = rig.observations[-1].images[0]
+    assert np.frombuffer(img.data, np.uint8).reshape(16, 16, 3)[8, 8].tolist() == [90, 90, 90]
+    raw_topic, jpeg_topic = rig.camera.topics
+    told = [m.msg for m in rig.logs if "mono8 (grey)" in m.msg]
+    assert len(told) == 1 and raw_topic in told[0] and "three equal colour channels" in told[0], told
+    assert not any("mono8" in m.msg and jpeg_topic in m.msg for m in rig.logs)

@@ -133,7 +133,7 @@ class CameraNode(Node):
         self._grouping = FrameGrouping(len(self.topics), bool(self.state_topic), p["state_wait"])  # when to publish
         self._retry = OneShot(self, self._decide_again)  # a waiting or held group is decided again then
         self._throttle = Throttle(5.0)
-        self._unstamped_warned: set[str] = set()
+        self._told: set[tuple[str, str]] = set()  # (what, topic) told once in the log
         self._stopped = False  # after shutdown(): frames are no longer grouped
 
         self._subscribe(p)
@@ -236,6 +236,12 @@ class CameraNode(Node):
             else:
                 self.get_logger().warning(text + more)
 
+    def _first(self, key: tuple[str, str]) -> bool:
+        """True the first time only, per ``key``: for what the log tells once."""
+        first = key not in self._told
+        self._told.add(key)
+        return first
+
     def shutdown(self) -> None:
         """Stop grouping and checking the cameras, before the nodes downstream stop (``oxygen-agent``'s
         end): frames that queue while they stop are not grouped nor told as stale or late."""
@@ -257,14 +263,16 @@ class CameraNode(Node):
             self.status.reject(exc.reason)
             self._warn((topic, exc.reason), f"rejected image on {topic}: {exc}")
             return
+        if isinstance(msg, Image) and msg.encoding == "mono8" and self._first(("mono8", topic)):
+            self.get_logger().info(f"images on {topic} are mono8 (grey): the model gets each as three equal "
+                                   "colour channels")
         now_ns = self.get_clock().now().nanoseconds
         stamp_ns = stamp_to_ns(msg.header.stamp)
         header = msg.header
         if stamp_ns == 0:
             stamp_ns = now_ns
             header = Header(stamp=ns_to_time_msg(stamp_ns), frame_id=msg.header.frame_id)
-            if topic not in self._unstamped_warned:
-                self._unstamped_warned.add(topic)
+            if self._first(("unstamped", topic)):
                 self.get_logger().warning(f"images on {topic} have no header stamp: using the receive time")
         self.status.frame(index, stamp_ns, self._grouping.typical_period_ns(index))
         self._frames[index] = _Frame(rgb, stamp_ns, header, now_ns)
