@@ -2,7 +2,11 @@
 with one line naming it and the same exit status, 2, so that a launch or a supervisor can tell
 a configuration error from a crash (1). Real processes on real DDS."""
 
+import signal
 import subprocess
+import sys
+import time
+from pathlib import Path
 
 import pytest
 from ros_harness import checkout_env, installed_prefix
@@ -42,3 +46,32 @@ def test_a_parameters_file_rcl_cannot_parse_ends_a_node_with_status_2(ros_env, t
     assert "Traceback" not in out, out[-2000:]
     assert f"cannot start with these arguments: failed to initialize rcl: Couldn't parse params file: " \
            f"'--params-file {broken}'" in out, out[-2000:]
+
+
+def _loading_torch(pid: int) -> bool:
+    try:
+        return "libtorch_cpu" in Path(f"/proc/{pid}/maps").read_text()
+    except OSError:
+        return False
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="/proc/PID/maps: Linux only")
+@pytest.mark.parametrize("command", ["lib/oxygen_ros/inference_node", "bin/oxygen-agent"])
+def test_ctrl_c_while_the_modules_load_ends_with_one_line_and_no_traceback(ros_env, tmp_path, command):
+    """Ctrl-C in the seconds torch takes to import, before the command handles it itself: one
+    line and status 0, as during the run, instead of a screenful of import traceback."""
+    path = installed_prefix() / command
+    proc = subprocess.Popen([str(path)], cwd=tmp_path, env=checkout_env(), stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 60
+        while not _loading_torch(proc.pid) and proc.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.005)
+        assert _loading_torch(proc.pid), "torch was never loaded"
+        proc.send_signal(signal.SIGINT)  # torch's own modules (and transformers') load for seconds more
+        out, err = proc.communicate(timeout=60)
+    finally:
+        proc.kill()
+    assert proc.returncode == 0, err[-2000:]
+    assert "Traceback" not in err and "KeyboardInterrupt" not in err, err[-2000:]
+    assert err.strip().splitlines()[-1] == f"{path.name}: interrupted", err[-2000:]
