@@ -246,6 +246,24 @@ def test_without_the_probe_the_monitor_measures_in_its_own_process(ros):
     assert batches and float(batches[-1]) >= 1.0, out.getvalue()
 
 
+def test_the_monitor_prints_why_a_question_was_refused(ros):
+    """A refused question's line says why, as the node's TextToken carries it."""
+    from oxygen_ros.msg import Question
+    from oxygen_ros.tools.agent_monitor import Monitor
+
+    prefix = unique_prefix()
+    node = inference_node(ros, prefix)
+    out = io.StringIO()
+    monitor = Monitor(ros.node("oxygen_agent_monitor"), node, "all", out=out)
+    asker = ros.node("oxygen_test_asker")
+    pub = asker.create_publisher(Question, inference_topics(prefix)["question_topic"], reliable(10))
+    assert ros.wait_until(lambda: pub.get_subscription_count() >= 1, 20.0)
+    pub.publish(Question(client_id="early", text="anyone there?"))  # before any observation
+    assert ros.wait_until(lambda: "client 'early'" in out.getvalue(), 20.0), out.getvalue()
+    assert "client 'early', rejected: no observation has arrived yet] ''" in out.getvalue(), out.getvalue()
+    assert monitor.text_received == 1
+
+
 FAILING_NODE = """
 import sys
 import rclpy

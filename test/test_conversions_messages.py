@@ -142,8 +142,11 @@ def test_text_token_msg():
     wire = deserialize_message(serialize_message(msg), TextToken)
     assert (wire.request_id, wire.client_id, wire.frame_id, wire.index) == (3, "cli", 8, 2)
     assert (wire.token_id, wire.piece, wire.done, wire.finish_reason) == (77, " red", True, TextToken.FINISH_EOS)
+    assert wire.reason == ""
     running = TokenEvent(3, "", 8, 0, 5, "a", False, "")
     assert conv.text_token_msg(0.0, running).finish_reason == ""
+    full = TokenEvent(4, "cli", 8, 0, -1, "", True, "rejected", detail="the queue of waiting requests is full")
+    assert conv.text_token_msg(0.0, full).reason == "the queue of waiting requests is full"
 
 
 def test_joint_trajectory_msg():

@@ -100,6 +100,7 @@ def test_on_demand_only_and_question_before_any_observation(ros):
     assert ros.wait_until(lambda: any(m.client_id == "early" for m in client.text), 10.0)
     early = [m for m in client.text if m.client_id == "early"]
     assert len(early) == 1 and early[0].done and early[0].finish_reason == "rejected" and early[0].token_id == -1
+    assert early[0].reason == "no observation has arrived yet", early[0].reason  # why, on the topic too
 
     client.publish_observations(1.0)
     assert ros.wait_until(lambda: len(client.chunks) >= 5, 10.0)
@@ -129,6 +130,8 @@ def test_on_demand_only_and_question_before_any_observation(ros):
     assert ros.wait_until(lambda: any(m.client_id == "stale" and m.done for m in client.text), 10.0)
     stale = [m for m in client.text if m.client_id == "stale"]
     assert [(m.finish_reason, m.token_id) for m in stale] == [("rejected", -1)]
+    assert stale[0].reason.startswith("the newest observation is ") and "max_observation_age 0.2 s" in stale[0].reason
+    assert all(m.reason == "" for m in client.text if m.client_id in ("late", "later")), "answered: no reason"
     assert node.counters["questions_rejected_stale"] == 1
 
 

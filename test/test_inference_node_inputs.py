@@ -155,7 +155,7 @@ def test_inference_node_questions_empty_huge_control_and_invalid_utf8(ros):
     assert until(all_done, timeout=30.0, period=0.1), {c: client.finished(c) for c in clients}
     for c in ("empty", "blank", "control"):
         (m,) = client.finished(c)
-        assert m.finish_reason == "rejected" and m.token_id == -1
+        assert m.finish_reason == "rejected" and m.token_id == -1 and m.reason == "no text", (c, m.reason)
     for c in ("huge", "bell", "utf8"):
         (m,) = client.finished(c)
         assert m.finish_reason in ("eos", "length"), (c, m.finish_reason)

@@ -93,6 +93,7 @@ def _sample_text_token():
         piece=" grüße ✓",
         done=True,
         finish_reason=TextToken.FINISH_REJECTED,
+        reason="no observation has arrived yet ✓",
     )
 
 
@@ -146,6 +147,7 @@ EXPECTED_FIELDS = {
         "piece": "string",
         "done": "boolean",
         "finish_reason": "string",
+        "reason": "string",
     },
     "Observation": {
         "header": "std_msgs/Header",

@@ -53,7 +53,8 @@ class InferenceInputs:
     def _on_question(self, robot: str, msg: QuestionMsg) -> None:
         if not self._on_ask(robot, msg.client_id, msg.text, None):  # closing: say so while it can
             try:
-                self.text.publish(end_events([msg.client_id], "rejected", robot), self._now_ros())
+                self.text.publish(end_events([msg.client_id], "rejected", robot,
+                                             "the node is closing (cleanup or shutdown)"), self._now_ros())
             except Exception:  # noqa: BLE001  the cleanup took the publisher already
                 pass
 

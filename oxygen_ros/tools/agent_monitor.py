@@ -103,7 +103,8 @@ class Monitor:
                 return
             del self.requests[key]
         who = f"client {msg.client_id!r}" if msg.client_id else f"frame {msg.frame_id}"
-        line = f"[{f'{robot} ' if robot else ''}request {msg.request_id}, {who}, {msg.finish_reason}] {text!r}"
+        finish = f"{msg.finish_reason}: {msg.reason}" if msg.reason else msg.finish_reason
+        line = f"[{f'{robot} ' if robot else ''}request {msg.request_id}, {who}, {finish}] {text!r}"
         if self.text_mode == "none":
             return
         if not msg.client_id and self.text_mode == "changed":

@@ -85,6 +85,7 @@ def text_token_msg(stamp: Any, event: Any, *, header_frame_id: str = "") -> Text
         piece=str(event.piece),
         done=bool(event.done),
         finish_reason=str(reason),
+        reason=str(event.detail),
     )
 
 
