@@ -368,7 +368,11 @@ def test_a_params_file_section_that_names_no_node_is_reported(tmp_path, capsys):
     bad.write_text("oxygen_inferense:\n  ros__parameters:\n    control_rate_hz: 25.0\n"
                    "oxygen_camera:\n  ros__parameters:\n    max_age: 1.0\n")
     (line,) = plan_warnings(node_plan({}, str(bad)), str(bad))
-    assert "section '/oxygen_inferense' names no node of this launch" in line and "/oxygen_inference" in line
+    assert "section '/oxygen_inferense' names no node of this launch (did you mean '/oxygen_inference'? " in line
+    far = tmp_path / "far.yaml"  # nothing close: no guess, the nodes it could have named
+    far.write_text("gripper_driver:\n  ros__parameters:\n    rate: 25.0\n")
+    (line,) = plan_warnings(node_plan({}, str(far)), str(far))
+    assert "section '/gripper_driver' names no node of this launch (its nodes: " in line and "/oxygen_camera" in line
     assert plan_warnings(node_plan({}, str(YAML_FILE)), str(YAML_FILE)) == []
     assert plan_warnings(node_plan({"demo": "true"}, str(YAML_FILE)), str(YAML_FILE)) == []
     assert plan_warnings(node_plan({"camera_topic": "/cam"}, str(YAML_FILE)), str(YAML_FILE)) == []

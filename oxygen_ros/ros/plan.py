@@ -14,6 +14,7 @@ plan alone.
 
 from __future__ import annotations
 
+import difflib
 from pathlib import Path
 from typing import Any
 
@@ -94,8 +95,10 @@ def plan_warnings(plan: list[dict[str, Any]], params_file: str) -> list[str]:
     lines = []
     for key, _ in sections:
         if not any(key_matches(key, fqn) for fqn in names):
-            lines.append(f"parameters file {params_file}: section {key!r} names no node of this launch (its nodes: "
-                         f"{', '.join(sorted(names))}): its parameters are not used")
+            close = difflib.get_close_matches(key, sorted(names), n=1)
+            guess = f"did you mean {close[0]!r}? " if close else ""
+            lines.append(f"parameters file {params_file}: section {key!r} names no node of this launch ({guess}its "
+                         f"nodes: {', '.join(sorted(names))}): its parameters are not used")
     return (lines + [line for item in plan if (line := _remap_unused(item, sections))]
             + robot_topic_warnings(plan, sections) + camera_count_warnings(plan, sections))
 
