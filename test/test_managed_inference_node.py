@@ -446,3 +446,47 @@ def test_a_transition_that_raises_stops_the_node_and_leaves_it_finalized(ros_env
         assert life.state() == "finalized"
         assert not node.worker.alive and node.diagnostics_timer.is_canceled()
         assert not life.change("configure") and life.state() == "finalized"
+
+
+def _set(ros, full_name: str, **values):
+    """``ros2 param set`` through the node's SetParameters service: {name: (successful, reason)}."""
+    from rcl_interfaces.srv import SetParameters
+    from rclpy.parameter import Parameter
+
+    client = ros.node("oxygen_test_param_client").create_client(SetParameters, f"{full_name}/set_parameters")
+    assert client.wait_for_service(timeout_sec=10.0)
+    request = SetParameters.Request(parameters=[Parameter(k, value=v).to_parameter_msg() for k, v in values.items()])
+    future = client.call_async(request)
+    assert until(future.done, 10.0), "set_parameters did not answer"
+    return {k: (r.successful, r.reason) for k, r in zip(values, future.result().results)}
+
+
+def test_a_parameter_read_at_configure_changes_while_unconfigured_and_the_next_configure_reads_it(
+        ros_env, tmp_path, random_tiny_dir):
+    """A configure failed for a wrong model_path: the right one is set and the next configure
+    loads it, without a restart. While configured such a change is refused, saying how; the
+    parameters the node holds for its life stay read-only."""
+    prefix = unique_prefix()
+    with Ros() as ros:
+        node = _node(ros, prefix, str(tmp_path / "no_such_model"), autostart=False, max_active=4)
+        name = node.get_fully_qualified_name()
+        life = Lifecycle(ros.node("oxygen_test_lifecycle"), name)
+        assert not life.change("configure") and "no_such_model" in str(node.configure_error)
+
+        assert _set(ros, name, model_path=random_tiny_dir, max_active=2) == {"model_path": (True, ""),
+                                                                            "max_active": (True, "")}
+        assert life.change("configure") and life.state() == "inactive"
+        assert node.engine.config.max_active == 2
+
+        refused = _set(ros, name, max_active=3, robots=["a"])
+        assert refused["max_active"][0] is False
+        assert "is read at configure: it changes only while the node is unconfigured (deactivate, cleanup, " \
+               "set it, configure)" in refused["max_active"][1]
+        assert refused["robots"][0] is False  # read-only for the node's life (its Ask servers)
+        assert node.engine.config.max_active == 2
+
+        assert life.change("cleanup") and life.state() == "unconfigured"
+        assert _set(ros, name, max_active=3)["max_active"] == (True, "")
+        assert _set(ros, name, max_active=0)["max_active"][0] is False  # checked as at start
+        assert life.change("configure") and node.engine.config.max_active == 3
+        assert node.params["model_path"] == random_tiny_dir

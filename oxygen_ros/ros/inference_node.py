@@ -106,6 +106,9 @@ class InferenceNode(InferenceInputs, InferenceDiagnostics, InferenceTicks, Node)
     #: how long a deactivate, cleanup or shutdown waits for the frame in flight to end (a
     #: recompile or a stalled GPU can hold one that long)
     worker_stop_timeout_s = 60.0
+    #: parameters read at start that may change while the node is unconfigured, for its next
+    #: configure (none here: this node configures in its constructor; the managed node's)
+    configure_time: frozenset[str] = frozenset()
 
     def __init__(self, start: bool = True, **kwargs):
         super().__init__(NODE_NAME, **kwargs)
@@ -120,8 +123,10 @@ class InferenceNode(InferenceInputs, InferenceDiagnostics, InferenceTicks, Node)
         self._entities: list = []  # the publishers and subscriptions that configure() made
         self._ask_servers: dict[str, AskServer] = {}  # by action name: they live as long as the node
         try:
-            self.params = declare_parameters(self, PARAMETERS, elsewhere={"oxygen_camera": CAMERA_PARAMETERS})
-            self.add_on_set_parameters_callback(parameter_callback(PARAMETERS, lambda: self.params))
+            self.params = declare_parameters(self, PARAMETERS, elsewhere={"oxygen_camera": CAMERA_PARAMETERS},
+                                             configurable=self.configure_time)
+            self.add_on_set_parameters_callback(parameter_callback(
+                PARAMETERS, lambda: self.params, self.configure_time, lambda: not self.configured))
             self.add_post_set_parameters_callback(self._apply_parameters)
             if start:  # the plain node: configured and active from the start (the managed one waits)
                 self.configure()
@@ -275,11 +280,12 @@ class InferenceNode(InferenceInputs, InferenceDiagnostics, InferenceTicks, Node)
     # ------------------------------------------------------------------ parameters at run time
     def _apply_parameters(self, parameters) -> None:
         """After the parameter callback accepted them (same checks as at start)."""
-        changes = changed_values(PARAMETERS, parameters)
+        changes = changed_values(PARAMETERS, parameters, self.configure_time)
         if not changes:
             return
         if not self.configured:  # read by configure()
             self.params.update(changes)
+            log_changes(self, changes, " (for the next configure)")
             return
         with self._cond:
             self.params.update(changes)

@@ -5,7 +5,11 @@ services (``ros2 lifecycle set /oxygen_inference configure``, or a lifecycle man
 
 * **unconfigured** (after start, and after cleanup): parameters only, no model;
   ``/diagnostics`` says so once a second (``unconfigured (lifecycle): waiting for the
-  configure transition``; ERROR with the cause after a configure that failed);
+  configure transition``; ERROR with the cause after a configure that failed). The
+  parameters read at start can be set now, all but ``robots``, ``ask_action`` and
+  ``autostart`` (:attr:`ManagedInferenceNode.configure_time`): the next configure reads
+  them (another ``model_path``, or a mended one after a configure that failed); while
+  configured such a change is refused, naming the way;
 * ``configure`` loads and warms up the model, makes the publishers, subscriptions
   and the Ask action server -> **inactive**: observations and questions are
   received, nothing is published and no frame runs;
@@ -39,6 +43,7 @@ from rclpy.callback_groups import MutuallyExclusiveCallbackGroup
 from rclpy.lifecycle import LifecycleNodeMixin, TransitionCallbackReturn
 
 from .inference_node import NODE_NAME, InferenceNode
+from .inference_parameters import PARAMETERS
 from .node_main import run_control_node
 from .parameters import ParameterError
 from .qos import reliable
@@ -63,6 +68,10 @@ def _said(transition):
 
 class ManagedInferenceNode(LifecycleNodeMixin, InferenceNode):
     """The inference node with a lifecycle (see the module doc). ``kwargs`` go to ``rclpy.node.Node``."""
+
+    #: every parameter read at start but those the node holds for its life (its robots' Ask
+    #: servers, autostart): set while unconfigured, the next configure reads them
+    configure_time = frozenset(s.name for s in PARAMETERS if not s.dynamic) - {"robots", "ask_action", "autostart"}
 
     def __init__(self, **kwargs):
         InferenceNode.__init__(self, start=False, **kwargs)

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import difflib
 import math
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Optional
 
@@ -141,10 +141,11 @@ def _good_beside(spec: ParamSpec, value: Any, good: Mapping[str, Any]) -> bool:
     return True
 
 
-def _descriptor(spec: ParamSpec, read_only: bool) -> ParameterDescriptor:
-    return ParameterDescriptor(
-        description=spec.description + ("" if spec.dynamic else " (read at start)"),
-        additional_constraints=spec.constraints, dynamic_typing=True, read_only=read_only)
+def _descriptor(spec: ParamSpec, read_only: bool, configurable: bool = False) -> ParameterDescriptor:
+    when = "" if spec.dynamic else " (read at configure: can change while unconfigured)" if configurable else \
+        " (read at start)"
+    return ParameterDescriptor(description=spec.description + when, additional_constraints=spec.constraints,
+                               dynamic_typing=True, read_only=read_only)
 
 
 #: Parameters rclpy declares on every node, and the QoS overrides rclpy reads itself.
@@ -173,11 +174,14 @@ def unknown_parameters(node, specs: Iterable[ParamSpec],
     return out
 
 
-def declare_parameters(node, specs: Iterable[ParamSpec],
-                       elsewhere: Mapping[str, Iterable[ParamSpec]] | None = None) -> dict[str, Any]:
+def declare_parameters(node, specs: Iterable[ParamSpec], elsewhere: Mapping[str, Iterable[ParamSpec]] | None = None,
+                       configurable: Collection[str] = ()) -> dict[str, Any]:
     """Declare every parameter on ``node``; return their checked values (or raise ParameterError).
     Parameters it was given that are none of ``specs`` are warned about in its log, naming
     each, and the node of ``elsewhere`` whose parameter it is (:func:`unknown_parameters`).
+    The parameters read at start are read-only but for those named in ``configurable`` (a
+    lifecycle node's, read at configure: its :func:`parameter_callback` takes their changes while
+    it is unconfigured).
 
     An empty list of strings is stored as an empty STRING_ARRAY. rclpy would store it
     untyped: a default ``[]`` becomes a BYTE_ARRAY, and ``name: []`` in a params file
@@ -198,7 +202,9 @@ def declare_parameters(node, specs: Iterable[ParamSpec],
         if typed is not param:  # `50` given for a float: stored as 50.0
             node.set_parameters([typed])
             param = node.get_parameter(spec.name)
-        if not spec.dynamic:
+        if spec.name in configurable and not spec.dynamic:
+            node.set_descriptor(spec.name, _descriptor(spec, read_only=False, configurable=True))
+        elif not spec.dynamic:
             node.set_descriptor(spec.name, _descriptor(spec, read_only=True))
         raw[spec.name] = param.value
     node.add_pre_set_parameters_callback(as_declared)
@@ -233,11 +239,13 @@ def declare_parameters_or_fail(node, specs: Iterable[ParamSpec]) -> dict[str, An
         raise
 
 
-def parameter_callback(specs: Sequence[ParamSpec], current: Callable[[], Mapping] | None = None
+def parameter_callback(specs: Sequence[ParamSpec], current: Callable[[], Mapping] | None = None,
+                       configurable: Collection[str] = (), unconfigured: Callable[[], bool] = lambda: False
                        ) -> Callable[[list], SetParametersResult]:
     """An on-set-parameters callback putting each change through :func:`coerce`.
     ``current()``: the node's values now, for relations (a change is checked
-    against the others changed with it)."""
+    against the others changed with it). The parameters read at start that are named in
+    ``configurable`` change only while ``unconfigured()``; the refusal says how to get there."""
     table = {s.name: s for s in specs}
 
     def callback(params: list) -> SetParametersResult:
@@ -248,8 +256,11 @@ def parameter_callback(specs: Sequence[ParamSpec], current: Callable[[], Mapping
             if spec is None:
                 continue  # e.g. use_sim_time
             try:
-                if not spec.dynamic:  # read-only ones are refused by rclpy already
+                if not spec.dynamic and spec.name not in configurable:  # read-only: rclpy refuses them first
                     raise ParameterError(param.name, "cannot change while running")
+                if not spec.dynamic and not unconfigured():
+                    raise ParameterError(param.name, "is read at configure: it changes only while the node is "
+                                                     "unconfigured (deactivate, cleanup, set it, configure)")
                 coerce(spec, param.value, values)
             except ParameterError as exc:
                 return SetParametersResult(successful=False, reason=str(exc))
@@ -258,18 +269,19 @@ def parameter_callback(specs: Sequence[ParamSpec], current: Callable[[], Mapping
     return callback
 
 
-def changed_values(specs: Sequence[ParamSpec], params: list) -> dict[str, Any]:
-    """The dynamic parameters of ``params`` (accepted by the callback), coerced."""
+def changed_values(specs: Sequence[ParamSpec], params: list, configurable: Collection[str] = ()) -> dict[str, Any]:
+    """The dynamic parameters of ``params`` (accepted by the callback), and those of
+    ``configurable``, coerced."""
     table = {s.name: s for s in specs}
     return {p.name: coerce(table[p.name], p.value) for p in params
-            if p.name in table and table[p.name].dynamic}
+            if p.name in table and (table[p.name].dynamic or p.name in configurable)}
 
 
-def log_changes(node, changes: Mapping[str, Any]) -> None:
+def log_changes(node, changes: Mapping[str, Any], when: str = "") -> None:
     """One info line naming the run-time changes a node took (nothing when there are none)."""
     if changes:
-        node.get_logger().info("parameters changed: " + ", ".join(f"{k}={v!r}" if isinstance(v, str) else f"{k}={v}"
-                                                                   for k, v in changes.items()))
+        node.get_logger().info(f"parameters changed{when}: " + ", ".join(
+            f"{k}={v!r}" if isinstance(v, str) else f"{k}={v}" for k, v in changes.items()))
 
 
 # ---------------------------------------------------------------------- checks
