@@ -75,3 +75,28 @@ def test_ctrl_c_while_the_modules_load_ends_with_one_line_and_no_traceback(ros_e
     assert proc.returncode == 0, err[-2000:]
     assert "Traceback" not in err and "KeyboardInterrupt" not in err, err[-2000:]
     assert err.strip().splitlines()[-1] == f"{path.name}: interrupted", err[-2000:]
+
+
+@pytest.mark.parametrize("transitions", [["unconfigured_shutdown"], ["configure", "inactive_shutdown"]])
+def test_a_shutdown_transition_ends_the_managed_node_s_process(ros_env, tmp_path, transitions):
+    """A finalized node publishes nothing and takes no transition: its process ends (0), so
+    that a launch, whose nodes are all required, ends too instead of running on without
+    actions. The transition is answered first."""
+    from ros_harness import Lifecycle, Ros, inference_topics, unique_prefix
+
+    prefix = unique_prefix()
+    path = installed_prefix() / "lib" / "oxygen_ros" / "managed_inference_node"
+    topics = [a for name, topic in inference_topics(prefix).items() for a in ("-p", f"{name}:={topic}")]
+    proc = subprocess.Popen([str(path), "--ros-args", "-r", f"__ns:={prefix}", "-p", "autostart:=false",
+                             "-p", "warmup_frames:=0", "-p", f"ask_action:={prefix}/ask", *topics],
+                            cwd=tmp_path, env=checkout_env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                            text=True)
+    try:
+        with Ros() as ros:
+            life = Lifecycle(ros.node("oxygen_test_lifecycle"), f"{prefix}/oxygen_inference")
+            assert all(life.change(t) for t in transitions), transitions
+        out, _ = proc.communicate(timeout=60)
+    finally:
+        proc.kill()
+    assert proc.returncode == 0, out[-3000:]
+    assert "finalized by a shutdown transition: the process ends" in out, out[-3000:]

@@ -19,7 +19,8 @@ services (``ros2 lifecycle set /oxygen_inference configure``, or a lifecycle man
   stay as they are and go on after the next ``activate``;
 * ``cleanup`` ends every request (``cancelled`` on the text topic), removes the
   publishers and subscriptions and frees the engine and its KV pool;
-* ``shutdown`` (from any state) does what the plain node does at exit.
+* ``shutdown`` (from any state) does what the plain node does at exit; then the
+  process ends (``node_main.run_control_node``), and a launch with it.
 
 With ``autostart`` (the default, and what the launch file uses) the node configures
 and activates itself at start, so it behaves like the plain node unless a manager

@@ -60,8 +60,12 @@ def run_control_node(make_node: Callable, name: str, args: list[str] | None = No
     of :func:`.process.init_control_process`, the node built, the start-up garbage frozen, a
     single-threaded executor spun (every callback is short: the frames run on the node's
     worker thread, and rclpy's MultiThreadedExecutor spends most of a core rebuilding its
-    wait set). Exit status: 2 for a bad parameter, 1 for any other failure (a model that
-    does not load, a fault outside the frames: printed with its cause), else 0."""
+    wait set). A lifecycle node's ``shutdown`` transition (``finalized``) ends the process
+    too, once the transition's answer is out: a finalized node publishes nothing and takes no
+    transition any more, and a launch (every node required) then ends instead of running on
+    without actions. Exit status: 2 for a bad parameter, 1 for any other failure (a model that
+    does not load, a fault outside the frames: printed with its cause; a transition that
+    raised and finalized the node), else 0."""
     from rclpy.executors import SingleThreadedExecutor
 
     if not _initialised(lambda: init_control_process(args, sigint_once=True)):  # a second SIGINT (launch's)
@@ -73,8 +77,10 @@ def run_control_node(make_node: Callable, name: str, args: list[str] | None = No
         settle_garbage_collector()
         executor = SingleThreadedExecutor()
         executor.add_node(node)
-        while rclpy.ok():
+        while rclpy.ok() and not getattr(node, "finalized", False):
             executor.spin_once(timeout_sec=0.1)
+        if rclpy.ok():  # finalized: the transition's answer (and the last messages) go out first
+            code = _finalized(node, executor)
     except ParameterError as exc:
         print(f"{name}: {exc}", file=sys.stderr)
         code = 2
@@ -92,3 +98,19 @@ def run_control_node(make_node: Callable, name: str, args: list[str] | None = No
         rclpy.try_shutdown()
     report_leftover_threads(name)
     return code
+
+
+def _finalized(node, executor, linger_s: float = 0.3) -> int:
+    """Spin ``linger_s`` more, say why the process ends; 1 when a failed transition finalized
+    the node (:attr:`lifecycle_error`), else 0 (a ``shutdown`` transition)."""
+    import time
+
+    end = time.monotonic() + linger_s
+    while rclpy.ok() and time.monotonic() < end:
+        executor.spin_once(timeout_sec=0.05)
+    error = getattr(node, "lifecycle_error", None)
+    if error:
+        node.get_logger().error(f"finalized ({error}): the process ends")
+        return 1
+    node.get_logger().info("finalized by a shutdown transition: the process ends")
+    return 0
