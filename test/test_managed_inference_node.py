@@ -484,6 +484,11 @@ def test_a_parameter_read_at_configure_changes_while_unconfigured_and_the_next_c
                "set it, configure)" in refused["max_active"][1]
         assert refused["robots"][0] is False  # read-only for the node's life (its Ask servers)
         assert node.engine.config.max_active == 2
+        assert _set(ros, name, max_active=2)["max_active"] == (True, "")  # as it is: a dump loaded back
+        # the clock stays as the node started: its timers would wait for a /clock
+        sim = _set(ros, name, use_sim_time=True)["use_sim_time"]
+        assert sim[0] is False and "'use_sim_time' is read at start" in sim[1]
+        assert until(lambda: node.diagnostics_timer is not None and node.get_clock().now().nanoseconds > 0, 5.0)
 
         assert life.change("cleanup") and life.state() == "unconfigured"
         assert _set(ros, name, max_active=3)["max_active"] == (True, "")

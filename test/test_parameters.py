@@ -111,6 +111,29 @@ def test_a_run_time_change_goes_through_the_same_check():
     assert changed == {"control_rate_hz": 25.0} and isinstance(changed["control_rate_hz"], float)
 
 
+def test_a_parameter_read_at_configure_changes_while_unconfigured_only_and_use_sim_time_never():
+    from rclpy.parameter import Parameter
+
+    from oxygen_ros.ros.parameters import changed_values, parameter_callback
+
+    values, state = dict(DEFAULTS, max_active=4), {"unconfigured": False, "sim": False}
+    callback = parameter_callback(inference_parameters.PARAMETERS, lambda: values, {"max_active"},
+                                  lambda: state["unconfigured"], sim_time=lambda: state["sim"])
+    refused = callback([Parameter("max_active", value=2)])
+    assert not refused.successful and "parameter 'max_active': is read at configure" in refused.reason
+    assert callback([Parameter("max_active", value=4)]).successful  # as it is: a dump loaded back
+    assert "cannot change while running" in callback([Parameter("setting", value="baseline")]).reason
+    state["unconfigured"] = True
+    assert callback([Parameter("max_active", value=2)]).successful
+    assert "must be >= 1" in callback([Parameter("max_active", value=0)]).reason  # checked as at start
+    assert changed_values(inference_parameters.PARAMETERS, [Parameter("max_active", value=2)], {"max_active"}) == \
+        {"max_active": 2}
+    # the clock: rclpy would switch it, and the node's timers would wait for a /clock
+    sim = callback([Parameter("use_sim_time", value=True)])
+    assert not sim.successful and "'use_sim_time' is read at start" in sim.reason
+    assert callback([Parameter("use_sim_time", value=False)]).successful
+
+
 def test_every_bad_value_is_named_at_once():
     """A params file with several mistakes is refused naming each, in the table's order, so
     that it is mended in one go rather than one start per mistake."""

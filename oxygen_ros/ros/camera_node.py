@@ -140,7 +140,8 @@ class CameraNode(Node):
         # counters and figures (diagnostics, console, tests), on the resolved topic names
         self.status = CameraStatus(self.camera_names, self.topics, IMAGE_ERROR_REASONS + STATE_REJECTION_REASONS,
                                    reading_period=DIAGNOSTICS_PERIOD_S)
-        self.add_on_set_parameters_callback(parameter_callback(PARAMETERS))
+        self.add_on_set_parameters_callback(parameter_callback(
+            PARAMETERS, sim_time=lambda: self.get_parameter("use_sim_time").value))
         self.add_post_set_parameters_callback(self._apply_parameters)
         self._diag_publisher = self.create_publisher(DiagnosticArray, "/diagnostics", 10)
         self._diag_timer = self.create_timer(DIAGNOSTICS_PERIOD_S, self._publish_diagnostics)

@@ -126,7 +126,8 @@ class InferenceNode(InferenceInputs, InferenceDiagnostics, InferenceTicks, Node)
             self.params = declare_parameters(self, PARAMETERS, elsewhere={"oxygen_camera": CAMERA_PARAMETERS},
                                              configurable=self.configure_time)
             self.add_on_set_parameters_callback(parameter_callback(
-                PARAMETERS, lambda: self.params, self.configure_time, lambda: not self.configured))
+                PARAMETERS, lambda: self.params, self.configure_time, lambda: not self.configured,
+                sim_time=lambda: self.get_parameter("use_sim_time").value))
             self.add_post_set_parameters_callback(self._apply_parameters)
             if start:  # the plain node: configured and active from the start (the managed one waits)
                 self.configure()
@@ -280,7 +281,8 @@ class InferenceNode(InferenceInputs, InferenceDiagnostics, InferenceTicks, Node)
     # ------------------------------------------------------------------ parameters at run time
     def _apply_parameters(self, parameters) -> None:
         """After the parameter callback accepted them (same checks as at start)."""
-        changes = changed_values(PARAMETERS, parameters, self.configure_time)
+        # a parameter read at configure changes while unconfigured only (else it was set as it is)
+        changes = changed_values(PARAMETERS, parameters, () if self.configured else self.configure_time)
         if not changes:
             return
         if not self.configured:  # read by configure()

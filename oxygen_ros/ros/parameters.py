@@ -240,28 +240,35 @@ def declare_parameters_or_fail(node, specs: Iterable[ParamSpec]) -> dict[str, An
 
 
 def parameter_callback(specs: Sequence[ParamSpec], current: Callable[[], Mapping] | None = None,
-                       configurable: Collection[str] = (), unconfigured: Callable[[], bool] = lambda: False
-                       ) -> Callable[[list], SetParametersResult]:
+                       configurable: Collection[str] = (), unconfigured: Callable[[], bool] = lambda: False,
+                       sim_time: Callable[[], Any] | None = None) -> Callable[[list], SetParametersResult]:
     """An on-set-parameters callback putting each change through :func:`coerce`.
     ``current()``: the node's values now, for relations (a change is checked
     against the others changed with it). The parameters read at start that are named in
-    ``configurable`` change only while ``unconfigured()``; the refusal says how to get there."""
+    ``configurable`` change only while ``unconfigured()`` (the refusal says how to get there);
+    their value as it is is taken at any time (``ros2 param load`` of the node's own dump).
+    ``sim_time()``: the node's ``use_sim_time``, then refused at run time, unless unchanged: rclpy
+    would switch the node's clock, and its timers would wait for a ``/clock`` that may not come."""
     table = {s.name: s for s in specs}
 
     def callback(params: list) -> SetParametersResult:
-        values = dict(current()) if current is not None else {}
-        values.update({p.name: p.value for p in params if p.name in table})
+        now = dict(current()) if current is not None else {}
+        values = {**now, **{p.name: p.value for p in params if p.name in table}}
         for param in params:
             spec = table.get(param.name)
             if spec is None:
-                continue  # e.g. use_sim_time
+                if param.name == "use_sim_time" and sim_time is not None and param.value != sim_time():
+                    return SetParametersResult(successful=False, reason=(
+                        "'use_sim_time' is read at start: the node's clock and timers follow it (set it when the "
+                        "node starts: -p use_sim_time:=true, its params file, or the launch's)"))
+                continue
             try:
                 if not spec.dynamic and spec.name not in configurable:  # read-only: rclpy refuses them first
                     raise ParameterError(param.name, "cannot change while running")
-                if not spec.dynamic and not unconfigured():
+                value = coerce(spec, param.value, values)
+                if not spec.dynamic and not unconfigured() and not (param.name in now and value == now[param.name]):
                     raise ParameterError(param.name, "is read at configure: it changes only while the node is "
                                                      "unconfigured (deactivate, cleanup, set it, configure)")
-                coerce(spec, param.value, values)
             except ParameterError as exc:
                 return SetParametersResult(successful=False, reason=str(exc))
         return SetParametersResult(successful=True)

@@ -82,7 +82,8 @@ class SyntheticCamera(Node):
         self._state_pub = self.create_publisher(JointState, p["joint_state_topic"], DATA_QOS)
         self._action_sub = self.create_subscription(ActionChunk, p["action_topic"], self._on_actions, ACTIONS_QOS)
         self._timer = self.create_timer(1.0 / self.rate_hz, self._tick)
-        self.add_on_set_parameters_callback(parameter_callback(SYNTHETIC_CAMERA_PARAMETERS))
+        self.add_on_set_parameters_callback(parameter_callback(
+            SYNTHETIC_CAMERA_PARAMETERS, sim_time=lambda: self.get_parameter("use_sim_time").value))
         self.add_post_set_parameters_callback(self._apply_parameters)
         self._publish_instruction()
         self.get_logger().info(
