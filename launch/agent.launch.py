@@ -54,7 +54,7 @@ from launch_ros.actions import Node
 
 from oxygen_ros.ros.launch_folder import new_overrides_folder
 from oxygen_ros.ros.plan import (
-    node_exit_message, node_label, overrides_file, plan_warnings, resolve, respawn_message,
+    misspelt_arguments, node_exit_message, node_label, overrides_file, plan_warnings, resolve, respawn_message,
 )
 from oxygen_ros.ros.plan_tables import ARGUMENTS, PACKAGE
 
@@ -89,7 +89,8 @@ def _nodes(context, *args, **kwargs):
     if left_behind:
         actions.append(LogInfo(msg=f'removed {len(left_behind)} overrides folder(s) of launches that ended '
                                    f'without shutting down (SIGTERM or SIGKILL): {", ".join(left_behind)}'))
-    actions += [LogInfo(msg=f'warning: {line}') for line in plan_warnings(plan, params_file)]
+    warnings = misspelt_arguments(context.launch_configurations) + plan_warnings(plan, params_file)
+    actions += [LogInfo(msg=f'warning: {line}') for line in warnings]
     for item in plan:
         spec, label = item['spec'], node_label(item)
         parameters = [params_file]

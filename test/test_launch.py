@@ -179,7 +179,7 @@ def test_launch_file_loads_where_launch_ros_is_available(tmp_path, monkeypatch):
     pytest.importorskip("launch_ros")
     import tempfile
 
-    from launch.actions import DeclareLaunchArgument, OpaqueFunction, RegisterEventHandler
+    from launch.actions import DeclareLaunchArgument, LogInfo, OpaqueFunction, RegisterEventHandler
     from launch_ros.actions import Node
 
     from launch import LaunchContext
@@ -202,9 +202,12 @@ def test_launch_file_loads_where_launch_ros_is_available(tmp_path, monkeypatch):
         context.launch_configurations["params_file"] = str(YAML_FILE)
         context.launch_configurations["demo"] = demo
         context.launch_configurations["robots"] = robots
+        context.launch_configurations["respwan"] = "true"  # a misspelt argument: warned of
         actions = opaque.execute(context)
         assert sum(isinstance(a, Node) for a in actions) == count, actions
         assert sum(isinstance(a, RegisterEventHandler) for a in actions) == count + 1, actions
+        said = ["".join(part.perform(context) for part in a.msg) for a in actions if isinstance(a, LogInfo)]
+        assert len(said) == 1 and "'respwan' is none of this launch's (did you mean 'respawn'?)" in said[0], said
 
 
 def test_node_plan_demo_is_off_by_default_and_overrides_are_typed():
@@ -265,8 +268,21 @@ def test_run_agent_refuses_a_bad_argument_before_starting_anything(capsys):
             self.calls.append("finish")
 
     assert run_agent("oxygen-test", {"modle_path": "/x"}, Session()) == 2
-    assert "oxygen-test: unknown argument(s) ['modle_path']" in capsys.readouterr().err
+    assert "oxygen-test: unknown argument(s) 'modle_path' (did you mean 'model_path'?); known: " \
+        in capsys.readouterr().err
     assert Session.calls == []
+
+
+def test_a_misspelt_launch_argument_is_warned_of():
+    """ros2 launch takes any name:=value: demmo:=true would start without the demo, unsaid. A name
+    close to an argument is warned of; one far from all of them (a parent launch's) is not."""
+    from oxygen_ros.ros.plan import misspelt_arguments
+
+    given = ["demo", "demmo", "camera_topc", "robot_name", "use_sim_time", "model"]
+    assert misspelt_arguments(given) == [
+        "launch argument 'camera_topc' is none of this launch's (did you mean 'camera_topic'?): it changes nothing",
+        "launch argument 'demmo' is none of this launch's (did you mean 'demo'?): it changes nothing"]
+    assert "misspelt_arguments(context.launch_configurations)" in LAUNCH_FILE.read_text()
 
 
 def test_every_executable_is_installed():

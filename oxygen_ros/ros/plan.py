@@ -50,7 +50,8 @@ def node_plan(values: dict[str, str], params_file: str | None = None) -> list[di
     args = {a.name: a.default for a in ARGUMENTS}
     unknown = sorted(set(values) - set(args))
     if unknown:
-        raise ValueError(f"unknown argument(s) {unknown}; known: {sorted(args)}")
+        named = ", ".join(f"{name!r}{_guess(name, 0.6)}" for name in unknown)
+        raise ValueError(f"unknown argument(s) {named}; known: {sorted(args)}")
     args.update(values)
     demo = parse_bool("demo", args["demo"])
     respawn_delay = parse_respawn(args)
@@ -69,6 +70,22 @@ def node_plan(values: dict[str, str], params_file: str | None = None) -> list[di
     for item in plan:  # the inference node is always required: without it no robot gets an action
         item["respawn_delay"] = None if item["spec"].name == INFERENCE else respawn_delay
     return plan
+
+
+def _guess(name: str, cutoff: float) -> str:
+    """`` (did you mean 'demo'?)`` for the argument ``name`` is closest to, else ""."""
+    close = difflib.get_close_matches(name, [a.name for a in ARGUMENTS], n=1, cutoff=cutoff)
+    return f" (did you mean {close[0]!r}?)" if close else ""
+
+
+def misspelt_arguments(names) -> list[str]:
+    """A warning for each of ``names`` (a launch's configurations) that is none of the
+    arguments but close to one (``demmo:=true``): ``ros2 launch`` takes any name and the launch
+    would run as if it were not given. Names far from every argument are left alone: a launch
+    file including this one has arguments of its own."""
+    known = {a.name for a in ARGUMENTS}
+    return [f"launch argument {name!r} is none of this launch's{guess}: it changes nothing"
+            for name in sorted(set(names) - known) if (guess := _guess(name, 0.8))]
 
 
 def resolve(values: dict[str, str]) -> tuple[list[dict[str, Any]], str]:
