@@ -40,6 +40,24 @@ def test_a_camera_at_its_rate_is_measured_and_a_slow_one_is_warned_about():
     assert rate < 2 and warnings and "below min_camera_rate_hz 5" in warnings[0]
 
 
+def test_a_camera_whose_publisher_comes_up_after_the_node_is_measured_from_its_first_frame():
+    """A camera node started 2.5 s before its camera: at 10 Hz from then on, no 'below
+    min_camera_rate_hz 8' warning for the frames the camera did not send before it came up. A camera
+    that never sends is still warned of once the node has run that long."""
+    clock = Clock()
+    status = CameraStatus(["base", "wrist"], ["/camera", "/wrist"], ("decode",), clock=clock)
+    warnings = []
+    for i in range(85):  # read every second, as the node does; the base camera at 10 Hz from 2.5 s on
+        clock.now += 0.1
+        if i >= 25:
+            status.frame(0)
+        if i % 10 == 9:
+            warnings += status.rate_warnings(8.0)
+    assert [w for w in warnings if "base" in w] == [], warnings
+    assert abs(status.figures("")["base.rate_hz"] - 10) < 0.5
+    assert any("wrist" in w and "0.0 frames/s" in w for w in warnings), warnings
+
+
 def test_a_stall_of_the_nodes_own_process_is_not_read_as_a_slow_camera():
     """oxygen-agent compiles the inference node's buckets in the camera node's process: for a
     minute no callback runs, then a burst of queued frames arrives. The rates start again."""

@@ -139,6 +139,8 @@ class CameraStatus:
         now = self._clock()
         if not any(self.received):  # the first frame: its publishers are coming up now
             self._since = now
+        if not self.received[index]:  # its rate from its first frame on: not the node's start, before it came
+            self._rates[index].restart(now)
         self.received[index] += 1
         self._last_frame[index] = now
         self._rates[index].add(now)
