@@ -276,5 +276,5 @@ def test_a_grey_camera_is_told_once_and_goes_to_the_model_as_three_equal_channel
     assert np.frombuffer(img.data, np.uint8).reshape(16, 16, 3)[8, 8].tolist() == [90, 90, 90]
     raw_topic, jpeg_topic = rig.camera.topics
     told = [m.msg for m in rig.logs if "mono8 (grey)" in m.msg]
-    assert len(told) == 1 and raw_topic in told[0] and "three equal colour channels" in told[0], told
+    assert len(told) == 1 and raw_topic in told[0] and "the model gets each as 3 equal channels" in told[0], told
     assert not any("mono8" in m.msg and jpeg_topic in m.msg for m in rig.logs)

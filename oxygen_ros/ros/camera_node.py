@@ -1,43 +1,40 @@
 """Camera node: groups the newest frame of every camera into Observation messages.
 
 ``oxygen_camera`` subscribes to raw (``sensor_msgs/Image``) and compressed
-(``sensor_msgs/CompressedImage``) camera topics, the task instruction
-(``std_msgs/String``, latched) and optionally the robot state
-(``sensor_msgs/JointState``), and publishes ``oxygen_ros/Observation``:
+(``sensor_msgs/CompressedImage``) camera topics, the task instruction (``std_msgs/String``,
+latched) and optionally the robot state (``sensor_msgs/JointState``), and publishes
+``oxygen_ros/Observation``:
 
-* it keeps the newest good frame of every camera; once every camera has
-  delivered a frame newer than the last published group (a frame with the
-  stamp of the one already grouped does not count) it publishes one
-  Observation (``seq`` 0, 1, 2, ...), images resized to ``image_size`` (aspect
-  kept, black padding), header stamp = capture time of the oldest image;
-* a group whose oldest image is older than ``max_age`` (node clock) is dropped
-  with a throttled warning; the stale cameras must deliver a newer frame;
-* a bad image (see :class:`~oxygen_ros.ros.conversions.ImageError`) is counted
-  in ``rejected[reason]`` and logged (throttled, naming topic and reason); the
-  node keeps the camera's previous frame and uses the next good one;
-* control characters are stripped from the instruction (with a warning); until
-  an instruction arrives, and after an empty one, ``default_instruction`` is
-  used (an over-long one is cut to the model's prompt length by the inference
-  node); the first group waits up to ``instruction_wait_s`` for an instruction
-  while a publisher is on its topic (:mod:`.camera_instruction`);
-* a state with NaN/inf (or empty, or too long, or whose ``name`` and
-  ``position`` lengths disagree) is rejected and never forwarded; with
-  ``state_topic`` set, no group is published without a valid state, and frames
-  held back for want of one, or for the state of their moment, go out when it
-  arrives (the decision is :class:`~oxygen_ros.core.grouping.FrameGrouping`'s);
-* images are subscribed with ``image_reliability`` and ``image_qos_depth`` (one
-  camera: ROS 2's own ``qos_overrides.<topic>.subscription.reliability|depth``);
-  a publisher whose QoS cannot match is named in a warning;
-* once a second it publishes a ``diagnostic_msgs/DiagnosticArray`` on
-  ``/diagnostics`` (status ``oxygen_camera: cameras``, in a robot's namespace
-  ``left/oxygen_camera: cameras``): the figures and levels of
-  :mod:`.camera_status`; a slow camera is also warned on the console (throttled,
-  with a hint when a reliable publisher meets a best-effort subscription). Logs
-  name the resolved (remapped) topics.
+* it keeps the newest good frame of every camera; once every camera has delivered a frame newer
+  than the last published group (a frame with the stamp of the one already grouped does not
+  count) it publishes one Observation (``seq`` 0, 1, 2, ...), images resized to ``image_size``
+  (aspect kept, black padding), header stamp = capture time of the oldest image;
+* a group whose oldest image is older than ``max_age`` (node clock) is dropped with a throttled
+  warning; the stale cameras must deliver a newer frame;
+* a bad image (see :class:`~oxygen_ros.ros.conversions.ImageError`) is counted in
+  ``rejected[reason]`` and logged (throttled, naming topic and reason); the node keeps the
+  camera's previous frame and uses the next good one;
+* control characters are stripped from the instruction (with a warning); until an instruction
+  arrives, and after an empty one, ``default_instruction`` is used (an over-long one is cut to
+  the model's prompt length by the inference node); the first group waits up to
+  ``instruction_wait_s`` for an instruction while a publisher is on its topic
+  (:mod:`.camera_instruction`);
+* a state with NaN/inf (or empty, or too long, or whose ``name`` and ``position`` lengths
+  disagree) is rejected and never forwarded; with ``state_topic`` set, no group is published
+  without a valid state, and frames held back for want of one, or for the state of their moment,
+  go out when it arrives (the decision is :class:`~oxygen_ros.core.grouping.FrameGrouping`'s);
+* images are subscribed with ``image_reliability`` and ``image_qos_depth`` (one camera: ROS 2's
+  own ``qos_overrides.<topic>.subscription.reliability|depth``); a publisher whose QoS cannot
+  match is named in a warning;
+* once a second it publishes a ``diagnostic_msgs/DiagnosticArray`` on ``/diagnostics`` (status
+  ``oxygen_camera: cameras``, in a robot's namespace ``left/oxygen_camera: cameras``): the
+  figures and levels of :mod:`.camera_status`; a slow camera is also warned on the console
+  (throttled, with a hint when a reliable publisher meets a best-effort subscription). Logs name
+  the resolved (remapped) topics.
 
 Parameters are listed in :data:`PARAMETERS`; topics, camera names, QoS and
-``instruction_wait_s`` are read at start (read-only), the others can be changed
-at run time and are validated.
+``instruction_wait_s`` are read at start (read-only), the others can be changed at run time and
+are validated.
 """
 
 from __future__ import annotations
@@ -265,8 +262,7 @@ class CameraNode(Node):
             self._warn((topic, exc.reason), f"rejected image on {topic}: {exc}")
             return
         if isinstance(msg, Image) and msg.encoding == "mono8" and self._first(("mono8", topic)):
-            self.get_logger().info(f"images on {topic} are mono8 (grey): the model gets each as three equal "
-                                   "colour channels")
+            self.get_logger().info(f"images on {topic} are mono8 (grey): the model gets each as 3 equal channels")
         now_ns = self.get_clock().now().nanoseconds
         stamp_ns = stamp_to_ns(msg.header.stamp)
         header = msg.header
