@@ -155,3 +155,17 @@ def test_every_bad_value_is_named_at_once():
     with pytest.raises(ParameterErrors) as pair:
         check_all(inference_parameters.PARAMETERS, {**DEFAULTS, "steps_per_frame": 0, "decode_when_idle": False})
     assert {e.name for e in pair.value.errors} == {"steps_per_frame", "decode_when_idle"}
+
+
+def test_every_checked_parameter_says_its_constraints():
+    """`ros2 param describe` shows what a parameter takes for every one a check refuses values of:
+    image_size's 1..4096 was enforced but not described."""
+    from oxygen_ros.ros.bag_player import BAG_PLAYER_PARAMETERS
+    from oxygen_ros.ros.camera_parameters import PARAMETERS as CAMERA
+    from oxygen_ros.ros.synthetic_camera import SYNTHETIC_CAMERA_PARAMETERS
+
+    tables = (CAMERA, inference_parameters.PARAMETERS, SYNTHETIC_CAMERA_PARAMETERS, BAG_PLAYER_PARAMETERS)
+    assert [s.name for specs in tables for s in specs if s.check is not None and not s.constraints] == []
+    by_name = {s.name: s.constraints for s in CAMERA}
+    assert by_name["image_size"] == "1..4096" and by_name["max_age"] == "> 0"
+    assert by_name["state_topic"] == "a topic name, or empty: none"

@@ -75,7 +75,8 @@ def _bag_path(value: str, values=None) -> str | None:
 
 
 BAG_PLAYER_PARAMETERS: tuple[ParamSpec, ...] = (
-    ParamSpec("bag_path", "", "rosbag2 directory (MCAP or SQLite3) or single .mcap/.db3 file", "str", _bag_path),
+    ParamSpec("bag_path", "", "rosbag2 directory (MCAP or SQLite3) or single .mcap/.db3 file", "str", _bag_path,
+              constraints="not empty"),
     ParamSpec("rate", 1.0, "playback speed: 1.0 = recorded timing, 2.0 = twice as fast", "float", positive,
               dynamic=True),
     ParamSpec("topics", [], "topics to play; empty: all but exclude_topics", "str_list", topic_list),
@@ -90,7 +91,8 @@ BAG_PLAYER_PARAMETERS: tuple[ParamSpec, ...] = (
     ParamSpec("action_topic", "/oxygen/actions", "oxygen_ros/ActionChunk input used by lockstep", "str", topic_name),
     ParamSpec("lockstep_robots", [], "robots of a bag of several: an image topic under /<robot>/ waits in lockstep "
               "for ActionChunks on /<robot> + action_topic, any other image topic on action_topic; empty: every "
-              "image on action_topic", "str_list", robot_names_check),
+              "image on action_topic", "str_list", robot_names_check,
+              constraints="unique ROS name tokens (a letter, then letters, digits or _)"),
     ParamSpec("latched_topics", ["/oxygen/instruction"], "topics published transient-local (besides those "
               "recorded transient-local)", "str_list", topic_list),
     ParamSpec("restamp", True, "shift header stamps by (now - recorded time) so that consumers comparing "

@@ -51,7 +51,7 @@ PARAMETERS: tuple[ParamSpec, ...] = (
     ParamSpec("state_joint_names", [], "joints whose positions make the state, in this order, picked by name "
               "from the JointState messages (several publishers on state_topic, an arm and a gripper, each "
               "give theirs; other joints are ignored); empty: each message's positions in its order",
-              "str_list", _joint_names),
+              "str_list", _joint_names, constraints="names, each once"),
     ParamSpec("state_wait", True, "a group waits for the state due next when that one is closer in time to its "
               "images than the state held and due within half a frame period (a driver that sends each image, "
               "then the state taken with it); false: the state held when the group is complete", "bool"),
@@ -60,7 +60,7 @@ PARAMETERS: tuple[ParamSpec, ...] = (
               "float", non_negative, dynamic=True),
     ParamSpec("observation_topic", "/oxygen/observation", "oxygen_ros/Observation output topic", "str", topic_name),
     ParamSpec("image_size", 224, "side in pixels of the square images sent (the model's resolution)",
-              "int", _image_size, dynamic=True),
+              "int", _image_size, dynamic=True, constraints="1..4096"),
     ParamSpec("max_age", 0.5, "seconds: a group whose oldest image is older than this is dropped",
               "float", positive, dynamic=True),
     ParamSpec("max_image_bytes", DEFAULT_MAX_IMAGE_BYTES, "largest accepted image in bytes "
@@ -71,7 +71,7 @@ PARAMETERS: tuple[ParamSpec, ...] = (
     ParamSpec("image_reliability", "best_effort", "QoS reliability of every image subscription: best_effort "
               "(matches every publisher; large raw images may lose fragments) | reliable (nothing lost, "
               "matches reliable publishers only); one camera: qos_overrides.<topic>.subscription.reliability",
-              "str", one_of(RELIABILITY)),
+              "str", one_of(RELIABILITY), constraints=" | ".join(RELIABILITY)),
     ParamSpec("image_qos_depth", 5, "QoS history depth of every image subscription; one camera: "
               "qos_overrides.<topic>.subscription.depth", "int", at_least_one),
     ParamSpec("min_camera_rate_hz", 5.0, "frames per second below which a camera is warned about (console and "

@@ -192,7 +192,8 @@ PARAMETERS: tuple[ParamSpec, ...] = (
     ParamSpec("decode_when_idle", True, "Run language-only frames (at most one per control period, never "
               "when the next observation is due before one would end) while requests are decoding and no new "
               "observation arrives. false: text advances only with observation frames (deterministic "
-              "replays).", "bool", _decode_when_idle, dynamic=True),
+              "replays).", "bool", _decode_when_idle, dynamic=True,
+              constraints="not false while steps_per_frame is 0"),
     ParamSpec("compile", "auto", "Run prefill, the denoise loop and a frame's decode steps as compiled graphs, "
               "one per shape bucket, all compiled at start-up (CUDA graphs on a GPU): on | off | auto (auto: on for "
               "CUDA, eager on CPU, where a cold compile takes minutes). Where compiling is impossible the node "

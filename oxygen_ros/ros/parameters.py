@@ -75,6 +75,8 @@ class ParamSpec:
     def __post_init__(self) -> None:
         if self.type not in TYPES:
             raise ValueError(f"parameter {self.name}: type must be one of {', '.join(TYPES)}, got {self.type!r}")
+        if not self.constraints and self.check is not None:  # what `ros2 param describe` shows: a shared check's
+            object.__setattr__(self, "constraints", CHECK_CONSTRAINTS.get(self.check, ""))
 
 
 def coerce(spec: ParamSpec, value: Any, values: Mapping | None = None) -> Any:
@@ -341,6 +343,13 @@ def topic_list(value: list[str], values: Mapping | None = None) -> str | None:
     if len(set(value)) != len(value):
         return f"topics are listed twice in {value}"
     return None
+
+
+#: the constraints a parameter with one of these checks (and none of its own) describes
+CHECK_CONSTRAINTS: dict[Callable, str] = {
+    positive: "> 0", non_negative: ">= 0", at_least_one: ">= 1", topic_name: "a topic name",
+    optional_topic_name: "a topic name, or empty: none", topic_list: "topic names, each once",
+}
 
 
 def unique_names(value: list[str], values: Mapping | None = None) -> str | None:

@@ -39,7 +39,8 @@ def _sim_image_size(value: int, values=None) -> str | None:
 
 SYNTHETIC_CAMERA_PARAMETERS: tuple[ParamSpec, ...] = (
     ParamSpec("rate_hz", 10.0, "frames per second", "float", positive, dynamic=True),
-    ParamSpec("image_size", DEMO_IMAGE_SIZE, "side in pixels of the square rendered image", "int", _sim_image_size, dynamic=True),
+    ParamSpec("image_size", DEMO_IMAGE_SIZE, "side in pixels of the square rendered image", "int", _sim_image_size, dynamic=True,
+              constraints="8..1024"),
     ParamSpec("seed", 0, "random seed of the scene and of the target moves", "int"),
     ParamSpec("retarget_every_s", 8.0, "seconds between target moves (also moved when reached); 0: only when reached",
               "float", non_negative, dynamic=True),
