@@ -2,6 +2,7 @@
 with one line naming it and the same exit status, 2, so that a launch or a supervisor can tell
 a configuration error from a crash (1). Real processes on real DDS."""
 
+import os
 import signal
 import subprocess
 import sys
@@ -75,6 +76,44 @@ def test_ctrl_c_while_the_modules_load_ends_with_one_line_and_no_traceback(ros_e
     assert proc.returncode == 0, err[-2000:]
     assert "Traceback" not in err and "KeyboardInterrupt" not in err, err[-2000:]
     assert err.strip().splitlines()[-1] == f"{path.name}: interrupted", err[-2000:]
+
+
+# a library whose start-up swallows a Ctrl-C, as torch's C start-up does when one lands while it
+# imports numpy (the error cleared, about 0.2 s into `import torch`): the inference node then
+# started and ran on (seen in a clean clone's run of the test above); AFTER the swallowed one
+SWALLOWING_LIBRARY = """
+import signal, time
+try:
+    signal.raise_signal(signal.SIGINT)
+    time.sleep(1.0)
+except KeyboardInterrupt:
+    pass
+{after}
+def main():
+    time.sleep(60)  # the command's run, which a Ctrl-C should have prevented
+    return 3
+"""
+
+
+@pytest.mark.parametrize("after", ["", "import half_imported; half_imported.ndarray  # the next line fails"])
+def test_a_ctrl_c_that_a_library_swallows_while_it_loads_still_ends_the_command(tmp_path, after):
+    """The installed launcher, pointed at such a library: the interrupt is honoured once the
+    import returns (or fails because of it), with one line and status 0."""
+    (tmp_path / "swallowing_library.py").write_text(SWALLOWING_LIBRARY.format(after=after))
+    (tmp_path / "half_imported.py").write_text("")
+    source = (installed_prefix() / "lib" / "oxygen_ros" / "inference_node").read_text()
+    assert "from oxygen_ros.ros.inference_node import main" in source
+    launcher = tmp_path / "swallowing_command"
+    launcher.write_text(source.replace("from oxygen_ros.ros.inference_node import main",
+                                       "from swallowing_library import main")
+                        .replace("inference_node: interrupted", "swallowing_command: interrupted"))
+    env = checkout_env()
+    env["PYTHONPATH"] = os.pathsep.join([str(tmp_path), env.get("PYTHONPATH", "")])
+    run = subprocess.run([sys.executable, str(launcher)], cwd=tmp_path, env=env, capture_output=True, text=True,
+                         timeout=30)
+    assert run.returncode == 0, run.stderr[-2000:]
+    assert "Traceback" not in run.stderr, run.stderr[-2000:]
+    assert run.stderr.strip().splitlines()[-1] == "swallowing_command: interrupted", run.stderr[-2000:]
 
 
 @pytest.mark.parametrize("transitions", [["unconfigured_shutdown"], ["configure", "inactive_shutdown"]])

@@ -80,6 +80,49 @@ def test_a_sigint_once_that_comes_during_a_finalizer_still_interrupts_after_it(s
     assert signal.getsignal(signal.SIGINT) is signal.SIG_IGN
 
 
+def _swallowing_start():
+    """A start-up in which a library clears a Ctrl-C (torch's C start-up, importing numpy)."""
+    try:
+        signal.raise_signal(signal.SIGINT)
+        time.sleep(1.0)
+    except KeyboardInterrupt:
+        pass
+
+
+def test_a_ctrl_c_a_library_swallows_while_a_node_starts_still_ends_the_start(our_handlers):
+    """The nodes' start-up (and the agent's) runs under honour_interrupts: the node does not go
+    on to spin as if nothing had been asked."""
+    from oxygen_ros.core.interrupts import honour_interrupts
+
+    ran_on = []
+    with pytest.raises(KeyboardInterrupt):
+        with honour_interrupts():
+            _swallowing_start()
+            ran_on.append("the rest of the start-up")
+    assert ran_on == ["the rest of the start-up"]  # the start-up ended; then the interrupt was honoured
+
+
+def test_an_error_after_a_swallowed_ctrl_c_is_taken_as_the_interrupt(our_handlers):
+    """What the interrupt left half-done fails next (numpy half-imported: an AttributeError):
+    that is the Ctrl-C's doing, ended quietly, not a crash with a traceback."""
+    from oxygen_ros.core.interrupts import honour_interrupts
+
+    with pytest.raises(KeyboardInterrupt):
+        with honour_interrupts():
+            _swallowing_start()
+            raise AttributeError("module 'numpy' has no attribute 'ndarray'")
+
+
+def test_without_a_ctrl_c_a_start_up_s_errors_are_its_own(our_handlers):
+    from oxygen_ros.core.interrupts import honour_interrupts
+
+    with pytest.raises(AttributeError):
+        with honour_interrupts():
+            raise AttributeError("a real fault")
+    with honour_interrupts():
+        pass  # and an earlier interrupt (the tests above) does not end a later start-up
+
+
 def test_a_node_built_while_an_interrupt_came_is_destroyed_to_its_end(stepped_ros):
     """rclpy's create_publisher lists the publisher, wakes the executor, then adds its event
     handlers: a Ctrl-C in between (the node starting) made rclpy's destroy_node raise ValueError

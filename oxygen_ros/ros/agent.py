@@ -16,6 +16,7 @@ import sys
 import threading
 from typing import Any, Protocol
 
+from ..core.interrupts import honour_interrupts
 from .plan import build_nodes, node_label, resolve, plan_warnings
 from .robot_process import INFERENCE, RobotProcessError, RobotProcesses, camera_sides, respawn_delay
 from .spinner import BACKGROUND_NICENESS, CONTROL_PATH, EXECUTORS, Spinner  # noqa: F401 (the agent's layout)
@@ -178,8 +179,10 @@ def run_agent(prog: str, values: dict[str, str], session: Session, executor: str
     for a bad argument or parameter (printed after ``prog:``), 1 when a node or a robot's process stopped, else
     ``session.run``'s (0 when interrupted by Ctrl-C or SIGTERM)."""
     try:
-        plan, params_file = resolve(values)
-        robot_processes = sides_apart(plan, robot_processes)
+        with honour_interrupts():  # torch and transformers load for its checks: seconds
+            plan, params_file = resolve(values)
+            robot_processes = sides_apart(plan, robot_processes)
+            _announce(prog, plan, params_file, robot_processes)
     except ValueError as exc:
         print(f"{prog}: {exc}", file=sys.stderr)
         return 2
@@ -191,11 +194,11 @@ def run_agent(prog: str, values: dict[str, str], session: Session, executor: str
     # the SIGINT that interrupts turns SIGINT off: a second one, sent with it (a `timeout` or launch
     # forwarding the signal its process group got too), cut the clean-up and lost the report
     init_control_process([], sigint_once=True)
-    _announce(prog, plan, params_file, robot_processes)
     agent, code = Agent(plan, params_file, robot_processes, background_niceness), 0
     log = lambda line: print(f"{prog}: {line}", file=sys.stderr, flush=True)  # noqa: E731
     try:
-        agent.build(log)
+        with honour_interrupts():  # a Ctrl-C while the nodes start, even one a library swallowed
+            agent.build(log)
         session.start(agent)
         agent.spin(executor, background_niceness)
         agent.children.supervise(log)  # respawn:=true: from now on a camera side that ends is restarted

@@ -9,6 +9,7 @@ from collections.abc import Callable
 import rclpy
 from rclpy.executors import ExternalShutdownException
 
+from ..core.interrupts import honour_interrupts
 from .parameters import ParameterError
 from .process import ignore_further_interrupts, init_control_process, report_leftover_threads, settle_garbage_collector
 
@@ -37,7 +38,8 @@ def run_node(make_node: Callable, args: list[str] | None = None, until_done: boo
         return 2
     try:
         try:
-            node = make_node()
+            with honour_interrupts():  # a Ctrl-C while it starts, even one a library swallowed
+                node = make_node()
         except ParameterError:
             return 2  # logged by the node
         try:
@@ -73,7 +75,8 @@ def run_control_node(make_node: Callable, name: str, args: list[str] | None = No
     node = executor = None
     code = 0
     try:
-        node = make_node()
+        with honour_interrupts():  # a Ctrl-C while it starts, even one a library swallowed
+            node = make_node()
         settle_garbage_collector()
         executor = SingleThreadedExecutor()
         executor.add_node(node)

@@ -19,6 +19,7 @@ import threading
 import rclpy
 from rclpy.signals import SignalHandlerOptions
 
+from ..core.interrupts import record_interrupt
 from ..core.tick_guard import SWITCH_INTERVAL_S
 
 
@@ -133,6 +134,7 @@ def interrupt(signum, frame) -> None:
     collector ran. Then the signal is sent again a moment later, to land outside it."""
     if _redelivered_after_finalizer(signum, frame):
         return
+    record_interrupt()
     raise KeyboardInterrupt
 
 
@@ -142,6 +144,7 @@ def interrupt_once(signum, frame) -> None:
     if _redelivered_after_finalizer(signum, frame):
         return
     ignore_further_interrupts()
+    record_interrupt()
     raise KeyboardInterrupt
 
 

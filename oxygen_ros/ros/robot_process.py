@@ -248,6 +248,7 @@ def main(argv: list[str] | None = None) -> int:
     from rclpy._rclpy_pybind11 import RCLError
     from rclpy.executors import ExternalShutdownException
 
+    from ..core.interrupts import honour_interrupts
     from .parameters import ParameterError
     from .process import init_control_process, settle_garbage_collector
     from .spinner import Spinner
@@ -256,7 +257,8 @@ def main(argv: list[str] | None = None) -> int:
     nodes: list = []
     spinner = None
     try:
-        build_nodes(decode_items(config["items"]), config["params_file"], nodes)
+        with honour_interrupts():  # a Ctrl-C while they start, even one a library swallowed
+            build_nodes(decode_items(config["items"]), config["params_file"], nodes)
         settle_garbage_collector()
         spinner = Spinner("split", nodes, background_niceness=config["background_niceness"])
         print(READY, flush=True)
