@@ -412,6 +412,8 @@ def test_player_refuses_bad_parameters(stepped_ros, tmp_path):
     assert not result.successful and "rate" in result.reason
     assert player.set_parameters([Parameter("rate", value=4)])[0].successful and player.rate == 4.0
     assert not player.set_parameters([Parameter("bag_path", value="/x")])[0].successful
+    result = player.set_parameters([Parameter("use_sim_time", value=True)])[0]
+    assert not result.successful and "'use_sim_time' is read at start" in result.reason
 
 
 def test_a_recorded_agent_s_own_topics_and_bookkeeping_are_not_played_by_default():

@@ -411,6 +411,9 @@ def test_parameters_validated_at_start_and_at_run_time(stepped_ros, monkeypatch)
     for name, value in (("observation_topic", "/elsewhere"), ("instruction_wait_s", 5.0)):
         result = camera.set_parameters([Parameter(name, value=value)])[0]
         assert not result.successful and "read-only" in result.reason
+    result = camera.set_parameters([Parameter("use_sim_time", value=True)])[0]  # its rate timers follow the clock
+    assert not result.successful and "'use_sim_time' is read at start" in result.reason
+    assert camera.set_parameters([Parameter("use_sim_time", value=False)])[0].successful  # as it is
     lines = record_log(camera, monkeypatch)
     assert camera.set_parameters([Parameter("image_size", value=16)])[0].successful
     assert camera.image_size == 16

@@ -42,10 +42,10 @@ from oxygen_ros.ros.parameters import (
     ParameterError,
     ParamSpec,
     changed_values,
+    check_parameter_changes,
     declare_parameters_or_fail,
     log_changes,
     non_negative,
-    parameter_callback,
     positive,
     topic_list,
     topic_name,
@@ -143,8 +143,7 @@ class BagPlayer(Node):
         self._t0_bag = 0
         self._t0_wall = 0.0
         self._setup_gates(p)
-        self.add_on_set_parameters_callback(parameter_callback(
-            BAG_PLAYER_PARAMETERS, sim_time=lambda: self.get_parameter("use_sim_time").value))
+        check_parameter_changes(self, BAG_PLAYER_PARAMETERS)
         self.add_post_set_parameters_callback(self._apply_parameters)
         # steady time, as the pacing (time.monotonic): a ROS-time timer stands still while the system
         # clock is stepped back, or, with use_sim_time, until /clock comes

@@ -75,8 +75,8 @@ from oxygen_ros.ros.diagnostic_message import diagnostic_array
 from oxygen_ros.ros.inference_parameters import PARAMETERS as INFERENCE_PARAMETERS
 from oxygen_ros.ros.node_main import run_node
 from oxygen_ros.ros.one_shot import OneShot
-from oxygen_ros.ros.parameters import (ParameterError, changed_values, declare_parameters, log_changes,
-                                       parameter_callback)
+from oxygen_ros.ros.parameters import (ParameterError, changed_values, check_parameter_changes, declare_parameters,
+                                       log_changes)
 from oxygen_ros.ros.qos import OBSERVATION_QOS, image_qos, image_qos_hint, is_reliable
 
 NODE_NAME = "oxygen_camera"
@@ -137,8 +137,7 @@ class CameraNode(Node):
         # counters and figures (diagnostics, console, tests), on the resolved topic names
         self.status = CameraStatus(self.camera_names, self.topics, IMAGE_ERROR_REASONS + STATE_REJECTION_REASONS,
                                    reading_period=DIAGNOSTICS_PERIOD_S)
-        self.add_on_set_parameters_callback(parameter_callback(
-            PARAMETERS, sim_time=lambda: self.get_parameter("use_sim_time").value))
+        check_parameter_changes(self, PARAMETERS)
         self.add_post_set_parameters_callback(self._apply_parameters)
         self._diag_publisher = self.create_publisher(DiagnosticArray, "/diagnostics", 10)
         self._diag_timer = self.create_timer(DIAGNOSTICS_PERIOD_S, self._publish_diagnostics)

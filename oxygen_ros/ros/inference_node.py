@@ -79,7 +79,7 @@ from .inference_setup import (
 )
 from .inference_status import StatusReporter
 from .node_main import run_control_node
-from .parameters import ParameterError, changed_values, declare_parameters, log_changes, parameter_callback
+from .parameters import ParameterError, changed_values, check_parameter_changes, declare_parameters, log_changes
 from .process import destroy_after_interrupt, settle_garbage_collector, thaw_garbage_collector
 from .qos import reliable
 from .robot_io import RobotIO, TextRouter
@@ -125,9 +125,8 @@ class InferenceNode(InferenceInputs, InferenceDiagnostics, InferenceTicks, Node)
         try:
             self.params = declare_parameters(self, PARAMETERS, elsewhere={"oxygen_camera": CAMERA_PARAMETERS},
                                              configurable=self.configure_time)
-            self.add_on_set_parameters_callback(parameter_callback(
-                PARAMETERS, lambda: self.params, self.configure_time, lambda: not self.configured,
-                sim_time=lambda: self.get_parameter("use_sim_time").value))
+            check_parameter_changes(self, PARAMETERS, lambda: self.params, self.configure_time,
+                                    lambda: not self.configured)
             self.add_post_set_parameters_callback(self._apply_parameters)
             if start:  # the plain node: configured and active from the start (the managed one waits)
                 self.configure()

@@ -278,6 +278,15 @@ def parameter_callback(specs: Sequence[ParamSpec], current: Callable[[], Mapping
     return callback
 
 
+def check_parameter_changes(node, specs: Sequence[ParamSpec], current: Callable[[], Mapping] | None = None,
+                            configurable: Collection[str] = (),
+                            unconfigured: Callable[[], bool] = lambda: False) -> None:
+    """Put every run-time change of ``node``'s parameters through :func:`parameter_callback`,
+    its ``use_sim_time`` included."""
+    node.add_on_set_parameters_callback(parameter_callback(
+        specs, current, configurable, unconfigured, sim_time=lambda: node.get_parameter("use_sim_time").value))
+
+
 def changed_values(specs: Sequence[ParamSpec], params: list, configurable: Collection[str] = ()) -> dict[str, Any]:
     """The dynamic parameters of ``params`` (accepted by the callback), and those of
     ``configurable``, coerced."""

@@ -26,8 +26,8 @@ from oxygen_ros.msg import ActionChunk
 from oxygen_ros.ros.conversions import action_chunk_array, rgb_to_image_msg
 from oxygen_ros.ros.node_main import run_node
 from oxygen_ros.ros.plan_tables import DEMO_IMAGE_SIZE
-from oxygen_ros.ros.parameters import (ParamSpec, changed_values, declare_parameters_or_fail, log_changes,
-                                       non_negative, parameter_callback, positive, topic_name)
+from oxygen_ros.ros.parameters import (ParamSpec, changed_values, check_parameter_changes,
+                                       declare_parameters_or_fail, log_changes, non_negative, positive, topic_name)
 from oxygen_ros.ros.qos import ACTIONS_QOS, DATA_QOS, LATCHED_QOS
 
 JOINT_NAMES = ["gripper_x", "gripper_y"]
@@ -83,8 +83,7 @@ class SyntheticCamera(Node):
         self._state_pub = self.create_publisher(JointState, p["joint_state_topic"], DATA_QOS)
         self._action_sub = self.create_subscription(ActionChunk, p["action_topic"], self._on_actions, ACTIONS_QOS)
         self._timer = self.create_timer(1.0 / self.rate_hz, self._tick)
-        self.add_on_set_parameters_callback(parameter_callback(
-            SYNTHETIC_CAMERA_PARAMETERS, sim_time=lambda: self.get_parameter("use_sim_time").value))
+        check_parameter_changes(self, SYNTHETIC_CAMERA_PARAMETERS)
         self.add_post_set_parameters_callback(self._apply_parameters)
         self._publish_instruction()
         self.get_logger().info(
