@@ -73,11 +73,12 @@ def test_nothing_computed_before_a_deactivate_goes_out_after_the_next_activate(r
     """The frame in flight at deactivate still ends, but its chunk, and every chunk before it,
     is dropped: after activate, without a new observation, no ActionChunk is published, not
     replayed from its first row (chunk_origin frame_end) nor held at its last (hold_action last).
-    The time inactive is no missed tick."""
+    The time inactive is no missed tick: counted as missed, the 1 s pause alone would be 49 (a
+    loaded machine misses a few of its own: 12 seen in a run beside three busy loops, 2 cores)."""
     prefix = unique_prefix()
     with Ros() as ros:
         # an observation still waiting at deactivate is served after activate while fresher than
-        # max_observation_age (as designed): 0.3 s, so that the 0.5 s pause leaves none
+        # max_observation_age (as designed): 0.3 s, so that the 1 s pause leaves none
         node = _node(ros, prefix, random_tiny_dir, chunk_origin="frame_end", hold_action="last",
                      control_process=control_process, max_observation_age=0.3)
         client = InferenceClient(ros, prefix)
@@ -85,14 +86,14 @@ def test_nothing_computed_before_a_deactivate_goes_out_after_the_next_activate(r
         assert until(lambda: len(client.chunks) > 5, 30.0, every=client.observe, period=0.05)
         client.observe()  # a frame is likely in flight now
         assert life.change("deactivate")
-        time.sleep(0.5)
+        time.sleep(1.0)  # 50 ticks of the timer
         assert life.change("activate")
         time.sleep(0.3)  # what was in flight before the activate has arrived
         seen = len(client.chunks)
         time.sleep(1.0)  # 50 ticks, and no new observation
         assert len(client.chunks) == seen, [(m.frame_id, m.offset) for m in client.chunks[seen:]][:10]
         assert until(lambda: len(client.chunks) > seen, 30.0, every=client.observe, period=0.1)  # fresh ones go
-        assert node.counters["missed_ticks"] == 0
+        assert node.counters["missed_ticks"] < 25
 
 
 def test_the_first_status_after_an_activate_is_not_about_what_happened_before(ros_env, random_tiny_dir):
