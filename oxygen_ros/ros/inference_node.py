@@ -78,7 +78,7 @@ from .inference_setup import (
     warm_up,
 )
 from .inference_status import StatusReporter
-from .node_main import run_control_node
+from .node_main import mark_logged, run_control_node
 from .parameters import ParameterError, changed_values, check_parameter_changes, declare_parameters, log_changes
 from .process import destroy_after_interrupt, settle_garbage_collector, thaw_garbage_collector
 from .qos import reliable
@@ -132,9 +132,10 @@ class InferenceNode(InferenceInputs, InferenceDiagnostics, InferenceTicks, Node)
                 self.configure()
                 self.activate()
         except BaseException as exc:
-            if isinstance(exc, Exception):  # the cause, in the node's log (main prints it too)
+            if isinstance(exc, Exception):  # the cause, in the node's log (not printed again by main)
                 self.get_logger().fatal(f"start-up failed: {exc}" if isinstance(exc, ParameterError)
                                         else f"start-up failed: {exc!r}\n{traceback.format_exc()}")
+                mark_logged(exc)
             InferenceNode.destroy_node(self)  # a Ctrl-C in activate too: the control process and its memory go
             raise
 

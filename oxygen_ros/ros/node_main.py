@@ -28,6 +28,16 @@ def _initialised(init: Callable) -> bool:
     return True
 
 
+def mark_logged(exc: BaseException) -> None:
+    """``exc`` is in the node's log already (its FATAL line, with the cause): ``main`` does not
+    print it again."""
+    exc.oxygen_logged = True
+
+
+def logged(exc: BaseException) -> bool:
+    return getattr(exc, "oxygen_logged", False)
+
+
 def run_node(make_node: Callable, args: list[str] | None = None, until_done: bool = False) -> int:
     """Init rclpy, build the node, spin it (until ``node.done`` when asked), destroy it;
     Ctrl-C and an external shutdown end it quietly. 2 when a parameter is bad (the node
@@ -66,7 +76,8 @@ def run_control_node(make_node: Callable, name: str, args: list[str] | None = No
     too, once the transition's answer is out: a finalized node publishes nothing and takes no
     transition any more, and a launch (every node required) then ends instead of running on
     without actions. Exit status: 2 for a bad parameter, 1 for any other failure (a model that
-    does not load, a fault outside the frames: printed with its cause; a transition that
+    does not load, a fault outside the frames: printed with its cause, unless the node logged
+    it (:func:`mark_logged`); a transition that
     raised and finalized the node), else 0."""
     from rclpy.executors import SingleThreadedExecutor
 
@@ -85,12 +96,14 @@ def run_control_node(make_node: Callable, name: str, args: list[str] | None = No
         if rclpy.ok():  # finalized: the transition's answer (and the last messages) go out first
             code = _finalized(node, executor)
     except ParameterError as exc:
-        print(f"{name}: {exc}", file=sys.stderr)
+        if not logged(exc):
+            print(f"{name}: {exc}", file=sys.stderr)
         code = 2
     except (KeyboardInterrupt, ExternalShutdownException):
         pass
     except Exception as exc:
-        print(f"{name}: {exc!r}\n{traceback.format_exc()}", file=sys.stderr)
+        if not logged(exc):
+            print(f"{name}: {exc!r}\n{traceback.format_exc()}", file=sys.stderr)
         code = 1
     finally:
         ignore_further_interrupts()
