@@ -139,3 +139,34 @@ def test_a_shutdown_transition_ends_the_managed_node_s_process(ros_env, tmp_path
         proc.kill()
     assert proc.returncode == 0, out[-3000:]
     assert "finalized by a shutdown transition: the process ends" in out, out[-3000:]
+
+
+def _parameter_table(executable: str):
+    from oxygen_ros.ros import bag_player, camera_parameters, inference_parameters, synthetic_camera
+
+    return {"camera_node": camera_parameters.PARAMETERS, "inference_node": inference_parameters.PARAMETERS,
+            "managed_inference_node": inference_parameters.PARAMETERS,
+            "synthetic_camera": synthetic_camera.SYNTHETIC_CAMERA_PARAMETERS,
+            "bag_player": bag_player.BAG_PLAYER_PARAMETERS}[executable]
+
+
+@pytest.mark.parametrize("executable", ["inference_node", "managed_inference_node", "camera_node",
+                                        "synthetic_camera", "bag_player"])
+def test_help_names_every_parameter_and_starts_no_node(ros_env, tmp_path, executable):
+    """``ros2 run oxygen_ros NODE --help``: what the node does and each parameter with its type, default,
+    when it is read and its description; nothing starts (it used to start the node)."""
+    path = installed_prefix() / "lib" / "oxygen_ros" / executable
+    run = subprocess.run([str(path), "--help"], cwd=tmp_path, env=checkout_env(), capture_output=True, text=True,
+                         timeout=120)
+    assert run.returncode == 0, run.stderr[-2000:]
+    assert "[INFO]" not in run.stdout + run.stderr, run.stderr[-2000:]  # no node: nothing logged
+    lines = run.stdout.splitlines()
+    assert lines[0].startswith(f"usage: ros2 run oxygen_ros {executable} [--ros-args"), lines[0]
+    table = _parameter_table(executable)
+    for spec in table:
+        line = next((x for x in lines if x.startswith(f"  {spec.name} (")), None)
+        assert line is not None, f"{spec.name} not in --help"
+        assert ("changes at run time" in line) == spec.dynamic, line
+    if executable == "managed_inference_node":  # read at configure, but held for its life: its Ask servers
+        assert "  model_path (string, default ''; read at configure: changes while unconfigured)" in lines
+        assert any(x.startswith("  robots (string array, default []; read at start)") for x in lines)

@@ -37,19 +37,11 @@ from oxygen_ros.msg import ActionChunk
 from oxygen_ros.ros.bags import BagError, bag_topics, message_class, open_bag
 from oxygen_ros.ros.conversions import ns_to_time_msg, stamp_to_ns
 from oxygen_ros.ros.lockstep import LockstepGate, gate_key, gate_topics
+from oxygen_ros.ros.node_help import NodeHelp
 from oxygen_ros.ros.node_main import run_node
-from oxygen_ros.ros.parameters import (
-    ParameterError,
-    ParamSpec,
-    changed_values,
-    check_parameter_changes,
-    declare_parameters_or_fail,
-    log_changes,
-    non_negative,
-    positive,
-    topic_list,
-    topic_name,
-)
+from oxygen_ros.ros.parameters import (ParameterError, ParamSpec, changed_values, check_parameter_changes,
+                                       declare_parameters_or_fail, log_changes, non_negative, positive, topic_list,
+                                       topic_name)
 from oxygen_ros.ros.qos import ACTIONS_QOS, DATA_QOS, LATCHED_QOS
 from oxygen_ros.ros.robots import robot_names_check
 
@@ -390,8 +382,14 @@ class BagPlayer(Node):
         super().destroy_node()
 
 
+ABOUT = NodeHelp("bag_player", "oxygen_bag_player", (
+    "replays a rosbag2 bag (bag_path: MCAP or SQLite3) on its recorded topics and types with its recorded "
+    "timing scaled by rate, optionally in lockstep with the model and looping; it ends when the bag has "
+    "played."), BAG_PLAYER_PARAMETERS)
+
+
 def bag_player_main(args: list[str] | None = None) -> int:
-    return run_node(BagPlayer, args, until_done=True)
+    return run_node(BagPlayer, args, until_done=True, about=ABOUT)
 
 
 __all__ = ["BAG_PLAYER_PARAMETERS", "IMAGE_TYPES", "BagPlayer", "bag_player_main"]

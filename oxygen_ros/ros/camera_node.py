@@ -60,19 +60,12 @@ from oxygen_ros.msg import Observation as ObservationMsg
 from oxygen_ros.ros.camera_instruction import CameraInstruction
 from oxygen_ros.ros.camera_parameters import PARAMETERS, camera_names, slot_order
 from oxygen_ros.ros.camera_status import RATE_WINDOW_S, CameraStatus, stale_group_text
-from oxygen_ros.ros.conversions import (
-    IMAGE_ERROR_REASONS,
-    ImageError,
-    compressed_msg_to_rgb,
-    core_observation,
-    image_msg_to_rgb,
-    ns_to_time_msg,
-    observation_to_msg,
-    stamp_to_ns,
-    to_model_image,
-)
+from oxygen_ros.ros.conversions import (IMAGE_ERROR_REASONS, ImageError, compressed_msg_to_rgb, core_observation,
+                                        image_msg_to_rgb, ns_to_time_msg, observation_to_msg, stamp_to_ns,
+                                        to_model_image)
 from oxygen_ros.ros.diagnostic_message import diagnostic_array
 from oxygen_ros.ros.inference_parameters import PARAMETERS as INFERENCE_PARAMETERS
+from oxygen_ros.ros.node_help import NodeHelp
 from oxygen_ros.ros.node_main import run_node
 from oxygen_ros.ros.one_shot import OneShot
 from oxygen_ros.ros.parameters import (ParameterError, changed_values, check_parameter_changes, declare_parameters,
@@ -391,8 +384,14 @@ class CameraNode(Node):
         self._retry.cancel()
 
 
+ABOUT = NodeHelp("camera_node", "oxygen_camera", (
+    "groups the newest frame of every camera (image_topics, compressed_image_topics), the instruction "
+    "(instruction_topic) and the robot state (state_topic) into one Observation (observation_topic) for "
+    "the inference node, images resized to image_size; its status on /diagnostics."), PARAMETERS)
+
+
 def main(args: list[str] | None = None) -> int:
-    return run_node(CameraNode, args)
+    return run_node(CameraNode, args, about=ABOUT)
 
 
 if __name__ == "__main__":

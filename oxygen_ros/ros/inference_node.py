@@ -78,6 +78,7 @@ from .inference_setup import (
     warm_up,
 )
 from .inference_status import StatusReporter
+from .node_help import NodeHelp
 from .node_main import mark_logged, run_control_node
 from .parameters import ParameterError, changed_values, check_parameter_changes, declare_parameters, log_changes
 from .process import destroy_after_interrupt, settle_garbage_collector, thaw_garbage_collector
@@ -379,9 +380,17 @@ class InferenceNode(InferenceInputs, InferenceDiagnostics, InferenceTicks, Node)
             thaw_garbage_collector()
 
 
+ABOUT = NodeHelp("inference_node", NODE_NAME, (
+    "runs the model on each Observation (observation_topic) and publishes an ActionChunk every control tick "
+    "(actions_topic, at control_rate_hz) and the text of questions and subtask descriptions (text_topic, "
+    "TextToken); questions come on question_topic and as the Ask action (ask_action); its status on "
+    "/diagnostics. It loads the model and starts ticking at once; managed_inference_node is the same as a "
+    "lifecycle node."), PARAMETERS)
+
+
 def main(args=None) -> int:
     """``ros2 run oxygen_ros inference_node [--ros-args ...]``."""
-    return run_control_node(InferenceNode, NODE_NAME, args)
+    return run_control_node(InferenceNode, NODE_NAME, args, about=ABOUT)
 
 
 if __name__ == "__main__":

@@ -45,6 +45,7 @@ from rclpy.lifecycle import LifecycleNodeMixin, TransitionCallbackReturn
 
 from .inference_node import NODE_NAME, InferenceNode
 from .inference_parameters import PARAMETERS
+from .node_help import NodeHelp
 from .node_main import run_control_node
 from .parameters import ParameterError
 from .qos import reliable
@@ -205,9 +206,16 @@ class ManagedInferenceNode(LifecycleNodeMixin, InferenceNode):
         return FAILURE
 
 
+ABOUT = NodeHelp("managed_inference_node", NODE_NAME, (
+    "the inference node as a lifecycle (managed) node: configure loads the model, activate starts the "
+    "control tick, deactivate and cleanup undo them (ros2 lifecycle set). With autostart (the default) it "
+    "configures and activates itself. Parameters read at configure can change while it is unconfigured."),
+    PARAMETERS, ManagedInferenceNode.configure_time)
+
+
 def main(args=None) -> int:
     """``ros2 run oxygen_ros managed_inference_node [--ros-args ...]``."""
-    return run_control_node(ManagedInferenceNode, NODE_NAME, args)
+    return run_control_node(ManagedInferenceNode, NODE_NAME, args, about=ABOUT)
 
 
 if __name__ == "__main__":

@@ -7,9 +7,10 @@ import traceback
 from collections.abc import Callable
 
 import rclpy
-from rclpy.executors import ExternalShutdownException
+from rclpy.executors import ExternalShutdownException, SingleThreadedExecutor
 
 from ..core.interrupts import honour_interrupts
+from .node_help import NodeHelp, print_help_if_asked
 from .parameters import ParameterError
 from .process import ignore_further_interrupts, init_control_process, report_leftover_threads, settle_garbage_collector
 
@@ -38,11 +39,15 @@ def logged(exc: BaseException) -> bool:
     return getattr(exc, "oxygen_logged", False)
 
 
-def run_node(make_node: Callable, args: list[str] | None = None, until_done: bool = False) -> int:
+def run_node(make_node: Callable, args: list[str] | None = None, until_done: bool = False,
+             about: NodeHelp | None = None) -> int:
     """Init rclpy, build the node, spin it (until ``node.done`` when asked), destroy it;
     Ctrl-C and an external shutdown end it quietly. 2 when a parameter is bad (the node
     has logged which: the status of every node's executable and of ``oxygen-agent``) or rcl
-    refuses the arguments (a parameters file it cannot parse), else 0."""
+    refuses the arguments (a parameters file it cannot parse), else 0. ``--help``: ``about``
+    printed, nothing started."""
+    if print_help_if_asked(about, args):
+        return 0
     # rclpy.init() is a context manager from Kilted on; Jazzy's returns None: init and shut down by hand
     if not _initialised(lambda: rclpy.init(args=args)):
         return 2
@@ -67,7 +72,8 @@ def run_node(make_node: Callable, args: list[str] | None = None, until_done: boo
     return 0
 
 
-def run_control_node(make_node: Callable, name: str, args: list[str] | None = None) -> int:
+def run_control_node(make_node: Callable, name: str, args: list[str] | None = None,
+                     about: NodeHelp | None = None) -> int:
     """The ``main()`` of a node on the control path (the inference node): the process set-up
     of :func:`.process.init_control_process`, the node built, the start-up garbage frozen, a
     single-threaded executor spun (every callback is short: the frames run on the node's
@@ -78,8 +84,9 @@ def run_control_node(make_node: Callable, name: str, args: list[str] | None = No
     without actions. Exit status: 2 for a bad parameter, 1 for any other failure (a model that
     does not load, a fault outside the frames: printed with its cause, unless the node logged
     it (:func:`mark_logged`); a transition that
-    raised and finalized the node), else 0."""
-    from rclpy.executors import SingleThreadedExecutor
+    raised and finalized the node), else 0. ``--help``: ``about`` printed, nothing started."""
+    if print_help_if_asked(about, args):
+        return 0
 
     if not _initialised(lambda: init_control_process(args, sigint_once=True)):  # a second SIGINT (launch's)
         return 2  # never cuts the clean-up

@@ -24,6 +24,7 @@ from oxygen_ros.core.sim import scene as sim_scene
 from oxygen_ros.core.throttle import Throttle
 from oxygen_ros.msg import ActionChunk
 from oxygen_ros.ros.conversions import action_chunk_array, rgb_to_image_msg
+from oxygen_ros.ros.node_help import NodeHelp
 from oxygen_ros.ros.node_main import run_node
 from oxygen_ros.ros.plan_tables import DEMO_IMAGE_SIZE
 from oxygen_ros.ros.parameters import (ParamSpec, changed_values, check_parameter_changes,
@@ -165,8 +166,14 @@ class SyntheticCamera(Node):
         self.actions_applied += 1
 
 
+ABOUT = NodeHelp("synthetic_camera", "oxygen_synthetic_camera", (
+    "a simulated robot for trying the package without hardware: renders a 2-D reach scene as an rgb8 Image, "
+    "publishes the instruction and the gripper's JointState, and moves the gripper by the first action of "
+    "every ActionChunk it receives."), SYNTHETIC_CAMERA_PARAMETERS)
+
+
 def synthetic_camera_main(args: list[str] | None = None) -> int:
-    return run_node(SyntheticCamera, args)
+    return run_node(SyntheticCamera, args, about=ABOUT)
 
 
 __all__ = ["JOINT_NAMES", "SYNTHETIC_CAMERA_PARAMETERS", "SyntheticCamera", "synthetic_camera_main"]
