@@ -9,6 +9,8 @@ import subprocess
 import sys
 import time
 
+import pytest
+
 from ros_harness import Ros, checkout_env, params, unique_prefix
 
 from oxygen_ros.ros.bags import bag_topics, open_bag, read_bag
@@ -54,14 +56,16 @@ def test_a_recording_of_the_synthetic_camera_reads_back_with_its_latched_instruc
     assert stamps == sorted(stamps) and 0.5 < (stamps[-1] - stamps[0]) / 1e9 < 7.0
 
 
-def test_a_recording_stopped_by_sigint_closes_its_bag_and_one_that_got_nothing_says_so(ros_env, tmp_path):
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGHUP])
+def test_a_recording_stopped_by_sigint_closes_its_bag_and_one_that_got_nothing_says_so(ros_env, tmp_path, signum):
+    """Ctrl-C, and SIGHUP: a closed terminal or a dropped ssh session left an empty file, no bag."""
     prefix = unique_prefix()
     proc = _recorder(tmp_path / "empty", f"{prefix}/nobody_publishes_this")
     with Ros() as ros:  # running (its node in the graph): Ctrl-C now is the recorder's to handle
         probe = ros.node("oxygen_test_record_probe")
         assert ros.wait_until(lambda: "oxygen_record" in {n for n, _ in probe.get_node_names_and_namespaces()},
                               30.0), proc.poll()
-    proc.send_signal(signal.SIGINT)
+    proc.send_signal(signum)
     stdout, stderr = proc.communicate(timeout=30)
     assert proc.returncode == 1
     assert "0 messages on 0 topic(s)" in stdout and f"nothing received on {prefix}/nobody_publishes_this" in stderr
@@ -156,3 +160,13 @@ def test_the_duration_counts_from_the_first_message_and_ends_a_silent_recording(
     messages = read_bag(tmp_path / "late")
     span = (messages[-1][2] - messages[0][2]) / 1e9
     assert len(messages) >= 40 and 3.5 < span < 4.6, (len(messages), span)  # 4 s from the first message
+
+
+def test_options_go_anywhere_among_the_topics(tmp_path):
+    """``oxygen-record my_bag --duration 5 /camera/image_raw`` was refused ('unrecognized arguments')."""
+    from oxygen_ros.tools.record import parse_args
+
+    args = parse_args([str(tmp_path / "bag"), "--duration", "5", "/camera/image_raw", "--storage", "sqlite3",
+                       "/joint_states"])
+    assert args.topics == ["/camera/image_raw", "/joint_states"] and args.duration == 5.0
+    assert args.storage == "sqlite3"

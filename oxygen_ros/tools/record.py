@@ -15,7 +15,7 @@ publisher is, and transient-local when every publisher is (a latched topic,
 such as the instruction: it is stored as latched and the player re-publishes
 it latched). It ends ``--duration`` seconds after the first message (with none,
 that long after it last found a topic to record, or after its start), or on
-Ctrl-C / SIGTERM,
+Ctrl-C / SIGTERM / SIGHUP (its terminal closed),
 closes the bag and prints what it holds; exit status 1 when it recorded
 nothing (the bag is left, empty, so that nothing is overwritten silently).
 """
@@ -69,7 +69,7 @@ def parse_args(argv=None) -> argparse.Namespace:
                         help="seconds to record from the first message received (default: until Ctrl-C or "
                              "SIGTERM)")
     parser.add_argument("--storage", choices=("mcap", "sqlite3"), default="mcap", help="bag storage (default mcap)")
-    return parser.parse_args(argv)
+    return parser.parse_intermixed_args(argv)  # options anywhere: before, between or after the topics
 
 
 class Recorder:
@@ -157,8 +157,8 @@ def record(args: argparse.Namespace) -> int:
     from ..ros.bags import BagError, BagWriter
 
     stop = []  # a signal ends the loop between two callbacks: never inside the bag's write
-    signal.signal(signal.SIGTERM, lambda *_: stop.append("SIGTERM"))
-    signal.signal(signal.SIGINT, lambda *_: stop.append("SIGINT"))
+    for signum in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):  # SIGHUP: its terminal closed (ssh dropped)
+        signal.signal(signum, lambda n, _: stop.append(signal.Signals(n).name))
     rclpy.init(signal_handler_options=SignalHandlerOptions.NO)
     try:
         bag = BagWriter(args.out, args.storage)
