@@ -380,6 +380,24 @@ def test_a_missing_state_is_told_calmly_while_the_node_starts_then_warned_about(
         in message, message
 
 
+def test_a_state_topic_nothing_publishes_on_is_named_as_such(stepped_ros, monkeypatch):
+    """A state_topic with no publisher at all (a typo, a namespace) said only 'no valid state ...
+    yet', as if the state were late; the cameras' own warning says 'nothing publishes on'."""
+    from oxygen_ros.ros.camera_status import NO_PUBLISHER, RATE_WINDOW_S
+
+    rig = CameraRig(stepped_ros)
+    topic = f"{stepped_ros.prefix}/arm/joint_states"
+    camera = camera_node(stepped_ros, state_topic=topic)
+    lines = record_log(camera, monkeypatch)
+    rig.wait_matched(camera)
+    frame = solid(8, 8, (5, 5, 5))
+    send = lambda: (rig.send_raw(frame), rig.send_jpeg(frame))  # noqa: E731 - both cameras make a group
+    stepped_ros.spin_for(RATE_WINDOW_S)
+    assert stepped_ros.spin_until(lambda: ("warning", f"no valid state on {topic} ({NO_PUBLISHER}): not publishing")
+                                  in lines, every=send), lines
+    assert NO_PUBLISHER.startswith("nothing publishes on it: check its name")
+
+
 def test_parameters_validated_at_start_and_at_run_time(stepped_ros, monkeypatch):
     from rclpy.parameter import Parameter
 

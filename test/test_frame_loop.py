@@ -409,3 +409,25 @@ def test_a_state_shorter_than_the_statistics_goes_in_padded_with_one_warning(eng
     assert lines == ["observation 1: the state has 3 value(s), the checkpoint's state statistics cover 4: the model "
                      "gets it zero-padded. A joint missing from the camera node's state_joint_names (or its state "
                      "messages) makes every action wrong (said once)"]
+
+
+def test_no_state_for_a_checkpoint_trained_with_one_is_warned_once(engine, caplog):
+    """The camera node's default state_topic is empty: a state-trained model then ran on zeros in
+    place of the state without a word (the walkthrough's replay: 101 of 102 descriptions ' of
+    gripper', against 'green triangle at gripper' with the state)."""
+    loop = make_loop(engine)
+    with caplog.at_level(logging.WARNING, logger="test_frame_loop"):
+        for seq in (1, 2):
+            loop.fit_observation(image_obs(), seq=seq)
+        loop.fit_observation(image_obs("go", np.zeros(0, np.float32)), seq=3)
+    lines = [r.getMessage() for r in caplog.records if "no robot state" in r.getMessage()]
+    assert lines == ["observation 1: no robot state, and the checkpoint was trained with one (4 values, its "
+                     "statistics): the model gets zeros in its place and its actions and text are likely wrong. "
+                     "Set the camera node's state_topic (and state_joint_names) to the robot's joint states "
+                     "(said once)"]
+    caplog.clear()
+    without = FrameLoop(engine, LoopSettings(), engine.model.config.max_token_len, horizon=10, state_dim=None,
+                        log=logging.getLogger("test_frame_loop"))
+    with caplog.at_level(logging.WARNING, logger="test_frame_loop"):
+        without.fit_observation(image_obs(), seq=1)  # a checkpoint without state statistics: nothing to say
+    assert not [r for r in caplog.records if "no robot state" in r.getMessage()]

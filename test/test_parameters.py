@@ -169,3 +169,25 @@ def test_every_checked_parameter_says_its_constraints():
     by_name = {s.name: s.constraints for s in CAMERA}
     assert by_name["image_size"] == "1..4096" and by_name["max_age"] == "> 0"
     assert by_name["state_topic"] == "a topic name, or empty: none"
+
+
+def test_the_readme_s_params_file_for_a_robot_names_real_parameters_with_accepted_values():
+    """The README's "On your robot" example is what a user copies first: every parameter in it
+    exists on its node, and every value passes the node's checks (relations included)."""
+    import re
+    from pathlib import Path
+
+    import yaml
+
+    text = (Path(__file__).resolve().parent.parent / "README.md").read_text()
+    block = re.search(r"\*\*On your robot\.\*\*.*?```yaml\n(.*?)```", text, re.S).group(1)
+    tables = {"oxygen_camera": camera_parameters.PARAMETERS, "oxygen_inference": inference_parameters.PARAMETERS}
+    sections = yaml.safe_load(block)
+    assert set(sections) == set(tables)
+    for node, section in sections.items():
+        specs = {s.name: s for s in tables[node]}
+        given = section["ros__parameters"]
+        assert set(given) <= set(specs), set(given) - set(specs)
+        values = {**{name: s.default for name, s in specs.items()}, **given}
+        for name, value in given.items():
+            coerce(specs[name], value, values)  # ParameterError names what is wrong

@@ -110,7 +110,7 @@ class FrameLoop:
         self.budget = DecodeBudget(settings.steps_per_frame, self.deadline_ms())
         self.cadence = LanguageCadence(settings.language_every_n_frames)
         self.fitter = InstructionFitter(engine.tokenizer, max_token_len)
-        self._image_size_noted = self._short_state_noted = False
+        self._image_size_noted = self._short_state_noted = self._no_state_noted = False
         self.counters: collections.Counter = collections.Counter()  # the whole loop's (every robot's)
         self.last_k = settings.steps_per_frame
         self.k_history: collections.deque = collections.deque(maxlen=1000)  # (frame_id, k, observation?)
@@ -284,6 +284,12 @@ class FrameLoop:
                              f"cover {self.state_dim}: the model gets it zero-padded. A joint missing from the "
                              "camera node's state_joint_names (or its state messages) makes every action wrong "
                              "(said once)")
+        if self.state_dim and (obs.state is None or obs.state.size == 0) and not self._no_state_noted:
+            self._no_state_noted = True  # said once
+            self.log.warning(f"observation {seq}: no robot state, and the checkpoint was trained with one "
+                             f"({self.state_dim} values, its statistics): the model gets zeros in its place and "
+                             "its actions and text are likely wrong. Set the camera node's state_topic (and "
+                             "state_joint_names) to the robot's joint states (said once)")
         if not self._image_size_noted and (note := oversized_images(obs, self.engine.model.config.vision.image_size)):
             self._image_size_noted = True  # said once
             self.log.info(note)

@@ -59,7 +59,7 @@ from oxygen_ros.core.throttle import Throttle
 from oxygen_ros.msg import Observation as ObservationMsg
 from oxygen_ros.ros.camera_instruction import CameraInstruction
 from oxygen_ros.ros.camera_parameters import PARAMETERS, camera_names, slot_order
-from oxygen_ros.ros.camera_status import RATE_WINDOW_S, CameraStatus, stale_group_text
+from oxygen_ros.ros.camera_status import NO_PUBLISHER, RATE_WINDOW_S, CameraStatus, stale_group_text
 from oxygen_ros.ros.conversions import (IMAGE_ERROR_REASONS, ImageError, compressed_msg_to_rgb, core_observation,
                                         image_msg_to_rgb, ns_to_time_msg, observation_to_msg, stamp_to_ns,
                                         to_model_image)
@@ -333,6 +333,8 @@ class CameraNode(Node):
         elif decision.kind == NO_STATE:
             self.status.waiting_for_state += 1
             why = self._state.missing(now_ns, self._state_age_limit())
+            if not self.count_publishers(self.state_topic):  # (not found: a name or a namespace, or no driver)
+                why = NO_PUBLISHER
             self.status.state_problem = f"no valid state on {self.state_topic}{f' ({why})' if why else ' yet'}"
             if self.status.settling():  # just started: the state's publisher may come up after the cameras'
                 self._warn("settling_no_state", f"waiting for a valid state on {self.state_topic}"

@@ -42,6 +42,8 @@ from oxygen_ros.core.throttle import Throttle
 
 #: Seconds over which a camera's received rate is measured (and the grace after start).
 RATE_WINDOW_S = 3.0
+#: Why no state comes when its topic has no publisher.
+NO_PUBLISHER = "nothing publishes on it: check its name (a remapping, the robot's namespace), or that its driver runs"
 #: Seconds between two console warnings about one camera's rate.
 RATE_WARN_PERIOD_S = 5.0
 #: A gap of this many reading periods between two readings of the rates (1.5 s: the camera node
