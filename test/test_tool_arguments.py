@@ -153,3 +153,20 @@ def test_an_empty_model_path_is_refused_not_taken_for_the_default(capsys):
     for option in ("--model-path", "--tokenizer-path", "--norm-stats"):
         with pytest.raises(SystemExit, match=f"{option} is empty"):
             common.load_model(bench.parse_args([option, ""]))
+
+
+@pytest.mark.parametrize("tool", ["agent", "ask", "bench", "calibrate", "eval", "prefill_bench", "record", "soak",
+                                  "train"])
+def test_help_is_plain_text_and_names_the_defaults_of_the_long_runs(tool, capsys):
+    """--help printed the docstrings' reST markup (````oxygen-record````:), and oxygen-train's did
+    not say that its default --steps trains for 42 minutes."""
+    import importlib
+
+    module = importlib.import_module(f"oxygen_ros.tools.{tool}")
+    with pytest.raises(SystemExit) as done:
+        module.parse_args(["--help"])
+    assert done.value.code == 0
+    text = capsys.readouterr().out
+    assert text.startswith("usage: oxygen-") and "``" not in text, text[:500]
+    if tool == "train":
+        assert "default 10500" in " ".join(text.split()), text

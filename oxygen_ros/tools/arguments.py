@@ -13,6 +13,12 @@ import os
 from pathlib import Path
 
 
+def plain(doc: str) -> str:
+    """A module docstring's text as a command's ``--help`` shows it: without the reST markup
+    (````oxygen-record````: ``oxygen-record``)."""
+    return doc.replace("``", "")
+
+
 def _number(text: str, kind: type, lowest: float, what: str):
     try:
         value = kind(text)

@@ -30,7 +30,7 @@ from rclpy.signals import SignalHandlerOptions
 
 from oxygen_ros.action import Ask
 
-from .arguments import non_negative_int, positive_float
+from .arguments import non_negative_int, plain, positive_float
 
 DEFAULT_ACTION = "/oxygen/ask"
 #: seconds given to the cancel of a goal abandoned on a timeout or Ctrl-C
@@ -68,7 +68,7 @@ def max_tokens(text: str) -> int:
 
 def parse_args(argv=None) -> argparse.Namespace:
     """The command line, checked (argparse exits with status 2 naming a bad option)."""
-    parser = argparse.ArgumentParser(prog="oxygen-ask", description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(prog="oxygen-ask", description=plain(__doc__.split("\n\n")[0]))
     parser.add_argument("question", type=question_text, help="the question, e.g. 'where is the target?'")
     parser.add_argument("--action", type=action_name, default=DEFAULT_ACTION,
                         help=f"the Ask action (default {DEFAULT_ACTION})")

@@ -44,7 +44,7 @@ from ..core.model.compile_setup import COMPILE_CHOICES, resolve_compile
 from ..core.model.load_probe import LibraryLoadError
 from ..core.piece_timing import PieceTimer
 from ..core.workloads import Workload
-from .arguments import DefaultsHelp, non_negative_int, output_dir, output_file, positive_float, positive_int
+from .arguments import DefaultsHelp, non_negative_int, output_dir, output_file, plain, positive_float, positive_int
 from .common import add_model_args, check_cameras, keeps_freed_memory, load_model
 
 
@@ -74,7 +74,7 @@ def compile_list(text: str) -> list[str]:
 
 
 def parse_args(argv=None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(prog="oxygen-bench", description=__doc__.split("\n")[0],
+    p = argparse.ArgumentParser(prog="oxygen-bench", description=plain(__doc__.split("\n")[0]),
                                 formatter_class=DefaultsHelp)
     p.add_argument("--settings", type=setting_list, default=list(SETTINGS), help="comma-separated settings")
     p.add_argument("--denoise-steps", type=int_list, default=None,

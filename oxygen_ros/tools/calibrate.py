@@ -25,7 +25,7 @@ from ..core.benchmark import measure_components
 from ..core.budget import frame_deadline_ms
 from ..core.model.compile_setup import COMPILE_CHOICES, resolve_compile
 from ..core.checkpoints.given_sizes import flat_items
-from .arguments import DefaultsHelp, output_file, positive_float, positive_int
+from .arguments import DefaultsHelp, output_file, plain, positive_float, positive_int
 from .common import add_model_args, check_cameras, load_model, model_sizes
 
 
@@ -36,7 +36,7 @@ PRESET_NOTE = ("measured the preset {preset} with random weights, which the infe
 
 
 def parse_args(argv=None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(prog="oxygen-calibrate", description=__doc__.split("\n")[0],
+    p = argparse.ArgumentParser(prog="oxygen-calibrate", description=plain(__doc__.split("\n")[0]),
                                 formatter_class=DefaultsHelp)
     p.add_argument("--target-hz", type=positive_float, required=True, help="required action frequency f = H / T")
     p.add_argument("--max-decode", type=positive_int, default=30, help="N: tokens per language request")

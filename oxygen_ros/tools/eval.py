@@ -48,7 +48,7 @@ from ..core.observation import Observation
 from ..core.sim import scene as sim
 from ..core.training import EVAL_SEED_BASE
 from ..core.scheduler import SETTINGS
-from .arguments import non_negative_int, output_file, positive_int
+from .arguments import non_negative_int, output_file, plain, positive_int
 from .common import add_model_args, keeps_freed_memory, load_model
 from .eval_questions import ask_all, question_cases, scene_observation, summarise_questions
 
@@ -251,7 +251,7 @@ def compared(report: dict, other: dict) -> dict:
 
 def parse_args(argv=None) -> argparse.Namespace:
     """The command line, checked (argparse exits with status 2 naming a bad option)."""
-    parser = argparse.ArgumentParser(prog="oxygen-eval", description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(prog="oxygen-eval", description=plain(__doc__.split("\n\n")[0]))
     parser.add_argument("--scenes", type=positive_int, default=200, help="held-out scenes (default 200)")
     parser.add_argument("--setting", default="oxygen", choices=SETTINGS, help="engine setting (default oxygen)")
     parser.add_argument("--compare", nargs="*", default=None, metavar="SETTING", choices=SETTINGS,

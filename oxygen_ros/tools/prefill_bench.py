@@ -20,7 +20,7 @@ import torch
 
 from ..core.model.vla import PrefixBatch
 from ..core.plain_prefill import ATTENTION, compare_prefill
-from .arguments import DefaultsHelp, output_file, positive_int
+from .arguments import DefaultsHelp, output_file, plain, positive_int
 from .common import add_model_args, load_model
 
 
@@ -32,7 +32,7 @@ def attention_list(text: str) -> list[str]:
 
 
 def parse_args(argv=None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(prog="oxygen-prefill-bench", description=__doc__.split("\n")[0],
+    p = argparse.ArgumentParser(prog="oxygen-prefill-bench", description=plain(__doc__.split("\n")[0]),
                                 formatter_class=DefaultsHelp)
     p.add_argument("--present", type=positive_int, help="cameras present per observation (default: all slots)")
     p.add_argument("--prompt-tokens", type=positive_int, default=20, help="valid prompt tokens per observation")

@@ -30,7 +30,7 @@ from collections import Counter
 from collections.abc import Sequence
 from pathlib import Path
 
-from .arguments import output_dir, positive_float
+from .arguments import output_dir, plain, positive_float
 
 #: Topics not recorded unless named: every node's logs and parameter events.
 SKIPPED = ("/rosout", "/parameter_events")
@@ -60,7 +60,7 @@ def new_bag_dir(text: str) -> Path:
 
 def parse_args(argv=None) -> argparse.Namespace:
     """The command line, checked (argparse exits with status 2 naming a bad option)."""
-    parser = argparse.ArgumentParser(prog="oxygen-record", description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(prog="oxygen-record", description=plain(__doc__.split("\n\n")[0]))
     parser.add_argument("out", type=new_bag_dir, help="the bag's folder (must not exist)")
     parser.add_argument("topics", nargs="*", type=topic_name,
                         help=f"topics to record (default: every topic but {', '.join(SKIPPED)} and hidden ones, "

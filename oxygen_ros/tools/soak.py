@@ -59,7 +59,7 @@ from typing import Any
 from ..core.chunk_clock import recovery_ticks
 from ..ros.agent import Agent, run_agent
 from ..ros.plan import parse_launch_args
-from .arguments import non_negative_float, output_file, positive_float
+from .arguments import non_negative_float, output_file, plain, positive_float
 
 MEMORY_CHECK_MIN_S = 120.0
 MAX_GROWTH_PCT = 5.0
@@ -230,7 +230,7 @@ class SoakSession:
 
 
 def parse_args(argv: list[str]) -> tuple[argparse.Namespace, dict[str, str]]:
-    parser = argparse.ArgumentParser(prog="oxygen-soak", description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(prog="oxygen-soak", description=plain(__doc__.split("\n\n")[0]))
     parser.add_argument("launch_args", nargs="*", metavar="name:=value",
                         help="oxygen-agent launch arguments (demo is always true)")
     parser.add_argument("--duration", type=positive_float, required=True, help="seconds to run")

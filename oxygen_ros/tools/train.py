@@ -34,7 +34,7 @@ from ..core.checkpoints.given_sizes import SizesError, apply_sizes, flat_items, 
 from ..core.model.config import PRESETS, preset
 from ..core.tokenizer import Tokenizer, default_tokenizer_path
 from ..core.training import EVAL_SEED_BASE, TrainConfig, config_dict, norm_stats, train
-from .arguments import non_negative_float, non_negative_int, output_dir, positive_float, positive_int
+from .arguments import non_negative_float, non_negative_int, output_dir, plain, positive_float, positive_int
 from .common import size_item
 
 #: The default model's sizes over the ``tiny`` preset: a 48 px image in 8 px patches (6x6), so that
@@ -218,10 +218,14 @@ def _params(model_config):
 def parse_args(argv=None) -> argparse.Namespace:
     """The command line, checked (argparse exits with status 2 naming a bad option)."""
     defaults = TrainConfig()
-    parser = argparse.ArgumentParser(prog="oxygen-train", description=__doc__.split("\n\n")[0])
-    parser.add_argument("--steps", type=positive_int, default=defaults.steps)
-    parser.add_argument("--batch-size", type=positive_int, default=defaults.batch_size)
-    parser.add_argument("--lr", type=positive_float, default=defaults.lr)
+    parser = argparse.ArgumentParser(prog="oxygen-train", description=plain(__doc__.split("\n\n")[0]))
+    parser.add_argument("--steps", type=positive_int, default=defaults.steps,
+                        help=f"optimiser steps (default {defaults.steps}: the default model's, which trained in 42 "
+                             "minutes on 2 cores, its training.json; --steps 200 for a quick try)")
+    parser.add_argument("--batch-size", type=positive_int, default=defaults.batch_size,
+                        help=f"examples per step (default {defaults.batch_size})")
+    parser.add_argument("--lr", type=positive_float, default=defaults.lr,
+                        help=f"AdamW's peak learning rate, after the warm-up (default {defaults.lr:g})")
     parser.add_argument("--seed", type=_seed, default=defaults.seed,
                         help=f"seed of the data, initialisation and noise, below {EVAL_SEED_BASE} (higher ones are "
                              "held out for evaluation)")
