@@ -61,3 +61,13 @@ def test_the_file_holds_the_conditions_k_was_chosen_under_and_the_model_s_files(
     assert params["tokenizer_path"] == str(default_tokenizer_path().resolve())
     assert "norm_stats_path" not in params  # not given: the checkpoint's own
     assert set(params) <= {spec.name for spec in PARAMETERS}  # every key a parameter the node declares
+
+
+def test_a_target_the_actions_alone_miss_writes_k_0_and_exits_1(tmp_path, random_tiny_dir, capsys):
+    """--target-hz 100000 wrote k=0 and exited 0, as if the robot would get its rate."""
+    out = tmp_path / "calibrated.yaml"
+    assert calibrate.main(["--model-path", random_tiny_dir, "--target-hz", "100000", "--max-decode", "4",
+                           "--repeats", "2", "--cameras", "1", "--out", str(out)]) == 1
+    err = capsys.readouterr().err
+    assert "the target cannot be met: the actions alone (prefill and" in err, err
+    assert yaml.safe_load(out.read_text())["oxygen_inference"]["ros__parameters"]["steps_per_frame"] == 0

@@ -68,6 +68,9 @@ def test_the_command_prints_the_table_and_writes_json(tmp_path, capsys):
     assert [r["name"] for r in result["runs"]] == ["ours", "plain_eager"]
     assert result["present"] == 2 and result["prompt_tokens"] == 7
     assert result["logits_rel_diff"]["plain_eager"] < 1e-5
+    # milliseconds with two decimals: in seconds, every row of the default model read 0.003
+    ours_row = next(line for line in table.splitlines() if line.startswith("| ours |"))
+    assert "| median ms |" in table and ours_row.split("|")[3].strip() == f"{result['runs'][0]['median_s'] * 1e3:.2f}"
 
 
 @pytest.mark.parametrize("argv,message", [

@@ -148,7 +148,13 @@ def main(argv=None) -> int:
     deadline = (f"deadline {limit_ms:.1f} ms: f >= {args.target_hz:g} Hz needs {paper_ms:.1f} ms for "
                 f"H={c.action_horizon}, the node's frame deadline is {node_ms:.1f} ms"
                 + ("" if args.frame_deadline_ms else f" (half a chunk at control_rate_hz {args.control_rate_hz:g})"))
-    if k == 0:
+    actions_ms = comp["prefill_ms"] + s * comp["denoise_step_ms"]
+    reachable = actions_ms <= limit_ms * args.margin
+    if not reachable:  # the file is still written (k=0): it is the closest; the status says it misses
+        print(f"the target cannot be met: the actions alone (prefill and {s} denoise steps, {actions_ms:.2f} ms) "
+              f"take longer than the {deadline} (margin {args.margin}); writing k=0 (exit status 1): lower "
+              "--target-hz, or use fewer cameras, fewer denoise steps or a faster device", file=sys.stderr)
+    elif k == 0:
         print(f"no k meets it ({deadline}); writing k=0: language decoding only when there is headroom",
               file=sys.stderr)
     else:
@@ -166,7 +172,7 @@ def main(argv=None) -> int:
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(header + yaml.safe_dump(params, sort_keys=False))
     print(f"wrote {args.out}", file=sys.stderr)
-    return 0
+    return 0 if reachable else 1
 
 
 if __name__ == "__main__":

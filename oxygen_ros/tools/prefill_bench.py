@@ -79,11 +79,11 @@ def main(argv=None) -> int:
     timings, agreement = compare_prefill(model, batch, args.attention, args.repeats,
                                          lambda line: print(line, file=sys.stderr, flush=True), padded=args.padded)
     ours = timings[0]
-    print("| prefill | positions | median s | vs ours | ms / position | vs ours per position | logits vs ours |")
+    print("| prefill | positions | median ms | vs ours | ms / position | vs ours per position | logits vs ours |")
     print("| --- | --- | --- | --- | --- | --- | --- |")
     for t in timings:
         diff = "" if t.name == "ours" else f"{agreement[t.name]:.1e}"
-        print(f"| {t.name} | {t.positions} | {t.median_s:.3f} | {t.median_s / ours.median_s:.2f}x | "
+        print(f"| {t.name} | {t.positions} | {t.median_s * 1e3:.2f} | {t.median_s / ours.median_s:.2f}x | "
               f"{t.ms_per_position:.3f} | {t.ms_per_position / ours.ms_per_position:.2f}x | {diff} |")
     if args.json:
         args.json.parent.mkdir(parents=True, exist_ok=True)
