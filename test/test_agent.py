@@ -116,6 +116,8 @@ def test_demo_is_off_by_default(ros_env, tmp_path):
     assert "oxygen_synthetic_camera" not in out
     data = json.loads(report.read_text())
     assert data["observations_received"] == 0 and data["actions_published"] == 0
+    # the summary's 0 underruns would read as a healthy run: the end says nothing was published, and why
+    assert "no action chunk was published in this run: no observation reached the inference node" in out, out[-3000:]
 
 
 #: what the agent's status line says of a deactivated node, and of one cleaned up

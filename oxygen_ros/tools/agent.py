@@ -182,6 +182,13 @@ def main(argv: list[str] | None = None) -> int:
         print("oxygen-agent: " + json.dumps(summary), flush=True)
         for line in summary_table(report):
             print("oxygen-agent: " + line, flush=True)
+        if not report["actions_published"]:  # 0 underruns, 0 missed ticks: it would read as a healthy run
+            n = report["observations_received"]
+            why = (f"{n} observation(s) reached the inference node, none gave a chunk (refused, or failed frames)"
+                   if n else "no observation reached the inference node (a camera or state topic nothing publishes "
+                   "on, images or states refused, the camera node waiting for a state)")
+            print(f"oxygen-agent: no action chunk was published in this run: {why}; the warnings above say which",
+                  file=sys.stderr, flush=True)
         if ns.report is not None:
             ns.report.parent.mkdir(parents=True, exist_ok=True)
             ns.report.write_text(json.dumps(report, indent=2) + "\n")
