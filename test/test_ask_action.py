@@ -145,3 +145,17 @@ def test_a_streamed_answer_ends_with_the_text_its_last_feedback_did_not_bring():
     assert rest_of_answer("zero", "zero") == ""
     assert rest_of_answer("zero", "") == "zero"
     assert rest_of_answer("zero", "x") == "\nzero"
+
+
+def test_oxygen_ask_without_a_server_prints_only_why(ros_env, tmp_path):
+    """No answer: stdout stays empty (it had a blank line, printed before the reason)."""
+    import subprocess
+
+    from ros_harness import checkout_env, installed_script
+
+    run = subprocess.run([installed_script("oxygen-ask"), "where is it?", "--action", f"{unique_prefix()}/ask",
+                          "--timeout", "0.5"], cwd=tmp_path, env=checkout_env(), capture_output=True, text=True,
+                         timeout=120)
+    assert run.returncode == 1
+    assert run.stdout == "", repr(run.stdout)
+    assert "oxygen-ask: no Ask server on " in run.stderr, run.stderr

@@ -183,7 +183,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 1
     finally:
         rclpy.try_shutdown()
-    print(rest_of_answer(text, "".join(streamed)) if args.stream else text, flush=True)
+    if text or reason in ("eos", "length"):  # (no server, refused: no answer, not a blank line before the why)
+        print(rest_of_answer(text, "".join(streamed)) if args.stream else text, flush=True)
     if reason in ("eos", "length"):
         return 0
     elsewhere = (f"Ask servers seen: {', '.join(servers)} (--action NAME)" if servers
