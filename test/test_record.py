@@ -170,3 +170,25 @@ def test_options_go_anywhere_among_the_topics(tmp_path):
                        "/joint_states"])
     assert args.topics == ["/camera/image_raw", "/joint_states"] and args.duration == 5.0
     assert args.storage == "sqlite3"
+
+
+def test_a_recording_killed_outright_keeps_its_closed_segments(ros_env, tmp_path):
+    """SIGKILL (out of memory, a power cut) gave an unreadable bag: 'File end magic is invalid',
+    no metadata.yaml, or with sqlite3 no row. Now only the segment being written is lost."""
+    from std_msgs.msg import String
+
+    prefix = unique_prefix()
+    out = tmp_path / "bag"
+    with Ros() as ros:
+        node = ros.node("oxygen_test_record_source")
+        pub = node.create_publisher(String, f"{prefix}/data", 10)
+        sent = []
+        node.create_timer(0.05, lambda: (sent.append(len(sent)), pub.publish(String(data=str(len(sent) - 1)))))
+        proc = _recorder(out, f"{prefix}/data", "--segment-s", "1")
+        try:
+            assert ros.wait_until(lambda: len(list(out.glob("bag_2.*"))) == 1, 60.0), proc.poll()  # 2 closed
+        finally:
+            proc.kill()
+            proc.communicate(timeout=30)
+    back = [int(m.data) for _, m, _ in read_bag(out)]
+    assert len(back) >= 20 and back == list(range(back[0], back[0] + len(back)))  # whole seconds, in order

@@ -121,6 +121,24 @@ def node_parameters(args: argparse.Namespace, k: int, preset_only: bool, cameras
     }
 
 
+def _say_choice(k: int, table: list[dict], comp: dict, s: int, limit_ms: float, deadline: str) -> bool:
+    """Print the k chosen, or why none; False when even the actions alone (prefill and ``s``
+    denoise steps) miss ``limit_ms``: the target cannot be met (the file still gets k=0, the closest)."""
+    actions_ms = comp["prefill_ms"] + s * comp["denoise_step_ms"]
+    if actions_ms > limit_ms:
+        print(f"the target cannot be met: the actions alone (prefill and {s} denoise steps, {actions_ms:.2f} ms) "
+              f"take longer than the {deadline}; writing k=0 (exit status 1): lower --target-hz, or use fewer "
+              "cameras, fewer denoise steps or a faster device", file=sys.stderr)
+        return False
+    if k == 0:
+        print(f"no k meets it ({deadline}); writing k=0: language decoding only when there is headroom",
+              file=sys.stderr)
+    else:
+        print(f"chosen k = {k} (frame {table[k - 1]['frame_ms']:.2f} ms at batch {table[k - 1]['batch']}; "
+              f"{deadline})")
+    return True
+
+
 def main(argv=None) -> int:
     args = parse_args(argv)
     loaded = load_model(args)
@@ -148,18 +166,7 @@ def main(argv=None) -> int:
     deadline = (f"deadline {limit_ms:.1f} ms: f >= {args.target_hz:g} Hz needs {paper_ms:.1f} ms for "
                 f"H={c.action_horizon}, the node's frame deadline is {node_ms:.1f} ms"
                 + ("" if args.frame_deadline_ms else f" (half a chunk at control_rate_hz {args.control_rate_hz:g})"))
-    actions_ms = comp["prefill_ms"] + s * comp["denoise_step_ms"]
-    reachable = actions_ms <= limit_ms * args.margin
-    if not reachable:  # the file is still written (k=0): it is the closest; the status says it misses
-        print(f"the target cannot be met: the actions alone (prefill and {s} denoise steps, {actions_ms:.2f} ms) "
-              f"take longer than the {deadline} (margin {args.margin}); writing k=0 (exit status 1): lower "
-              "--target-hz, or use fewer cameras, fewer denoise steps or a faster device", file=sys.stderr)
-    elif k == 0:
-        print(f"no k meets it ({deadline}); writing k=0: language decoding only when there is headroom",
-              file=sys.stderr)
-    else:
-        print(f"chosen k = {k} (frame {table[k - 1]['frame_ms']:.2f} ms at batch {table[k - 1]['batch']}; "
-              f"{deadline}; margin {args.margin})")
+    reachable = _say_choice(k, table, comp, s, limit_ms * args.margin, f"{deadline}; margin {args.margin}")
     preset_only = bool(args.preset) and not args.model_path
     if preset_only:
         print("note: " + PRESET_NOTE.format(preset=args.preset), file=sys.stderr)

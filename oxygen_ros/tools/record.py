@@ -18,6 +18,9 @@ that long after it last found a topic to record, or after its start), or on
 Ctrl-C / SIGTERM / SIGHUP (its terminal closed),
 closes the bag and prints what it holds; exit status 1 when it recorded
 nothing (the bag is left, empty, so that nothing is overwritten silently).
+The bag is written in files of ``--segment-s`` seconds, each listed as it
+closes (:mod:`oxygen_ros.ros.bag_segments`): killed outright, it loses only
+the last.
 """
 
 from __future__ import annotations
@@ -30,12 +33,14 @@ from collections import Counter
 from collections.abc import Sequence
 from pathlib import Path
 
-from .arguments import output_dir, plain, positive_float
+from .arguments import non_negative_float, output_dir, plain, positive_float
 
 #: Topics not recorded unless named: every node's logs and parameter events.
 SKIPPED = ("/rosout", "/parameter_events")
 #: Seconds between two looks for new topics.
 DISCOVERY_PERIOD_S = 0.5
+#: Seconds per file of a bag (--segment-s): what a recording killed outright loses at most.
+SEGMENT_S = 30.0
 
 
 def topic_name(text: str) -> str:
@@ -69,6 +74,10 @@ def parse_args(argv=None) -> argparse.Namespace:
                         help="seconds to record from the first message received (default: until Ctrl-C or "
                              "SIGTERM)")
     parser.add_argument("--storage", choices=("mcap", "sqlite3"), default="mcap", help="bag storage (default mcap)")
+    parser.add_argument("--segment-s", type=non_negative_float, default=SEGMENT_S,
+                        help=f"seconds per file of the bag (default {SEGMENT_S:g}): each is closed and listed in "
+                             "metadata.yaml as it ends, so that a recording killed outright (SIGKILL, out of memory, "
+                             "power lost) keeps all but the last; 0: one file, readable only once the bag is closed")
     return parser.parse_intermixed_args(argv)  # options anywhere: before, between or after the topics
 
 
@@ -154,6 +163,7 @@ def record(args: argparse.Namespace) -> int:
     from rclpy.executors import SingleThreadedExecutor
     from rclpy.signals import SignalHandlerOptions
 
+    from ..ros.bag_segments import SegmentedBagWriter
     from ..ros.bags import BagError, BagWriter
 
     stop = []  # a signal ends the loop between two callbacks: never inside the bag's write
@@ -161,7 +171,8 @@ def record(args: argparse.Namespace) -> int:
         signal.signal(signum, lambda n, _: stop.append(signal.Signals(n).name))
     rclpy.init(signal_handler_options=SignalHandlerOptions.NO)
     try:
-        bag = BagWriter(args.out, args.storage)
+        bag = (SegmentedBagWriter(args.out, args.storage, args.segment_s) if args.segment_s
+               else BagWriter(args.out, args.storage))
     except BagError as exc:
         rclpy.try_shutdown()
         print(f"oxygen-record: {exc}", file=sys.stderr)
