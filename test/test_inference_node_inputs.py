@@ -212,3 +212,20 @@ def test_an_observation_stamped_before_its_whole_chunk_is_counted_and_said_when_
     assert until(lambda: any("chunks started at the frame's end" in s.message for s in client.diagnostics))
     status = next(s for s in client.diagnostics if "chunks started at the frame's end" in s.message)
     assert {v.key: v.value for v in status.values}["chunks_from_frame_end"] == "1"
+
+
+def test_a_first_observation_older_than_its_chunk_is_told_calmly_the_next_ones_warned(ros, capfd):
+    """A camera node holds its first group while its inputs come up: at every start of a real arm the
+    first observation arrived 240-330 ms after its stamp, past its chunk, and a WARN said so."""
+    prefix = unique_prefix()
+    node = inference_node(ros, prefix, language_every_n_frames=0, frame_deadline_ms=5000.0, max_cameras=1)
+    client = InferenceClient(ros, prefix, "oxygen_test_first_client", node=node)
+    chunk_s = node.horizon / node.params["control_rate_hz"]
+    client.observe(age_s=chunk_s + 0.3)
+    assert until(lambda: node.counters["frames"] >= 1)
+    client.observe(age_s=chunk_s + 0.3)
+    assert until(lambda: node.counters["frames"] >= 2)
+    assert node.counters["chunks_from_frame_end"] == 2
+    lines = [line for line in capfd.readouterr().err.splitlines() if "its chunk starts at the frame's end" in line]
+    assert len(lines) == 2 and lines[0].startswith("[INFO]") and lines[1].startswith("[WARN]"), lines
+    assert "(the first: held while the camera node's inputs came up)" in lines[0]

@@ -256,7 +256,7 @@ class FrameWorker:
         timing = dict(stamp_ns=stamp, received_ns=arrival.received_ros_ns, period_ns=period, horizon=self.loop.horizon)
         origin = chunk_origin(self._params["chunk_origin"], **timing)
         if self._params["chunk_origin"] == "observation" and origin is None:
-            self._unanchored(arrival, unusable_stamp(**timing))
+            self._unanchored(arrival, unusable_stamp(**timing), first=io.counters["frames"] == 0)
         chunk = Chunk(actions, period, origin, frame_id=result.frame_id, observation_seq=arrival.seq,
                       observation_stamp_ns=stamp, ready_ns=now_ros)
         with self._cond:
@@ -269,12 +269,17 @@ class FrameWorker:
             self.loop.frame_succeeded(arrival.robot)
         io.counters["frames"] += 1
 
-    def _unanchored(self, arrival: Arrival, why: str) -> None:
-        """Count and log (throttled) a chunk that starts at the frame's end for want of a usable stamp."""
+    def _unanchored(self, arrival: Arrival, why: str, first: bool = False) -> None:
+        """Count and log (throttled) a chunk that starts at the frame's end for want of a usable stamp;
+        the robot's ``first`` chunk at info: a camera node holds its first group while its inputs come up
+        (a camera, the state), which leaves it older than its chunk at every start."""
         self._robots[arrival.robot].counters["chunks_from_frame_end"] += 1
-        whose = f"robot {arrival.robot}: " if arrival.robot else ""
-        self._log.warning(f"{whose}observation {arrival.seq}: {why}; its chunk starts at the frame's end instead, "
-                          "without delay compensation (chunk_origin)", throttle_duration_sec=5.0)
+        text = (f"{'robot ' + arrival.robot + ': ' if arrival.robot else ''}observation {arrival.seq}: {why}; its "
+                "chunk starts at the frame's end instead, without delay compensation (chunk_origin)")
+        if first:  # (a call of its own: the throttle is per call)
+            self._log.info(text + " (the first: held while the camera node's inputs came up)")
+        else:
+            self._log.warning(text, throttle_duration_sec=5.0)
 
     def _frame_failed(self, reason: str, robot: str) -> None:
         """Count a failed frame of ``robot``; when the loop stops its action output, drop its chunk."""
