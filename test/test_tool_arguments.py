@@ -68,6 +68,10 @@ def test_each_command_refuses_an_unusable_output_naming_it(capsys, a_file):
     _refused(calibrate.parse_args, ["--out", "x.yaml", "--target-hz", "nan"], capsys, "--target-hz")
     _refused(eval_tool.parse_args, ["--json", bad], capsys, "--json")
     _refused(prefill_bench.parse_args, ["--json", bad], capsys, "--json")
+    # --compare naming nothing, or only the setting it runs anyway: accepted, it compared nothing
+    _refused(eval_tool.parse_args, ["--compare"], capsys, "--compare")
+    _refused(eval_tool.parse_args, ["--compare", "oxygen"], capsys, "--compare", "other than --setting (oxygen)")
+    assert eval_tool.parse_args(["--compare", "oxygen", "baseline"]).compare == ["oxygen", "baseline"]
     _refused(train.parse_args, ["--out", str(a_file / "model")], capsys, "--out", "is a file")
     _refused(train.parse_args, [], capsys, "--out")  # no default: the installed package's model
     _refused(train_tokenizer.main, ["--out", bad], capsys, "--out")

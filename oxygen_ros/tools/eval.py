@@ -254,8 +254,9 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="oxygen-eval", description=plain(__doc__.split("\n\n")[0]))
     parser.add_argument("--scenes", type=positive_int, default=200, help="held-out scenes (default 200)")
     parser.add_argument("--setting", default="oxygen", choices=SETTINGS, help="engine setting (default oxygen)")
-    parser.add_argument("--compare", nargs="*", default=None, metavar="SETTING", choices=SETTINGS,
-                        help="also run these settings and check that every generated token is the same")
+    parser.add_argument("--compare", nargs="+", default=None, metavar="SETTING", choices=SETTINGS,
+                        help="also run these settings (other than --setting) and check that every generated "
+                             "token is the same")
     parser.add_argument("--json", type=output_file, default=None, help="write the figures to this file")
     parser.add_argument("--seed", type=non_negative_int, default=0, help="evaluation seed (scenes and action noise)")
     parser.add_argument("--concurrency", type=positive_int, default=8, help="scenes in flight at once")
@@ -271,7 +272,11 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--compile", default="auto", choices=COMPILE_CHOICES,
                         help="compile the model's pieces (auto: on CUDA, eager on CPU)")
     add_model_args(parser)
-    return parser.parse_args(argv)
+    args = parser.parse_args(argv)
+    if args.compare is not None and not set(args.compare) - {args.setting}:  # it would compare nothing
+        parser.error(f"argument --compare: name a setting other than --setting ({args.setting}), "
+                     f"e.g. --compare baseline shared_kv")
+    return args
 
 
 def main(argv: Sequence[str] | None = None) -> int:
