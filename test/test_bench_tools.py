@@ -33,6 +33,10 @@ def test_bench_writes_json_and_figures(tmp_path, capsys):
         assert (tmp_path / "figs" / name).read_bytes()[:4] == b"\x89PNG"
     table = capsys.readouterr().out
     assert "oxygen" in table and "upper bound" in table
+    legend = " ".join(table.split("columns:", 1)[1].split())  # every column said, units with it
+    for column in ("comp compiled", "T frame time in ms", "T/obs", "x1", "f action frequency H/T (Hz)", "f/robot",
+                   "tau language throughput", "B mean decode batch", "copy B/fr K/V bytes", "speedup", "ideal"):
+        assert column in legend, column
 
 
 def test_upper_bound_decodes_as_the_engine_calls_the_decode():

@@ -300,6 +300,15 @@ def print_table(runs: list[dict], bounds: dict) -> None:
     for key, ub in bounds.items():
         print(f"upper bound {key}: T {ub['frame_latency_ms']:.2f} ms, f {ub['action_frequency_hz']:.1f} Hz, "
               f"tau {ub['language_throughput_tps']:.1f} tok/s")
+    print(LEGEND)
+
+
+#: what the table's columns are, printed under it
+LEGEND = """columns: comp compiled; N max active requests; k decode steps per frame; S denoise steps; obs observations
+  per frame; T frame time in ms (mean, median, p99); T/obs median T per observation; x1 median T over the
+  1-agent run's; f action frequency H/T (Hz); f/robot H over mean T, per robot; tau language throughput B*k/T
+  (tokens/s); B mean decode batch; copy B/fr K/V bytes copied per frame; speedup f over baseline's; ideal
+  baseline's T over the upper bound's (the most any setting could gain)"""
 
 
 def print_components(components: dict) -> None:
