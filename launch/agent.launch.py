@@ -46,6 +46,7 @@ import shutil
 from functools import partial
 
 from ament_index_python.packages import get_package_share_directory
+import launch.logging
 from launch import LaunchDescription
 from launch.actions import DeclareLaunchArgument, LogInfo, OpaqueFunction, RegisterEventHandler
 from launch.event_handlers import OnProcessExit, OnShutdown
@@ -89,8 +90,9 @@ def _nodes(context, *args, **kwargs):
     if left_behind:
         actions.append(LogInfo(msg=f'removed {len(left_behind)} overrides folder(s) of launches that ended '
                                    f'without shutting down (SIGTERM or SIGKILL): {", ".join(left_behind)}'))
-    warnings = misspelt_arguments(context.launch_configurations) + plan_warnings(plan, params_file)
-    actions += [LogInfo(msg=f'warning: {line}') for line in warnings]
+    log = launch.logging.get_logger('launch.user')  # where LogInfo's lines go, at the warning level
+    for line in misspelt_arguments(context.launch_configurations) + plan_warnings(plan, params_file):
+        log.warning(line)
     for item in plan:
         spec, label = item['spec'], node_label(item)
         parameters = [params_file]

@@ -64,6 +64,9 @@ def test_launch_file_structure():
     # ... in a folder removed when the launch shuts down
     assert "RegisterEventHandler(OnShutdown(on_shutdown=partial(_remove, overrides_dir)))" in LAUNCH_FILE.read_text()
     assert "shutil.rmtree(directory" in ast.unparse(functions["_remove"])
+    # the plan's warnings at the warning level of launch's own user logger (LogInfo's is info)
+    assert "log = launch.logging.get_logger('launch.user')" in LAUNCH_FILE.read_text()
+    assert "log.warning(line)" in ast.unparse(functions["_nodes"])
     # ... named by the launch's process id, after removing those of launches that no longer run
     assert "overrides_dir, left_behind = new_overrides_folder()" in LAUNCH_FILE.read_text()
     # the plan and the params file come from resolve() (which refuses a missing file) ...
@@ -193,6 +196,12 @@ def test_launch_file_loads_where_launch_ros_is_available(tmp_path, monkeypatch):
     assert names == [a.name for a in ARGUMENTS]
     (opaque,) = [e for e in description.entities if isinstance(e, OpaqueFunction)]
     monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))  # where the overrides folders go
+    import types
+
+    import launch.logging
+
+    said = []  # the warnings, at the warning level of launch.user (a LogInfo would say them at info)
+    monkeypatch.setattr(launch.logging, "get_logger", lambda name=None: types.SimpleNamespace(warning=said.append))
     # each node, its OnProcessExit handler, and the OnShutdown handler that removes the overrides'
     # folder; with two robots: 2 cameras (+ 2 synthetic) + 1 inference
     for demo, robots, count in (("false", "", 2), ("true", "", 3), ("false", "a,b", 3), ("true", "a,b", 5)):
@@ -203,10 +212,11 @@ def test_launch_file_loads_where_launch_ros_is_available(tmp_path, monkeypatch):
         context.launch_configurations["demo"] = demo
         context.launch_configurations["robots"] = robots
         context.launch_configurations["respwan"] = "true"  # a misspelt argument: warned of
+        said.clear()
         actions = opaque.execute(context)
         assert sum(isinstance(a, Node) for a in actions) == count, actions
         assert sum(isinstance(a, RegisterEventHandler) for a in actions) == count + 1, actions
-        said = ["".join(part.perform(context) for part in a.msg) for a in actions if isinstance(a, LogInfo)]
+        assert not [a for a in actions if isinstance(a, LogInfo)], actions
         assert len(said) == 1 and "'respwan' is none of this launch's (did you mean 'respawn'?)" in said[0], said
 
 
