@@ -83,11 +83,10 @@ def run_control_node(make_node: Callable, name: str, args: list[str] | None = No
     transition any more, and a launch (every node required) then ends instead of running on
     without actions. Exit status: 2 for a bad parameter, 1 for any other failure (a model that
     does not load, a fault outside the frames: printed with its cause, unless the node logged
-    it (:func:`mark_logged`); a transition that
-    raised and finalized the node), else 0. ``--help``: ``about`` printed, nothing started."""
+    it (:func:`mark_logged`); a transition that raised and finalized the node), else 0.
+    ``--help``: ``about`` printed, nothing started."""
     if print_help_if_asked(about, args):
         return 0
-
     if not _initialised(lambda: init_control_process(args, sigint_once=True)):  # a second SIGINT (launch's)
         return 2  # never cuts the clean-up
     node = executor = None
