@@ -216,6 +216,9 @@ def test_a_short_horizon_run_is_evaluated_and_saved_and_a_foreign_folder_is_refu
     config = json.loads((out / "config.json").read_text())["config"]
     assert (config["action_horizon"], config["vision"]["image_size"]) == (3, 48)
     assert json.loads((out / "training.json").read_text())["evaluation"]["execute"] == 3
+    said = capsys.readouterr().out  # the evaluation printed to be read: one figure a line, not one long line
+    shown, _ = json.JSONDecoder().raw_decode(said[said.index("evaluation: {") + len("evaluation: "):])
+    assert shown["execute"] == 3 and max(len(line) for line in said.splitlines()) < 300
     assert train_tool.main(["--steps", "1", "--batch-size", "2", "--eval", "0", "--workers", "0",
                             "--out", str(out)]) == 0  # a native checkpoint is replaced, as the README's re-create
     foreign = tmp_path / "openpi"

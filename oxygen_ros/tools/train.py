@@ -311,7 +311,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.eval > 0:
         try:
             evaluation = _evaluate(model, tokenizer, cfg, args.eval)
-            print(json.dumps(evaluation), flush=True)
+            print("evaluation: " + json.dumps(evaluation, indent=2), flush=True)  # (also in card.md)
         except Exception as exc:  # the trained weights are written all the same
             traceback.print_exc()
             failed = f"{type(exc).__name__}: {exc}"
