@@ -30,6 +30,7 @@ def test_a_goal_streams_its_tokens_as_feedback_and_returns_the_answer(ros_env, r
         # feedback and result travel on separate channels: the last feedback may come after the result
         assert until(lambda: len(feedback) >= result.tokens, 10.0), (len(feedback), result.tokens)
         assert result.finish_reason in ("length", "eos") and result.tokens == len(feedback) <= 6
+        assert result.reason == ""
         assert result.finish_reason != "length" or result.tokens == 6
         assert [f.index for f in feedback] == list(range(len(feedback)))
         assert result.text == "".join(f.piece for f in feedback) == feedback[-1].text
@@ -37,6 +38,37 @@ def test_a_goal_streams_its_tokens_as_feedback_and_returns_the_answer(ros_env, r
         streamed = [m for m in topics.text if m.client_id.startswith("ask/")]
         assert until(lambda: any(m.done for m in topics.text if m.client_id.startswith("ask/")), 10.0)
         assert "".join(m.piece for m in streamed) == result.text
+
+
+def test_a_question_over_max_question_tokens_is_answered_and_its_result_says_it_was_cut(ros_env, random_tiny_dir):
+    """The result's ``reason`` says the question was cut (the node's default
+    max_question_tokens, 32); ``oxygen-ask`` prints the answer, and the note on stderr."""
+    import subprocess
+
+    from action_msgs.msg import GoalStatus
+    from ros_harness import checkout_env, installed_script
+
+    cut = "the question was cut to its first 32 tokens (max_question_tokens)"
+    question = "what is on the table and where should it go? " * 8
+    prefix = unique_prefix()
+    with Ros() as ros:
+        _, topics = _node(ros, random_tiny_dir, prefix)
+        ask = AskClient(ros, f"{prefix}/ask")
+        handle, _ = ask.send(question, max_tokens=3)
+        response = ask.result(handle)
+        assert response.status == GoalStatus.STATUS_SUCCEEDED
+        assert response.result.finish_reason in ("length", "eos")
+        assert response.result.reason == cut
+        tool = subprocess.Popen([installed_script("oxygen-ask"), question, "--action", f"{prefix}/ask",
+                                 "--max-tokens", "3"], env=checkout_env(), stdout=subprocess.PIPE,
+                                stderr=subprocess.PIPE, text=True)
+        try:  # observations keep coming while it starts, so that the question has a fresh one
+            assert until(lambda: tool.poll() is not None, 120.0, every=topics.observe, period=0.2)
+        finally:
+            tool.kill()
+        out, err = tool.communicate()
+        assert tool.returncode == 0, err
+        assert out.endswith("\n") and err == f"oxygen-ask: note: {cut}\n"  # the answer, then the note
 
 
 def test_a_cancelled_goal_ends_its_request_and_frees_the_slot(ros_env, random_tiny_dir):

@@ -303,7 +303,8 @@ def test_a_tokenizer_larger_than_the_vocabulary_is_refused_naming_both_sizes(tok
 
 def test_engine_takes_a_10000_character_instruction_and_question(tok):
     """An over-long prompt is cut with a warning, an over-long question to
-    max_question_tokens; the frame and the request run normally."""
+    max_question_tokens; the frame and the request run normally, and the answer's last
+    token says the question was cut (what a client reads in TextToken.reason)."""
     from oxygen_ros.core.model.config import TINY
     from oxygen_ros.core.model.vla import build_model
 
@@ -315,10 +316,22 @@ def test_engine_takes_a_10000_character_instruction_and_question(tok):
                              [Question(("why " * 2500)[:10_000], client_id="q")])
     assert np.all(np.isfinite(result.actions[0]))
     assert len(result.started) == 2
-    finished = result.finished + engine.drain()
+    events, finished = list(result.tokens), list(result.finished)
+    run_to_the_end(engine, [], events, finished)
     question = [r for r in finished if r.client_id == "q"]
     assert len(question) == 1 and question[0].finish_reason.value in ("eos", "length")
     assert len(question[0].question_ids) == engine.config.max_question_tokens
+    notes = {e.client_id: e.detail for e in events if e.done}
+    assert notes == {"q": "the question was cut to its first 32 tokens (max_question_tokens)", "": ""}
+    assert all(e.detail == "" for e in events if not e.done)
+
+
+def test_a_question_within_max_question_tokens_ends_with_no_note(model, tok):
+    engine = Engine(model, tok, EngineConfig(max_decode=4, steps_per_frame=4, language_every_n_frames=0))
+    result = engine.step(scene_observations(1, seed=3), [Question("what is on the table?", client_id="q")])
+    events, finished = list(result.tokens), list(result.finished)
+    run_to_the_end(engine, [], events, finished)
+    assert [(e.client_id, e.detail) for e in events if e.done] == [("q", "")]
 
 
 def test_a_pool_slot_holds_the_served_cameras_only_and_the_longest_request_fits(tok):

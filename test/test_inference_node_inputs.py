@@ -159,6 +159,9 @@ def test_inference_node_questions_empty_huge_control_and_invalid_utf8(ros):
     for c in ("huge", "bell", "utf8"):
         (m,) = client.finished(c)
         assert m.finish_reason in ("eos", "length"), (c, m.finish_reason)
+        # the client of a cut question learns it from the answer's last message
+        assert m.reason == ("the question was cut to its first 32 tokens (max_question_tokens)"
+                            if c == "huge" else ""), (c, m.reason)
         tokens = [t for t in client.text if t.client_id == c]
         assert [t.index for t in tokens] == list(range(len(tokens))), "a token was lost"
     assert node.counters["questions_rejected_empty"] == 3

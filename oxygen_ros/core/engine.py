@@ -120,10 +120,13 @@ class Engine:
         observation in this frame, whose prefix it shares, or None)."""
         c = self.config
         obs = self.last_observations[q.robot]  # there is one (check_step)
-        ids = self.tokenizer.encode(q.text)[: c.max_question_tokens]
+        ids = self.tokenizer.encode(q.text)
+        note = (f"the question was cut to its first {c.max_question_tokens} tokens (max_question_tokens)"
+                if len(ids) > c.max_question_tokens else "")
         idx = max((i for i, r in enumerate(names) if r == q.robot), default=None)
         return self.requests.new(self._observed_in[q.robot], q.max_tokens or c.max_decode, client_id=q.client_id,
-                                 robot=q.robot, question_ids=ids, observation=obs), idx
+                                 robot=q.robot, question_ids=ids[: c.max_question_tokens], observation=obs,
+                                 note=note), idx
 
     def forget_observations(self) -> None:
         """No question is answered from the observations seen so far (after a warm-up)."""

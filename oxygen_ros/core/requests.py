@@ -43,7 +43,9 @@ class TokenEvent:
     done: bool
     finish_reason: str  # "" while running
     robot: str = ""  # the robot whose observation the request reads ("": the only one)
-    detail: str = ""  # on a refusal or a cancel by the node: why, in words ("" otherwise)
+    # on the last event, in words: why, for a refusal or a cancel by the node; else a note
+    # on how it was answered (a question cut to max_question_tokens); "" otherwise
+    detail: str = ""
 
 
 @dataclass
@@ -60,6 +62,7 @@ class Request:
     finish_reason: FinishReason | None = None
     created: float = field(default_factory=time.perf_counter)
     finished: float | None = None
+    note: str = ""  # said on its last token's event (e.g. that its question was cut)
     _stream: StreamDecoder | None = field(default=None, repr=False)
     _pieces: list[str] = field(default_factory=list, repr=False)
 
@@ -146,7 +149,7 @@ class RequestManager:
             piece += r._stream.flush()
         r._pieces.append(piece)
         return TokenEvent(r.id, r.client_id, r.frame_id, len(r.tokens) - 1, token, piece, r.done,
-                          r.finish_reason.value if r.done else "", r.robot)
+                          r.finish_reason.value if r.done else "", r.robot, r.note if r.done else "")
 
     def remove(self, request_id: int) -> Request:
         r = self.active.pop(request_id)

@@ -82,7 +82,8 @@ def parse_args(argv=None) -> argparse.Namespace:
 
 
 class Answer(NamedTuple):
-    """What :func:`ask` got: the text, the finish reason, and why the node refused or ended it."""
+    """What :func:`ask` got: the text, the finish reason, and why the node refused or ended it
+    (or, for an answer, a note on it: its question cut)."""
 
     text: str
     finish_reason: str
@@ -92,7 +93,7 @@ class Answer(NamedTuple):
 def ask(node, action: str, question: str, *, max_tokens: int = 0, timeout: float = 30.0,
         on_piece=None) -> Answer:
     """The :class:`Answer` (its ``reason``: the node's, for ``rejected`` and a ``cancelled`` it
-    ended itself); ``finish_reason`` is ``"no server"`` when no Ask
+    ended itself, or its note on an answer); ``finish_reason`` is ``"no server"`` when no Ask
     server came within ``timeout``, ``"not accepted"`` when the server refused the goal (the
     node is not configured), ``"timeout"`` when no answer came within ``timeout`` after that.
     ``on_piece`` gets every token's text as it is decoded. A goal still running when this
@@ -186,6 +187,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     if text or reason in ("eos", "length"):  # (no server, refused: no answer, not a blank line before the why)
         print(rest_of_answer(text, "".join(streamed)) if args.stream else text, flush=True)
     if reason in ("eos", "length"):
+        if detail:  # how it was answered (its question cut)
+            print(f"oxygen-ask: note: {detail}", file=sys.stderr)
         return 0
     elsewhere = (f"Ask servers seen: {', '.join(servers)} (--action NAME)" if servers
                  else "none seen: is the agent running, in this ROS_DOMAIN_ID?")
