@@ -42,7 +42,7 @@ def test_a_spec_with_an_unknown_type_is_refused():
 
 @pytest.mark.parametrize("name,value", [
     ("control_rate_hz", 0.0), ("control_rate_hz", 1000.5), ("denoise_steps", -1), ("denoise_steps", 1001),
-    ("max_decode", 0), ("max_active", 0), ("queue_limit", -1), ("language_every_n_frames", -1),
+    ("max_decode", 0), ("max_active", 0), ("queue_limit", -1), ("max_question_tokens", 0), ("language_every_n_frames", -1),
     ("setting", "turbo"), ("device", "tpu"), ("device", "cuda:x"), ("dtype", "float16"), ("preset", "huge"),
     ("hold_action", "previous"), ("frame_deadline_ms", -1.0), ("max_consecutive_failures", 0),
     ("chunk_origin", "x"), ("joint_names", ["a", "a"]), ("joint_names", ["a", ""]),

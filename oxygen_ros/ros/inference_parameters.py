@@ -109,6 +109,9 @@ PARAMETERS: tuple[ParamSpec, ...] = (
               constraints=">= 1"),
     ParamSpec("queue_limit", 16, "Language requests waiting for a slot; past it new ones are rejected.",
               "int", non_negative, constraints=">= 0"),
+    ParamSpec("max_question_tokens", 32, "Most tokens of a question (/oxygen/question, the Ask action): a longer "
+              "one is cut to them and its answer's reason says so. Each KV slot holds this many positions for a "
+              "question.", "int", at_least_one, constraints=">= 1"),
     ParamSpec("language_every_n_frames", 1, "Start a language request on every n-th observation frame; "
               "0: only on demand (questions).", "int", non_negative, True, ">= 0"),
     ParamSpec("max_observation_age", 1.0, "Observations older than this (s, by their stamp on this node's "

@@ -97,7 +97,7 @@ def engine_config(p: dict) -> EngineConfig:
     try:
         return EngineConfig(setting=p["setting"], max_decode=p["max_decode"], steps_per_frame=p["steps_per_frame"],
                             denoise_steps=p["denoise_steps"] or None, max_active=p["max_active"],
-                            queue_limit=p["queue_limit"],
+                            queue_limit=p["queue_limit"], max_question_tokens=p["max_question_tokens"],
                             max_observations_per_frame=min(p["max_observations_per_frame"], max(1, len(p["robots"]))),
                             max_cameras=p["max_cameras"] or None,
                             language_every_n_frames=p["language_every_n_frames"], seed=p["seed"],
