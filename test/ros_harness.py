@@ -447,9 +447,14 @@ class AskClient:
         from oxygen_ros.action import Ask
         from rclpy.action import ActionClient
 
+        import rclpy
+
         self.Ask = Ask
-        self.node = ros.node("oxygen_test_ask_client")
+        # the client is made before its node spins: Kilted's ActionClient adds itself to the node
+        # before it has its lock, and an executor thread that looks at it then dies (AttributeError)
+        self.node = rclpy.create_node(f"oxygen_test_ask_client_{uuid.uuid4().hex[:6]}", context=ros.context)
         self.client = ActionClient(self.node, Ask, action)
+        ros.add(self.node)
         assert self.client.wait_for_server(timeout_sec=20.0), "no Ask server"
 
     def send(self, question: str, max_tokens: int = 0):
