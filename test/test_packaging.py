@@ -160,3 +160,18 @@ def test_ament_index_lookup(monkeypatch):
     monkeypatch.setenv("AMENT_PREFIX_PATH", str(prefix))
     assert Path(get_package_prefix(PACKAGE)) == prefix
     assert Path(get_package_share_directory(PACKAGE)) == prefix / "share" / PACKAGE
+
+
+def test_a_camera_side_does_not_import_the_model_loader():
+    """A robot's camera-side process (camera node, synthetic camera) does not import
+    transformers: the camera node names the inference node's parameters, whose sizes check
+    lives with the checkpoint loader, and importing that loader took 4 s of its start on 2
+    cores, long enough for the inference node to warn 'is the camera node running?'."""
+    import subprocess
+    import sys
+
+    code = ("import sys, oxygen_ros.ros.camera_node, oxygen_ros.ros.synthetic_camera, oxygen_ros.ros.robot_process\n"
+            "print('transformers' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip().splitlines()[-1] == "False"

@@ -20,10 +20,27 @@ detection and key maps), ``sizes.py`` (model sizes from configs and shapes),
 ``docs/checkpoints.md``.
 """
 
+import importlib
+
 from .errors import CheckpointError
 from .given_sizes import SizesError, format_sizes, parse_sizes
-from .loading import (DEFAULT_MODEL_DIR, LoadedCheckpoint, default_model, load_checkpoint, load_model)
-from .native import FORMAT_NAME, FORMAT_VERSION, config_from_dict, config_to_dict, save_native
+
+#: Names of the loader and the native format, imported on first use: the loader imports
+#: transformers (its SigLIP), 4 s on 2 cores, which a camera node naming the inference
+#: node's parameters (``given_sizes``) must not pay.
+_LAZY = {**dict.fromkeys(("DEFAULT_MODEL_DIR", "LoadedCheckpoint", "default_model", "load_checkpoint", "load_model"),
+                         "loading"),
+         **dict.fromkeys(("FORMAT_NAME", "FORMAT_VERSION", "config_from_dict", "config_to_dict", "save_native"),
+                         "native")}
+
+
+def __getattr__(name: str):
+    if name in _LAZY:
+        value = getattr(importlib.import_module(f".{_LAZY[name]}", __name__), name)
+        globals()[name] = value
+        return value
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
 
 __all__ = [
     "CheckpointError", "SizesError", "parse_sizes", "format_sizes", "LoadedCheckpoint", "load_checkpoint",
