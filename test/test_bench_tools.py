@@ -34,9 +34,24 @@ def test_bench_writes_json_and_figures(tmp_path, capsys):
     table = capsys.readouterr().out
     assert "oxygen" in table and "upper bound" in table
     legend = " ".join(table.split("columns:", 1)[1].split())  # every column said, units with it
-    for column in ("comp compiled", "T frame time in ms", "T/obs", "x1", "f action frequency H/T (Hz)", "f/robot",
+    for column in ("comp compiled", "N tokens per request at most", "T frame time in ms", "T/obs", "x1", "f action frequency H/T (Hz)", "f/robot",
                    "tau language throughput", "B mean decode batch", "copy B/fr K/V bytes", "speedup", "ideal"):
         assert column in legend, column
+
+
+def test_bench_notes_requests_that_end_well_before_n(tmp_path, capsys):
+    """The embedded default model ends its answers at its end-of-sequence token after a few
+    tokens: the table says so under the runs, with N and the tokens decoded, since N, B and
+    'ideal' then mean less than they say; the same run on random weights decodes N each."""
+    out = tmp_path / "bench.json"
+    assert bench.main(["--settings", "oxygen", "--max-decode", "20", "--steps-per-frame", "2", "--frames", "8",
+                       "--warmup", "2", "--json", str(out)]) == 0
+    (run,) = json.loads(out.read_text())["runs"]
+    assert run["tokens_per_request"] < 0.8 * 20
+    note = " ".join(capsys.readouterr().out.split("note:", 1)[1].split())
+    assert note.startswith(f"requests ended at the model's end-of-sequence token after {run['tokens_per_request']:.1f} "
+                           "tokens at N=20 on average") and "--preset tiny" in note
+    assert bench.early_end_note([dict(run, tokens_per_request=19.0)]) == ""
 
 
 def test_upper_bound_decodes_as_the_engine_calls_the_decode():

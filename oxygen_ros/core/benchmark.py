@@ -197,6 +197,8 @@ class Run:
             "avg_batch_size": statistics.fmean(self.batches) if self.batches else 0.0,
             "avg_request_latency_ms": statistics.fmean(request_ms) if request_ms else None,
             "requests_finished": len(request_ms),
+            # tokens a finished request decoded, on average: below N when the model ends answers early
+            "tokens_per_request": statistics.fmean(len(r.tokens) for r in self.finished) if self.finished else None,
             "kv_bytes_reserved": engine.pool.bytes_reserved, "slot_len": engine.pool.cache.max_len,
             "kv_copy_bytes_per_frame": statistics.fmean(self.copies),
             "compile": spec.compile, "compiled": engine.compiled is not None,

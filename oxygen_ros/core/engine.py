@@ -118,15 +118,12 @@ class Engine:
     def _question_request(self, q: Question, names: list[str]) -> tuple[Request, int | None]:
         """A question's request, on its robot's newest observation (and the index of that
         observation in this frame, whose prefix it shares, or None)."""
-        c = self.config
-        obs = self.last_observations[q.robot]  # there is one (check_step)
-        ids = self.tokenizer.encode(q.text)
-        note = (f"the question was cut to its first {c.max_question_tokens} tokens (max_question_tokens)"
-                if len(ids) > c.max_question_tokens else "")
+        c, obs = self.config, self.last_observations[q.robot]  # there is one (check_step)
+        ids, limit = self.tokenizer.encode(q.text), c.max_question_tokens
         idx = max((i for i, r in enumerate(names) if r == q.robot), default=None)
         return self.requests.new(self._observed_in[q.robot], q.max_tokens or c.max_decode, client_id=q.client_id,
-                                 robot=q.robot, question_ids=ids[: c.max_question_tokens], observation=obs,
-                                 note=note), idx
+                                 robot=q.robot, question_ids=ids[:limit], observation=obs,
+                                 note=question_cut(limit) if len(ids) > limit else ""), idx
 
     def forget_observations(self) -> None:
         """No question is answered from the observations seen so far (after a warm-up)."""
@@ -378,6 +375,11 @@ def usable_vocabulary(tokenizer_size: int, model_size: int) -> int:
         log.warning("tokenizer has %d tokens, the model's vocabulary %d: ids %d..%d are masked out of decoding",
                     tokenizer_size, model_size, tokenizer_size, model_size - 1)
     return tokenizer_size
+
+
+def question_cut(limit: int) -> str:
+    """What the answer to a question cut to ``limit`` tokens says of it (its last event's detail)."""
+    return f"the question was cut to its first {limit} tokens (max_question_tokens)"
 
 
 __all__ = ["Engine", "EngineConfig", "FrameResult", "FrameError", "Question", "SETTINGS", "FinishReason"]
