@@ -70,4 +70,18 @@ def test_a_target_the_actions_alone_miss_writes_k_0_and_exits_1(tmp_path, random
                            "--repeats", "2", "--cameras", "1", "--out", str(out)]) == 1
     err = capsys.readouterr().err
     assert "the target cannot be met: the actions alone (prefill and" in err, err
+    assert "k=0 (exit status 1): lower --target-hz" in err, err
     assert yaml.safe_load(out.read_text())["oxygen_inference"]["ros__parameters"]["steps_per_frame"] == 0
+
+
+def test_when_the_node_s_frame_deadline_is_the_limit_calibrate_says_so_not_lower_the_target(tmp_path,
+                                                                                            random_tiny_dir, capsys):
+    """A target of 5 Hz leaves 2 s for a frame, but the node's frame deadline (here 0.01 ms) is
+    what the actions miss: lowering --target-hz would change nothing (a walkthrough)."""
+    out = tmp_path / "calibrated.yaml"
+    assert calibrate.main(["--model-path", random_tiny_dir, "--target-hz", "5", "--frame-deadline-ms", "0.01",
+                           "--max-decode", "4", "--repeats", "2", "--cameras", "1", "--out", str(out)]) == 1
+    err = capsys.readouterr().err
+    assert "the node's frame deadline is the limit, not the target: lower --control-rate-hz" in err, err
+    assert "larger --frame-deadline-ms" in err and "lower --target-hz" not in err, err
+    assert f"wrote {out}: run with it as `oxygen-agent params_file:={out}`" in err  # the next step

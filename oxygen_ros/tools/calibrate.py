@@ -121,13 +121,15 @@ def node_parameters(args: argparse.Namespace, k: int, preset_only: bool, cameras
     }
 
 
-def _say_choice(k: int, table: list[dict], comp: dict, s: int, limit_ms: float, deadline: str) -> bool:
+def _say_choice(k: int, table: list[dict], comp: dict, s: int, limit_ms: float, deadline: str,
+                remedy: str = "lower --target-hz") -> bool:
     """Print the k chosen, or why none; False when even the actions alone (prefill and ``s``
-    denoise steps) miss ``limit_ms``: the target cannot be met (the file still gets k=0, the closest)."""
+    denoise steps) miss ``limit_ms``: the target cannot be met (the file still gets k=0, the
+    closest). ``remedy``: what lifts the limit that binds (the target's, or the node's deadline)."""
     actions_ms = comp["prefill_ms"] + s * comp["denoise_step_ms"]
     if actions_ms > limit_ms:
         print(f"the target cannot be met: the actions alone (prefill and {s} denoise steps, {actions_ms:.2f} ms) "
-              f"take longer than the {deadline}; writing k=0 (exit status 1): lower --target-hz, or use fewer "
+              f"take longer than the {deadline}; writing k=0 (exit status 1): {remedy}, or use fewer "
               "cameras, fewer denoise steps or a faster device", file=sys.stderr)
         return False
     if k == 0:
@@ -166,7 +168,12 @@ def main(argv=None) -> int:
     deadline = (f"deadline {limit_ms:.1f} ms: f >= {args.target_hz:g} Hz needs {paper_ms:.1f} ms for "
                 f"H={c.action_horizon}, the node's frame deadline is {node_ms:.1f} ms"
                 + ("" if args.frame_deadline_ms else f" (half a chunk at control_rate_hz {args.control_rate_hz:g})"))
-    reachable = _say_choice(k, table, comp, s, limit_ms * args.margin, f"{deadline}; margin {args.margin}")
+    chunk_ms = c.action_horizon / args.control_rate_hz * 1e3
+    remedy = "lower --target-hz" if paper_ms <= node_ms else (  # else the node's deadline binds, not the target
+        f"the node's frame deadline is the limit, not the target: lower --control-rate-hz (a chunk of "
+        f"{c.action_horizon} actions lasts longer), or give a larger --frame-deadline-ms (its frame_deadline_ms; "
+        f"at most the chunk's {chunk_ms:.1f} ms, with less headroom against underruns)")
+    reachable = _say_choice(k, table, comp, s, limit_ms * args.margin, f"{deadline}; margin {args.margin}", remedy)
     preset_only = bool(args.preset) and not args.model_path
     if preset_only:
         print("note: " + PRESET_NOTE.format(preset=args.preset), file=sys.stderr)
@@ -178,7 +185,8 @@ def main(argv=None) -> int:
               f"# measured: {json.dumps({k2: v for k2, v in comp.items()}, default=str)}\n")
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(header + yaml.safe_dump(params, sort_keys=False))
-    print(f"wrote {args.out}", file=sys.stderr)
+    print(f"wrote {args.out}: run with it as `oxygen-agent params_file:={args.out}` (or `ros2 launch oxygen_ros "
+          f"agent.launch.py params_file:={args.out}`)", file=sys.stderr)
     return 0 if reachable else 1
 
 
