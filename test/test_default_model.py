@@ -228,3 +228,25 @@ def test_a_short_horizon_run_is_evaluated_and_saved_and_a_foreign_folder_is_refu
         train_tool.parse_args(["--out", str(foreign)])
     assert "is not an oxygen_ros checkpoint (model.safetensors); give a new or empty folder" in capsys.readouterr().err
     assert (foreign / "model.safetensors").read_bytes() == b"weights of another layout"
+
+
+def test_oxygen_eval_prints_its_figures_in_a_few_lines_and_writes_every_one_with_json(tmp_path, capsys):
+    """It printed about 190 lines of JSON, its --compare verdict inside, and wrote the file
+    without a word (a walkthrough): now a summary a person reads, the descriptions under a
+    header saying which side is which, and where every figure went."""
+    import json
+
+    from oxygen_ros.tools import eval as eval_tool
+
+    out = tmp_path / "eval.json"
+    assert eval_tool.main(["--scenes", "3", "--compare", "baseline", "--json", str(out)]) == 0
+    printed = capsys.readouterr()
+    lines = printed.out.splitlines()
+    report = json.loads(out.read_text())
+    assert lines[0].startswith("oxygen on 3 held-out scenes (seed 0, eager")
+    assert f"text_accuracy {report['text_accuracy']:.3f}, closed_loop_success" in lines[1]
+    assert lines[2].startswith("  question_accuracy target ")
+    assert any(line.startswith("  baseline: the same tokens, text_accuracy ") for line in lines)
+    assert "descriptions of the first scenes (the scene's -> the model's):" in lines
+    assert len(lines) <= 12 and report["compare"]["baseline"]["same_tokens"]
+    assert f"wrote {out} (every figure)" in printed.err

@@ -51,6 +51,7 @@ from ..core.scheduler import SETTINGS
 from .arguments import non_negative_int, output_file, plain, positive_int
 from .common import add_model_args, keeps_freed_memory, load_model
 from .eval_questions import ask_all, question_cases, scene_observation, summarise_questions
+from .eval_summary import summary_lines
 
 CAMERA_NAMES = ("base", "left_wrist", "right_wrist")
 
@@ -305,14 +306,18 @@ def main(argv: Sequence[str] | None = None) -> int:
     texts = report["texts"]
     for key in TEXT_KEYS:
         report.pop(key)
-    print(json.dumps(report, indent=2))
+    print("\n".join(summary_lines(report)))
+    print("descriptions of the first scenes (the scene's -> the model's):")
     for e_text, scene in list(zip(texts, held_out_scenes(min(5, args.scenes), args.seed))):
-        print(f"  {sim.describe(scene)!r:45} -> {e_text!r}", file=sys.stderr)
+        print(f"  {sim.describe(scene)!r:45} -> {e_text!r}")
     if args.json:
         args.json.parent.mkdir(parents=True, exist_ok=True)
         with open(args.json, "w") as f:
             json.dump(report, f, indent=2)
             f.write("\n")
+        print(f"wrote {args.json} (every figure)", file=sys.stderr)
+    else:
+        print("every figure (per kind of distractor, finish reasons, question counts): --json PATH", file=sys.stderr)
     mismatch = [s for s, r in report.get("compare", {}).items() if not r["same_tokens"]]
     if mismatch:
         print(f"generated tokens differ under: {', '.join(mismatch)}", file=sys.stderr)
