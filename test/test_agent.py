@@ -266,6 +266,16 @@ def test_the_monitor_prints_why_a_question_was_refused(ros):
     assert monitor.text_received == 1
 
 
+def test_the_status_line_keeps_the_robot_of_a_long_text():
+    """With several robots the status line ends with the newest text's end: its robot's name
+    stays in front ('ght: yellow circle ...' lost it, a walkthrough)."""
+    from oxygen_ros.tools.agent_monitor import status_text
+
+    text = "yellow circle upper left of gripper and more"
+    assert status_text("right", text) == "right: " + repr(text[-40:])
+    assert status_text(None, "red") == "'red'"
+
+
 FAILING_NODE = """
 import sys
 import rclpy

@@ -58,7 +58,7 @@ class Monitor:
         self.last_periodic: dict[str | None, str] = {}  # per robot
         self.diag: dict[str, str] = {}
         self.robot_diag: dict[str, dict[str, str]] = {}
-        self.partial = ""
+        self.partial = "''"  # the newest text so far as the status line ends it: [robot: ]'...its end'
         p = inference.params
         self.robots = robot_names(inference)
         for robot in self.robots or (None,):
@@ -98,7 +98,7 @@ class Monitor:
             pieces = self.requests.setdefault(key, [])
             pieces.append(msg.piece)
             text = "".join(pieces)
-            self.partial = text if robot is None else f"{robot}: {text}"
+            self.partial = status_text(robot, text)
             if not msg.done:
                 return
             del self.requests[key]
@@ -157,12 +157,12 @@ class Monitor:
             line = "waiting for the inference node's diagnostics ..."
         elif robots:
             line = (f"{_ticks(d)}  {frame}  " + "  ".join(_robot_status(r, rd) for r, rd in robots.items())
-                    + f"  | {partial[-40:]!r}")
+                    + f"  | {partial}")
         else:
             line = (f"{_ticks(d)}  f=H/T {_num(d.get('action_frequency_hz'))} Hz  chunk age "
                     f"{_num(d.get('chunk_age_ms'))} ms  {frame}  "
                     f"{_num(d.get('tokens_per_s'))} tok/s  underruns {d.get('underruns', '?')}  "
-                    f"| {partial[-40:]!r}")
+                    f"| {partial}")
         if self.tty:
             self.out.write("\r" + line.ljust(self._status_len))
             self._status_len = len(line)
@@ -176,6 +176,12 @@ class Monitor:
             self.out.write("\n")
             self.out.flush()
             self._status_len = 0
+
+
+def status_text(robot: str | None, text: str, width: int = 40) -> str:
+    """The end of a text being decoded, as the status line shows it: its last ``width``
+    characters, after its robot's name (cutting the whole, name included, cut the name off)."""
+    return ("" if robot is None else f"{robot}: ") + repr(text[-width:])
 
 
 def _ticks(d: dict[str, str]) -> str:
