@@ -6,6 +6,7 @@ under test are the ones run even before `make venv` reinstalled them.
 """
 
 import json
+import re
 import subprocess
 
 from ros_harness import checkout_env, installed_script
@@ -39,6 +40,13 @@ def test_soak_smoke(ros_env, tmp_path):
     assert report["inference_refused"]["observations_invalid"] > 0
     assert report["requests_rejected"] > 0  # the empty questions
     assert "underruns" in proc.stdout and "recovery" in proc.stdout and "memory (RSS)" in proc.stdout
+    # the kinds of bad input said at the start are those counted at the end (the valid questions apart)
+    started = re.search(r"with (\d+) kinds of bad input", proc.stdout)
+    ended = re.search(r"messages of (\d+) kinds of bad input, and (\d+) valid questions", proc.stdout)
+    assert started and ended and started[1] == ended[1] and int(ended[2]) > 0, proc.stdout[-3000:]
+    # the compressed camera gets bad data only, by design: no rate warning about it
+    said = proc.stdout + proc.stderr
+    assert not [line for line in said.splitlines() if "compressed_camera" in line and "min_camera_rate_hz" in line]
 
 
 def _soak_report(elapsed, rss_start_mb, rss_end_mb):

@@ -119,7 +119,9 @@ class SoakSession:
             parameter_overrides=[Parameter("image_topics", value=[]),
                                  Parameter("compressed_image_topics", value=[COMPRESSED_TOPIC]),
                                  Parameter("observation_topic", value="/oxygen_soak/observation"),
-                                 Parameter("image_size", value=32)]))
+                                 Parameter("image_size", value=32),
+                                 # it gets the injected data only: a rate warning every few seconds told nothing
+                                 Parameter("min_camera_rate_hz", value=0.0)]))
         p = inference.params
         topics = {"image": camera.topics[0], "state": camera.state_topic or "/joint_states",
                   "instruction": camera.get_parameter("instruction_topic").value, "question": p["question_topic"],
@@ -351,13 +353,18 @@ def _growth_pct(s: SoakSession, rss_end: int) -> float:
     return (rss_end - baseline) / baseline * 100 if baseline else math.nan
 
 
+#: the injected kind that is no bad input: a valid question every other injection
+VALID = "question/valid"
+
+
 def _print(r: dict[str, Any]) -> None:
     lines = [
         f"oxygen-soak: {r['duration_s']} s, setting {r['setting']}, {r['control_rate_hz']:g} Hz",
         f"  ticks                {r['ticks']} ({r['actions_published']} ActionChunks published, "
         f"{r['actions_received']} received; {r['missed_ticks']} missed by the timer)",
         f"  underruns            {r['underruns']}: {r['underruns_in_gaps']} in {r['gaps']} injected camera gaps of "
-        f"{r['gap_s']:g} s, {r['underruns_outside_gaps']} outside",
+        f"{r['gap_s']:g} s, {r['underruns_outside_gaps']} outside "
+        f"({100 * r['underruns_outside_gaps'] / max(1, r['ticks']):.1f} % of the ticks)",
         f"  recovery             {r['recovery_ticks']} control ticks from the camera's first frame after each gap "
         f"to the first ActionChunk",
         f"  frames               {r['frames']} observation frames, {r['language_frames']} language-only, "
@@ -368,7 +375,8 @@ def _print(r: dict[str, Any]) -> None:
         f"{r['token_index_gaps']}",
         f"  questions            sent {sum(r['questions_sent'].values())}, never ended {r['questions_unanswered']}: "
         f"{r['questions_ended']}",
-        f"  injected             {sum(r['injected'].values())} messages of {len(r['injected'])} kinds",
+        f"  injected             {sum(n for k, n in r['injected'].items() if k != VALID)} messages of "
+        f"{len(set(r['injected']) - {VALID})} kinds of bad input, and {r['injected'].get(VALID, 0)} valid questions",
         f"  rejected by cameras  {r['camera_rejected']}",
         f"  refused by inference {r['inference_refused']}",
         f"  memory (RSS)         launch {r['rss_launch_mb']} MB, start {r['rss_start_mb']} MB, end "
