@@ -16,9 +16,9 @@ from ros_harness import Ros, checkout_env, params, unique_prefix
 from oxygen_ros.ros.bags import bag_topics, open_bag, read_bag
 
 
-def _recorder(out, *args) -> subprocess.Popen:
+def _recorder(out, *args, **popen) -> subprocess.Popen:
     return subprocess.Popen([sys.executable, "-m", "oxygen_ros.tools.record", str(out), *args], env=checkout_env(),
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, **popen)
 
 
 def test_a_recording_of_the_synthetic_camera_reads_back_with_its_latched_instruction(ros_env, tmp_path):
@@ -73,6 +73,25 @@ def test_a_recording_stopped_by_sigint_closes_its_bag_and_one_that_got_nothing_s
     again = _recorder(tmp_path / "empty", "--duration", "1")
     _, stderr = again.communicate(timeout=30)
     assert again.returncode == 2 and "exists already" in stderr  # never written over
+
+
+def test_a_recording_under_nohup_goes_on_when_its_terminal_closes(ros_env, tmp_path):
+    """``nohup oxygen-record ... &`` starts it with SIGHUP ignored: a dropped ssh session must not
+    end the recording (its SIGHUP handler took over the ignored signal); Ctrl-C still ends it."""
+    prefix = unique_prefix()
+    proc = _recorder(tmp_path / "bag", f"{prefix}/nobody_publishes_this",
+                     preexec_fn=lambda: signal.signal(signal.SIGHUP, signal.SIG_IGN))
+    with Ros() as ros:
+        probe = ros.node("oxygen_test_record_probe")
+        assert ros.wait_until(lambda: "oxygen_record" in {n for n, _ in probe.get_node_names_and_namespaces()},
+                              30.0), proc.poll()
+    proc.send_signal(signal.SIGHUP)
+    time.sleep(1.5)
+    assert proc.poll() is None, "SIGHUP ended a recording that ignores it"
+    proc.send_signal(signal.SIGINT)
+    stdout, _ = proc.communicate(timeout=30)
+    assert proc.returncode == 1 and "0 messages on 0 topic(s)" in stdout
+    assert read_bag(tmp_path / "bag") == []
 
 
 def test_recording_every_topic_leaves_out_an_action_s_hidden_topics(ros_env, tmp_path):

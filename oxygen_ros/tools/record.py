@@ -168,7 +168,8 @@ def record(args: argparse.Namespace) -> int:
 
     stop = []  # a signal ends the loop between two callbacks: never inside the bag's write
     for signum in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):  # SIGHUP: its terminal closed (ssh dropped)
-        signal.signal(signum, lambda n, _: stop.append(signal.Signals(n).name))
+        if signal.getsignal(signum) is not signal.SIG_IGN:  # ignored (nohup, a background job): it stays so
+            signal.signal(signum, lambda n, _: stop.append(signal.Signals(n).name))
     rclpy.init(signal_handler_options=SignalHandlerOptions.NO)
     try:
         bag = (SegmentedBagWriter(args.out, args.storage, args.segment_s) if args.segment_s
