@@ -1,6 +1,7 @@
 """oxygen-calibrate's choice against the inference node's own frame deadline, and the file it
 writes for a robot's agent.yaml (the measuring itself: test_bench_tools.py)."""
 
+import pytest
 import yaml
 
 from oxygen_ros.core.budget import frame_deadline_ms
@@ -74,6 +75,23 @@ def test_a_target_the_actions_alone_miss_writes_k_0_and_exits_1(tmp_path, random
     assert yaml.safe_load(out.read_text())["oxygen_inference"]["ros__parameters"]["steps_per_frame"] == 0
 
 
+@pytest.mark.parametrize("needed, target, node, given, says", [
+    (30.0, 20.0, 100.0, None, "lower --target-hz"),
+    (30.0, 100.0, 20.0, None, "the node's frame deadline is the limit, not the target: lower --control-rate-hz"),
+    (30.0, 100.0, 20.0, 20.0, "the node's frame deadline is the limit, not the target: give a larger"),
+    (600.0, 250.0, 500.0, None, "lower --target-hz, and (the node's frame deadline is missed too) lower"),
+    (30.0, 20.0, 20.0, None, "lower --target-hz, and (the node's frame deadline is missed too) lower"),
+])
+def test_calibrate_names_every_limit_the_actions_miss(needed, target, node, given, says):
+    """Lowering the target helps only when the target's limit is missed; the node's deadline
+    (half a chunk, or the one given) needs its own fix; both are named when both are missed."""
+    from types import SimpleNamespace
+
+    remedy = calibrate._remedy(needed, target, node, SimpleNamespace(control_rate_hz=50.0, frame_deadline_ms=given),
+                               horizon=10)
+    assert remedy.startswith(says), remedy
+
+
 def test_when_the_node_s_frame_deadline_is_the_limit_calibrate_says_so_not_lower_the_target(tmp_path,
                                                                                             random_tiny_dir, capsys):
     """A target of 5 Hz leaves 2 s for a frame, but the node's frame deadline (here 0.01 ms) is
@@ -82,6 +100,7 @@ def test_when_the_node_s_frame_deadline_is_the_limit_calibrate_says_so_not_lower
     assert calibrate.main(["--model-path", random_tiny_dir, "--target-hz", "5", "--frame-deadline-ms", "0.01",
                            "--max-decode", "4", "--repeats", "2", "--cameras", "1", "--out", str(out)]) == 1
     err = capsys.readouterr().err
-    assert "the node's frame deadline is the limit, not the target: lower --control-rate-hz" in err, err
-    assert "larger --frame-deadline-ms" in err and "lower --target-hz" not in err, err
+    # the deadline is given: the control rate no longer sets it, and the fix is a larger one
+    assert "the node's frame deadline is the limit, not the target: give a larger --frame-deadline-ms" in err, err
+    assert "lower --control-rate-hz" not in err and "lower --target-hz" not in err, err
     assert f"wrote {out}: run with it as `oxygen-agent params_file:={out}`" in err  # the next step

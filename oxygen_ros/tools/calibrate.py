@@ -141,6 +141,22 @@ def _say_choice(k: int, table: list[dict], comp: dict, s: int, limit_ms: float, 
     return True
 
 
+def _remedy(needed_ms: float, target_ms: float, node_ms: float, args, horizon: int) -> str:
+    """What lifts the limits that ``needed_ms`` (the actions over the margin) misses: the
+    target's (``target_ms``), the node's frame deadline (``node_ms``), or both."""
+    chunk_ms = horizon / args.control_rate_hz * 1e3
+    node_fix = (f"give a larger --frame-deadline-ms (its frame_deadline_ms; at most the chunk's {chunk_ms:.1f} "
+                "ms, with less headroom against underruns)")
+    if not args.frame_deadline_ms:  # the deadline is half a chunk: a slower control rate lengthens it
+        node_fix = f"lower --control-rate-hz (a chunk of {horizon} actions lasts longer), or {node_fix}"
+    misses_target, misses_node = needed_ms > target_ms, needed_ms > node_ms
+    if misses_target and misses_node:
+        return f"lower --target-hz, and (the node's frame deadline is missed too) {node_fix}"
+    if misses_node:
+        return f"the node's frame deadline is the limit, not the target: {node_fix}"
+    return "lower --target-hz"
+
+
 def main(argv=None) -> int:
     args = parse_args(argv)
     loaded = load_model(args)
@@ -168,11 +184,8 @@ def main(argv=None) -> int:
     deadline = (f"deadline {limit_ms:.1f} ms: f >= {args.target_hz:g} Hz needs {paper_ms:.1f} ms for "
                 f"H={c.action_horizon}, the node's frame deadline is {node_ms:.1f} ms"
                 + ("" if args.frame_deadline_ms else f" (half a chunk at control_rate_hz {args.control_rate_hz:g})"))
-    chunk_ms = c.action_horizon / args.control_rate_hz * 1e3
-    remedy = "lower --target-hz" if paper_ms <= node_ms else (  # else the node's deadline binds, not the target
-        f"the node's frame deadline is the limit, not the target: lower --control-rate-hz (a chunk of "
-        f"{c.action_horizon} actions lasts longer), or give a larger --frame-deadline-ms (its frame_deadline_ms; "
-        f"at most the chunk's {chunk_ms:.1f} ms, with less headroom against underruns)")
+    actions_ms = comp["prefill_ms"] + s * comp["denoise_step_ms"]
+    remedy = _remedy(actions_ms / args.margin, paper_ms, node_ms, args, c.action_horizon)
     reachable = _say_choice(k, table, comp, s, limit_ms * args.margin, f"{deadline}; margin {args.margin}", remedy)
     preset_only = bool(args.preset) and not args.model_path
     if preset_only:
