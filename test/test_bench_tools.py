@@ -51,7 +51,10 @@ def test_bench_notes_requests_that_end_well_before_n(tmp_path, capsys):
     note = " ".join(capsys.readouterr().out.split("note:", 1)[1].split())
     assert note.startswith(f"requests ended at the model's end-of-sequence token after {run['tokens_per_request']:.1f} "
                            "tokens at N=20 on average") and "--preset tiny" in note
+    assert run["eos_share"] > 0.5
     assert bench.early_end_note([dict(run, tokens_per_request=19.0)]) == ""
+    # requests of their own lengths (random-length arrivals) end short of N, not at the model's EOS
+    assert bench.early_end_note([dict(run, eos_share=0.1)]) == ""
 
 
 def test_upper_bound_decodes_as_the_engine_calls_the_decode():

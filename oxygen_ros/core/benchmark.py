@@ -25,6 +25,7 @@ from .engine import Engine, EngineConfig, Question
 from .model.vla import VLA
 from .observation import Observation
 from .piece_timing import PieceTimer
+from .requests import FinishReason
 from .sim.scene import render, sample_scene
 from . import timing
 from .tokenizer import Tokenizer, prompt_ids
@@ -199,6 +200,9 @@ class Run:
             "requests_finished": len(request_ms),
             # tokens a finished request decoded, on average: below N when the model ends answers early
             "tokens_per_request": statistics.fmean(len(r.tokens) for r in self.finished) if self.finished else None,
+            # the share of them that ended at the model's end-of-sequence token, before their length
+            "eos_share": (statistics.fmean(r.finish_reason == FinishReason.EOS for r in self.finished)
+                          if self.finished else None),
             "kv_bytes_reserved": engine.pool.bytes_reserved, "slot_len": engine.pool.cache.max_len,
             "kv_copy_bytes_per_frame": statistics.fmean(self.copies),
             "compile": spec.compile, "compiled": engine.compiled is not None,

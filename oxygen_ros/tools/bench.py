@@ -307,13 +307,15 @@ def print_table(runs: list[dict], bounds: dict) -> None:
 
 
 def early_end_note(runs: list[dict]) -> str:
-    """A note when the runs' requests ended well before N tokens (at the model's end-of-sequence
-    token, as the embedded default model's short answers do): the table then measures shorter
-    requests than its N says; "" when they decoded (nearly) N each."""
+    """A note when the runs' requests ended well before N tokens, most of them at the model's
+    end-of-sequence token (as the embedded default model's short answers do): the table then
+    measures shorter requests than its N says; "" when they decoded (nearly) N each, or ended
+    at their own lengths (``--arrivals random-length:A-B``)."""
     short = {}
     for r in runs:
-        if r.get("tokens_per_request") is not None and r["tokens_per_request"] < EARLY_END * r["N"]:
-            short.setdefault(r["N"], []).append(r["tokens_per_request"])
+        tokens, eos = r.get("tokens_per_request"), r.get("eos_share")
+        if tokens is not None and tokens < EARLY_END * r["N"] and eos is not None and eos >= 0.5:
+            short.setdefault(r["N"], []).append(tokens)
     if not short:
         return ""
     spans = {n: sorted({f"{x:.1f}" for x in (min(t), max(t))}, key=float) for n, t in short.items()}
