@@ -48,7 +48,7 @@ def test_a_question_over_max_question_tokens_is_answered_and_its_result_says_it_
     from action_msgs.msg import GoalStatus
     from ros_harness import checkout_env, installed_script
 
-    cut = "the question was cut to its first 8 tokens (max_question_tokens)"
+    cut = "the question was cut to fit max_question_tokens (8)"
     question = "what is on the table and where should it go next?"
     prefix = unique_prefix()
     with Ros() as ros:

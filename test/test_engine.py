@@ -322,7 +322,7 @@ def test_engine_takes_a_10000_character_instruction_and_question(tok):
     assert len(question) == 1 and question[0].finish_reason.value in ("eos", "length")
     assert len(question[0].question_ids) == engine.config.max_question_tokens
     notes = {e.client_id: e.detail for e in events if e.done}
-    assert notes == {"q": "the question was cut to its first 32 tokens (max_question_tokens)", "": ""}
+    assert notes == {"q": "the question was cut to fit max_question_tokens (32)", "": ""}
     assert all(e.detail == "" for e in events if not e.done)
 
 

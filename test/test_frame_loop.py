@@ -166,6 +166,24 @@ def test_questions_are_cleaned_refused_when_empty_or_without_observation(engine)
     assert [(q.client_id, q.text) for q in questions] == [("a", "what is this?")] and refused == []
 
 
+def test_a_question_cut_by_its_characters_is_answered_with_the_note_that_it_was_cut(engine):
+    """A question whose words fit the token limit but whose text runs past the characters the
+    intake looks at (here after 4,000 spaces) loses its end there: its answer says it was cut,
+    as one cut by its tokens does (the intake counted and logged the cut, the client heard nothing)."""
+    limit = engine.config.max_question_tokens
+    loop = make_loop(engine)
+    loop.question_arrived("q", "where is the cup?" + " " * (limit * CHARS_PER_TOKEN) + "and the plate?")
+    (question,), _ = loop.questions(loop.next_job(0, 0), observed=[""])
+    assert question.cut and len(engine.tokenizer.encode(question.text)) < limit
+    result = engine.step([image_obs("look")], [question], start_language=False)
+    events = list(result.tokens)
+    while engine.active_requests:
+        events += engine.step().tokens
+    (last,) = [e for e in events if e.client_id == "q" and e.done]
+    assert last.detail == f"the question was cut to fit max_question_tokens ({limit})"
+    assert loop.counters["questions_truncated"] == 1
+
+
 def test_a_question_refused_for_want_of_an_observation_says_when_observations_came_but_were_refused(
         engine, caplog):
     """'No observation has arrived' would send the user looking for a dead camera, when the

@@ -160,7 +160,7 @@ def test_inference_node_questions_empty_huge_control_and_invalid_utf8(ros):
         (m,) = client.finished(c)
         assert m.finish_reason in ("eos", "length"), (c, m.finish_reason)
         # the client of a cut question learns it from the answer's last message
-        assert m.reason == ("the question was cut to its first 32 tokens (max_question_tokens)"
+        assert m.reason == ("the question was cut to fit max_question_tokens (32)"
                             if c == "huge" else ""), (c, m.reason)
         tokens = [t for t in client.text if t.client_id == c]
         assert [t.index for t in tokens] == list(range(len(tokens))), "a token was lost"

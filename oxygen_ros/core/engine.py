@@ -123,7 +123,7 @@ class Engine:
         idx = max((i for i, r in enumerate(names) if r == q.robot), default=None)
         return self.requests.new(self._observed_in[q.robot], q.max_tokens or c.max_decode, client_id=q.client_id,
                                  robot=q.robot, question_ids=ids[:limit], observation=obs,
-                                 note=question_cut(limit) if len(ids) > limit else ""), idx
+                                 note=question_cut(limit) if q.cut or len(ids) > limit else ""), idx
 
     def forget_observations(self) -> None:
         """No question is answered from the observations seen so far (after a warm-up)."""
@@ -379,7 +379,7 @@ def usable_vocabulary(tokenizer_size: int, model_size: int) -> int:
 
 def question_cut(limit: int) -> str:
     """What the answer to a question cut to ``limit`` tokens says of it (its last event's detail)."""
-    return f"the question was cut to its first {limit} tokens (max_question_tokens)"
+    return f"the question was cut to fit max_question_tokens ({limit})"
 
 
 __all__ = ["Engine", "EngineConfig", "FrameResult", "FrameError", "Question", "SETTINGS", "FinishReason"]

@@ -18,6 +18,7 @@ class Question:
     client_id: str = ""
     max_tokens: int | None = None  # default: the engine's max_decode
     robot: str = ""  # answered from this robot's newest observation ("": the only robot)
+    cut: bool = False  # its text was cut before it came (the intake's character limit): its answer says so
 
 
 def tokens_beyond(max_tokens: int | None, max_decode: int) -> bool:

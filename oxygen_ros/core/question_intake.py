@@ -86,7 +86,8 @@ class QuestionIntake:
             self.robot(q.robot).count["questions_truncated"] += 1
             self.warn("question_cut", f"question from {q.client_id!r} ({len(q.text)} characters, "
                       f"{fitted.tokens}+ tokens) cut to {limit} tokens")
-        return Question(text=fitted.text, client_id=q.client_id, max_tokens=q.max_tokens, robot=q.robot)
+        return Question(text=fitted.text, client_id=q.client_id, max_tokens=q.max_tokens, robot=q.robot,
+                        cut=fitted.truncated)
 
 
 def _from(robot: str) -> str:
