@@ -179,6 +179,21 @@ def test_a_streamed_answer_ends_with_the_text_its_last_feedback_did_not_bring():
     assert rest_of_answer("zero", "x") == "\nzero"
 
 
+def test_a_streamed_answer_that_times_out_ends_its_line_before_the_why(ros_env, capsys, monkeypatch):
+    """``--stream`` printed the pieces that came, then the timeout's message went on the same
+    line and stdout had no final newline (a review)."""
+    from oxygen_ros.tools import ask as ask_tool
+
+    def partial_answer(node, action, question, *, max_tokens, timeout, on_piece):
+        on_piece("upper le")
+        return ask_tool.Answer("", "timeout")
+
+    monkeypatch.setattr(ask_tool, "ask", partial_answer)
+    assert ask_tool.main(["where is it?", "--stream", "--timeout", "1", "--action", f"{unique_prefix()}/ask"]) == 1
+    printed = capsys.readouterr()
+    assert printed.out == "upper le\n" and printed.err.startswith("oxygen-ask: no answer from "), printed
+
+
 def test_oxygen_ask_without_a_server_prints_only_why(ros_env, tmp_path):
     """No answer: stdout stays empty (it had a blank line, printed before the reason)."""
     import subprocess

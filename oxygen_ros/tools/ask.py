@@ -186,6 +186,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         rclpy.try_shutdown()
     if text or reason in ("eos", "length"):  # (no server, refused: no answer, not a blank line before the why)
         print(rest_of_answer(text, "".join(streamed)) if args.stream else text, flush=True)
+    elif streamed:  # streamed pieces of an answer that did not end (timed out): their line ends
+        print(flush=True)
     if reason in ("eos", "length"):
         if detail:  # how it was answered (its question cut)
             print(f"oxygen-ask: note: {detail}", file=sys.stderr)
