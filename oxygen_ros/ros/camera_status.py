@@ -39,11 +39,12 @@ from typing import Any, Callable
 from diagnostic_msgs.msg import DiagnosticStatus
 
 from oxygen_ros.core.throttle import Throttle
+from oxygen_ros.ros.qos import NO_PUBLISHER_CHECKS
 
 #: Seconds over which a camera's received rate is measured (and the grace after start).
 RATE_WINDOW_S = 3.0
 #: Why no state comes when its topic has no publisher.
-NO_PUBLISHER = "nothing publishes on it: check its name (a remapping, the robot's namespace), or that its driver runs"
+NO_PUBLISHER = f"nothing publishes on it: check its name {NO_PUBLISHER_CHECKS}"
 #: Seconds between two console warnings about one camera's rate.
 RATE_WARN_PERIOD_S = 5.0
 #: A gap of this many reading periods between two readings of the rates (1.5 s: the camera node

@@ -45,6 +45,9 @@ def is_reliable(profile: QoSProfile) -> bool:
     return profile.reliability == ReliabilityPolicy.RELIABLE
 
 
+#: What to check when nothing publishes on a topic the node subscribes to (cameras, the state).
+NO_PUBLISHER_CHECKS = "(a remapping, the robot's namespace), or that its driver runs"
+
 #: Images from this size on go out in several UDP fragments, and a best-effort subscription
 #: loses the whole image with any one of them (below it, QoS is not why a camera is slow).
 FRAGMENT_BYTES = 64_000
@@ -58,8 +61,7 @@ def image_qos_hint(topic: str, subscription: QoSProfile, image_bytes: int | None
     none came) large; to send compressed images or publish reliable, when images came large
     from a best-effort publisher; else ''."""
     if not publishers:
-        return (f"; nothing publishes on {topic}: check the topic's name (a remapping, the robot's namespace), "
-                "or that its driver runs")
+        return f"; nothing publishes on {topic}: check the topic's name {NO_PUBLISHER_CHECKS}"
     if is_reliable(subscription) or (image_bytes is not None and image_bytes < FRAGMENT_BYTES):
         return ""  # images of one datagram each (best effort loses no part of one), or not its QoS
     if not all(is_reliable(p) for p in publishers):

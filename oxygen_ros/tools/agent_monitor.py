@@ -58,7 +58,7 @@ class Monitor:
         self.last_periodic: dict[str | None, str] = {}  # per robot
         self.diag: dict[str, str] = {}
         self.robot_diag: dict[str, dict[str, str]] = {}
-        self.partial = "''"  # the newest text so far as the status line ends it: [robot: ]'...its end'
+        self.partial = status_text(None, "")  # the newest text so far, as the status line ends it
         p = inference.params
         self.robots = robot_names(inference)
         for robot in self.robots or (None,):

@@ -121,12 +121,11 @@ def node_parameters(args: argparse.Namespace, k: int, preset_only: bool, cameras
     }
 
 
-def _say_choice(k: int, table: list[dict], comp: dict, s: int, limit_ms: float, deadline: str,
-                remedy: str = "lower --target-hz") -> bool:
-    """Print the k chosen, or why none; False when even the actions alone (prefill and ``s``
-    denoise steps) miss ``limit_ms``: the target cannot be met (the file still gets k=0, the
-    closest). ``remedy``: what lifts the limit that binds (the target's, or the node's deadline)."""
-    actions_ms = comp["prefill_ms"] + s * comp["denoise_step_ms"]
+def _say_choice(k: int, table: list[dict], actions_ms: float, s: int, limit_ms: float, deadline: str,
+                remedy: str) -> bool:
+    """Print the k chosen, or why none; False when even the actions alone (``actions_ms``: prefill
+    and ``s`` denoise steps) miss ``limit_ms``: the target cannot be met (the file still gets k=0,
+    the closest). ``remedy``: what lifts the limits missed (:func:`_remedy`)."""
     if actions_ms > limit_ms:
         print(f"the target cannot be met: the actions alone (prefill and {s} denoise steps, {actions_ms:.2f} ms) "
               f"take longer than the {deadline}; writing k=0 (exit status 1): {remedy}, or use fewer "
@@ -186,7 +185,8 @@ def main(argv=None) -> int:
                 + ("" if args.frame_deadline_ms else f" (half a chunk at control_rate_hz {args.control_rate_hz:g})"))
     actions_ms = comp["prefill_ms"] + s * comp["denoise_step_ms"]
     remedy = _remedy(actions_ms / args.margin, paper_ms, node_ms, args, c.action_horizon)
-    reachable = _say_choice(k, table, comp, s, limit_ms * args.margin, f"{deadline}; margin {args.margin}", remedy)
+    reachable = _say_choice(k, table, actions_ms, s, limit_ms * args.margin, f"{deadline}; margin {args.margin}",
+                            remedy)
     preset_only = bool(args.preset) and not args.model_path
     if preset_only:
         print("note: " + PRESET_NOTE.format(preset=args.preset), file=sys.stderr)

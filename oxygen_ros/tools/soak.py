@@ -353,11 +353,9 @@ def _growth_pct(s: SoakSession, rss_end: int) -> float:
     return (rss_end - baseline) / baseline * 100 if baseline else math.nan
 
 
-#: the injected kind that is no bad input: a valid question every other injection
-VALID = "question/valid"
-
-
 def _print(r: dict[str, Any]) -> None:
+    from .soak_node import VALID_QUESTION  # loaded by the run already (torch: not at this module's import)
+
     lines = [
         f"oxygen-soak: {r['duration_s']} s, setting {r['setting']}, {r['control_rate_hz']:g} Hz",
         f"  ticks                {r['ticks']} ({r['actions_published']} ActionChunks published, "
@@ -375,8 +373,9 @@ def _print(r: dict[str, Any]) -> None:
         f"{r['token_index_gaps']}",
         f"  questions            sent {sum(r['questions_sent'].values())}, never ended {r['questions_unanswered']}: "
         f"{r['questions_ended']}",
-        f"  injected             {sum(n for k, n in r['injected'].items() if k != VALID)} messages of "
-        f"{len(set(r['injected']) - {VALID})} kinds of bad input, and {r['injected'].get(VALID, 0)} valid questions",
+        f"  injected             {sum(n for k, n in r['injected'].items() if k != VALID_QUESTION)} messages of "
+        f"{len(set(r['injected']) - {VALID_QUESTION})} kinds of bad input, and "
+        f"{r['injected'].get(VALID_QUESTION, 0)} valid questions",
         f"  rejected by cameras  {r['camera_rejected']}",
         f"  refused by inference {r['inference_refused']}",
         f"  memory (RSS)         launch {r['rss_launch_mb']} MB, start {r['rss_start_mb']} MB, end "

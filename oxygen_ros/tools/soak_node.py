@@ -33,6 +33,8 @@ from ..ros.conversions import observation_to_msg, rgb_to_compressed_msg
 from .token_tally import TokenTally
 
 COMPRESSED_TOPIC = "/oxygen_soak/compressed"
+#: The injected kind that is no bad input: a valid question every other injection.
+VALID_QUESTION = "question/valid"
 INVALID_UTF8 = b"\xff\xfe\xc3("  # a stray continuation byte, a truncated sequence
 
 
@@ -234,7 +236,7 @@ class Soak:
         self.injected[kind] += 1
         if self._next % 2 == 0:
             self._ask("valid", "what should the robot do next?")
-            self.injected["question/valid"] += 1
+            self.injected[VALID_QUESTION] += 1
         self._next += 1
         return kind
 
