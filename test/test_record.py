@@ -58,9 +58,12 @@ def test_a_recording_of_the_synthetic_camera_reads_back_with_its_latched_instruc
 
 @pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGHUP])
 def test_a_recording_stopped_by_sigint_closes_its_bag_and_one_that_got_nothing_says_so(ros_env, tmp_path, signum):
-    """Ctrl-C, and SIGHUP: a closed terminal or a dropped ssh session left an empty file, no bag."""
+    """Ctrl-C, and SIGHUP: a closed terminal or a dropped ssh session left an empty file, no bag.
+    The recorder starts with the signal at its default, as from a terminal: one the suite inherited
+    ignored (``nohup make test``) it keeps ignored, as it should (the nohup test below)."""
     prefix = unique_prefix()
-    proc = _recorder(tmp_path / "empty", f"{prefix}/nobody_publishes_this")
+    proc = _recorder(tmp_path / "empty", f"{prefix}/nobody_publishes_this",
+                     preexec_fn=lambda: signal.signal(signum, signal.SIG_DFL))
     with Ros() as ros:  # running (its node in the graph): Ctrl-C now is the recorder's to handle
         probe = ros.node("oxygen_test_record_probe")
         assert ros.wait_until(lambda: "oxygen_record" in {n for n, _ in probe.get_node_names_and_namespaces()},
