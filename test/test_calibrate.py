@@ -87,7 +87,7 @@ def test_calibrate_names_every_limit_the_actions_miss(needed, target, node, give
     (half a chunk, or the one given) needs its own fix; both are named when both are missed."""
     from types import SimpleNamespace
 
-    remedy = calibrate._remedy(needed, target, node, SimpleNamespace(control_rate_hz=50.0, frame_deadline_ms=given),
+    remedy = calibrate.remedy_text(needed, target, node, SimpleNamespace(control_rate_hz=50.0, frame_deadline_ms=given),
                                horizon=10)
     assert remedy.startswith(says), remedy
 

@@ -87,6 +87,25 @@ def test_openpi_sizes_come_from_config_and_misfits_are_named(tmp_path, monkeypat
     text = str(err.value)
     assert f"mis-shaped: {PG}lm_head.weight: checkpoint (512, 64), model expects (512, 96)" in text
     assert f"{PG}model.language_model.layers.1.mlp.down_proj.weight" in text
+    assert text.endswith("config.json states sizes the tensors do not have: vlm.width 96 (the tensors: 64). The "
+                         "tensors fit their own sizes: give them to override config.json, --size vlm.width=64 on a "
+                         'command, model_sizes: ["vlm.width=64"] on the inference node'), text
+
+
+def test_a_config_json_that_misstates_the_action_dimension_is_named_with_its_override(tmp_path, small_variants,
+                                                                                       small_model):
+    """A converter fork writes the robot's action_dim (7) where the tensors are 32 wide: the error
+    blamed action_in_proj's shape; it now names config.json's field and the size to give."""
+    write_openpi(tmp_path, foreign_state(small_model))
+    meta = json.loads((tmp_path / "config.json").read_text())
+    (tmp_path / "config.json").write_text(json.dumps(meta | {"action_dim": 7}))
+    with pytest.raises(CheckpointError) as err:
+        load_checkpoint(tmp_path)
+    assert "mis-shaped: action_in_proj.weight: checkpoint (32, 32), model expects (32, 7)" in str(err.value)
+    assert err.value.problems[-1].startswith("config.json states sizes the tensors do not have: action_dim 7 "
+                                             "(the tensors: 32). The tensors fit their own sizes: give them to "
+                                             "override config.json, --size action_dim=32 on a command"), err.value
+    assert load_checkpoint(tmp_path, sizes={"action_dim": 32}).config.action_dim == 32
 
 
 def test_missing_extra_and_misshaped_tensors_are_all_reported_at_once(tmp_path, small_variants, small_model):
@@ -269,6 +288,32 @@ def test_sharded_safetensors_with_index(tmp_path, small_variants, small_model):
     loaded = load_checkpoint(tmp_path)
     want = small_model.state_dict()
     assert all(torch.equal(v, want[k]) for k, v in loaded.model.state_dict().items())
+    (tmp_path / "model.safetensors.index.json").unlink()
+    with pytest.raises(CheckpointError, match="2 .safetensors files and no model.safetensors.index.json to say how "
+                       "they make one model: copy the shards' index next to them"):
+        load_checkpoint(tmp_path)
+
+
+def test_a_folder_that_is_not_a_checkpoint_says_what_it_likely_is(tmp_path, small_variants, small_model):
+    """The likeliest wrong folders gave only 'no model.safetensors found' and a listing: an openpi
+    JAX checkpoint (to convert first), LeRobot's checkpoints/last (the policy is in
+    pretrained_model/), a folder of checkpoints."""
+    jax = tmp_path / "pi05_droid"
+    (jax / "params").mkdir(parents=True)
+    (jax / "assets").mkdir()
+    with pytest.raises(CheckpointError, match=r"files there: \['assets', 'params'\]\. It looks like an openpi JAX "
+                       r"checkpoint \(params/\): convert it .*convert_jax_model_to_pytorch\.py"):
+        load_checkpoint(jax)
+    last = tmp_path / "outputs" / "checkpoints" / "last"
+    write_lerobot(last / "pretrained_model", foreign_state(small_model, prefix="model.", embed="both"))
+    (last / "training_state").mkdir()
+    with pytest.raises(CheckpointError, match="checkpoints below it: pretrained_model: point model_path at one"):
+        load_checkpoint(last)
+    with pytest.raises(CheckpointError, match="checkpoints below it: last/pretrained_model: point model_path at one"):
+        load_checkpoint(last.parent)
+    with pytest.raises(CheckpointError) as empty:
+        load_checkpoint(last / "training_state")
+    assert str(empty.value).endswith("files there: []")
 
 
 def _lerobot_config(directory, **changes):
@@ -311,8 +356,61 @@ def test_the_start_up_says_in_which_units_actions_go_out(random_tiny_dir):
     shipped = default_model()
     warn, line = units_note(p, shipped)
     n = shipped.normalizer
-    assert not warn and f"state {n.state_dim}, actions {n.action_dim} dimensions" in line, line
+    assert not warn and line.startswith(f"normalisation statistics ({shipped.source}/norm_stats.json): state "
+                                        f"{n.state_dim}, actions {n.action_dim} dimensions"), line
     assert units_note(p, load_model(None, preset="tiny")) is None
+
+
+def test_statistics_without_a_state_entry_are_warned_at_start(tmp_path, small_variants, small_model):
+    """openpi statistics with actions only load (the actions unnormalise), and the start-up warns
+    that an observation with a state will be refused, and why."""
+    from oxygen_ros.ros.inference_parameters import PARAMETERS
+    from oxygen_ros.ros.inference_setup import units_note
+
+    d = write_openpi(tmp_path / "ckpt", foreign_state(small_model), stats=False)
+    (d / "norm_stats.json").write_text(json.dumps({"norm_stats": {"actions": stats_dict(7, seed=1)}}))
+    p = {spec.name: spec.default for spec in PARAMETERS}
+    warn, line = units_note(p, load_checkpoint(d))
+    assert warn and line.startswith(f"normalisation statistics ({d / 'norm_stats.json'}): no state entry, actions 7 "
+                                    "dimensions"), line
+    assert "An observation that carries a state is refused: π0.5 takes its state normalised" in line, line
+    assert "norm_stats_path" in line
+
+
+def test_joint_names_fewer_than_the_action_dimensions_are_said_at_start():
+    """7 joint_names against statistics 32 wide (openpi's padded base statistics) ran without a
+    word: the trajectory took the first 7 and the ActionChunk carried 25 columns of padding. The
+    model's whole width warns; a narrower action (a gripper driven apart) is an info line."""
+    from oxygen_ros.ros.inference_parameters import PARAMETERS
+    from oxygen_ros.ros.inference_setup import trajectory_note
+
+    p = {spec.name: spec.default for spec in PARAMETERS} | {"joint_names": [f"j{i}" for i in range(7)]}
+    warn, line = trajectory_note(p, 32)
+    assert warn and line.startswith("joint_names names 7 joints and the actions have 32 dimensions: "
+                                    "/oxygen/joint_trajectory carries the first 7 of each action"), line
+    assert "norm_stats_path" in line
+    assert trajectory_note(p, 8) == (False, "joint_names names 7 joints and the actions have 8 dimensions: "
+                                            "/oxygen/joint_trajectory carries the first 7 of each action, "
+                                            "/oxygen/actions all 8")
+    assert trajectory_note(p, 7) is None and trajectory_note(p | {"joint_names": []}, 32) is None
+
+
+def test_a_checkpoint_s_start_up_asks_for_its_training_rate(tmp_path, small_variants, small_model,
+                                                            random_tiny_dir):
+    """No layout records the rate a checkpoint's actions were learnt at, and its chunks went out at
+    the default 50 Hz without a word (a LIBERO policy, learnt at 10 Hz, five times too fast)."""
+    from oxygen_ros.core.checkpoints import default_model, load_model
+    from oxygen_ros.ros.inference_parameters import PARAMETERS
+    from oxygen_ros.ros.inference_setup import rate_note
+
+    p = {spec.name: spec.default for spec in PARAMETERS} | {"control_rate_hz": 10.0}
+    d = write_openpi(tmp_path / "ckpt", foreign_state(small_model))
+    assert rate_note(p, load_checkpoint(d)) == (
+        f"a chunk's {SMALL.action_horizon} actions go out one per tick at control_rate_hz 10 Hz (0.60 s): set it to "
+        f"the rate {d}'s training data was recorded at (DROID 15 Hz, LIBERO 10 Hz, ALOHA 50 Hz), else the arm "
+        "moves faster or slower than it was taught")
+    assert "control_rate_hz" in rate_note(p, load_checkpoint(random_tiny_dir))  # a native checkpoint too
+    assert rate_note(p, default_model()) is None and rate_note(p, load_model(None, preset="tiny")) is None
 
 
 def test_a_pi05_vision_tower_without_its_last_layer_is_named(tmp_path):

@@ -429,6 +429,24 @@ def test_a_state_shorter_than_the_statistics_goes_in_padded_with_one_warning(eng
                      "messages) makes every action wrong (said once)"]
 
 
+def test_a_state_is_refused_when_the_statistics_have_no_state_entry(lively_tiny):
+    """A LeRobot checkpoint copied with only its postprocessor's files (an openpi norm_stats.json
+    without 'state' alike) has action statistics and none for the state: the state went into the
+    prompt in the robot's units without a word (a walkthrough: 'State: 255 255 -1 255 ...'), and
+    every action came from it. It is refused, saying what to give; without a state it runs."""
+    from oxygen_ros.core.normalization import Normalizer
+
+    stats = {"mean": [0.0] * 4, "std": [1.0] * 4, "q01": [-1.0] * 4, "q99": [1.0] * 4}
+    engine = Engine(lively_tiny, Tokenizer.default(), EngineConfig(max_observations_per_frame=1),
+                    normalizer=Normalizer(None, stats, mode="quantile"))
+    loop = make_loop(engine)
+    with pytest.raises(ObservationError, match=r"observation\.state: given, but the checkpoint's normalisation "
+                       r"statistics have no state entry: .*norm_stats_path.*state_topic empty"):
+        loop.fit_observation(image_obs("go", np.array([90.0, -45.0, 10.0, 0.0], np.float32)), seq=1)
+    assert loop.fit_observation(image_obs("go"), seq=2).state is None
+    assert loop.fit_observation(image_obs("go", np.zeros(0, np.float32)), seq=3).instruction == "go"
+
+
 def test_no_state_for_a_checkpoint_trained_with_one_is_warned_once(engine, caplog):
     """The camera node's default state_topic is empty: a state-trained model then ran on zeros in
     place of the state without a word (the walkthrough's replay: 101 of 102 descriptions ' of

@@ -123,6 +123,21 @@ def test_evaluate_refuses_statistics_with_fewer_actions_than_the_reach_task_take
         evaluate(lively_tiny, Tokenizer.default(), normalizer, scenes=1)
 
 
+def test_evaluate_runs_a_model_with_fewer_camera_slots_than_three():
+    """The reach task's scenes have one camera, but the evaluation named three, and a model with
+    two slots (a LeRobot policy of two cameras) ended in a traceback: max_cameras 3 exceeds..."""
+    import dataclasses
+
+    from oxygen_ros.core.model.config import TINY
+    from oxygen_ros.core.model.vla import build_model
+    from oxygen_ros.core.tokenizer import Tokenizer
+    from oxygen_ros.tools.eval import evaluate
+
+    two = build_model(dataclasses.replace(TINY, max_cameras=2), seed=0)
+    report = evaluate(two, Tokenizer.default(), None, scenes=1, max_steps=1, questions=False)
+    assert report["scenes"] == 1, report
+
+
 def test_training_and_evaluation_numbers_are_checked_up_front(capsys, tmp_path):
     """Values that used to end in a traceback after the start (lr nan, seeds out of range) or be
     dropped silently (a negative loss weight turned the loss off while the card printed it)."""

@@ -48,6 +48,7 @@ from .cadence import LanguageCadence
 from .chunk_clock import NS_PER_S, period_ns
 from .engine import Engine, FrameResult, Question
 from .input_fit import InstructionFitter, fit_messages, oversized_images
+from .normalization import STATE_WITHOUT_STATISTICS, statistics_without_state
 from .observation import Observation, ObservationError
 from .question_intake import QuestionIntake
 from .requests import TokenEvent
@@ -273,6 +274,8 @@ class FrameLoop:
         cameras are checked as the engine checks them (count and names), so that an
         observation it would refuse fails here, alone, not the frame of every robot."""
         obs.check_cameras(self.engine.max_cameras, self.engine.config.camera_names)
+        if obs.state is not None and obs.state.size and statistics_without_state(self.engine.normalizer):
+            raise ObservationError("state", STATE_WITHOUT_STATISTICS)
         n = None if obs.state is None or self.state_dim is None else obs.state.shape[0]
         if n is not None and n > self.state_dim:
             raise ObservationError("state", f"has {n} values, the checkpoint's state statistics cover "

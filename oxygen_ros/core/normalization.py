@@ -145,6 +145,7 @@ class Normalizer:
             raise ValueError(f"eps must be a number >= 0, got {eps!r}")
         self.eps = float(eps)
         self.model_action_dim = model_action_dim
+        self.source: str | None = None  # the file read (load_norm_stats), for the logs
         for name, stats, m in (("state", self.state_stats, mode), ("actions", self.action_stats, action_mode)):
             if stats is not None and m == "quantile" and stats.q01 is None:
                 raise NormStatsError(f"{name} statistics have no q01/q99, which quantile normalisation needs")
@@ -301,7 +302,9 @@ def _load_openpi_json(p: pathlib.Path, mode: str | None) -> Normalizer:
         data = json.loads(p.read_text())
     except ValueError as exc:
         raise NormStatsError(f"{p} is not valid JSON: {exc}") from exc
-    return openpi_normalizer(data, str(p), mode)
+    normalizer = openpi_normalizer(data, str(p), mode)
+    normalizer.source = str(p)
+    return normalizer
 
 
 def openpi_normalizer(data: Any, where: str = "norm_stats.json", mode: str | None = None) -> Normalizer:
@@ -359,11 +362,32 @@ def _load_lerobot_stats(p: pathlib.Path, mode: str | None, config: Mapping[str, 
         raise NormStatsError(f"{p}: unsupported LeRobot normalisation modes {norm_map} "
                              f"(supported: {sorted(LEROBOT_MODES)})")
     state = grouped.get("observation.state")
-    return Normalizer(
+    normalizer = Normalizer(
         None if state is None else Stats.from_mapping(state, f"{p}: observation.state"),
         Stats.from_mapping(grouped["action"], f"{p}: action"),
         state_mode, action_mode=action_mode, convention="lerobot", eps=config.get("eps", LEROBOT_EPS),
     )
+    normalizer.source = str(p)
+    return normalizer
 
 
-__all__ = ["Normalizer", "Stats", "NormStatsError", "load_norm_stats", "MODEL_ACTION_DIM"]
+#: Why a state is refused with statistics that have no state entry (a LeRobot checkpoint with
+#: only its postprocessor's files, an openpi norm_stats.json without "state"): the prompt would
+#: carry the state in the robot's units, which the model never saw.
+STATE_NEEDS_STATISTICS = (
+    "π0.5 takes its state normalised, and in the robot's units it would make every action wrong. Give "
+    "statistics with a state (norm_stats_path: openpi's norm_stats.json with a 'state' entry, or LeRobot's "
+    "policy_preprocessor_*_normalizer_processor.safetensors), or run without a state (the camera node's "
+    "state_topic empty)")
+STATE_WITHOUT_STATISTICS = "given, but the checkpoint's normalisation statistics have no state entry: " + \
+    STATE_NEEDS_STATISTICS
+
+
+def statistics_without_state(normalizer: "Normalizer | None") -> bool:
+    """Statistics that unnormalise actions but cannot normalise a state (see
+    :data:`STATE_WITHOUT_STATISTICS`); False without statistics at all (random weights)."""
+    return normalizer is not None and normalizer.state_stats is None
+
+
+__all__ = ["Normalizer", "Stats", "NormStatsError", "load_norm_stats", "MODEL_ACTION_DIM",
+           "STATE_NEEDS_STATISTICS", "STATE_WITHOUT_STATISTICS", "statistics_without_state"]

@@ -67,14 +67,11 @@ from .inference_ticks import InferenceTicks
 from .inference_parameters import PARAMETERS
 from .inference_setup import (
     compile_pieces,
-    demo_model_trajectory,
     engine_config,
     load_model,
     model_load_error,
+    model_notes,
     startup_summary,
-    units_note,
-    unstated_horizon,
-    unused_preset,
     warm_up,
 )
 from .inference_status import StatusReporter
@@ -154,13 +151,9 @@ class InferenceNode(InferenceInputs, InferenceDiagnostics, InferenceTicks, Node)
         except Exception as exc:  # torch / safetensors / out of memory: say which model and why
             raise model_load_error(p, exc) from exc
         self.get_logger().info(f"model loaded in {(time.perf_counter() - t0) * 1e3:.0f} ms")
-        self._say_model_notes(p)
         mc, normalizer = self.loaded.config, self.loaded.normalizer
         self.horizon = mc.action_horizon
-        action_dim = normalizer.action_dim if normalizer is not None else mc.action_dim
-        if len(p["joint_names"]) > action_dim:
-            raise ParameterError("joint_names", f"{len(p['joint_names'])} names for actions with "
-                                 f"{action_dim} dimensions")
+        action_dim = self._action_dim(p)
         self.engine = Engine(self.loaded.model, self.loaded.tokenizer, engine_config(p), normalizer=normalizer)
         self.loop = FrameLoop(self.engine, LoopSettings(**_loop_settings(p)), mc.max_token_len, horizon=self.horizon,
                               state_dim=getattr(normalizer, "state_dim", None), log=self.get_logger(),
@@ -192,18 +185,20 @@ class InferenceNode(InferenceInputs, InferenceDiagnostics, InferenceTicks, Node)
                                               callback_group=MutuallyExclusiveCallbackGroup())]
         self.get_logger().info(startup_summary(self.loaded, p, self.resolve_topic_name))
 
-    def _say_model_notes(self, p: dict) -> None:
-        """What the start-up says of the model loaded: a preset not used, a horizon not stated, and
-        in which units its actions go out."""
-        for note in (unused_preset(p, self.loaded), unstated_horizon(self.loaded),
-                     demo_model_trajectory(p, self.loaded)):
-            if note:
-                self.get_logger().warning(note)
-        units = units_note(p, self.loaded)
-        if units is not None and units[0]:
-            self.get_logger().warning(units[1])
-        elif units is not None:  # rclpy refuses one call site logging at two severities
-            self.get_logger().info(units[1])
+    def _action_dim(self, p: dict) -> int:
+        """The published actions' dimension (the statistics', else the model's), with joint_names
+        checked against it and what the start-up says of the model said."""
+        normalizer = self.loaded.normalizer
+        action_dim = normalizer.action_dim if normalizer is not None else self.loaded.config.action_dim
+        if len(p["joint_names"]) > action_dim:
+            raise ParameterError("joint_names", f"{len(p['joint_names'])} names for actions with "
+                                 f"{action_dim} dimensions")
+        for warn, line in model_notes(p, self.loaded, action_dim):
+            if warn:
+                self.get_logger().warning(line)
+            else:  # rclpy refuses one call site logging at two severities
+                self.get_logger().info(line)
+        return action_dim
 
     def _init_interfaces(self, p: dict) -> None:
         # the lock guards the loop and the action outputs, shared by the tick, the inputs and the worker

@@ -10,6 +10,7 @@ import torch
 
 from ..core import checkpoints
 from ..core.engine import Engine, EngineConfig
+from ..core.normalization import MODEL_ACTION_DIM, STATE_NEEDS_STATISTICS
 from ..core.observation import Observation
 from .inference_parameters import PARAMETERS, SPECS
 from .parameters import ParameterError
@@ -39,6 +40,16 @@ def load_model(p: dict) -> checkpoints.LoadedCheckpoint:
         raise ParameterError(exc.parameter or "model_path", str(exc)) from exc
 
 
+def model_notes(p: dict, loaded: checkpoints.LoadedCheckpoint, action_dim: int) -> list[tuple[bool, str]]:
+    """What the start-up says of the model loaded, (a warning?, the line) each: a preset not used,
+    a horizon not stated, the demo model driving a trajectory, the rate its chunks play at, in
+    which units its actions go out, and which of them the trajectory carries."""
+    warnings = (unused_preset(p, loaded), unstated_horizon(loaded), demo_model_trajectory(p, loaded))
+    notes = [(True, line) for line in warnings if line]
+    notes += [(False, line) for line in (rate_note(p, loaded),) if line]
+    return notes + [note for note in (units_note(p, loaded), trajectory_note(p, action_dim)) if note is not None]
+
+
 def unused_preset(p: dict, loaded: checkpoints.LoadedCheckpoint) -> str | None:
     """The warning for a ``preset`` other than the default that did not apply (a checkpoint
     loaded: ``model_path``, or the embedded default model), else None."""
@@ -55,15 +66,48 @@ def units_note(p: dict, loaded: checkpoints.LoadedCheckpoint) -> tuple[bool, str
     checkpoint without statistics (on a robot that is rarely what it expects); None for random weights."""
     n, mc = loaded.normalizer, loaded.config
     if n is not None:
-        state = "no state statistics" if n.state_stats is None else f"state {n.state_dim}"
-        where = f" ({p['norm_stats_path']})" if p["norm_stats_path"] else ""
-        return False, (f"normalisation statistics{where}: {state}, actions {n.action_dim} dimensions "
+        where = f" ({n.source or p['norm_stats_path']})" if n.source or p["norm_stats_path"] else ""
+        if n.state_stats is None:
+            return True, (f"normalisation statistics{where}: no state entry, actions {n.action_dim} dimensions "
+                          f"({n.action_mode}); actions go out in the robot's units. An observation that carries a "
+                          f"state is refused: {STATE_NEEDS_STATISTICS}")
+        return False, (f"normalisation statistics{where}: state {n.state_dim}, actions {n.action_dim} dimensions "
                        f"({n.action_mode}); actions go out in the robot's units")
     if loaded.layout == "random":
         return None
     return True, (f"{loaded.source} has no normalisation statistics (norm_stats.json): actions go out as the "
                   f"model makes them, all {mc.action_dim} dimensions, in the units it was trained in; a robot "
                   "trained with statistics needs them (norm_stats_path)")
+
+
+def trajectory_note(p: dict, action_dim: int) -> tuple[bool, str] | None:
+    """(a warning?, the line) when ``joint_names`` names fewer joints than the actions have
+    dimensions: the JointTrajectory then carries the first of each action. A warning when the
+    actions are the model's whole padded width (statistics padded past the robot's joints, as
+    openpi's base statistics are: the rest is padding the controller never sees), else an info
+    line (a gripper driven apart from the arm). None when the names cover the actions."""
+    n = len(p["joint_names"])
+    if not 0 < n < action_dim:
+        return None
+    line = (f"joint_names names {n} joints and the actions have {action_dim} dimensions: {p['trajectory_topic']} "
+            f"carries the first {n} of each action, {p['actions_topic']} all {action_dim}")
+    if action_dim < MODEL_ACTION_DIM:
+        return False, line
+    return True, (line + ", the model's whole padded width: are these the statistics of the robot the checkpoint "
+                  "was trained for (norm_stats_path)? Statistics padded past its joints make the ActionChunk carry "
+                  "padding as actions")
+
+
+def rate_note(p: dict, loaded: checkpoints.LoadedCheckpoint) -> str | None:
+    """The start-up line of a checkpoint (not the embedded default model, not random weights):
+    its chunks play at ``control_rate_hz``, which must be its training data's rate; no layout
+    records that rate."""
+    if loaded.layout == "random" or loaded.source == str(checkpoints.DEFAULT_MODEL_DIR):
+        return None
+    hz, horizon = p["control_rate_hz"], loaded.config.action_horizon
+    return (f"a chunk's {horizon} actions go out one per tick at control_rate_hz {hz:g} Hz ({horizon / hz:.2f} s): "
+            f"set it to the rate {loaded.source}'s training data was recorded at (DROID 15 Hz, LIBERO 10 Hz, "
+            "ALOHA 50 Hz), else the arm moves faster or slower than it was taught")
 
 
 def demo_model_trajectory(p: dict, loaded: checkpoints.LoadedCheckpoint) -> str | None:

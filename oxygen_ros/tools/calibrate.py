@@ -125,7 +125,7 @@ def _say_choice(k: int, table: list[dict], actions_ms: float, s: int, limit_ms: 
                 remedy: str) -> bool:
     """Print the k chosen, or why none; False when even the actions alone (``actions_ms``: prefill
     and ``s`` denoise steps) miss ``limit_ms``: the target cannot be met (the file still gets k=0,
-    the closest). ``remedy``: what lifts the limits missed (:func:`_remedy`)."""
+    the closest). ``remedy``: what lifts the limits missed (:func:`remedy_text`)."""
     if actions_ms > limit_ms:
         print(f"the target cannot be met: the actions alone (prefill and {s} denoise steps, {actions_ms:.2f} ms) "
               f"take longer than the {deadline}; writing k=0 (exit status 1): {remedy}, or use fewer "
@@ -140,7 +140,7 @@ def _say_choice(k: int, table: list[dict], actions_ms: float, s: int, limit_ms: 
     return True
 
 
-def _remedy(needed_ms: float, target_ms: float, node_ms: float, args, horizon: int) -> str:
+def remedy_text(needed_ms: float, target_ms: float, node_ms: float, args, horizon: int) -> str:
     """What lifts the limits that ``needed_ms`` (the actions over the margin) misses: the
     target's (``target_ms``), the node's frame deadline (``node_ms``), or both."""
     chunk_ms = horizon / args.control_rate_hz * 1e3
@@ -184,7 +184,7 @@ def main(argv=None) -> int:
                 f"H={c.action_horizon}, the node's frame deadline is {node_ms:.1f} ms"
                 + ("" if args.frame_deadline_ms else f" (half a chunk at control_rate_hz {args.control_rate_hz:g})"))
     actions_ms = comp["prefill_ms"] + s * comp["denoise_step_ms"]
-    remedy = _remedy(actions_ms / args.margin, paper_ms, node_ms, args, c.action_horizon)
+    remedy = remedy_text(actions_ms / args.margin, paper_ms, node_ms, args, c.action_horizon)
     reachable = _say_choice(k, table, actions_ms, s, limit_ms * args.margin, f"{deadline}; margin {args.margin}",
                             remedy)
     preset_only = bool(args.preset) and not args.model_path

@@ -214,7 +214,7 @@ def evaluate(model, tokenizer, normalizer, *, scenes: int = 200, seed: int = 0, 
     config = EngineConfig(setting=setting, max_decode=max_decode, steps_per_frame=min(steps_per_frame, max_decode),
                           denoise_steps=steps, max_active=concurrency, queue_limit=4 * concurrency,
                           max_observations_per_frame=concurrency, language_every_n_frames=1, seed=seed,
-                          camera_names=CAMERA_NAMES, compile=compile, keep_freed_memory=keep_freed_memory)
+                          camera_names=CAMERA_NAMES[:model.config.max_cameras], compile=compile, keep_freed_memory=keep_freed_memory)
     engine = Engine(model, tokenizer, config, normalizer=normalizer)
     if compile == "on" and engine.compiled is None:
         print(f"compile=on runs eager: {engine.compile_reason}", file=sys.stderr)

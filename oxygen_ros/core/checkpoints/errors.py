@@ -15,6 +15,7 @@ class CheckpointError(ValueError):
     def __init__(self, message: str, problems: list[str] | None = None, *, parameter: str | None = None):
         self.problems = list(problems or [])
         self.parameter = parameter
+        self.headline = message  # the message without its problems
         if self.problems:
             message = message + "\n  " + "\n  ".join(self.problems)
         super().__init__(message)

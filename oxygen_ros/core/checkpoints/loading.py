@@ -25,6 +25,7 @@ from ..model.vla import TORCH_DTYPES, VLA, build_model
 from ..normalization import Normalizer
 from ..tokenizer import Tokenizer, default_tokenizer_path
 from . import layouts
+from .config_misfit import config_misfit_hint
 from .errors import CheckpointError
 from .given_sizes import apply_sizes, check_sizes
 from .native import TOKENIZER_FILE
@@ -82,7 +83,14 @@ def load_checkpoint(
     plan = layout.key_map(tensors)
     config = layout.config(directory, tensors, plan, sizes)
     model = build_model(config, device="meta", dtype=dtype)
-    check_plan(plan, tensors, model, directory, layout.name)
+    try:
+        check_plan(plan, tensors, model, directory, layout.name)
+    except CheckpointError as exc:
+        hint = config_misfit_hint(directory, layout.name, plan.shapes(tensors), config, sizes,
+                                  lambda c: _fits(plan, tensors, c, directory, layout.name))
+        if hint is None:
+            raise
+        raise CheckpointError(exc.headline, [*exc.problems, hint], parameter=exc.parameter) from None
     tokenizer = _tokenizer(directory, tokenizer_path, config, layout.name)
     normalizer = find_norm_stats(directory, norm_stats_path, required=layout.name != "native")
     for name, why in sorted(plan.ignored.items()):
@@ -171,6 +179,14 @@ def check_plan(plan: layouts.KeyPlan, tensors, model: VLA, directory: pathlib.Pa
         raise CheckpointError(
             f"{directory} ({layout} layout) does not match the model built from its config "
             f"({_describe(model.config)}); nothing was loaded:", problems)
+
+
+def _fits(plan: layouts.KeyPlan, tensors, config: ModelConfig, directory: pathlib.Path, layout: str) -> bool:
+    try:
+        check_plan(plan, tensors, build_model(config, device="meta"), directory, layout)
+    except CheckpointError:
+        return False
+    return True
 
 
 def _describe(c: ModelConfig) -> str:

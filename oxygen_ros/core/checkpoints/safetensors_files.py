@@ -37,7 +37,9 @@ def pickle_error(path: pathlib.Path) -> CheckpointError:
         f"{path}: only safetensors checkpoints are accepted (model.safetensors). "
         f"'{path.suffix}' files are Python pickles, and loading a pickle can run arbitrary code "
         "from the file, so they are never opened. Convert it once in a trusted environment, e.g. "
-        "`safetensors.torch.save_file(torch.load(path, weights_only=True), 'model.safetensors')`."
+        "`safetensors.torch.save_file({k: v.clone().contiguous() for k, v in torch.load(path, "
+        "weights_only=True).items()}, 'model.safetensors')` (clone: the tied embed_tokens/lm_head pair is one "
+        "tensor, which save_file refuses to write twice)."
     )
 
 
@@ -73,10 +75,29 @@ def weight_files(directory: pathlib.Path) -> list[pathlib.Path]:
     pickles = sorted(p for p in directory.iterdir() if p.suffix in PICKLE_SUFFIXES)
     if pickles:
         raise pickle_error(pickles[0])
+    hint = not_a_checkpoint_hint(directory, loose)
     raise CheckpointError(
         f"{directory}: no model.safetensors (or model.safetensors.index.json) found; "
-        f"files there: {sorted(p.name for p in directory.iterdir())}"
+        f"files there: {sorted(p.name for p in directory.iterdir())}" + (f". {hint}" if hint else "")
     )
+
+
+def not_a_checkpoint_hint(directory: pathlib.Path, loose: list[pathlib.Path]) -> str:
+    """What a directory without weights most likely is, and what to do: an openpi JAX
+    checkpoint (``params/``), shards without their index, or a folder with checkpoints below
+    it (a LeRobot ``checkpoints/last`` holds ``pretrained_model/``); empty when none fits."""
+    if (directory / "params").is_dir():
+        return ("It looks like an openpi JAX checkpoint (params/): convert it to PyTorch with openpi's "
+                "examples/convert_jax_model_to_pytorch.py and point model_path at its output")
+    if len(loose) > 1:
+        return (f"{len(loose)} .safetensors files and no model.safetensors.index.json to say how they make one "
+                "model: copy the shards' index next to them")
+    below = sorted(str(f.parent.relative_to(directory)) for pattern in ("*/model.safetensors*", "*/*/model.safetensors*")
+                   for f in directory.glob(pattern))
+    below = list(dict.fromkeys(below))
+    if below:
+        return f"checkpoints below it: {', '.join(below[:5])}{' ...' if len(below) > 5 else ''}: point model_path at one"
+    return ""
 
 
 def read_header(path: pathlib.Path) -> tuple[dict[str, TensorInfo], dict[str, str]]:
