@@ -206,3 +206,40 @@ def test_oxygen_ask_without_a_server_prints_only_why(ros_env, tmp_path):
     assert run.returncode == 1
     assert run.stdout == "", repr(run.stdout)
     assert "oxygen-ask: no Ask server on " in run.stderr, run.stderr
+
+
+def test_a_burst_of_goals_gets_every_answer_or_refusal(ros_env, random_tiny_dir):
+    """40 goals sent at once by one client (a planner asking about every object): with rclpy's
+    default service queues (10 deep) the server dropped the goals and result requests past the
+    tenth, without a word, and the client waited forever. Every goal now gets its response, and
+    every accepted one its result: answered, or refused because the queue is full."""
+    from action_msgs.msg import GoalStatus
+    from oxygen_ros.action import Ask
+    from rclpy.action import ActionClient
+    from rclpy.qos import QoSProfile
+
+    import rclpy
+
+    prefix, n = unique_prefix(), 40
+    with Ros() as ros:
+        _, topics = _node(ros, random_tiny_dir, prefix, queue_limit=16)
+        deep = QoSProfile(depth=100)  # the client's own queues hold every response: what is lost, the server lost
+        node = rclpy.create_node(f"oxygen_test_burst_{prefix[-6:]}", context=ros.context)
+        client = ActionClient(node, Ask, f"{prefix}/ask", goal_service_qos_profile=deep,
+                              result_service_qos_profile=deep, cancel_service_qos_profile=deep,
+                              feedback_sub_qos_profile=deep, status_sub_qos_profile=deep)
+        ros.add(node)
+        assert client.wait_for_server(timeout_sec=20.0)
+        sent = [client.send_goal_async(Ask.Goal(question=f"where is object {i}?", max_tokens=3)) for i in range(n)]
+        assert until(lambda: all(f.done() for f in sent), 30.0, every=topics.observe, period=0.2), \
+            f"{sum(f.done() for f in sent)} of {n} goals answered"
+        handles = [f.result() for f in sent]
+        assert all(h.accepted for h in handles)
+        results = [h.get_result_async() for h in handles]
+        assert until(lambda: all(r.done() for r in results), 90.0, every=topics.observe, period=0.2), \
+            f"{sum(r.done() for r in results)} of {n} results"
+        ends = [(r.result().status, r.result().result.finish_reason, r.result().result.reason) for r in results]
+        answered = [e for e in ends if e[0] == GoalStatus.STATUS_SUCCEEDED]
+        refused = [e for e in ends if e[0] == GoalStatus.STATUS_ABORTED]
+        assert len(answered) + len(refused) == n and answered, ends
+        assert all(r == "rejected" and "queue" in why for _, r, why in refused), refused

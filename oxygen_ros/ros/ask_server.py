@@ -32,6 +32,7 @@ from rclpy.task import Future
 from oxygen_ros.action import Ask
 
 from ..core.requests import TokenEvent
+from .qos import ASK_QOS
 
 #: Client ids of action goals start with this (topic questions may use any other id).
 CLIENT_PREFIX = "ask/"
@@ -56,7 +57,9 @@ class AskServer:
         self._lock = threading.Lock()
         self._log = node.get_logger()
         self._server = ActionServer(node, Ask, name, execute_callback=self._execute, callback_group=callback_group,
-                                    goal_callback=self._on_goal, cancel_callback=self._on_cancel)
+                                    goal_callback=self._on_goal, cancel_callback=self._on_cancel,
+                                    goal_service_qos_profile=ASK_QOS, result_service_qos_profile=ASK_QOS,
+                                    cancel_service_qos_profile=ASK_QOS, feedback_pub_qos_profile=ASK_QOS)
 
     def open(self, submit: Callable[[str, str, int | None], bool], cancel: Callable[[str], None]) -> None:
         """Take goals from now on: each is submitted with ``submit`` (False: the node took it

@@ -29,6 +29,10 @@ ACTIONS_QOS = _profile(10, reliability=ReliabilityPolicy.BEST_EFFORT)
 #: Published data (images, joint states, replayed topics): reliable, which every
 #: subscriber (reliable or best effort) accepts.
 DATA_QOS = reliable(10)
+#: The Ask action's services (goal, result, cancel) and feedback: rclpy's default service
+#: queue keeps 10 requests, and a client that sent 40 goals at once lost all past the tenth
+#: (no response, no refusal). Deep enough for any burst the node's queue_limit then refuses.
+ASK_QOS = reliable(1000)
 
 
 #: The reliabilities an image subscription can ask for (``image_reliability``).
