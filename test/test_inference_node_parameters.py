@@ -196,3 +196,20 @@ def test_the_embedded_demo_model_warns_when_its_actions_would_drive_joints(ros, 
     for values in ({}, {"model_path": random_tiny_dir, "joint_names": ["a", "b"]}):
         inference_node(ros, unique_prefix(), **values)
         assert "trained on the synthetic scene" not in capfd.readouterr().err, values
+
+
+def test_the_embedded_demo_model_warns_when_its_actions_would_be_held(ros, capfd, random_tiny_dir):
+    """hold_action 'last' repeats a chunk's last action, a position's hold; the demo model's are
+    displacements, and with its camera node killed the demo's gripper drifted on for as long as the
+    outage lasted (an integrator's walkthrough). Said at start and when set at run time."""
+    from rclpy.parameter import Parameter
+
+    said = "hold_action 'last' repeats a chunk's last action on an underrun, which holds a position; the embedded"
+    inference_node(ros, unique_prefix(), hold_action="last")  # the embedded model
+    assert said in capfd.readouterr().err
+    node = inference_node(ros, unique_prefix())
+    assert said not in capfd.readouterr().err
+    assert node.set_parameters([Parameter("hold_action", value="last")])[0].successful
+    assert said in capfd.readouterr().err
+    inference_node(ros, unique_prefix(), model_path=random_tiny_dir, hold_action="last")
+    assert said not in capfd.readouterr().err

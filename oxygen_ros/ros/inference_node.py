@@ -67,6 +67,7 @@ from .inference_ticks import InferenceTicks
 from .inference_parameters import PARAMETERS
 from .inference_setup import (
     compile_pieces,
+    demo_model_hold,
     engine_config,
     load_model,
     model_load_error,
@@ -290,6 +291,8 @@ class InferenceNode(InferenceInputs, InferenceDiagnostics, InferenceTicks, Node)
             self.loop.configure(**_loop_settings(changes))
             self._tick_settings_changed(changes)
             self._cond.notify_all()
+        if "hold_action" in changes and (note := demo_model_hold(self.params, self.loaded)):
+            self.get_logger().warning(note)
         log_changes(self, changes)
 
     @property

@@ -42,9 +42,10 @@ def load_model(p: dict) -> checkpoints.LoadedCheckpoint:
 
 def model_notes(p: dict, loaded: checkpoints.LoadedCheckpoint, action_dim: int) -> list[tuple[bool, str]]:
     """What the start-up says of the model loaded, (a warning?, the line) each: a preset not used,
-    a horizon not stated, the demo model driving a trajectory, the rate its chunks play at, in
+    a horizon not stated, the demo model driving a trajectory or held, the rate its chunks play at, in
     which units its actions go out, and which of them the trajectory carries."""
-    warnings = (unused_preset(p, loaded), unstated_horizon(loaded), demo_model_trajectory(p, loaded))
+    warnings = (unused_preset(p, loaded), unstated_horizon(loaded), demo_model_trajectory(p, loaded),
+                demo_model_hold(p, loaded))
     notes = [(True, line) for line in warnings if line]
     notes += [(False, line) for line in (rate_note(p, loaded),) if line]
     return notes + [note for note in (units_note(p, loaded), trajectory_note(p, action_dim)) if note is not None]
@@ -118,6 +119,16 @@ def demo_model_trajectory(p: dict, loaded: checkpoints.LoadedCheckpoint) -> str 
     return ("the embedded default model was trained on the synthetic scene: its actions are displacements "
             "(dx, dy) of the demo's gripper, not positions of your joints, and its JointTrajectory on "
             f"{p['trajectory_topic']} must not drive a real arm's controller (model_path: your checkpoint)")
+
+
+def demo_model_hold(p: dict, loaded: checkpoints.LoadedCheckpoint) -> str | None:
+    """The warning for ``hold_action: last`` with the embedded default model: a hold repeats a
+    chunk's last action, which holds a position, and this model's actions are displacements."""
+    if p["hold_action"] != "last" or loaded.source != str(checkpoints.DEFAULT_MODEL_DIR):
+        return None
+    return ("hold_action 'last' repeats a chunk's last action on an underrun, which holds a position; the embedded "
+            "default model's actions are displacements (dx, dy) of the demo's gripper: repeated, they keep it moving "
+            "for as long as the underrun lasts. Keep hold_action 'none' with it")
 
 
 def unstated_horizon(loaded: checkpoints.LoadedCheckpoint) -> str | None:
