@@ -81,6 +81,28 @@ def test_a_camera_that_stops_while_the_node_runs_is_still_warned_about():
     assert rate == 0.0 and warnings and "below min_camera_rate_hz 5" in warnings[0]
 
 
+def test_a_camera_that_comes_back_after_a_silence_is_measured_from_then_on():
+    """A camera driver killed and restarted: the camera node warned of its silence while it
+    lasted, and when it came back warned '2.0 frames/s ... below min_camera_rate_hz 5' for the
+    silence still in its window, and of the state its restarted driver had not sent yet (an
+    integrator's walkthrough). Back after a silence, a camera is measured as from its first frame;
+    one that comes back slow is warned of once that is known."""
+    clock = Clock()
+    status = CameraStatus(["base"], ["/camera"], ("decode",), clock=clock)
+    _run(status, clock, 5, 10.0)
+    warnings, rate = _run(status, clock, 8, None)
+    assert rate == 0.0 and warnings  # the silence, while it lasts
+    status.frame(0)
+    assert status.settling()  # a state missing now is its driver coming up, not a fault
+    warnings, rate = _run(status, clock, RATE_WINDOW_S - 0.5, 10.0)
+    assert not warnings and math.isnan(rate), warnings
+    warnings, rate = _run(status, clock, 3, 10.0)
+    assert not warnings and abs(rate - 10) < 0.5 and not status.settling()
+    _run(status, clock, 5, None)
+    warnings, rate = _run(status, clock, 8, 1.0)  # back, but slow
+    assert warnings and "below min_camera_rate_hz 5" in warnings[-1], warnings
+
+
 def test_a_missing_state_is_expected_while_the_node_settles():
     clock = Clock()
     status = CameraStatus(["base"], ["/camera"], ("decode",), clock=clock)

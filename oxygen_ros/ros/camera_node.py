@@ -176,7 +176,8 @@ class CameraNode(Node):
         silent = self.status.silent_for(index)
         if publishers and silent is not None and silent > RATE_WINDOW_S:
             return (f"; no frame for {silent:.1f} s after {self.status.received[index]} received: its publisher is "
-                    "still there but sends nothing (a driver that stopped?), and no observation goes out until it does")
+                    "still listed but sends nothing (a driver that stopped or hung, or one killed: DDS forgets a killed "
+                    "process's publisher only after a while), and no observation goes out until it sends")
         return image_qos_hint(topic, self._images[index].qos_profile, self._image_bytes[index], publishers)
 
     # -- counters (see CameraStatus) -------------------------------------------

@@ -130,19 +130,22 @@ class CameraStatus:
         self._throttle = Throttle(RATE_WARN_PERIOD_S, clock)
 
     def settling(self) -> bool:
-        """Whether the node started, its first frame came, or its process stalled, less than
-        :data:`RATE_WINDOW_S` ago: publishers come up in any order (a bag player started after
-        the node sends its first images before their state), so a state missing then is
-        expected, not a fault."""
+        """Whether the node started, its first frame came, a camera came back after a silence
+        longer than :data:`RATE_WINDOW_S` (its driver restarted: the silence was warned of while
+        it lasted), or its process stalled, less than :data:`RATE_WINDOW_S` ago: publishers come
+        up in any order (a bag player started after the node sends its first images before their
+        state), so a state missing then is expected, not a fault."""
         return self._clock() - self._since < RATE_WINDOW_S
 
     def frame(self, index: int, stamp_ns: int | None = None, period_ns: int | None = None) -> None:
         """Camera ``index`` delivered a good frame stamped ``stamp_ns``; ``period_ns``: the camera's
         period as its stamps showed it before this frame (None: not known yet)."""
         now = self._clock()
-        if not any(self.received):  # the first frame: its publishers are coming up now
+        last = self._last_frame[index]
+        back = last is not None and now - last > RATE_WINDOW_S  # after a silence: a restarted driver
+        if not any(self.received) or back:  # the first frame: its publishers are coming up now
             self._since = now
-        if not self.received[index]:  # its rate from its first frame on: not the node's start, before it came
+        if not self.received[index] or back:  # its rate from its first frame on: not the silence before it
             self._rates[index].restart(now)
         self.received[index] += 1
         self._last_frame[index] = now
