@@ -399,3 +399,23 @@ def test_a_frame_worker_that_stops_is_an_error_naming_why(ros):
     level, message = node.diagnostic_status()
     assert level == DiagnosticStatus.ERROR
     assert "frame worker stopped: RuntimeError: injected fault choosing a job" in message, message
+
+
+def test_a_second_node_of_the_same_name_on_the_network_is_warned_of(ros, monkeypatch):
+    """Two agents on one ROS_DOMAIN_ID (two people in a lab, both at the default 0): both inference
+    nodes publish on /oxygen/actions, and each robot takes either's chunks. Nothing said so (an
+    integrator's walkthrough: lifecycle calls answered for the other node). /diagnostics warns,
+    naming the node and the domain (and the console, at most every 5 s)."""
+    from diagnostic_msgs.msg import DiagnosticStatus
+
+    monkeypatch.setenv("ROS_DOMAIN_ID", "17")  # (read for the message only)
+    prefix = unique_prefix()
+    first = inference_node(ros, prefix)
+    assert first.diagnostics()["same_name_nodes"] == 0
+    assert "other node(s) named" not in first.diagnostic_status()[1]
+    inference_node(ros, prefix)  # the same name, in the same namespace
+    assert until(lambda: first.diagnostics()["same_name_nodes"] == 1, 10.0)
+    level, message = first.diagnostic_status()
+    assert level == DiagnosticStatus.WARN
+    assert (f"1 other node(s) named {prefix}/oxygen_inference on this ROS network (ROS_DOMAIN_ID 17): another "
+            "agent, whose actions go out on the same topics") in message, message

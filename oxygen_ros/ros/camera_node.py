@@ -59,7 +59,8 @@ from oxygen_ros.core.throttle import Throttle
 from oxygen_ros.msg import Observation as ObservationMsg
 from oxygen_ros.ros.camera_instruction import CameraInstruction
 from oxygen_ros.ros.camera_parameters import PARAMETERS, camera_names, slot_order
-from oxygen_ros.ros.camera_status import NO_PUBLISHER, RATE_WINDOW_S, CameraStatus, stale_group_text
+from oxygen_ros.ros.camera_status import (NO_PUBLISHER, RATE_WINDOW_S, SILENT_PUBLISHER, CameraStatus,
+                                         stale_group_text)
 from oxygen_ros.ros.conversions import (IMAGE_ERROR_REASONS, ImageError, compressed_msg_to_rgb, core_observation,
                                         image_msg_to_rgb, ns_to_time_msg, observation_to_msg, stamp_to_ns,
                                         to_model_image)
@@ -175,9 +176,7 @@ class CameraNode(Node):
         publishers = [info.qos_profile for info in self.get_publishers_info_by_topic(topic)]
         silent = self.status.silent_for(index)
         if publishers and silent is not None and silent > RATE_WINDOW_S:
-            return (f"; no frame for {silent:.1f} s after {self.status.received[index]} received: its publisher is "
-                    "still listed but sends nothing (a driver that stopped or hung, or one killed: DDS forgets a killed "
-                    "process's publisher only after a while), and no observation goes out until it sends")
+            return f"; no frame for {silent:.1f} s after {self.status.received[index]} received: {SILENT_PUBLISHER}"
         return image_qos_hint(topic, self._images[index].qos_profile, self._image_bytes[index], publishers)
 
     # -- counters (see CameraStatus) -------------------------------------------

@@ -45,6 +45,10 @@ from oxygen_ros.ros.qos import NO_PUBLISHER_CHECKS
 RATE_WINDOW_S = 3.0
 #: Why no state comes when its topic has no publisher.
 NO_PUBLISHER = f"nothing publishes on it: check its name {NO_PUBLISHER_CHECKS}"
+#: Why a camera that delivered, and whose publisher is still there, sends nothing.
+SILENT_PUBLISHER = ("its publisher is still listed but sends nothing (a driver that stopped or hung, or one killed: "
+                    "DDS forgets a killed process's publisher only after a while), and no observation goes out until "
+                    "it sends")
 #: Seconds between two console warnings about one camera's rate.
 RATE_WARN_PERIOD_S = 5.0
 #: A gap of this many reading periods between two readings of the rates (1.5 s: the camera node

@@ -109,6 +109,7 @@ class InferenceDiagnostics:
         d["worker_failure"] = (self.worker.death if self.worker else None) or ""
         d["control_silent_s"] = self.control_silent_s
         d["action_subscribers"] = subscribers  # controllers listening (summed over the robots for the node)
+        d["same_name_nodes"], d["node_name"] = self.same_name_nodes(), self.get_fully_qualified_name()
         if robot is None and several:
             d["observation_age_robot"] = loop["observation_age_robot"]  # whose is observation_age_ms
         if robot is not None and several:
@@ -117,6 +118,12 @@ class InferenceDiagnostics:
             d.update(robot=robot, action_frequency_hz=chunks * self.horizon, chunks_per_s=chunks,
                      frame_share=sum(io.frame_share) / len(io.frame_share) if io.frame_share else float("nan"))
         return d
+
+    def same_name_nodes(self) -> int:
+        """Other nodes on the ROS graph named as this one (another agent on this ROS_DOMAIN_ID, on
+        this machine or the network: its actions go out on the same topics)."""
+        mine = self.get_fully_qualified_name()
+        return max(0, [f"{ns.rstrip('/')}/{name}" for name, ns in self.get_node_names_and_namespaces()].count(mine) - 1)
 
     def _worst(self, now_ros: int) -> dict:
         """Over every robot: the oldest observation, and the first stopped output."""

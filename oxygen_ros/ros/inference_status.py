@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import os
 import time
 from typing import Any
 
@@ -29,8 +30,8 @@ NO_OBSERVATION_WARN_S = 5.0
 CONSOLE_PERIOD_S = 5.0
 #: Problems that are also warned on the console (throttled): the ones a user must see without
 #: watching /diagnostics. Frame failures and a stopped action output are logged where they happen.
-CONSOLE = ("underruns", "no_observation", "observation_age", "missed_ticks", "recompiles", "control_failure",
-           "control_silent", "worker_failure", "frame_stalled")
+CONSOLE = ("same_name", "underruns", "no_observation", "observation_age", "missed_ticks", "recompiles",
+           "control_failure", "control_silent", "worker_failure", "frame_stalled")
 #: Seconds the control process may go without a tick while active before the status is ERROR
 #: (at least :data:`CONTROL_SILENT_PERIODS` control periods: at a slow ``control_rate_hz`` a
 #: tick is that far apart anyway).
@@ -58,6 +59,11 @@ def _problems(d: dict, new: dict, max_observation_age: float) -> list[tuple[str,
 
 def _output_problems(d: dict, new: dict) -> list[tuple[str, str]]:
     problems = []
+    if d.get("same_name_nodes"):
+        problems.append(("same_name", f"{d['same_name_nodes']} other node(s) named {d['node_name']} on this ROS "
+                                      f"network (ROS_DOMAIN_ID {os.environ.get('ROS_DOMAIN_ID') or 0}): another "
+                                      "agent, whose actions go out on the same topics, and a robot takes either's; "
+                                      "give each set-up its own ROS_DOMAIN_ID, or a namespace"))
     if d.get("control_failure"):
         problems.append(("control_failure", f"control tick stopped: {d['control_failure']}; no action goes out"))
     elif d.get("control_silent_s", 0.0) > max(CONTROL_SILENT_S, CONTROL_SILENT_PERIODS / d["control_rate_hz"]):
