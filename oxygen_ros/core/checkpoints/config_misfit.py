@@ -5,6 +5,7 @@ option that overrides them, when a model of the tensors' own sizes fits every te
 
 from __future__ import annotations
 
+import json
 import pathlib
 from collections.abc import Callable, Mapping
 from typing import Any
@@ -42,4 +43,4 @@ def config_misfit_hint(directory: pathlib.Path, layout: str, shapes: Mapping[str
     items = [f"{key}={value}" for key, value in differ.items()]
     return (f"config.json states sizes the tensors do not have: {said}. The tensors fit their own sizes: give them "
             f"to override config.json, --size {' --size '.join(items)} on a command, model_sizes: "
-            f"{items!r} on the inference node".replace("'", '"'))
+            f"{json.dumps(items)} on the inference node")
