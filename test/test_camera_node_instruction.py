@@ -75,3 +75,31 @@ def test_with_no_publisher_on_the_instruction_topic_nothing_waits(stepped_ros):
     assert rig.observations[0].instruction == "idle"
     assert camera.status.waiting_for_instruction == 0
 
+
+
+def test_an_empty_instruction_with_no_default_clears_the_task_until_the_next(stepped_ros, monkeypatch):
+    """An operator's 'clear the task' (an empty instruction) with default_instruction empty: the
+    groups went on with an empty prompt, and the demo's gripper went to a target of the model's
+    own choosing (a walkthrough of the language side). No group goes out now, with one warning,
+    until an instruction comes; with a default_instruction the empty one means the default."""
+    from std_msgs.msg import String
+
+    rig = CameraRig(stepped_ros)
+    camera = camera_node(stepped_ros, instruction_wait_s=0.0)
+    lines = record_log(camera, monkeypatch)
+    rig.wait_matched(camera)
+    rig.instruction.publish(String(data="stack the cups"))
+    assert stepped_ros.spin_until(lambda: rig.observations, every=_frames(rig))
+    rig.instruction.publish(String(data=""))
+    assert stepped_ros.spin_until(lambda: camera.instruction is None)
+    published, waiting = len(rig.observations), camera.status.waiting_for_instruction
+    assert stepped_ros.spin_until(lambda: camera.status.waiting_for_instruction >= waiting + 3, every=_frames(rig))
+    stepped_ros.spin_for(0.2)
+    assert len(rig.observations) == published, [m.instruction for m in rig.observations[published:]]
+    cleared = [(level, text) for level, text in lines if "the task is cleared" in text]
+    assert cleared == [("warning", f"empty instruction on {stepped_ros.prefix}/instruction, and default_instruction "
+                                   "is empty: the task is cleared, and no observation goes out (the robot gets no "
+                                   "new action) until an instruction comes")], lines
+    rig.instruction.publish(String(data="wipe the table"))
+    assert stepped_ros.spin_until(lambda: len(rig.observations) > published, every=_frames(rig))
+    assert {m.instruction for m in rig.observations[published:]} == {"wipe the table"}

@@ -10,7 +10,9 @@ so comes twice: the same text, logged once. The latched subscription's own
 volatile one takes its messages (the publisher's side may still log it).
 
 Control characters are removed (with a warning); an empty instruction asks for
-``default_instruction`` (with a warning). Until the first group has gone out, a
+``default_instruction`` (with a warning), and with that empty too it clears the
+task (:meth:`CameraInstruction.task_cleared`: no group goes out until an
+instruction comes; a robot's "stop" is not a task to carry on with). Until the first group has gone out, a
 group is held while an instruction may still come
 (:mod:`oxygen_ros.core.instruction_wait`): :meth:`CameraInstruction.hold` says
 so and logs it, and ``on_held_arrived`` is called when the instruction comes to
@@ -40,6 +42,7 @@ class CameraInstruction:
         self._warn = warn
         self._on_held_arrived = on_held_arrived
         self.text: str | None = None  # the instruction received (None: none yet, or an empty one)
+        self._emptied = False  # the last instruction received was empty
         self.wait = InstructionWait(wait_s)
         expected = SubscriptionEventCallbacks(incompatible_qos=lambda event: None)  # a volatile publisher
         self.subscriptions = [node.create_subscription(String, topic, self._on_message, LATCHED_QOS,
@@ -51,12 +54,24 @@ class CameraInstruction:
         """What the next group carries: the instruction received, else ``default_instruction``."""
         return self.text if self.text is not None else self._default()
 
+    def task_cleared(self) -> bool:
+        """An empty instruction came, and ``default_instruction`` is empty: there is no task, and
+        no group goes out (the model would act on an empty prompt) until an instruction comes."""
+        return self._emptied and not self._default().strip()
+
     def _on_message(self, msg: String) -> None:
         text = clean_text(msg.data)
         if text != msg.data:
             self._warn("instruction_control", f"instruction had control characters, removed: "
                        f"{clip(msg.data)!r} -> {clip(text)!r}")
-        if not text.strip():
+        was_cleared, self._emptied = self.task_cleared(), not text.strip()
+        if self.task_cleared():
+            if not was_cleared:  # (a latched instruction comes twice: said once)
+                self._node.get_logger().warning(f"empty instruction on {self.topic}, and default_instruction is "
+                                                "empty: the task is cleared, and no observation goes out (the robot "
+                                                "gets no new action) until an instruction comes")
+            text = None
+        elif self._emptied:
             self._warn("instruction_empty", f"empty instruction on {self.topic}: using "
                        f"default_instruction {self._default()!r}")
             text = None

@@ -15,8 +15,9 @@ latched) and optionally the robot state (``sensor_msgs/JointState``), and publis
   ``rejected[reason]`` and logged (throttled, naming topic and reason); the node keeps the
   camera's previous frame and uses the next good one;
 * control characters are stripped from the instruction (with a warning); until an instruction
-  arrives, and after an empty one, ``default_instruction`` is used (an over-long one is cut to
-  the model's prompt length by the inference node); the first group waits up to
+  arrives, and after an empty one, ``default_instruction`` is used (with that empty, an empty one
+  clears the task: no group goes out until one comes; an over-long one is cut to the model's
+  prompt length by the inference node); the first group waits up to
   ``instruction_wait_s`` for an instruction while a publisher is on its topic
   (:mod:`.camera_instruction`);
 * a state with NaN/inf (or empty, or too long, or whose ``name`` and ``position`` lengths
@@ -169,9 +170,8 @@ class CameraNode(Node):
                    "matches every publisher")
 
     def _rate_hint(self, index: int) -> str:
-        """For a slow camera, what may help (:func:`~oxygen_ros.ros.qos.image_qos_hint`); for one
-        that delivered and then fell silent while its publisher is still there, that it stopped
-        (not a QoS matter: a loss of fragments does not take every frame of one that came)."""
+        """For a slow camera, what may help (:func:`~oxygen_ros.ros.qos.image_qos_hint`); for one that
+        delivered, then fell silent while its publisher is still there, that it stopped (not a QoS matter)."""
         topic = self.topics[index]
         publishers = [info.qos_profile for info in self.get_publishers_info_by_topic(topic)]
         silent = self.status.silent_for(index)
@@ -179,9 +179,7 @@ class CameraNode(Node):
             return f"; no frame for {silent:.1f} s after {self.status.received[index]} received: {SILENT_PUBLISHER}"
         return image_qos_hint(topic, self._images[index].qos_profile, self._image_bytes[index], publishers)
 
-    # -- counters (see CameraStatus) -------------------------------------------
-
-    @property
+    @property  # the counters (see CameraStatus)
     def rejected(self) -> dict[str, int]:
         return self.status.rejected
 
@@ -348,20 +346,21 @@ class CameraNode(Node):
             self._retry.at(decision.retry_ns, now_ns)
 
     def _decide_again(self) -> None:
-        """The grouping decides again with nothing new (a held group's instruction came, or its
-        wait ran out: for a camera's next frame or a newer state, it goes with those held; for the
-        instruction, with the default)."""
+        """The grouping decides again with nothing new (a held group's instruction came, or its wait ran
+        out: for a frame or a newer state, it goes with those held; for the instruction, with the default)."""
         now_ns = self.get_clock().now().nanoseconds
         state = self._state_at(now_ns)
         self._act(self._grouping.again(now_ns, self.max_age, state is not None), now_ns, state)
 
     def _publish_or_hold(self, now_ns: int, state: np.ndarray | None) -> None:
-        """Publish the group, unless it is the first and an instruction is still to come."""
-        if self._instruction.hold(now_ns):
+        """Publish the group, unless the task was cleared, or it is the first and an instruction may come."""
+        if self._instruction.task_cleared():  # (said when it came)
+            self.status.waiting_for_instruction += 1
+        elif self._instruction.hold(now_ns):
             self.status.waiting_for_instruction += 1
             self._retry.at(self._instruction.wait.deadline_ns, now_ns)
-            return
-        self._publish_group(state)
+        else:
+            self._publish_group(state)
 
     def _publish_group(self, state: np.ndarray | None) -> None:
         named = [(self.camera_names[i], self._frames[i]) for i in self._slots]  # every camera has a frame now

@@ -66,7 +66,8 @@ PARAMETERS: tuple[ParamSpec, ...] = (
     ParamSpec("max_image_bytes", DEFAULT_MAX_IMAGE_BYTES, "largest accepted image in bytes "
               "(message data and decoded RGB)", "int", positive, dynamic=True),
     ParamSpec("default_instruction", "", "instruction used until one arrives on instruction_topic, and after "
-              "an empty one",
+              "an empty one (empty: an empty instruction clears the task, and no observation goes out until one "
+              "comes)",
               "str", dynamic=True),
     ParamSpec("image_reliability", "best_effort", "QoS reliability of every image subscription: best_effort "
               "(matches every publisher; large raw images may lose fragments) | reliable (nothing lost, "
