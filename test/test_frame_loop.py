@@ -429,6 +429,25 @@ def test_a_state_shorter_than_the_statistics_goes_in_padded_with_one_warning(eng
                      "messages) makes every action wrong (said once)"]
 
 
+def test_a_description_starts_only_with_a_slot_free_and_a_skipped_one_starts_at_the_next(lively_tiny):
+    """Descriptions due every frame queued behind each other faster than they decoded: the queue
+    filled and a client's question was refused ('queue full'), and they were decoded seconds after
+    their image (a walkthrough of the language side). A due description with no slot free (or a
+    request waiting for one) is skipped, counted, and the next frame with a slot free starts one."""
+    engine = Engine(lively_tiny, Tokenizer.default(), EngineConfig(max_observations_per_frame=1, max_active=1,
+                                                                   queue_limit=4))
+    loop = make_loop(engine, language_every_n_frames=3)
+    assert [loop.plan(True).start_language for _ in range(3)] == [True, False, False]
+    engine.step([image_obs()], start_language=True, decode_steps=0)  # the slot is taken
+    assert [loop.plan(True).start_language for _ in range(2)] == [False, False]  # due at the first, skipped
+    assert loop.counters["descriptions_skipped"] == 1 and not engine.requests.queue
+    assert not loop.plan(False).start_language  # a language-only frame starts none
+    engine.cancel_all()
+    assert loop.plan(True).start_language  # the one skipped, owed since
+    assert [loop.plan(True).start_language for _ in range(4)] == [True, False, False, True]  # the cadence again
+    assert loop.counters["descriptions_skipped"] == 1
+
+
 def test_a_state_is_refused_when_the_statistics_have_no_state_entry(lively_tiny):
     """A LeRobot checkpoint copied with only its postprocessor's files (an openpi norm_stats.json
     without 'state' alike) has action statistics and none for the state: the state went into the

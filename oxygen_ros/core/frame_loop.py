@@ -112,6 +112,7 @@ class FrameLoop:
         self.cadence = LanguageCadence(settings.language_every_n_frames)
         self.fitter = InstructionFitter(engine.tokenizer, max_token_len)
         self._image_size_noted = self._short_state_noted = self._no_state_noted = False
+        self._description_owed = False  # a description was due while no slot was free
         self.counters: collections.Counter = collections.Counter()  # the whole loop's (every robot's)
         self.last_k = settings.steps_per_frame
         self.k_history: collections.deque = collections.deque(maxlen=1000)  # (frame_id, k, observation?)
@@ -313,9 +314,19 @@ class FrameLoop:
 
     # ------------------------------------------------------------------ plan and outcome
     def plan(self, has_observation: bool) -> FramePlan:
-        """The next frame's plan: start a language request? how many decode steps?"""
+        """The next frame's plan: start a language request? how many decode steps?
+
+        A periodic description starts only when a slot is free and no request waits for one:
+        descriptions due every frame queued behind each other faster than they decoded, filled
+        the queue (so that a client's question was refused, 'queue full') and were decoded
+        seconds after their image. One due with no slot free is skipped (counted:
+        ``descriptions_skipped``), and the next frame with a slot free starts it."""
         s = self.settings
-        start_language = self.cadence.next(has_observation)
+        due = self.cadence.next(has_observation)
+        room = not self.engine.requests.queue and len(self.engine.requests.active) < self.engine.requests.max_active
+        self.counters["descriptions_skipped"] += due and not room
+        start_language = (due or (has_observation and self._description_owed)) and room
+        self._description_owed = (due or self._description_owed) and not start_language
         k = self.budget.next_k() if s.decode_budget else self.budget.k_max
         if not has_observation:
             # a language-only frame has no action to protect (it only runs when the
