@@ -166,6 +166,18 @@ def test_questions_are_cleaned_refused_when_empty_or_without_observation(engine)
     assert [(q.client_id, q.text) for q in questions] == [("a", "what is this?")] and refused == []
 
 
+def test_a_question_without_a_client_id_is_refused_saying_why(engine):
+    """Its answer carried the empty client_id of the periodic descriptions, and an operator's UI
+    showed it as one (a walkthrough of the language side)."""
+    loop = make_loop(engine)
+    loop.question_arrived("", "where is the target?")
+    questions, refused = loop.questions(loop.next_job(0, 0), observed=[""])
+    assert questions == [] and [q.refusal for q in refused] == [
+        "no client_id: its answer would look like a periodic description (whose client_id is empty); give each "
+        "question an id of its own"]
+    assert loop.counters["questions_rejected_no_client_id"] == 1
+
+
 def test_a_question_cut_by_its_characters_is_answered_with_the_note_that_it_was_cut(engine):
     """A question whose words fit the token limit but whose text runs past the characters the
     intake looks at (here after 4,000 spaces) loses its end there: its answer says it was cut,

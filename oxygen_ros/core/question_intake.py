@@ -1,6 +1,7 @@
 """Which waiting questions a frame can take, and why the others are refused.
 
-A question is refused (its client hears ``rejected``) when it has no text, asks
+A question is refused (its client hears ``rejected``) when it has no client id
+(its answer would look like a periodic description), no text, asks
 for more tokens than ``max_decode``, or has nothing to be answered from: no
 observation of its robot yet (or none usable: every one was refused), or only
 one older than ``max_observation_age``, its camera stopped (an answer from it
@@ -21,6 +22,10 @@ from .input_fit import FittedQuestion, fit_question
 from .robot_inputs import RobotInputs, WaitingQuestion
 
 Warn = Callable[[str, str], None]  # (throttle key, text)
+#: Why a question without a client id is refused: its answer's TextTokens would carry the empty
+#: client id of the periodic descriptions, and no client could tell them apart.
+NO_CLIENT_ID = ("no client_id: its answer would look like a periodic description (whose client_id is empty); give "
+                "each question an id of its own")
 
 
 @dataclass(frozen=True)
@@ -52,7 +57,9 @@ class QuestionIntake:
         Ask goal's result carries."""
         engine, robot = self.engine, self.robot(q.robot)
         max_decode = engine.config.max_decode
-        if not fitted.text:
+        if not q.client_id:
+            count, key, who, why = "no_client_id", "no_client_id", "question", NO_CLIENT_ID
+        elif not fitted.text:
             count, key, who, why = "empty", "empty", f"question from {q.client_id!r}", "no text"
         elif tokens_beyond(q.max_tokens, max_decode):
             count, key, who, why = "max_tokens", "max_tokens", f"question from {q.client_id!r}", (
