@@ -25,6 +25,7 @@ from __future__ import annotations
 import math
 import os
 import random
+import signal
 import re
 import sys
 import threading
@@ -57,6 +58,19 @@ def checkout_env() -> dict[str, str]:
     env["PYTHONPATH"] = os.pathsep.join([str(REPO)] + [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p])
     env["PYTHONUNBUFFERED"] = "1"
     return env
+
+
+def from_a_terminal(*ignored: int):
+    """A ``preexec_fn``: the child starts with SIGINT and SIGHUP at their defaults, as a command
+    typed in a terminal does, but for the ``ignored`` signals. A suite started as a background job
+    (``make test &``) has SIGINT ignored, under ``nohup`` SIGHUP, and a child inherits both: a
+    command that rightly keeps an ignored signal ignored would then not be testing Ctrl-C."""
+
+    def preexec() -> None:
+        for signum in (signal.SIGINT, signal.SIGHUP):
+            signal.signal(signum, signal.SIG_IGN if signum in ignored else signal.SIG_DFL)
+
+    return preexec
 
 
 def installed_script(name: str) -> str:

@@ -10,7 +10,7 @@ import time
 from pathlib import Path
 
 import pytest
-from ros_harness import checkout_env, installed_prefix
+from ros_harness import checkout_env, from_a_terminal, installed_prefix
 
 CASES = [("camera_node", ["image_size:=-3"], ["image_size"]),
          ("synthetic_camera", ["rate_hz:=0.0"], ["rate_hz"]),
@@ -63,7 +63,7 @@ def test_ctrl_c_while_the_modules_load_ends_with_one_line_and_no_traceback(ros_e
     line and status 0, as during the run, instead of a screenful of import traceback."""
     path = installed_prefix() / command
     proc = subprocess.Popen([str(path)], cwd=tmp_path, env=checkout_env(), stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True)
+                            stderr=subprocess.PIPE, text=True, preexec_fn=from_a_terminal())
     try:
         deadline = time.monotonic() + 60
         while not _loading_torch(proc.pid) and proc.poll() is None and time.monotonic() < deadline:
@@ -110,7 +110,7 @@ def test_a_ctrl_c_that_a_library_swallows_while_it_loads_still_ends_the_command(
     env = checkout_env()
     env["PYTHONPATH"] = os.pathsep.join([str(tmp_path), env.get("PYTHONPATH", "")])
     run = subprocess.run([sys.executable, str(launcher)], cwd=tmp_path, env=env, capture_output=True, text=True,
-                         timeout=30)
+                         timeout=30, preexec_fn=from_a_terminal())
     assert run.returncode == 0, run.stderr[-2000:]
     assert "Traceback" not in run.stderr, run.stderr[-2000:]
     assert run.stderr.strip().splitlines()[-1] == "swallowing_command: interrupted", run.stderr[-2000:]

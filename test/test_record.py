@@ -11,7 +11,7 @@ import time
 
 import pytest
 
-from ros_harness import Ros, checkout_env, params, unique_prefix
+from ros_harness import Ros, checkout_env, from_a_terminal, params, unique_prefix
 
 from oxygen_ros.ros.bags import bag_topics, open_bag, read_bag
 
@@ -59,11 +59,11 @@ def test_a_recording_of_the_synthetic_camera_reads_back_with_its_latched_instruc
 @pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGHUP])
 def test_a_recording_stopped_by_sigint_closes_its_bag_and_one_that_got_nothing_says_so(ros_env, tmp_path, signum):
     """Ctrl-C, and SIGHUP: a closed terminal or a dropped ssh session left an empty file, no bag.
-    The recorder starts with the signal at its default, as from a terminal: one the suite inherited
-    ignored (``nohup make test``) it keeps ignored, as it should (the nohup test below)."""
+    The recorder starts with its signals at their defaults, as from a terminal: one the suite inherited
+    ignored (``nohup make test``, ``make test &``) it keeps ignored, as it should (the nohup test below)."""
     prefix = unique_prefix()
     proc = _recorder(tmp_path / "empty", f"{prefix}/nobody_publishes_this",
-                     preexec_fn=lambda: signal.signal(signum, signal.SIG_DFL))
+                     preexec_fn=from_a_terminal())
     with Ros() as ros:  # running (its node in the graph): Ctrl-C now is the recorder's to handle
         probe = ros.node("oxygen_test_record_probe")
         assert ros.wait_until(lambda: "oxygen_record" in {n for n, _ in probe.get_node_names_and_namespaces()},
@@ -83,7 +83,7 @@ def test_a_recording_under_nohup_goes_on_when_its_terminal_closes(ros_env, tmp_p
     end the recording (its SIGHUP handler took over the ignored signal); Ctrl-C still ends it."""
     prefix = unique_prefix()
     proc = _recorder(tmp_path / "bag", f"{prefix}/nobody_publishes_this",
-                     preexec_fn=lambda: signal.signal(signal.SIGHUP, signal.SIG_IGN))
+                     preexec_fn=from_a_terminal(signal.SIGHUP))
     with Ros() as ros:
         probe = ros.node("oxygen_test_record_probe")
         assert ros.wait_until(lambda: "oxygen_record" in {n for n, _ in probe.get_node_names_and_namespaces()},
