@@ -646,6 +646,32 @@ def test_packages_built_in_worker_processes_run_on_this_models_weights(lively_ti
     assert pieces.graphs == 1 and pieces.built == 0  # loaded from the cache, not built again
 
 
+def test_an_interrupt_while_packages_build_stops_the_builds_and_leaves_no_half_file(lively_tiny, monkeypatch,
+                                                                                     tmp_path):
+    """Ctrl-C during a cold start's builds: the pool, shut down on leaving, waited for every build
+    queued, and the command went on for a minute and a half without a word (a walkthrough). The
+    builds running are stopped (their half-written files removed) and those queued never start."""
+    from oxygen_ros.core.model.package_builds import Build, build_packages
+    from oxygen_ros.core.model.packaged import package_path
+
+    monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path))
+    static = lively_tiny.new_cache(4, TINY.prefix_len + 8)
+    builds = []
+    for b in (1, 2, 3, 4):
+        inputs = (torch.zeros(b, dtype=torch.long), torch.zeros(b, dtype=torch.long), torch.zeros(b, dtype=torch.bool))
+        builds.append(Build(f"decode batch {b}", "decode", 2, inputs,
+                            package_path(tmp_path, lively_tiny, "decode", 2, static, inputs)))
+
+    def interrupted(build):
+        raise KeyboardInterrupt  # as Ctrl-C in the command, once the first package is written
+
+    with pytest.raises(KeyboardInterrupt):
+        build_packages(lively_tiny, static, builds, interrupted, workers=2)
+    written = [b for b in builds if b.path.exists()]
+    assert 1 <= len(written) < len(builds), [b.what for b in written]  # the queued ones never started
+    assert not list(builds[0].path.parent.glob("*.tmp.pt2")), "a half-written package was left in the cache"
+
+
 def test_a_gpu_packages_kernel_binaries_are_extracted_beside_its_library(tmp_path):
     """A CUDA package keeps its kernels' machine code in files of its own (``*.cubin``), which its
     library reads at its first run from the folder named to its container: they are extracted

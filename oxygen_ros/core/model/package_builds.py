@@ -19,8 +19,9 @@ from __future__ import annotations
 import multiprocessing
 import os
 import pathlib
+import signal
+import sys
 from collections.abc import Callable, Sequence
-from concurrent.futures import ProcessPoolExecutor, as_completed
 from dataclasses import dataclass
 
 import torch
@@ -72,18 +73,28 @@ def build_packages(model: VLA, cache: KVCache, builds: Sequence[Build], done: Ca
     dtype = next(n for n, t in TORCH_DTYPES.items() if t == model.dtype)
     spec = (model.config, dtype, tuple(cache.k.shape))
     # spawn, not fork: the parent has torch's (and maybe DDS's) threads running
-    with ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("spawn"), initializer=_start_worker,
-                             initargs=spec) as pool:
-        futures = {pool.submit(_build_in_worker, b.name, b.steps, b.inputs, str(b.path)): b for b in builds}
-        for future in as_completed(futures):
-            future.result()
-            done(futures[future])
+    pool = multiprocessing.get_context("spawn").Pool(workers, initializer=_start_worker, initargs=spec)
+    try:
+        jobs = [(i, b.name, b.steps, b.inputs, str(b.path)) for i, b in enumerate(builds)]
+        for i in pool.imap_unordered(_build_in_worker, jobs):
+            done(builds[i])
+        pool.close()
+    except BaseException:
+        # Ctrl-C, or a build that failed: the builds running and queued stop now (a pool that is
+        # only shut down waits for every queued build, a minute and more on a cold start)
+        pool.terminate()
+        raise
+    finally:
+        pool.join()
 
 
 _worker: dict[str, object] = {}  # the worker process's model and cache
 
 
 def _start_worker(config: ModelConfig, dtype: str, cache_shape: tuple[int, ...]) -> None:
+    # the pool's terminate() is a SIGTERM: leave through the build's clean-up (no half-written
+    # package file left in the cache), not at once
+    signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(1))
     torch.set_num_threads(1)  # one core each: the workers share the machine
     layers, slots, kv_heads, max_len, head_dim = cache_shape
     model = build_model(config, dtype=dtype)
@@ -99,8 +110,11 @@ class BuildFailed(RuntimeError):
     object"."""
 
 
-def _build_in_worker(name: str, steps: int, inputs: tuple[Tensor, ...], path: str) -> None:
+def _build_in_worker(job: tuple[int, str, int, tuple[Tensor, ...], str]) -> int:
+    """Build one job (index, name, steps, inputs, path); its index, once written."""
+    index, name, steps, inputs, path = job
     build_or_fail(_worker["model"], _worker["cache"], name, steps, inputs, pathlib.Path(path))
+    return index
 
 
 def build_or_fail(model: VLA, cache: KVCache, name: str, steps: int, inputs: tuple[Tensor, ...],
