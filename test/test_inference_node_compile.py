@@ -65,3 +65,26 @@ def test_compile_on_compiles_every_bucket_at_start_and_never_again(ros, monkeypa
     assert len({c.frame_id for c in chunks}) >= 6
     d = node.diagnostics()
     assert d["compiled"] is True and d["recompiles"] == 0, d
+
+
+def test_each_bucket_s_line_says_the_seconds_since_the_line_before_and_in_all():
+    """The bucket lines gave the seconds since the warm-up began, where the README said each
+    bucket's own (a walkthrough read '(from the cache) (147.4 s)')."""
+    import re
+    import time
+    from types import SimpleNamespace
+
+    from oxygen_ros.ros.inference_setup import compile_pieces
+
+    def warm_up(progress):
+        time.sleep(0.2)
+        progress(1, 2, "decode batch 1 (compiled)")
+        progress(2, 2, "decode batch 2 (from the cache)")
+
+    lines = []
+    engine = SimpleNamespace(compiled=SimpleNamespace(bucket_count=2, cache_dir="/cache"), warm_up=warm_up)
+    compile_pieces(engine, "on", SimpleNamespace(info=lines.append, warning=lines.append))
+    assert lines[0].startswith("loading 2 compiled shape buckets, compiling those not in the cache (/cache; ")
+    first, second = (re.fullmatch(r"bucket \d/2: .* \((\d+\.\d) s; (\d+\.\d) s in all\)", line) for line in lines[1:])
+    assert float(first[1]) >= 0.2 and float(second[2]) >= float(first[2]) >= 0.2, lines
+    assert float(second[1]) < float(second[2]), lines  # its own seconds, not the warm-up's

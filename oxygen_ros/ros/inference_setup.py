@@ -178,11 +178,17 @@ def compile_pieces(engine: Engine, choice: str, log) -> None:
     """Compile every shape bucket now (a log line per bucket), or say once why the model runs
     eager: a warning when ``compile`` was ``on``, a line of information otherwise."""
     if engine.compiled is not None:
-        t0 = time.perf_counter()
+        t0 = last = time.perf_counter()
         log.info(f"loading {engine.compiled.bucket_count} compiled shape buckets, compiling those not in the "
-                 f"cache ({engine.compiled.cache_dir}) ...")
-        engine.warm_up(lambda done, total, what: log.info(f"bucket {done}/{total}: {what} "
-                                                          f"({time.perf_counter() - t0:.1f} s)"))
+                 f"cache ({engine.compiled.cache_dir}; several at a time, a minute or two when it is empty) ...")
+
+        def said(done: int, total: int, what: str) -> None:  # the seconds since the line before, and in all
+            nonlocal last
+            now = time.perf_counter()
+            log.info(f"bucket {done}/{total}: {what} ({now - last:.1f} s; {now - t0:.1f} s in all)")
+            last = now
+
+        engine.warm_up(said)
     if engine.compiled is None:
         (log.warning if choice == "on" else log.info)(f"running eager: {engine.compile_reason}")
 
