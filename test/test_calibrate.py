@@ -103,4 +103,6 @@ def test_when_the_node_s_frame_deadline_is_the_limit_calibrate_says_so_not_lower
     # the deadline is given: the control rate no longer sets it, and the fix is a larger one
     assert "the node's frame deadline is the limit, not the target: give a larger --frame-deadline-ms" in err, err
     assert "lower --control-rate-hz" not in err and "lower --target-hz" not in err, err
-    assert f"wrote {out}: run with it as `oxygen-agent params_file:={out}`" in err  # the next step
+    # the next step: the demo takes the file as it is; a robot's own params file takes its values
+    assert f"wrote {out}: try it on the demo with `oxygen-agent demo:=true params_file:={out}`" in err
+    assert "on a robot put its values in your copy of config/agent.yaml" in err

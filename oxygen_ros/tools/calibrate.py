@@ -198,8 +198,9 @@ def main(argv=None) -> int:
               f"# measured: {json.dumps({k2: v for k2, v in comp.items()}, default=str)}\n")
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(header + yaml.safe_dump(params, sort_keys=False))
-    print(f"wrote {args.out}: run with it as `oxygen-agent params_file:={args.out}` (or `ros2 launch oxygen_ros "
-          f"agent.launch.py params_file:={args.out}`)", file=sys.stderr)
+    print(f"wrote {args.out}: try it on the demo with `oxygen-agent demo:=true params_file:={args.out}`; it holds the "
+          "inference node's section only, and a params_file takes the place of config/agent.yaml, so on a robot put "
+          "its values in your copy of config/agent.yaml (its cameras and topics come from there)", file=sys.stderr)
     return 0 if reachable else 1
 
 
