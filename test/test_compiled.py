@@ -345,6 +345,21 @@ def test_a_compile_error_is_told_in_one_line_with_its_type():
         REASON_CHARS + 60
 
 
+def test_a_compile_that_failed_for_a_full_disk_says_so_first(tmp_path):
+    """A cache on a full disk failed with a long g++ command line as the reason, and "No space
+    left on device" nowhere in the line (a walkthrough, a 3 MB tmpfs)."""
+    from oxygen_ros.core.model.compile_setup import failure_reason
+
+    error = RuntimeError("CppCompileError: C++ compile error\nCommand: g++ /tmp/x/wrapper.cpp -O1\nOutput:\n"
+                         "wrapper.cpp: fatal error: error writing to /tmp/ccX.s: No space left on device")
+    reason = failure_reason(error, tmp_path)
+    assert reason.startswith(f"compilation failed: the disk of the compile cache ({tmp_path}, "), reason
+    assert "is full: free some space, or point OXYGEN_COMPILE_CACHE at another disk. RuntimeError: " in reason
+    other = failure_reason(RuntimeError("CppCompileError: undefined reference"), tmp_path)
+    assert other == "compilation failed: RuntimeError: CppCompileError: undefined reference"  # room on this disk
+
+
+
 class Unpicklable(RuntimeError):
     """An error holding a module, as one of torch 2.11's compile errors did."""
 

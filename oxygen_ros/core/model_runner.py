@@ -52,7 +52,7 @@ class ModelRunner:
             try:
                 self.compiled.warm_up(progress)
             except Exception as e:
-                self.compiled, self.compile_reason = None, failure_reason(e)
+                self.compiled, self.compile_reason = None, failure_reason(e, self.compiled.cache_dir)
 
     @property
     def recompiles(self) -> int:

@@ -12,6 +12,7 @@ from __future__ import annotations
 import functools
 import os
 import pathlib
+import shutil
 from dataclasses import dataclass
 
 import torch
@@ -35,14 +36,32 @@ class CompileDecision:
 REASON_LINES, REASON_CHARS = 3, 400
 
 
-def failure_reason(exc: BaseException) -> str:
-    """Why compiling failed, in one log line: the error's type and the first lines of its message."""
+#: free bytes under which a failed compile is put down to a full disk
+FULL_DISK_BYTES = 64 << 20
+
+
+def failure_reason(exc: BaseException, cache_dir: pathlib.Path | None = None) -> str:
+    """Why compiling failed, in one log line: the error's type and the first lines of its message;
+    first, when the disk of ``cache_dir`` is (nearly) full or the error says so, that (a compiler
+    that ran out of space failed with a long command line, and "No space left" far below it)."""
     lines = [line.strip() for line in str(exc).splitlines() if line.strip()]
     text = " ".join(lines[:REASON_LINES])
     if len(text) > REASON_CHARS:
         text = text[: REASON_CHARS - 3] + "..."
     more = " (more in the error's full text)" if len(lines) > REASON_LINES else ""
-    return f"compilation failed: {type(exc).__name__}: {text}{more}"
+    return f"compilation failed: {_full_disk(exc, cache_dir)}{type(exc).__name__}: {text}{more}"
+
+
+def _full_disk(exc: BaseException, cache_dir: pathlib.Path | None) -> str:
+    """The words for a full disk, when it is one (else nothing)."""
+    try:
+        free = shutil.disk_usage(cache_dir).free if cache_dir is not None else None
+    except OSError:
+        free = None
+    if "No space left on device" not in str(exc) and (free is None or free >= FULL_DISK_BYTES):
+        return ""
+    where = f" of the compile cache ({cache_dir}, {free / 2**20:.0f} MB free)" if free is not None else ""
+    return (f"the disk{where} is full: free some space, or point {CACHE_ENV} at another disk. ")
 
 
 def compile_unavailable(device: str | torch.device) -> str | None:
