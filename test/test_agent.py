@@ -54,6 +54,8 @@ def test_demo_publishes_actions_and_text_and_writes_the_report(ros_env, tmp_path
     assert data["actions_published"] > 0 and data["actions_received"] > 0
     assert data["text_tokens_published"] > 0 and data["text_tokens_received"] > 0
     assert data["frames"] > 0 and data["tick_rate_hz"] > 0
+    # eager, and why: a compile:=on run that fell back to eager must not read as a compiled one
+    assert (data["compiled"], data["compile_reason"], data["recompiles"]) == (False, "compile=auto runs eager on cpu", 0)
     # loading, warm-up and the first frame happened inside the run, before its 8 s of measuring
     assert 0 < data["start_to_first_chunk_s"] < ran_s - 8, (data["start_to_first_chunk_s"], ran_s)
     for key in ("obs_to_action_p50_ms", "obs_to_action_p99_ms", "ros_overhead_p99_ms", "tick_jitter_p99_ms"):

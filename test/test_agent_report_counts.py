@@ -24,6 +24,7 @@ class TickingNode:
     params = {"control_rate_hz": 50.0, "setting": "oxygen", "steps_per_frame": 5}
     horizon = 10
     loaded = SimpleNamespace(source="test")
+    engine = SimpleNamespace(compiled=None, compile_reason="compile is off", recompiles=0)
     configured = True
 
     def __init__(self):

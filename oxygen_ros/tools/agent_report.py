@@ -229,6 +229,10 @@ def _run(node, start, end, robots: int = 1) -> dict[str, Any]:
         "horizon": node.horizon,
         "model": node.loaded.source,
         "tick_rate_hz": round(ticks / active, 3) if active > 0 else None,
+        # compiled or eager, and why eager (compile:=on that fell back to eager looks like any other run)
+        "compiled": node.engine.compiled is not None,
+        "compile_reason": node.engine.compile_reason,
+        "recompiles": node.engine.recompiles,
     }
 
 
