@@ -92,8 +92,10 @@ _worker: dict[str, object] = {}  # the worker process's model and cache
 
 
 def _start_worker(config: ModelConfig, dtype: str, cache_shape: tuple[int, ...]) -> None:
-    # the pool's terminate() is a SIGTERM: leave through the build's clean-up (no half-written
-    # package file left in the cache), not at once
+    # Ctrl-C is the parent's to handle (it terminates the pool: no traceback from each worker);
+    # terminate() is a SIGTERM: leave through the build's clean-up (no half-written package file
+    # left in the cache), not at once
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(1))
     torch.set_num_threads(1)  # one core each: the workers share the machine
     layers, slots, kv_heads, max_len, head_dim = cache_shape
