@@ -326,8 +326,11 @@ def test_bench_pieces_only_keeps_the_eager_figures_when_the_compiled_library_can
     result = json.loads(out.read_text())
     assert list(result["pieces"]) == ["eager"] and result["pieces"]["eager"]["prefill_ms"] > 0
     assert "killed a test process (SIGSEGV)" in result["not_run"]["compiled"]
-    printed = capsys.readouterr().out
+    captured = capsys.readouterr()
+    printed = captured.out
     assert "decode step, batch 8" in printed and "compiled: not run: " in printed
+    # said before the builds, which print nothing for minutes on an empty cache
+    assert f"compiled runs: their packages not in the cache ({tmp_path / 'cache'}) are built first" in captured.err
 
 
 def test_bench_tick_probe_reports_tick_lateness_beside_frames_with_and_without_the_guard(tmp_path, capsys):

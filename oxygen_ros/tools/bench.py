@@ -41,7 +41,7 @@ from tqdm import tqdm
 from ..core.benchmark import (RunSpec, compare_agents, denoise_sweep, piece_timer, run_interleaved,
                                synthetic_observations, upper_bound, with_prompt_tokens)
 from ..core.engine import SETTINGS
-from ..core.model.compile_setup import COMPILE_CHOICES, resolve_compile
+from ..core.model.compile_setup import COMPILE_CHOICES, resolve_compile, use_compile_cache
 from ..core.model.load_probe import LibraryLoadError
 from ..core.piece_timing import PieceTimer
 from ..core.workloads import Workload
@@ -148,6 +148,10 @@ def main(argv=None) -> int:
         raise SystemExit(f"--prompt-tokens {args.prompt_tokens} exceeds the model's max_token_len {c.max_token_len}")
     print(f"model: {loaded.source} ({c.name}), H={c.action_horizon} actions per chunk, device {args.device}, "
           f"dtype {args.dtype}, threads {args.threads}", file=sys.stderr)
+    if any(resolve_compile(m, args.device).enabled for m in args.compile):
+        # nothing else is printed while they build (a walkthrough waited 5 minutes without a word)
+        print(f"compiled runs: their packages not in the cache ({use_compile_cache()}) are built first, "
+              "a few minutes when it is empty", file=sys.stderr)
     if args.pieces_only:
         return pieces_only(model, tok, args, loaded.source)
     if args.tick_probe:
