@@ -16,6 +16,7 @@ Files: ``errors.py`` (the error), ``safetensors_files.py`` (lazy tensor
 access, pickle refusal), ``native.py`` (our format), ``layouts.py`` (layout
 detection and key maps), ``sizes.py`` (model sizes from configs and shapes),
 ``given_sizes.py`` (explicit sizes: checked, merged, parsed from ``KEY=VALUE``),
+``config_misfit.py`` (a config.json whose sizes the tensors do not have),
 ``stats.py`` (finding the statistics), ``loading.py`` (the loader). See
 ``docs/checkpoints.md``.
 """
