@@ -16,9 +16,26 @@ from ros_harness import Ros, checkout_env, from_a_terminal, params, unique_prefi
 from oxygen_ros.ros.bags import bag_topics, open_bag, read_bag
 
 
+_STARTED: list[subprocess.Popen] = []  # the recorders of the test that runs
+
+
+@pytest.fixture(autouse=True)
+def _no_recorder_left():
+    """A recorder that a failed test left running is killed at its end (it would record on for
+    ever: two were found an hour after their tests had failed)."""
+    yield
+    while _STARTED:
+        proc = _STARTED.pop()
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+
+
 def _recorder(out, *args, **popen) -> subprocess.Popen:
-    return subprocess.Popen([sys.executable, "-m", "oxygen_ros.tools.record", str(out), *args], env=checkout_env(),
+    proc = subprocess.Popen([sys.executable, "-m", "oxygen_ros.tools.record", str(out), *args], env=checkout_env(),
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, **popen)
+    _STARTED.append(proc)
+    return proc
 
 
 def test_a_recording_of_the_synthetic_camera_reads_back_with_its_latched_instruction(ros_env, tmp_path):
