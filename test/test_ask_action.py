@@ -109,6 +109,7 @@ def test_an_empty_question_or_more_tokens_than_max_decode_is_aborted_as_rejected
         # the result says why, so that a client need not read the node's log
         assert reasons == ["no text", "it asks for 31 tokens, more than max_decode=30"]
         assert node.counters["questions_rejected_empty"] == node.counters["questions_rejected_max_tokens"] == 1
+        assert node.diagnostics()["questions_rejected"] == 2  # every kind of refusal, on /diagnostics
         assert node.counters["frame_errors"] == 0
 
 

@@ -323,7 +323,8 @@ class FrameLoop:
         ``descriptions_skipped``), and the next frame with a slot free starts it."""
         s = self.settings
         due = self.cadence.next(has_observation)
-        room = not self.engine.requests.queue and len(self.engine.requests.active) < self.engine.requests.max_active
+        e = self.engine
+        room = not e.queued_requests and e.active_requests < e.config.max_active
         self.counters["descriptions_skipped"] += due and not room
         start_language = (due or (has_observation and self._description_owed)) and room
         self._description_owed = (due or self._description_owed) and not start_language

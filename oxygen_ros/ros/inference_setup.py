@@ -99,11 +99,17 @@ def trajectory_note(p: dict, action_dim: int) -> tuple[bool, str] | None:
                   "padding as actions")
 
 
+def _embedded(loaded: checkpoints.LoadedCheckpoint) -> bool:
+    """Whether ``loaded`` is the embedded default model (trained on the synthetic scene: its actions
+    are the demo gripper's displacements)."""
+    return loaded.source == str(checkpoints.DEFAULT_MODEL_DIR)
+
+
 def rate_note(p: dict, loaded: checkpoints.LoadedCheckpoint) -> str | None:
     """The start-up line of a checkpoint (not the embedded default model, not random weights):
     its chunks play at ``control_rate_hz``, which must be its training data's rate; no layout
     records that rate."""
-    if loaded.layout == "random" or loaded.source == str(checkpoints.DEFAULT_MODEL_DIR):
+    if loaded.layout == "random" or _embedded(loaded):
         return None
     hz, horizon = p["control_rate_hz"], loaded.config.action_horizon
     return (f"a chunk's {horizon} actions go out one per tick at control_rate_hz {hz:g} Hz ({horizon / hz:.2f} s): "
@@ -114,7 +120,7 @@ def rate_note(p: dict, loaded: checkpoints.LoadedCheckpoint) -> str | None:
 def demo_model_trajectory(p: dict, loaded: checkpoints.LoadedCheckpoint) -> str | None:
     """The warning for the embedded default model publishing JointTrajectory (``joint_names``
     set): its actions are the synthetic scene's gripper displacements, not joint positions."""
-    if not p["joint_names"] or loaded.source != str(checkpoints.DEFAULT_MODEL_DIR):
+    if not p["joint_names"] or not _embedded(loaded):
         return None
     return ("the embedded default model was trained on the synthetic scene: its actions are displacements "
             "(dx, dy) of the demo's gripper, not positions of your joints, and its JointTrajectory on "
@@ -124,7 +130,7 @@ def demo_model_trajectory(p: dict, loaded: checkpoints.LoadedCheckpoint) -> str 
 def demo_model_hold(p: dict, loaded: checkpoints.LoadedCheckpoint) -> str | None:
     """The warning for ``hold_action: last`` with the embedded default model: a hold repeats a
     chunk's last action, which holds a position, and this model's actions are displacements."""
-    if p["hold_action"] != "last" or loaded.source != str(checkpoints.DEFAULT_MODEL_DIR):
+    if p["hold_action"] != "last" or not _embedded(loaded):
         return None
     return ("hold_action 'last' repeats a chunk's last action on an underrun, which holds a position; the embedded "
             "default model's actions are displacements (dx, dy) of the demo's gripper: repeated, they keep it moving "

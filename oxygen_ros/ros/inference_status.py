@@ -221,8 +221,7 @@ def diagnostic_figures(age_ns: int | None, ticks: dict, loop: dict, *, worker: A
         "hold_action": params["hold_action"], "hold_ticks": c["hold_ticks"],
         **{key: loop[key] for key in ("observation_age_ms", "faulted", "consecutive_failures", "last_failure")},
         **{key: c[key] for key in COUNTED[:11]},
-        "questions_rejected": (c["questions_rejected_empty"] + c["questions_rejected_no_observation"]
-                               + c["questions_rejected_stale"] + c["questions_rejected_max_tokens"]
-                               + c["questions_rejected_no_client_id"]),
+        # every kind the question intake counts (questions_rejected_<why>)
+        "questions_rejected": sum(n for key, n in c.items() if key.startswith("questions_rejected_")),
         **{key: c[key] for key in COUNTED[11:]},
     }
