@@ -106,3 +106,17 @@ def test_when_the_node_s_frame_deadline_is_the_limit_calibrate_says_so_not_lower
     # the next step: the demo takes the file as it is; a robot's own params file takes its values
     assert f"wrote {out}: try it on the demo with `oxygen-agent demo:=true params_file:={out}`" in err
     assert "on a robot put its values in your copy of config/agent.yaml" in err
+
+
+def test_compile_on_without_a_compiler_and_a_cold_cache_measures_eager_and_says_why(tmp_path, random_tiny_dir,
+                                                                                   capsys, monkeypatch):
+    import torch._inductor.config as inductor
+
+    monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path / "cache"))
+    out = tmp_path / "calibrated.yaml"
+    with inductor.patch({"cpp.cxx": ("/nonexistent/g++",)}):
+        assert calibrate.main(["--model-path", random_tiny_dir, "--target-hz", "5", "--max-decode", "4",
+                               "--repeats", "2", "--cameras", "1", "--compile", "on", "--out", str(out)]) == 0
+    err = capsys.readouterr().err
+    assert "compile=on runs eager: no working C++ compiler" in err and "cannot be built here" in err, err
+    assert yaml.safe_load(out.read_text())["oxygen_inference"]["ros__parameters"]["steps_per_frame"] >= 1

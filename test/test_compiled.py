@@ -19,6 +19,7 @@ from oxygen_ros.core.engine import Engine, EngineConfig, FrameError, Question, S
 from oxygen_ros.core.model.cache import KVCache, SlotView
 from oxygen_ros.core.model.compile_setup import compile_cache_dir, resolve_compile
 from oxygen_ros.core.model import compiled as compiled_module
+from oxygen_ros.core.model import package_builds
 from oxygen_ros.core.model.compiled import CompiledVLA
 from oxygen_ros.core.model.config import TINY
 from oxygen_ros.core.model.static import StaticPieces
@@ -284,9 +285,9 @@ def test_recompiles_counts_the_graphs_loaded_after_the_warm_up(lively_tiny, monk
 
     built = []
     monkeypatch.setattr(compiled_module, "PackagedPiece", Stub)
-    monkeypatch.setattr(compiled_module, "build_packages", lambda model, cache, builds, done: built.extend(builds))
-    monkeypatch.setattr(compiled_module, "probes", lambda device: False)
-    # where a package would be kept (the real key probes the compiler: seconds)
+    monkeypatch.setattr(package_builds, "build_packages", lambda model, cache, builds, done: built.extend(builds))
+    monkeypatch.setattr(package_builds, "probes", lambda device: False)
+    # where a package would be kept (a name per piece: nothing is built here)
     monkeypatch.setattr(compiled_module, "package_path", lambda cache_dir, model, name, *rest: tmp_path / name)
     allowed = torch.ones(TINY.vocab_size, dtype=torch.bool)
 
@@ -319,7 +320,8 @@ def test_compile_setting_says_why_it_runs_eager():
 
 def test_compile_auto_compiles_on_cuda_where_the_compiler_works(monkeypatch):
     """The default ``compile:=auto`` compiles on a GPU (where the benchmark showed it pays off)
-    and runs eager on a CPU, on a machine where both could compile (the compiler's check stubbed)."""
+    and runs eager on a CPU, on a machine where both could run packages (the device's check
+    stubbed: there is no GPU here)."""
     from oxygen_ros.core.model import compile_setup
 
     monkeypatch.setattr(compile_setup, "compile_unavailable", lambda device: None)
@@ -388,15 +390,22 @@ def test_a_build_that_fails_in_a_worker_reaches_the_engine_with_its_type_and_tex
         pickle.dumps(Unpicklable("the error itself"))
 
 
-def test_without_a_compiler_compile_on_says_why(no_compiler):
-    assert "C++ compiler" in resolve_compile("on", "cpu").reason
+def test_without_a_compiler_packages_cannot_be_built_and_say_why(no_compiler):
+    from oxygen_ros.core.model.compile_setup import build_unavailable
+
+    assert "C++ compiler" in build_unavailable("cpu")
+    assert resolve_compile("on", "cpu").enabled, "what a warm cache holds loads without a compiler"
 
 
-def test_without_a_compiler_the_engine_runs_eager_and_says_why(lively_tiny, tok, no_compiler):
+def test_without_a_compiler_and_a_cold_cache_the_engine_runs_eager_and_says_why(lively_tiny, tok, no_compiler,
+                                                                               monkeypatch, tmp_path):
+    monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path))
     engine = Engine(lively_tiny, tok, EngineConfig(compile="on", max_active=2, max_decode=4, steps_per_frame=2))
-    assert engine.compiled is None and "C++ compiler" in engine.compile_reason
-    res = engine.step(synthetic_observations(1, TINY.vision.image_size))
+    res = engine.step(synthetic_observations(1, TINY.vision.image_size))  # its first frame warms it up
+    assert engine.compiled is None and engine.compile_reason.startswith("no working C++ compiler")
+    assert f"the compile cache ({tmp_path}) lacks" in engine.compile_reason
     assert res.actions[0].shape == (TINY.action_horizon, TINY.action_dim) and engine.recompiles == 0
+    assert not list(tmp_path.rglob("*.pt2")), "nothing was built"
 
 
 def test_compile_cache_follows_the_environment(monkeypatch, tmp_path):

@@ -181,9 +181,9 @@ class Engine:
         """Why the model runs eager ("" when compiled): for the caller to log once."""
         return self.runner.compile_reason
 
-    def warm_up(self, progress: Progress | None = None) -> None:
+    def warm_up(self, progress: Progress | None = None, note: Callable[[str], None] | None = None) -> None:
         """Compile every bucket (see :meth:`ModelRunner.warm_up`); nothing when eager."""
-        self.runner.warm_up(progress)
+        self.runner.warm_up(progress, note)
 
     @property
     def recompiles(self) -> int:

@@ -42,15 +42,16 @@ class ModelRunner:
             except Exception as e:  # a torch that cannot compile here: run eager
                 self.compile_reason = failure_reason(e)
 
-    def warm_up(self, progress: Progress | None = None) -> None:
-        """Compile every bucket (``progress(done, total, what)`` after each); nothing when eager.
+    def warm_up(self, progress: Progress | None = None, note: Callable[[str], None] | None = None) -> None:
+        """Compile every bucket (``progress(done, total, what)`` after each; ``note(text)`` while it
+        waits for another process building into the same cache); nothing when eager.
         The first piece run does it if the caller has not. If compilation fails the model
         runs eager and :attr:`compile_reason` says why."""
         with self._warm_lock:
             if self.compiled is None or self.compiled.warmed:
                 return
             try:
-                self.compiled.warm_up(progress)
+                self.compiled.warm_up(progress, note)
             except Exception as e:
                 self.compiled, self.compile_reason = None, failure_reason(e, self.compiled.cache_dir)
 

@@ -194,7 +194,7 @@ def compile_pieces(engine: Engine, choice: str, log) -> None:
             log.info(f"bucket {done}/{total}: {what} ({now - last:.1f} s; {now - t0:.1f} s in all)")
             last = now
 
-        engine.warm_up(said)
+        engine.warm_up(said, log.info)
     if engine.compiled is None:
         (log.warning if choice == "on" else log.info)(f"running eager: {engine.compile_reason}")
 

@@ -41,7 +41,7 @@ from tqdm import tqdm
 from ..core.benchmark import (RunSpec, compare_agents, denoise_sweep, piece_timer, run_interleaved,
                                synthetic_observations, upper_bound, with_prompt_tokens)
 from ..core.engine import SETTINGS
-from ..core.model.compile_setup import COMPILE_CHOICES, resolve_compile, use_compile_cache
+from ..core.model.compile_setup import COMPILE_CHOICES, CannotBuild, resolve_compile, use_compile_cache
 from ..core.model.load_probe import LibraryLoadError
 from ..core.piece_timing import PieceTimer
 from ..core.workloads import Workload
@@ -261,7 +261,7 @@ def piece_timers(model, tok, args: argparse.Namespace, slot_len: int) -> dict[bo
             timers[compiled] = piece_timer(model, tok, cameras=args.cameras, compile=compiled,
                                            denoise_steps=denoise_sweep(args.denoise_steps, c)[0], slot_len=slot_len,
                                            round_steps=max(args.steps_per_frame))
-        except LibraryLoadError:
+        except (LibraryLoadError, CannotBuild):
             pass  # the compiled runs ran eager, and their rows say why
     return timers
 

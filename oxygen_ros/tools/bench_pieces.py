@@ -27,7 +27,7 @@ import statistics
 from ..core.benchmark import denoise_sweep, piece_timer, synthetic_observations
 from ..core.engine_config import EngineConfig, slot_len
 from ..core.matmul_reference import KINDS, ProductTimer, flops, kind, record_matmuls
-from ..core.model.compile_setup import resolve_compile
+from ..core.model.compile_setup import CannotBuild, resolve_compile
 from ..core.model.load_probe import LibraryLoadError
 from ..core.observation import make_prefix_batch
 
@@ -56,7 +56,7 @@ def run_pieces(model, tokenizer, args: argparse.Namespace) -> dict:
         try:
             timers[name] = piece_timer(model, tokenizer, batch_sizes=BATCHES, cameras=args.cameras,
                                        denoise_steps=steps, compile=compiled, slot_len=slots, warm_all=False)
-        except LibraryLoadError as e:  # the other mode's figures still come out
+        except (LibraryLoadError, CannotBuild) as e:  # the other mode's figures still come out
             not_run[name] = str(e)
     products = prefill_products(model, tokenizer, args.cameras)
     reference = ProductTimer(products, device=args.device)

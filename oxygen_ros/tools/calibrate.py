@@ -14,6 +14,7 @@ parameters file for the inference node (``params_file:=...``).
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import math
 import pathlib
@@ -23,7 +24,7 @@ import yaml
 
 from ..core.benchmark import measure_components
 from ..core.budget import frame_deadline_ms
-from ..core.model.compile_setup import COMPILE_CHOICES, resolve_compile
+from ..core.model.compile_setup import COMPILE_CHOICES, CannotBuild, resolve_compile
 from ..core.checkpoints.given_sizes import flat_items
 from .arguments import DefaultsHelp, output_file, plain, positive_float, positive_int
 from .common import add_model_args, check_cameras, load_model, model_sizes
@@ -156,6 +157,18 @@ def remedy_text(needed_ms: float, target_ms: float, node_ms: float, args, horizo
     return "lower --target-hz"
 
 
+def _measure(args: argparse.Namespace, measure) -> dict:
+    """``measure(compile=...)`` compiled where ``--compile`` says and it can be, else eager (saying why)."""
+    decision = resolve_compile(args.compile, args.device)
+    if args.compile == "on" and not decision.enabled:
+        print(f"compile=on runs eager: {decision.reason}", file=sys.stderr)
+    try:
+        return measure(compile=decision.enabled)
+    except CannotBuild as e:  # no compiler, or a read-only cache, and packages missing from it
+        print(f"compile={args.compile} runs eager: {e}", file=sys.stderr)
+        return measure(compile=False)
+
+
 def main(argv=None) -> int:
     args = parse_args(argv)
     loaded = load_model(args)
@@ -168,11 +181,8 @@ def main(argv=None) -> int:
     sizes = sorted({1, 2, 4, 8, 16, steady_batch(args.max_decode, 1, args.arrivals_per_frame)})
     print(f"measuring {loaded.source} on {args.device} ({args.dtype}) ...", file=sys.stderr)
     s = args.denoise_steps or c.denoise_steps
-    decision = resolve_compile(args.compile, args.device)
-    if args.compile == "on" and not decision.enabled:
-        print(f"compile=on runs eager: {decision.reason}", file=sys.stderr)
-    comp = measure_components(loaded.model, loaded.tokenizer, batch_sizes=sizes, cameras=cameras,
-                              repeats=args.repeats, denoise_steps=s, compile=decision.enabled)
+    comp = _measure(args, functools.partial(measure_components, loaded.model, loaded.tokenizer, batch_sizes=sizes,
+                                            cameras=cameras, repeats=args.repeats, denoise_steps=s))
     node_ms = frame_deadline_ms(c.action_horizon, args.control_rate_hz, args.frame_deadline_ms)  # as the node
     k, table = choose_k(comp, n=args.max_decode, s=s, horizon=c.action_horizon, target_hz=args.target_hz,
                         margin=args.margin, arrivals=args.arrivals_per_frame, frame_deadline_ms=node_ms)

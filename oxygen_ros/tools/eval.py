@@ -216,9 +216,9 @@ def evaluate(model, tokenizer, normalizer, *, scenes: int = 200, seed: int = 0, 
                           max_observations_per_frame=concurrency, language_every_n_frames=1, seed=seed,
                           camera_names=CAMERA_NAMES[:model.config.max_cameras], compile=compile, keep_freed_memory=keep_freed_memory)
     engine = Engine(model, tokenizer, config, normalizer=normalizer)
+    engine.warm_up(note=lambda text: print(text, file=sys.stderr))  # another process building: it waits
     if compile == "on" and engine.compiled is None:
         print(f"compile=on runs eager: {engine.compile_reason}", file=sys.stderr)
-    engine.warm_up()
     start = time.perf_counter()
     size = model.config.vision.image_size
     episodes = run_episodes(engine, held_out_scenes(scenes, seed), image_size=size,

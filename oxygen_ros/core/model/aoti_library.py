@@ -10,7 +10,8 @@ interface (``torch/csrc/inductor/aoti_runtime/interface.h``); called through
 prefill package ran back to back, against 46% through the loader; the call
 itself is as fast).
 
-:class:`AOTILibrary` loads the library (extracted once next to its package),
+:class:`AOTILibrary` loads the library (extracted once next to its package, or
+into a private folder when the package's folder is read-only),
 creates one model container, points its constants at the caller's tensors
 (user-managed: the weights stay the model's, nothing is copied) and runs it on
 a flat list of input tensors. Tensors cross the boundary as ``at::Tensor``
@@ -40,9 +41,12 @@ from 4.1 / 4.5 ms to 2.4 / 2.3 ms (eager frames: 1.9 / 1.2 ms); ``oxygen-bench
 
 from __future__ import annotations
 
+import atexit
 import ctypes
+import functools
 import os
 import pathlib
+import shutil
 import tempfile
 import weakref
 import zipfile
@@ -89,10 +93,11 @@ KERNEL_BINARIES = (".cubin", ".fatbin", ".hsaco")
 
 
 def extract_library(package: pathlib.Path) -> pathlib.Path:
-    """The package's shared library, extracted beside it as ``<package stem>.so`` on first use
-    (written under a temporary name, then renamed). A GPU package's kernel binaries go into
-    :func:`kernel_dir` first."""
-    target = package.with_suffix(".so")
+    """The package's shared library, extracted as ``<package stem>.so`` on first use (written under
+    a temporary name, then renamed): beside the package, or, where its folder is read-only (a warm
+    cache copied onto a robot, a read-only mount), in a private folder of this process
+    (:func:`private_folder`). A GPU package's kernel binaries go into :func:`kernel_dir` first."""
+    target = _extracted(package).with_suffix(".so")
     if target.exists():
         return target
     with zipfile.ZipFile(package) as archive:
@@ -109,9 +114,27 @@ def extract_library(package: pathlib.Path) -> pathlib.Path:
     return target
 
 
+def _extracted(package: pathlib.Path) -> pathlib.Path:
+    """Where what is extracted from ``package`` goes, with the package's own name: beside it where
+    its folder is writable, else in :func:`private_folder`."""
+    package = pathlib.Path(package)
+    return package if os.access(package.parent, os.W_OK) else private_folder() / package.name
+
+
+@functools.cache
+def private_folder() -> pathlib.Path:
+    """A folder of this process's own under the temporary directory (mode 0700), removed when it
+    exits: where libraries from a read-only cache are extracted (the library of a loaded package
+    stays mapped after its file is gone)."""
+    folder = pathlib.Path(tempfile.mkdtemp(prefix="oxygen_ros-libraries-"))
+    atexit.register(shutil.rmtree, folder, ignore_errors=True)
+    return folder
+
+
 def kernel_dir(package: pathlib.Path) -> pathlib.Path:
-    """Where a GPU package's kernel binaries are extracted (``<package stem>.kernels``)."""
-    return package.with_suffix(".kernels")
+    """Where a GPU package's kernel binaries are extracted (``<package stem>.kernels``, beside the
+    library)."""
+    return _extracted(package).with_suffix(".kernels")
 
 
 def _kernels(package: pathlib.Path) -> pathlib.Path | None:

@@ -4,7 +4,10 @@
 ``"auto"`` (the default) compiles where the benchmark showed it pays off
 (:data:`AUTO_DEVICES`). Where compilation is impossible, :func:`resolve_compile`
 says why, so the caller logs it once and runs eager: a machine without a C++
-compiler never fails to start because of this setting.
+compiler never fails to start because of this setting. Loading a package the
+cache already holds needs no compiler: the compiler is looked for only when a
+package is missing (:func:`build_unavailable`), so a machine without one runs
+compiled from a warm cache, and eager, saying why, from a cold one.
 """
 
 from __future__ import annotations
@@ -32,6 +35,11 @@ class CompileDecision:
     reason: str  # why compilation is off (empty when enabled)
 
 
+class CannotBuild(RuntimeError):
+    """Packages the cache lacks cannot be built here (no compiler, a read-only cache): the message
+    says which and why, whole."""
+
+
 #: how much of a compile error :func:`failure_reason` keeps (torch's run to hundreds of lines: whole graphs)
 REASON_LINES, REASON_CHARS = 3, 400
 
@@ -44,6 +52,8 @@ def failure_reason(exc: BaseException, cache_dir: pathlib.Path | None = None) ->
     """Why compiling failed, in one log line: the error's type and the first lines of its message;
     first, when the disk of ``cache_dir`` is (nearly) full or the error says so, that (a compiler
     that ran out of space failed with a long command line, and "No space left" far below it)."""
+    if isinstance(exc, CannotBuild):
+        return str(exc)
     lines = [line.strip() for line in str(exc).splitlines() if line.strip()]
     text = " ".join(lines[:REASON_LINES])
     if len(text) > REASON_CHARS:
@@ -65,25 +75,29 @@ def _full_disk(exc: BaseException, cache_dir: pathlib.Path | None) -> str:
 
 
 def compile_unavailable(device: str | torch.device) -> str | None:
-    """Why the pieces cannot be compiled on ``device`` on this machine (None: they can)."""
+    """Why compiled packages cannot run on ``device`` on this machine (None: they can)."""
     device = torch.device(device)
     if device.type == "cpu":
-        try:
-            from torch._inductor.cpp_builder import get_cpp_compiler
-
-            get_cpp_compiler()
-        except Exception as e:  # the compiler looks for g++/clang++ and raises when none is found
-            return f"no working C++ compiler for torch's CPU code generator ({e})"
         return None
     if device.type == "cuda":
-        if not torch.cuda.is_available():
-            return "CUDA is not available"
+        return None if torch.cuda.is_available() else "CUDA is not available"
+    return f"compilation is not supported on {device.type} devices"
+
+
+def build_unavailable(device: str | torch.device) -> str | None:
+    """Why packages for ``device`` cannot be built on this machine (None: they can): its code
+    generator's compiler is missing."""
+    if torch.device(device).type == "cuda":
         from torch.utils._triton import has_triton
 
-        if not has_triton():
-            return "Triton (torch's GPU code generator) is not installed"
-        return None
-    return f"compilation is not supported on {device.type} devices"
+        return None if has_triton() else "Triton (torch's GPU code generator) is not installed"
+    try:
+        from torch._inductor.cpp_builder import get_cpp_compiler
+
+        get_cpp_compiler()
+    except Exception as e:  # the compiler looks for g++/clang++ and raises when none is found
+        return f"no working C++ compiler for torch's CPU code generator ({e})"
+    return None
 
 
 def resolve_compile(choice: str, device: str | torch.device) -> CompileDecision:

@@ -39,13 +39,11 @@ from types import MappingProxyType
 import torch
 from torch import Tensor
 
-from .aoti_library import probe_package
 from .buckets import batch_buckets, bucket_for, fit_prefill, padded, prompt_buckets
 from .cache import KVCache, SlotView
 from .compile_setup import loops_can_write_in_place, use_compile_cache
 from .cuda_graphs import CudaGraphs
-from .load_probe import probes
-from .package_builds import Build, build_packages
+from .package_builds import Build, build_missing
 from .packaged import PackagedPiece, package_path
 from .static import StaticPieces, greedy_allowed
 from .vla import VLA, PrefillResult, PrefixBatch
@@ -187,10 +185,12 @@ class CompiledVLA:
         """Graphs built after warm-up (0 in a steady state; every graph if not warmed up)."""
         return self.graphs - (self._graphs_at_warm or 0)
 
-    def warm_up(self, progress: Progress | None = None) -> None:
+    def warm_up(self, progress: Progress | None = None, note: Callable[[str], None] | None = None) -> None:
         """Load every bucket's package, compiling those the cache lacks (several at a time, in
         worker processes: ``package_builds.py``); ``progress(done, total, what)`` after each (``what``
-        names the bucket and says "compiled" or "from the cache"). Writes only the trash slot."""
+        names the bucket and says "compiled" or "from the cache"). Builds wait for another process
+        building into the same cache (``build_lock.py``; ``note`` says so), then build what it did
+        not. Writes only the trash slot."""
         buckets = [(what, name, self._prepared(inputs)) for what, name, inputs in self.buckets()]
         done, fresh = 0, set()
 
@@ -206,16 +206,9 @@ class CompiledVLA:
                 builds = [Build(what, name, self.steps, tuple(t.clone() for t in inputs),
                                 package_path(self.cache_dir, self.model, name, self.steps, self.cache, inputs))
                           for what, name, inputs in packages]
-                builds = [b for b in builds if not b.path.exists()]
+                builds = build_missing(self.model, self.cache, builds, self.cache_dir,
+                                       lambda b: report(b.what, " (compiled)"), note)
                 fresh = {b.what for b in builds}
-                # on a probed device the first is built and tried alone: a library that would crash
-                # this process stops the warm-up before the others are built (load_probe.py)
-                ahead = builds[:1] if probes(self.model.device) else []
-                compiled = lambda b: report(b.what, " (compiled)")  # noqa: E731
-                build_packages(self.model, self.cache, ahead, compiled)
-                for b in ahead:
-                    probe_package(b.path, self.model.device)
-                build_packages(self.model, self.cache, builds[len(ahead):], compiled)
             self.built += len(builds)
         for what, name, inputs in buckets:
             self._run(name, *inputs)  # loads the package (built above, or found in the cache)

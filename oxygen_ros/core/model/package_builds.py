@@ -27,9 +27,13 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
+from .aoti_library import probe_package
+from .build_lock import build_lock
 from .cache import KVCache
+from .compile_setup import CannotBuild
 from .config import ModelConfig
-from .packaged import build_package
+from .load_probe import probes
+from .packaged import build_package, build_refusal
 from .precision import TORCH_DTYPES
 from .vla import VLA, build_model
 
@@ -57,6 +61,30 @@ def worker_count(model: VLA, builds: int) -> int:
     if weights > WORKER_WEIGHT_LIMIT:
         return 1
     return max(1, min(builds, len(os.sched_getaffinity(0))))
+
+
+def build_missing(model: VLA, cache: KVCache, builds: Sequence[Build], cache_dir: pathlib.Path,
+                  done: Callable[[Build], None], note: Callable[[str], None] | None = None) -> list[Build]:
+    """Build those of ``builds`` whose package is not in ``cache_dir`` yet (``done(build)`` after
+    each) and return them. Raises :class:`CannotBuild`, building nothing, where they cannot be
+    built here (``packaged.build_refusal``). Waits for another process building into the same
+    cache (``build_lock.py``; ``note`` says so), then builds what it did not. On a probed device
+    the first is built and tried alone: a library that would crash this process stops the
+    warm-up before the others are built (``load_probe.py``)."""
+    missing = [b for b in builds if not b.path.exists()]
+    if not missing:
+        return []
+    refusal = build_refusal(cache_dir, model.device, len(missing), len(builds))
+    if refusal:
+        raise CannotBuild(refusal)
+    with build_lock(missing[0].path.parent, note):
+        missing = [b for b in missing if not b.path.exists()]  # another process's are there now
+        ahead = missing[:1] if probes(model.device) else []
+        build_packages(model, cache, ahead, done)
+        for b in ahead:
+            probe_package(b.path, model.device)
+        build_packages(model, cache, missing[len(ahead):], done)
+    return missing
 
 
 def build_packages(model: VLA, cache: KVCache, builds: Sequence[Build], done: Callable[[Build], None],

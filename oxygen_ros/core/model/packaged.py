@@ -16,7 +16,11 @@ and the interpreter lock released (``aoti_library.py``).
   the key a digest of everything the code depends on (:func:`package_key`):
   the model's configuration, the shapes and dtypes, the device, the CPU's
   vector instruction set, torch's version and the source of this folder. A
-  second start of the same model loads every package without compiling.
+  second start of the same model loads every package without compiling,
+  and needs no compiler for it: a warm cache serves a machine without one,
+  read-only too (the libraries are then extracted into a private folder,
+  ``aoti_library.py``). Only a missing package asks for the compiler and a
+  writable cache (:func:`build_refusal`).
 """
 
 from __future__ import annotations
@@ -33,7 +37,9 @@ from torch import Tensor
 from torch.utils import _pytree as pytree
 
 from .aoti_library import AOTILibrary, check_constants
+from .build_lock import build_lock
 from .cache import KVCache
+from .compile_setup import CACHE_ENV, CannotBuild, build_unavailable
 from .static import StaticPieces
 from .vla import VLA
 
@@ -70,12 +76,44 @@ def package_key(model: VLA, name: str, steps: int, cache: KVCache, inputs: tuple
     if device.type == "cuda":
         target = f"cuda sm{''.join(map(str, torch.cuda.get_device_capability(device)))}"
     else:
-        from torch._inductor.cpu_vec_isa import pick_vec_isa
-
-        target = f"{device.type} {pick_vec_isa()}"
+        target = f"{device.type} {cpu_target()}"
     parts = [torch.__version__, target, source_digest(), repr(model.config), str(model.dtype), name, str(steps),
              str(PACKAGE_OPTIONS), *(f"{tuple(t.shape)} {t.dtype}" for t in (cache.k, cache.v, *inputs))]
     return hashlib.sha256("\n".join(parts).encode()).hexdigest()[:24]
+
+
+def cpu_target() -> str:
+    """This CPU's architecture and vector instruction sets, as the key names them: read off the CPU
+    (torch's own checks), not found by compiling test programs as inductor's choice of ISA is, so
+    that a machine without a compiler finds the packages a machine like it built."""
+    import platform
+
+    from torch._inductor.cpu_vec_isa import x86_isa_checker
+
+    return " ".join([platform.machine(), torch.backends.cpu.get_cpu_capability(), *x86_isa_checker()])
+
+
+def _writable(folder: pathlib.Path) -> bool:
+    """Whether files can be made in ``folder`` (or, where it is still to be made, in its nearest
+    existing parent): a read-only mount or permissions say no."""
+    folder = pathlib.Path(folder)
+    while not folder.exists() and folder != folder.parent:
+        folder = folder.parent
+    return os.access(folder, os.W_OK)
+
+
+def build_refusal(cache_dir: pathlib.Path, device: torch.device, missing: int, total: int) -> str | None:
+    """Why the ``missing`` of ``total`` packages the cache lacks cannot be built here (None: they can)."""
+    cache_dir = pathlib.Path(cache_dir)
+    what = f"the compile cache ({cache_dir}) lacks {missing} of the {total} packages this model needs"
+    why = build_unavailable(device)
+    if why is not None:
+        return (f"{why}: {what}, and they cannot be built here. Build them where a compiler is (the same "
+                f"torch and kind of {'GPU' if device.type == 'cuda' else 'CPU'}, the same model and parameters) "
+                f"and copy the cache here")
+    if not _writable(cache_dir / "aoti"):
+        return f"{what}, and it is read-only: build them where it is writable, or point {CACHE_ENV} at a writable folder"
+    return None
 
 
 class PackagedPiece:
@@ -89,7 +127,12 @@ class PackagedPiece:
         self.path = package_path(cache_dir, model, name, steps, cache, inputs)
         self.built = not self.path.exists()
         if self.built:
-            build_package(model, cache, name, steps, inputs, self.path)
+            refusal = build_refusal(cache_dir, model.device, 1, 1)
+            if refusal:
+                raise CannotBuild(refusal)
+            with build_lock(self.path.parent):
+                if not self.path.exists():  # not built by another process while this one waited
+                    build_package(model, cache, name, steps, inputs, self.path)
         state = dict(module.named_parameters())
         state.update(module.named_buffers())
         # through the library's C interface: the interpreter lock is released
