@@ -466,3 +466,24 @@ def test_a_weights_file_that_is_a_pointer_or_a_web_page_says_so(tmp_path, conten
     (tmp_path / "model.safetensors").write_bytes(content)
     with pytest.raises(CheckpointError, match=message):
         load_checkpoint(tmp_path)
+
+
+def test_the_start_up_names_the_tokenizer_file_and_whose_choice_it_was(tmp_path, small_variants, small_model,
+                                                                       random_tiny_dir):
+    """A wrong tokenizer decodes nonsense without an error: the start-up says which file is in use."""
+    from oxygen_ros.core.checkpoints import default_model
+    from oxygen_ros.ros.inference_parameters import PARAMETERS
+    from oxygen_ros.ros.inference_setup import model_notes, tokenizer_note
+
+    p = {spec.name: spec.default for spec in PARAMETERS}
+    shipped, embedded = default_tokenizer_path(), default_model()
+    assert (False, f"tokenizer {embedded.tokenizer.path} (the embedded default model's; "
+                   f"{embedded.tokenizer.vocab_size} pieces)") in model_notes(p, embedded, 2)
+    d = write_openpi(tmp_path / "ckpt", foreign_state(small_model))
+    ckpt = load_checkpoint(d)
+    assert ckpt.tokenizer.path.is_relative_to(d)  # the one in its folder
+    assert tokenizer_note(p, ckpt) == f"tokenizer {ckpt.tokenizer.path} (the checkpoint's; {ckpt.tokenizer.vocab_size} pieces)"
+    given = p | {"tokenizer_path": str(shipped)}
+    loaded = load_checkpoint(random_tiny_dir, tokenizer_path=shipped)
+    assert tokenizer_note(given, loaded) == \
+        f"tokenizer {shipped} (parameter tokenizer_path; {loaded.tokenizer.vocab_size} pieces)"

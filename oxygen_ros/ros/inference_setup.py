@@ -12,6 +12,7 @@ from ..core import checkpoints
 from ..core.engine import Engine, EngineConfig
 from ..core.normalization import MODEL_ACTION_DIM, STATE_NEEDS_STATISTICS
 from ..core.observation import Observation
+from ..core.tokenizer import default_tokenizer_path
 from .inference_parameters import PARAMETERS, SPECS
 from .parameters import ParameterError
 from .robots import robot_topic
@@ -42,12 +43,12 @@ def load_model(p: dict) -> checkpoints.LoadedCheckpoint:
 
 def model_notes(p: dict, loaded: checkpoints.LoadedCheckpoint, action_dim: int) -> list[tuple[bool, str]]:
     """What the start-up says of the model loaded, (a warning?, the line) each: a preset not used,
-    a horizon not stated, the demo model driving a trajectory or held, the rate its chunks play at, in
+    a horizon not stated, the demo model driving a trajectory or held, the tokenizer, the rate its chunks play at, in
     which units its actions go out, and which of them the trajectory carries."""
     warnings = (unused_preset(p, loaded), unstated_horizon(loaded), demo_model_trajectory(p, loaded),
                 demo_model_hold(p, loaded))
     notes = [(True, line) for line in warnings if line]
-    notes += [(False, line) for line in (rate_note(p, loaded),) if line]
+    notes += [(False, line) for line in (tokenizer_note(p, loaded), rate_note(p, loaded)) if line]
     return notes + [note for note in (units_note(p, loaded), trajectory_note(p, action_dim)) if note is not None]
 
 
@@ -103,6 +104,20 @@ def _embedded(loaded: checkpoints.LoadedCheckpoint) -> bool:
     """Whether ``loaded`` is the embedded default model (trained on the synthetic scene: its actions
     are the demo gripper's displacements)."""
     return loaded.source == str(checkpoints.DEFAULT_MODEL_DIR)
+
+
+def tokenizer_note(p: dict, loaded: checkpoints.LoadedCheckpoint) -> str:
+    """The start-up line naming the tokenizer file in use and whose choice it was (a checkpoint's
+    own, the embedded default model's, the one shipped with the package, or parameter
+    tokenizer_path): a wrong one decodes nonsense without an error."""
+    tok = loaded.tokenizer
+    if p["tokenizer_path"]:
+        whose = "parameter tokenizer_path"
+    elif _embedded(loaded):
+        whose = "the embedded default model's"
+    else:
+        whose = "the package's" if tok.path.resolve() == default_tokenizer_path().resolve() else "the checkpoint's"
+    return f"tokenizer {tok.path} ({whose}; {tok.vocab_size} pieces)"
 
 
 def rate_note(p: dict, loaded: checkpoints.LoadedCheckpoint) -> str | None:
