@@ -34,6 +34,7 @@ import dataclasses
 import itertools
 import json
 import sys
+import time
 import textwrap
 
 from tqdm import tqdm
@@ -163,15 +164,19 @@ def main(argv=None) -> int:
         except ValueError as e:
             raise SystemExit(str(e)) from None
     combos = run_combinations(args, denoise_sweep(args.denoise_steps, c))
-    runs, components = run_all(model, tok, args, obs, combos)
+    runs, components, components_compile_s = run_all(model, tok, args, obs, combos)
     compare_agents(runs)
     bounds = upper_bounds(model, runs, components)
     result = {"runs": runs, "upper_bound": bounds, "components": components.get(False),
               "components_compiled": components.get(True),
+              # the compiled piece timer's own packages (other shapes than the runs'): part of a cold start's wait
+              "components_compile_s": components_compile_s,
               "model": {"source": loaded.source, "preset": c.name, "device": args.device, "dtype": args.dtype,
                         "threads": args.threads, "keep_freed_memory": keeps_freed_memory(args)}}
     print_table(runs, bounds)
     print_components(components)
+    if components_compile_s is not None:
+        print(f"  (the compiled pieces' own packages: loaded or built in {components_compile_s:.1f} s)")
     if args.json:
         args.json.parent.mkdir(parents=True, exist_ok=True)
         args.json.write_text(json.dumps(result, indent=2, default=str))
@@ -216,11 +221,14 @@ def _write(result: dict, model, args: argparse.Namespace, source: str) -> int:
     return 0
 
 
-def run_all(model, tok, args: argparse.Namespace, obs: list, combos: list[tuple]) -> tuple[list[dict], dict]:
+def run_all(model, tok, args: argparse.Namespace, obs: list, combos: list[tuple]) -> tuple[list[dict], dict,
+                                                                                        float | None]:
     """Every run of the sweep, in the order of ``combos``, side by side (``run_interleaved``: a frame
     of each in turn), and the pieces timed alone between their rounds of frames (:func:`piece_timers`):
     the runs' ratios (speedups, and against the upper bound) are measured under the same load, on a
-    machine whose speed drifts. Returns the runs and the pieces' medians {compiled: components}."""
+    machine whose speed drifts. Returns the runs, the pieces' medians {compiled: components} and the
+    seconds the compiled pieces' timer took to set up (loading or building packages of its own shapes;
+    None: no compiled timer)."""
     specs = [RunSpec(setting, n, k, S, args.frames, args.warmup, args.arrivals, agents=a,
                      max_active=args.max_active, seed=args.seed, compile=mode, cameras=args.cameras,
                      keep_freed_memory=keeps_freed_memory(args))
@@ -243,7 +251,8 @@ def run_all(model, tok, args: argparse.Namespace, obs: list, combos: list[tuple]
         runs = run_interleaved(model, tok, specs, obs, on_frame=lambda: bar.update(1), after_round=after_round)
     for r in runs:
         r["preset"] = model.config.name
-    return runs, {compiled: t.result() for compiled, t in timers.items()}
+    compile_s = timers[True].setup_s if True in timers else None
+    return runs, {compiled: t.result() for compiled, t in timers.items()}, compile_s
 
 
 #: samples of each piece a benchmark takes between its rounds of frames
@@ -258,9 +267,11 @@ def piece_timers(model, tok, args: argparse.Namespace, slot_len: int) -> dict[bo
     timers = {}
     for compiled in sorted(set(on_device.values())):
         try:
+            t0 = time.perf_counter()
             timers[compiled] = piece_timer(model, tok, cameras=args.cameras, compile=compiled,
                                            denoise_steps=denoise_sweep(args.denoise_steps, c)[0], slot_len=slot_len,
                                            round_steps=max(args.steps_per_frame))
+            timers[compiled].setup_s = time.perf_counter() - t0  # compiled: loading or building its packages
         except (LibraryLoadError, CannotBuild):
             pass  # the compiled runs ran eager, and their rows say why
     return timers
