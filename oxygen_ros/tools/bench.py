@@ -182,15 +182,19 @@ def main(argv=None) -> int:
         args.json.write_text(json.dumps(result, indent=2, default=str))
         print(f"wrote {args.json}", file=sys.stderr)
     if args.plot:
-        from .plots import write_plots
-
-        # the figures show one mode and one number of agents
-        first = [r for r in runs if r["compile"] == args.compile[0] and r["agents"] == args.agents[0]]
-        for path in write_plots(dict(result, runs=first), args.plot):
-            print(f"wrote {path}", file=sys.stderr)
-        if "baseline" not in args.settings or len(args.settings) < 2:
-            print("no speedup figures: they need baseline and another setting in --settings", file=sys.stderr)
+        plot(result, args)
     return 0
+
+
+def plot(result: dict, args: argparse.Namespace) -> None:
+    """The figures of ``result`` into ``--plot``: one mode and one number of agents (the first given)."""
+    from .plots import write_plots
+
+    first = [r for r in result["runs"] if r["compile"] == args.compile[0] and r["agents"] == args.agents[0]]
+    for path in write_plots(dict(result, runs=first), args.plot):
+        print(f"wrote {path}", file=sys.stderr)
+    if "baseline" not in args.settings or len(args.settings) < 2:
+        print("no speedup figures: they need baseline and another setting in --settings", file=sys.stderr)
 
 
 def pieces_only(model, tok, args: argparse.Namespace, source: str) -> int:
