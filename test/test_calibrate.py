@@ -120,3 +120,19 @@ def test_compile_on_without_a_compiler_and_a_cold_cache_measures_eager_and_says_
     err = capsys.readouterr().err
     assert "compile=on runs eager: no working C++ compiler" in err and "cannot be built here" in err, err
     assert yaml.safe_load(out.read_text())["oxygen_inference"]["ros__parameters"]["steps_per_frame"] >= 1
+
+
+def test_a_compiled_calibration_says_the_agent_still_builds_its_own_packages(tmp_path, random_tiny_dir, capsys,
+                                                                           monkeypatch):
+    """Calibrate's compiled packages are of other shapes than the agent's: without a word, one would
+    expect the agent's first start to find a warm cache. (The bucketed pieces run eager here.)"""
+    import functools
+
+    from oxygen_ros.core import piece_timing
+    from oxygen_ros.core.model.compiled import CompiledVLA
+
+    monkeypatch.setattr(piece_timing, "CompiledVLA", functools.partial(CompiledVLA, compile=False))
+    monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path / "cache"))
+    assert calibrate.main(["--model-path", random_tiny_dir, "--target-hz", "5", "--max-decode", "4", "--repeats", "2",
+                           "--cameras", "1", "--compile", "on", "--out", str(tmp_path / "calibrated.yaml")]) == 0
+    assert "an agent with compile:=on still builds its own" in capsys.readouterr().err
