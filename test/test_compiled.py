@@ -416,6 +416,21 @@ def test_compile_cache_follows_the_environment(monkeypatch, tmp_path):
     assert compile_cache_dir() == tmp_path / "oxygen_ros" / "compile"
 
 
+def test_the_compile_cache_follows_oxygen_compile_cache_within_a_process_unless_torchs_is_chosen(monkeypatch,
+                                                                                                 tmp_path):
+    """A long-lived Python (a notebook, a test session) that points OXYGEN_COMPILE_CACHE elsewhere gets
+    the new folder: the variable the first call set for torch is not taken for the user's choice."""
+    from oxygen_ros.core.model.compile_setup import use_compile_cache
+
+    monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", "")  # unset (and put back as it was after the test)
+    monkeypatch.setenv("OXYGEN_COMPILE_CACHE", str(tmp_path / "a"))
+    assert use_compile_cache() == tmp_path / "a"
+    monkeypatch.setenv("OXYGEN_COMPILE_CACHE", str(tmp_path / "b"))
+    assert use_compile_cache() == tmp_path / "b" and (tmp_path / "b").is_dir()
+    monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path / "torch's"))  # the user's choice wins
+    assert use_compile_cache() == tmp_path / "torch's"
+
+
 def _compiled_frames_checked_against_eager(model, tok, setting: str):
     """A compiled engine, warmed up, and its frames, checked against an eager engine's: identical
     greedy tokens, actions within 1e-5, nothing compiled after the warm-up. Returns the engine,

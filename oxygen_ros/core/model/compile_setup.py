@@ -157,14 +157,20 @@ def compile_cache_dir() -> pathlib.Path:
     return pathlib.Path(base) / "oxygen_ros" / "compile"
 
 
+#: the ``TORCHINDUCTOR_CACHE_DIR`` :func:`use_compile_cache` set last (not the user's choice)
+_set_here: str | None = None
+
+
 def use_compile_cache() -> pathlib.Path:
     """Point torch's compiler cache at :func:`compile_cache_dir` (unless ``TORCHINDUCTOR_CACHE_DIR``
-    was set to a directory of the user's choice) and return the directory in use."""
+    was set to a directory of the user's choice) and return the directory in use. Called again
+    after ``OXYGEN_COMPILE_CACHE`` changed, it follows it (the variable it set itself is not a choice)."""
     from torch._inductor.runtime.cache_dir_utils import default_cache_dir
 
+    global _set_here
     chosen = os.environ.get("TORCHINDUCTOR_CACHE_DIR")
-    if not chosen or os.path.abspath(chosen) == os.path.abspath(default_cache_dir()):
+    if not chosen or chosen == _set_here or os.path.abspath(chosen) == os.path.abspath(default_cache_dir()):
         path = compile_cache_dir()
         path.mkdir(parents=True, exist_ok=True)
-        os.environ["TORCHINDUCTOR_CACHE_DIR"] = str(path)
+        os.environ["TORCHINDUCTOR_CACHE_DIR"] = _set_here = str(path)
     return pathlib.Path(os.environ["TORCHINDUCTOR_CACHE_DIR"])
