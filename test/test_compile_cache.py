@@ -72,17 +72,11 @@ with open(out, "w") as f:
 def warm_cache(tmp_path_factory) -> pathlib.Path:
     """The session's compile cache, holding the packages of an engine of :data:`COMMON`."""
     cache_dir = tmp_path_factory.getbasetemp() / "compile-cache"
-    saved = os.environ.get("TORCHINDUCTOR_CACHE_DIR")
-    os.environ["TORCHINDUCTOR_CACHE_DIR"] = str(cache_dir)
-    try:
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("TORCHINDUCTOR_CACHE_DIR", str(cache_dir))
         engine = tiny_engine(compile="on")
         engine.warm_up()  # from the cache when test_compiled filled it, else built here
         assert engine.compiled is not None, engine.compile_reason
-    finally:
-        if saved is None:
-            os.environ.pop("TORCHINDUCTOR_CACHE_DIR")
-        else:
-            os.environ["TORCHINDUCTOR_CACHE_DIR"] = saved
     return cache_dir
 
 

@@ -15,6 +15,7 @@ with the caches in the state frames leave them in.
 from __future__ import annotations
 
 import statistics
+import time
 from collections.abc import Callable, Sequence
 
 import torch
@@ -36,6 +37,7 @@ class PieceTimer:
                  batch_sizes: Sequence[int] = (1, 2, 4, 8), decode_context: int = 16, denoise_steps: int = 1,
                  compile: bool = False, slot_len: int | None = None, warm_all: bool = True, round_steps: int = 0,
                  cameras: int | None = None, warmup: int = 3):
+        started = time.perf_counter()
         c = model.config
         self.device, self.compiled, self.denoise_steps = model.device, compile, denoise_steps
         self.cameras = cameras or c.max_cameras
@@ -69,6 +71,8 @@ class PieceTimer:
         self.times: dict[str, list[float]] = {name: [] for name, _ in self.calls}
         for _ in range(warmup):  # allocation, kernel choice, a compiled graph's first run
             self.sample(record=False)
+        #: seconds this setting-up took (compiled: mostly loading, or building, its packages)
+        self.setup_s = time.perf_counter() - started
 
     def _decode(self, view: SlotView, tokens: torch.Tensor, steps: int) -> Callable[[], object]:
         """A decode of ``steps`` steps at ``tokens``' batch size: eager, a decode step (``steps`` 1);

@@ -34,7 +34,6 @@ import dataclasses
 import itertools
 import json
 import sys
-import time
 import textwrap
 
 from tqdm import tqdm
@@ -271,11 +270,9 @@ def piece_timers(model, tok, args: argparse.Namespace, slot_len: int) -> dict[bo
     timers = {}
     for compiled in sorted(set(on_device.values())):
         try:
-            t0 = time.perf_counter()
             timers[compiled] = piece_timer(model, tok, cameras=args.cameras, compile=compiled,
                                            denoise_steps=denoise_sweep(args.denoise_steps, c)[0], slot_len=slot_len,
                                            round_steps=max(args.steps_per_frame))
-            timers[compiled].setup_s = time.perf_counter() - t0  # compiled: loading or building its packages
         except (LibraryLoadError, CannotBuild):
             pass  # the compiled runs ran eager, and their rows say why
     return timers

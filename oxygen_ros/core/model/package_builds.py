@@ -30,10 +30,9 @@ from torch import Tensor
 from .aoti_library import probe_package
 from .build_lock import build_lock
 from .cache import KVCache
-from .compile_setup import CannotBuild
 from .config import ModelConfig
 from .load_probe import probes
-from .packaged import build_package, build_refusal
+from .packaged import build_package, check_buildable
 from .precision import TORCH_DTYPES
 from .vla import VLA, build_model
 
@@ -66,17 +65,15 @@ def worker_count(model: VLA, builds: int) -> int:
 def build_missing(model: VLA, cache: KVCache, builds: Sequence[Build], cache_dir: pathlib.Path,
                   done: Callable[[Build], None], note: Callable[[str], None] | None = None) -> list[Build]:
     """Build those of ``builds`` whose package is not in ``cache_dir`` yet (``done(build)`` after
-    each) and return them. Raises :class:`CannotBuild`, building nothing, where they cannot be
-    built here (``packaged.build_refusal``). Waits for another process building into the same
+    each) and return them. Raises ``compile_setup.CannotBuild``, building nothing, where they cannot be
+    built here (``packaged.check_buildable``). Waits for another process building into the same
     cache (``build_lock.py``; ``note`` says so), then builds what it did not. On a probed device
     the first is built and tried alone: a library that would crash this process stops the
     warm-up before the others are built (``load_probe.py``)."""
     missing = [b for b in builds if not b.path.exists()]
     if not missing:
         return []
-    refusal = build_refusal(cache_dir, model.device, len(missing), len(builds))
-    if refusal:
-        raise CannotBuild(refusal)
+    check_buildable(cache_dir, model.device, len(missing), len(builds))
     with build_lock(missing[0].path.parent, note):
         missing = [b for b in missing if not b.path.exists()]  # another process's are there now
         ahead = missing[:1] if probes(model.device) else []

@@ -20,7 +20,7 @@ and the interpreter lock released (``aoti_library.py``).
   and needs no compiler for it: a warm cache serves a machine without one,
   read-only too (the libraries are then extracted into a private folder,
   ``aoti_library.py``). Only a missing package asks for the compiler and a
-  writable cache (:func:`build_refusal`).
+  writable cache (:func:`check_buildable`).
 """
 
 from __future__ import annotations
@@ -82,6 +82,7 @@ def package_key(model: VLA, name: str, steps: int, cache: KVCache, inputs: tuple
     return hashlib.sha256("\n".join(parts).encode()).hexdigest()[:24]
 
 
+@functools.cache
 def cpu_target() -> str:
     """This CPU's architecture and vector instruction sets, as the key names them: read off the CPU
     (torch's own checks), not found by compiling test programs as inductor's choice of ISA is, so
@@ -102,18 +103,19 @@ def _writable(folder: pathlib.Path) -> bool:
     return os.access(folder, os.W_OK)
 
 
-def build_refusal(cache_dir: pathlib.Path, device: torch.device, missing: int, total: int) -> str | None:
-    """Why the ``missing`` of ``total`` packages the cache lacks cannot be built here (None: they can)."""
+def check_buildable(cache_dir: pathlib.Path, device: torch.device, missing: int, total: int) -> None:
+    """Raise :class:`CannotBuild`, saying why, where the ``missing`` of ``total`` packages the cache
+    lacks cannot be built here (no compiler, a read-only cache)."""
     cache_dir = pathlib.Path(cache_dir)
     what = f"the compile cache ({cache_dir}) lacks {missing} of the {total} packages this model needs"
     why = build_unavailable(device)
     if why is not None:
-        return (f"{why}: {what}, and they cannot be built here. Build them where a compiler is (the same "
-                f"torch and kind of {'GPU' if device.type == 'cuda' else 'CPU'}, the same model and parameters) "
-                f"and copy the cache here")
+        raise CannotBuild(f"{why}: {what}, and they cannot be built here. Build them where a compiler is (the "
+                          f"same torch and kind of {'GPU' if device.type == 'cuda' else 'CPU'}, the same model and "
+                          "parameters) and copy the cache here")
     if not _writable(cache_dir / "aoti"):
-        return f"{what}, and it is read-only: build them where it is writable, or point {CACHE_ENV} at a writable folder"
-    return None
+        raise CannotBuild(f"{what}, and it is read-only: build them where it is writable, or point {CACHE_ENV} at "
+                          "a writable folder")
 
 
 class PackagedPiece:
@@ -127,9 +129,7 @@ class PackagedPiece:
         self.path = package_path(cache_dir, model, name, steps, cache, inputs)
         self.built = not self.path.exists()
         if self.built:
-            refusal = build_refusal(cache_dir, model.device, 1, 1)
-            if refusal:
-                raise CannotBuild(refusal)
+            check_buildable(cache_dir, model.device, 1, 1)
             with build_lock(self.path.parent):
                 if not self.path.exists():  # not built by another process while this one waited
                     build_package(model, cache, name, steps, inputs, self.path)
