@@ -420,8 +420,12 @@ def test_the_compile_cache_follows_oxygen_compile_cache_within_a_process_unless_
                                                                                                  tmp_path):
     """A long-lived Python (a notebook, a test session) that points OXYGEN_COMPILE_CACHE elsewhere gets
     the new folder: the variable the first call set for torch is not taken for the user's choice."""
+    from oxygen_ros.core.model import compile_setup
     from oxygen_ros.core.model.compile_setup import use_compile_cache
 
+    # what this process's earlier calls set, put back after the test with the variable itself: a later
+    # test must find the two as they were (else the variable they set reads as the user's choice)
+    monkeypatch.setattr(compile_setup, "_set_here", compile_setup._set_here)
     monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", "")  # unset (and put back as it was after the test)
     monkeypatch.setenv("OXYGEN_COMPILE_CACHE", str(tmp_path / "a"))
     assert use_compile_cache() == tmp_path / "a"
