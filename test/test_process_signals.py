@@ -39,9 +39,11 @@ def test_an_interrupt_that_comes_during_a_finalizer_is_not_lost(our_handlers, ca
     """Python swallows an exception raised in ``__del__`` (it prints "Exception ignored in" and a
     traceback), so a Ctrl-C landing there would be lost and the node go on starting. It comes
     again just after the finalizer, where it interrupts."""
+    start = time.monotonic()
     with pytest.raises(KeyboardInterrupt):
         _Dropped()  # made and dropped: its finalizer runs here
-        time.sleep(1.0)  # the interrupt arrives here
+        time.sleep(30.0)  # the interrupt arrives here, and ends the wait
+    assert time.monotonic() - start < 30.0, "the interrupt came only once the sleep had ended"
     assert "Exception ignored" not in capfd.readouterr().err
 
 
@@ -158,3 +160,27 @@ def test_a_node_built_while_an_interrupt_came_is_destroyed_to_its_end(stepped_ro
     assert stepped_ros.spin_until(lambda: observer.count_subscribers(f"{p}/plain/after") == 1)
     assert stepped_ros.spin_until(lambda: observer.count_subscribers(f"{p}/ours/after") == 0), \
         "the subscription made after the interrupt was left behind"
+
+
+def test_an_interrupt_that_comes_during_a_weakref_callback_is_not_lost(our_handlers, capfd):
+    """A weakref's callback is a finalizer not told by its name (torch's weak dictionaries have
+    them): Python drops the KeyboardInterrupt raised there, and the signal is sent again."""
+    import weakref
+
+    class Held:
+        pass
+
+    def callback(ref):
+        signal.raise_signal(signal.SIGTERM)
+        for _ in range(10_000):  # places where the handler runs, inside the callback
+            pass
+
+    held = Held()
+    ref = weakref.ref(held, callback)
+    start = time.monotonic()
+    with pytest.raises(KeyboardInterrupt):
+        del held  # its callback runs here
+        time.sleep(30.0)  # the interrupt arrives here, and ends the wait
+    assert time.monotonic() - start < 30.0, "the interrupt came only once the sleep had ended"
+    assert ref() is None
+    assert "Exception ignored" not in capfd.readouterr().err

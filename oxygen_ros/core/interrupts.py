@@ -17,6 +17,8 @@ import signal
 from collections.abc import Iterator
 from contextlib import contextmanager
 
+from .signal_delivery import raise_not_lost
+
 _count = 0
 
 
@@ -33,7 +35,7 @@ def interrupts() -> int:
 
 def _interrupt(signum, frame) -> None:
     record_interrupt()
-    raise KeyboardInterrupt
+    raise_not_lost(signum, KeyboardInterrupt())
 
 
 def catch_interrupts() -> None:

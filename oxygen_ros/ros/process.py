@@ -20,6 +20,7 @@ import rclpy
 from rclpy.signals import SignalHandlerOptions
 
 from ..core.interrupts import record_interrupt
+from ..core.signal_delivery import raise_not_lost, redelivered_after_finalizer
 from ..core.tick_guard import SWITCH_INTERVAL_S
 
 
@@ -122,44 +123,25 @@ def install_sigterm_as_keyboard_interrupt(sigint_once: bool = False) -> None:
         signal.signal(signal.SIGTERM, interrupt)
 
 
-#: how long after a finalizer a signal that came during it is delivered again (seconds)
-REDELIVERY_S = 0.01
-
-
 def interrupt(signum, frame) -> None:
-    """Raise KeyboardInterrupt where the main thread is, unless it is inside a finalizer
-    (``__del__``): Python swallows an exception raised there ("Exception ignored in ...",
-    with a traceback) and the interrupt would be lost, the process going on. Seen with
-    SIGINTs during the node's start, one landing in a ``Popen.__del__`` that the garbage
-    collector ran. Then the signal is sent again a moment later, to land outside it."""
-    if _redelivered_after_finalizer(signum, frame):
+    """Raise KeyboardInterrupt where the main thread is. One that comes inside a finalizer is
+    sent again just after it (``signal_delivery.py``): Python drops an exception raised there
+    and the process would go on, as a node did when a SIGINT landed in a ``Popen.__del__``
+    that the garbage collector ran during its start."""
+    if redelivered_after_finalizer(signum, frame):
         return
     record_interrupt()
-    raise KeyboardInterrupt
+    raise_not_lost(signum, KeyboardInterrupt())
 
 
 def interrupt_once(signum, frame) -> None:
     """:func:`interrupt`, and SIGINT ignored from the moment it raises (handlers run on
     the main thread, between two bytecodes: nothing of the clean-up has run yet)."""
-    if _redelivered_after_finalizer(signum, frame):
+    if redelivered_after_finalizer(signum, frame):
         return
     ignore_further_interrupts()
     record_interrupt()
-    raise KeyboardInterrupt
-
-
-def _redelivered_after_finalizer(signum, frame) -> bool:
-    """True when the handler runs inside a finalizer: the signal is sent again a moment
-    later, to land outside it."""
-    f = frame
-    while f is not None:
-        if f.f_code.co_name == "__del__":
-            timer = threading.Timer(REDELIVERY_S, signal.raise_signal, (signum,))
-            timer.daemon = True
-            timer.start()
-            return True
-        f = f.f_back
-    return False
+    raise_not_lost(signum, KeyboardInterrupt())
 
 
 def destroy_after_interrupt(destroy, tries: int = 100) -> None:

@@ -20,13 +20,13 @@ import multiprocessing
 import os
 import pathlib
 import signal
-import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import torch
 from torch import Tensor
 
+from ..signal_delivery import raise_not_lost, redelivered_after_finalizer
 from .aoti_library import probe_package
 from .build_lock import build_lock
 from .cache import KVCache
@@ -116,12 +116,23 @@ def build_packages(model: VLA, cache: KVCache, builds: Sequence[Build], done: Ca
 _worker: dict[str, object] = {}  # the worker process's model and cache
 
 
+def leave_on_sigterm() -> None:
+    """SIGTERM (the pool's ``terminate()``) makes a worker leave through the build's clean-up (no
+    half-written package file is left in the cache), not at once; also when it lands in a
+    finalizer, where Python drops the exception (``signal_delivery.py``): the worker then built
+    on, and the pool waited for it without end."""
+    signal.signal(signal.SIGTERM, _leave)
+
+
+def _leave(signum, frame) -> None:
+    if not redelivered_after_finalizer(signum, frame):
+        raise_not_lost(signum, SystemExit(1))
+
+
 def _start_worker(config: ModelConfig, dtype: str, cache_shape: tuple[int, ...]) -> None:
-    # Ctrl-C is the parent's to handle (it terminates the pool: no traceback from each worker);
-    # terminate() is a SIGTERM: leave through the build's clean-up (no half-written package file
-    # left in the cache), not at once
+    # Ctrl-C is the parent's to handle (it terminates the pool: no traceback from each worker)
     signal.signal(signal.SIGINT, signal.SIG_IGN)
-    signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(1))
+    leave_on_sigterm()
     torch.set_num_threads(1)  # one core each: the workers share the machine
     layers, slots, kv_heads, max_len, head_dim = cache_shape
     model = build_model(config, dtype=dtype)
