@@ -162,16 +162,16 @@ def test_a_node_built_while_an_interrupt_came_is_destroyed_to_its_end(stepped_ro
         "the subscription made after the interrupt was left behind"
 
 
-def test_an_interrupt_that_comes_during_a_weakref_callback_is_not_lost(our_handlers, capfd):
-    """A weakref's callback is a finalizer not told by its name (torch's weak dictionaries have
-    them): Python drops the KeyboardInterrupt raised there, and the signal is sent again."""
+def _interrupted_in_a_weakref_callback(signum, capfd):
+    """Drop an object whose weakref's callback gets ``signum``; asserts that the interrupt ends
+    the 30 s wait that follows."""
     import weakref
 
     class Held:
         pass
 
     def callback(ref):
-        signal.raise_signal(signal.SIGTERM)
+        signal.raise_signal(signum)
         for _ in range(10_000):  # places where the handler runs, inside the callback
             pass
 
@@ -184,3 +184,18 @@ def test_an_interrupt_that_comes_during_a_weakref_callback_is_not_lost(our_handl
     assert time.monotonic() - start < 30.0, "the interrupt came only once the sleep had ended"
     assert ref() is None
     assert "Exception ignored" not in capfd.readouterr().err
+
+
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM])
+def test_an_interrupt_that_comes_during_a_weakref_callback_is_not_lost(our_handlers, capfd, signum):
+    """A weakref's callback is a finalizer not told by its name (torch's weak dictionaries have
+    them): Python drops the KeyboardInterrupt raised there, and the signal is sent again."""
+    _interrupted_in_a_weakref_callback(signum, capfd)
+
+
+def test_a_sigint_once_dropped_in_a_weakref_callback_still_interrupts(saved_handlers, capfd):
+    """The inference node's SIGINT turns SIGINT off as it raises: the interrupt Python dropped
+    comes again as SIGTERM, which interrupts the same way."""
+    install_sigterm_as_keyboard_interrupt(sigint_once=True)
+    _interrupted_in_a_weakref_callback(signal.SIGINT, capfd)
+    assert signal.getsignal(signal.SIGINT) is signal.SIG_IGN

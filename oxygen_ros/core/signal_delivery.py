@@ -42,12 +42,13 @@ def redelivered_after_finalizer(signum: int, frame) -> bool:
     return False
 
 
-def raise_not_lost(signum: int, exc: BaseException) -> NoReturn:
+def raise_not_lost(signum: int, exc: BaseException, again: int | None = None) -> NoReturn:
     """Raise ``exc`` from the handler of ``signum``; if Python drops it (it was raised inside a
-    finalizer), the signal is sent again a moment later, quietly, and its handler runs again."""
+    finalizer), the signal is sent again a moment later, quietly, and its handler runs again.
+    ``again``: the signal to send then instead, for a handler that has just turned its own off."""
     if getattr(sys.unraisablehook, "_oxygen_previous", None) is None:
         sys.unraisablehook = _hook_over(sys.unraisablehook)
-    _raised[signum] = exc
+    _raised[signum if again is None else again] = exc
     raise exc
 
 

@@ -141,7 +141,8 @@ def interrupt_once(signum, frame) -> None:
         return
     ignore_further_interrupts()
     record_interrupt()
-    raise_not_lost(signum, KeyboardInterrupt())
+    # SIGINT is off by now: dropped in a finalizer, the interrupt comes again as SIGTERM (the same)
+    raise_not_lost(signum, KeyboardInterrupt(), again=signal.SIGTERM)
 
 
 def destroy_after_interrupt(destroy, tries: int = 100) -> None:
