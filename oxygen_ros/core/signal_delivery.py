@@ -27,7 +27,9 @@ from typing import NoReturn
 #: how long after a finalizer a signal that came during it is delivered again (seconds)
 REDELIVERY_S = 0.01
 
-_raised: dict[int, BaseException] = {}  # signal -> the exception its handler raised last
+# signal -> the identity and type of the exception its handler raised last (not the exception: its
+# traceback would keep the frames it passed through, and what they hold, alive for good)
+_raised: dict[int, tuple[int, type]] = {}
 
 
 def redelivered_after_finalizer(signum: int, frame) -> bool:
@@ -48,14 +50,15 @@ def raise_not_lost(signum: int, exc: BaseException, again: int | None = None) ->
     ``again``: the signal to send then instead, for a handler that has just turned its own off."""
     if getattr(sys.unraisablehook, "_oxygen_previous", None) is None:
         sys.unraisablehook = _hook_over(sys.unraisablehook)
-    _raised[signum if again is None else again] = exc
+    _raised[signum if again is None else again] = (id(exc), type(exc))
     raise exc
 
 
 def _hook_over(previous):
     def hook(unraisable) -> None:
-        for signum, exc in list(_raised.items()):
-            if unraisable.exc_value is exc:
+        dropped = unraisable.exc_value
+        for signum, raised in list(_raised.items()):
+            if dropped is not None and raised == (id(dropped), type(dropped)):
                 del _raised[signum]
                 _send_again(signum)
                 return
