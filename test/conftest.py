@@ -2,6 +2,7 @@
 nodes and test clients on real DDS, output checks), message_builders.py (messages to
 send, well formed or not) and engine_harness.py (engine runs without ROS).
 
+* ``session_compile_cache`` - (automatic) compiled packages go into the session's temporary folder.
 * ``lively_tiny`` / ``random_tiny_dir`` - small models for the engine and node tests.
 * ``tok`` - the shipped tokenizer.
 * ``ros_env`` - the ROS isolation of ``make test`` (domain id, discovery on this machine,
@@ -11,6 +12,8 @@ send, well formed or not) and engine_harness.py (engine runs without ROS).
 * ``stepped_ros`` - a private rclpy context with one executor the test spins itself
   (:class:`ros_harness.SteppedRos`).
 """
+
+import os
 
 import pytest
 import torch
@@ -30,6 +33,19 @@ def lively(model):
                 if "proj" in name:
                     p.mul_(3.0)
     return model
+
+
+@pytest.fixture(scope="session", autouse=True)
+def session_compile_cache(tmp_path_factory):
+    """Compiled packages the tests build (and those of the nodes and commands they start) go into
+    the session's temporary folder, not the user's ``~/.cache/oxygen_ros/compile`` where the
+    agent's own live; unless the run names a cache itself (``OXYGEN_COMPILE_CACHE``, as
+    ``test/cuda_check.sh`` does, or ``TORCHINDUCTOR_CACHE_DIR``). The compile tests that share
+    packages point at the same folder, ``<basetemp>/compile-cache``."""
+    with pytest.MonkeyPatch.context() as mp:
+        if not os.environ.get("OXYGEN_COMPILE_CACHE") and not os.environ.get("TORCHINDUCTOR_CACHE_DIR"):
+            mp.setenv("OXYGEN_COMPILE_CACHE", str(tmp_path_factory.getbasetemp() / "compile-cache"))
+        yield
 
 
 @pytest.fixture(scope="session")

@@ -51,10 +51,10 @@ cache = os.environ["TORCHINDUCTOR_CACHE_DIR"]
 common = dict({common!r}, max_active=max_active)
 model, tok = lively(build_model(TINY, seed=2)), Tokenizer.default()
 engine = Engine(model, tok, EngineConfig(compile="on", **common))
-progress = []
-engine.warm_up(lambda done, total, what: progress.append(what))
+progress, notes = [], []
+engine.warm_up(lambda done, total, what: progress.append(what), notes.append)
 result = dict(writable=os.access(cache, os.W_OK), compiler=build_unavailable("cpu"), progress=progress,
-              compiled=engine.compiled is not None, reason=engine.compile_reason)
+              notes=notes, compiled=engine.compiled is not None, reason=engine.compile_reason)
 if engine.compiled is not None:
     lengths = [3, 0, 2, 3]
     a = frames_with_questions(engine, lengths, TINY.vision.image_size)
@@ -133,6 +133,7 @@ def test_a_warm_cache_runs_compiled_without_a_compiler_and_read_only(robot_cache
     assert not robot["writable"] and "C++ compiler" in robot["compiler"], "the robot's premise"
     assert robot["compiled"], robot["reason"]
     assert robot["built"] == 0 and robot["graphs"] == 5 and robot["recompiles"] == 0
+    assert robot["notes"] == [f"loading the 5 compiled shape buckets from the compile cache ({robot_cache[0]})"]
     assert robot["progress"] and all(w.endswith("(from the cache)") for w in robot["progress"])
     assert robot["same_tokens"] and robot["tokens"] > 0 and robot["action_diff"] <= 1e-5
     assert sorted(p.relative_to(robot_cache[0]) for p in robot_cache[0].rglob("*")) == files_before
@@ -141,6 +142,7 @@ def test_a_warm_cache_runs_compiled_without_a_compiler_and_read_only(robot_cache
 def test_packages_the_cache_lacks_run_eager_naming_the_missing_compiler(robot_cache, tmp_path):
     robot = run_robot(robot_cache, tmp_path, max_active=5, compiler=False)  # another pool: other packages
     assert not robot["compiled"] and robot["progress"] == []
+    assert robot["notes"] == [], "it said it would compile what it could not"
     assert robot["reason"].startswith("no working C++ compiler"), robot["reason"]
     assert f"the compile cache ({robot_cache[0]}) lacks" in robot["reason"]
     assert "cannot be built here" in robot["reason"]
@@ -148,7 +150,7 @@ def test_packages_the_cache_lacks_run_eager_naming_the_missing_compiler(robot_ca
 
 def test_packages_a_read_only_cache_lacks_run_eager_saying_it_is_read_only(robot_cache, tmp_path):
     robot = run_robot(robot_cache, tmp_path, max_active=5, compiler=True)
-    assert robot["compiler"] is None and not robot["compiled"]
+    assert robot["compiler"] is None and not robot["compiled"] and robot["notes"] == []
     assert "and it is read-only" in robot["reason"] and "OXYGEN_COMPILE_CACHE" in robot["reason"], robot["reason"]
 
 
@@ -188,7 +190,8 @@ def test_a_second_builder_waits_for_the_first_and_builds_only_what_it_did_not(wa
 
         def note(text: str) -> None:
             notes.append(text)
-            waiting.touch()
+            if text.startswith("waiting for"):
+                waiting.touch()
 
         second.warm_up(lambda done, total, what: progress.append(what), note)
     finally:
@@ -198,8 +201,10 @@ def test_a_second_builder_waits_for_the_first_and_builds_only_what_it_did_not(wa
             first.kill()
             first.wait()
     assert first.returncode == 0
-    assert notes[0] == f"waiting for process {first.pid}, which is building packages into {folder} ..."
-    assert notes[1].startswith(f"process {first.pid} finished building after ") and len(notes) == 2
+    assert notes[0].startswith(f"compiling 5 of the 5 shape buckets, those not in the compile cache "
+                               f"({folder.parent}; "), notes  # as it saw the cache before it waited
+    assert notes[1] == f"waiting for process {first.pid}, which is building packages into {folder} ..."
+    assert notes[2].startswith(f"process {first.pid} finished building after ") and len(notes) == 3
     assert second.compiled is not None, second.compile_reason
     assert second.compiled.built == 0 and all(w.endswith("(from the cache)") for w in progress), progress
     assert not half.exists(), "a half-written package is removed under the lock"

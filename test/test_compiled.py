@@ -297,9 +297,13 @@ def test_recompiles_counts_the_graphs_loaded_after_the_warm_up(lively_tiny, monk
 
     decode()
     assert pieces.graphs == 1 and pieces.recompiles == 1, "not warmed up: every graph counts"
-    pieces.warm_up()
+    notes = []
+    pieces.warm_up(note=notes.append)
     assert pieces.warmed and pieces.graphs == pieces.bucket_count  # the decode bucket's was loaded already
     assert len(built) == pieces.bucket_count  # none was in the (empty) cache
+    n = pieces.bucket_count
+    assert notes == [f"compiling {n} of the {n} shape buckets, those not in the compile cache ({pieces.cache_dir}; "
+                     "several at a time, a minute or two when it is empty) ..."]
     assert pieces.recompiles == 0
     decode()
     assert pieces.recompiles == 0, "a warmed bucket loads nothing"
@@ -534,9 +538,10 @@ def test_a_second_engine_loads_every_package_from_the_cache_and_gives_the_same_f
     assert len(packages) >= 5
 
     second = Engine(lively_tiny, tok, EngineConfig(**common))
-    progress = []
-    second.warm_up(lambda done, total, what: progress.append(what))
+    progress, notes = [], []
+    second.warm_up(lambda done, total, what: progress.append(what), notes.append)
     assert second.compiled.built == 0 and second.compiled.graphs == 5, progress
+    assert notes == [f"loading the 5 compiled shape buckets from the compile cache ({cache_dir})"]
     assert all(w.endswith("(from the cache)") for w in progress), progress
     assert sorted(p.name for p in (cache_dir / "aoti").glob("*.pt2")) == packages
 

@@ -196,12 +196,11 @@ def warm_up(engine: Engine, frames: int, decode_steps: int) -> float:
 
 
 def compile_pieces(engine: Engine, choice: str, log) -> None:
-    """Compile every shape bucket now (a log line per bucket), or say once why the model runs
-    eager: a warning when ``compile`` was ``on``, a line of information otherwise."""
+    """Compile every shape bucket now (a line saying what it does, from the cache or compiled, then
+    a line per bucket), or say once why the model runs eager: a warning when ``compile`` was
+    ``on``, a line of information otherwise."""
     if engine.compiled is not None:
         t0 = last = time.perf_counter()
-        log.info(f"loading {engine.compiled.bucket_count} compiled shape buckets, compiling those not in the "
-                 f"cache ({engine.compiled.cache_dir}; several at a time, a minute or two when it is empty) ...")
 
         def said(done: int, total: int, what: str) -> None:  # the seconds since the line before, and in all
             nonlocal last

@@ -43,7 +43,7 @@ from .buckets import batch_buckets, bucket_for, fit_prefill, padded, prompt_buck
 from .cache import KVCache, SlotView
 from .compile_setup import loops_can_write_in_place, use_compile_cache
 from .cuda_graphs import CudaGraphs
-from .package_builds import Build, build_missing
+from .package_builds import Build, build_missing, say_what_it_does
 from .packaged import PackagedPiece, package_path
 from .static import StaticPieces, greedy_allowed
 from .vla import VLA, PrefillResult, PrefixBatch
@@ -188,9 +188,11 @@ class CompiledVLA:
     def warm_up(self, progress: Progress | None = None, note: Callable[[str], None] | None = None) -> None:
         """Load every bucket's package, compiling those the cache lacks (several at a time, in
         worker processes: ``package_builds.py``); ``progress(done, total, what)`` after each (``what``
-        names the bucket and says "compiled" or "from the cache"). Builds wait for another process
-        building into the same cache (``build_lock.py``; ``note`` says so), then build what it did
-        not. Writes only the trash slot."""
+        names the bucket and says "compiled" or "from the cache"). ``note(text)`` says first what it
+        is about to do (load them all from the cache, or compile how many), and later if it waits
+        for another process building into the same cache (``build_lock.py``); then it builds what
+        that one did not. Where they cannot be built, it raises (``compile_setup.CannotBuild``)
+        before saying anything. Writes only the trash slot."""
         buckets = [(what, name, self._prepared(inputs)) for what, name, inputs in self.buckets()]
         done, fresh = 0, set()
 
@@ -206,6 +208,7 @@ class CompiledVLA:
                 builds = [Build(what, name, self.steps, tuple(t.clone() for t in inputs),
                                 package_path(self.cache_dir, self.model, name, self.steps, self.cache, inputs))
                           for what, name, inputs in packages]
+                say_what_it_does(builds, self.cache_dir, self.model.device, note or (lambda text: None))
                 builds = build_missing(self.model, self.cache, builds, self.cache_dir,
                                        lambda b: report(b.what, " (compiled)"), note)
                 fresh = {b.what for b in builds}

@@ -62,6 +62,20 @@ def worker_count(model: VLA, builds: int) -> int:
     return max(1, min(builds, len(os.sched_getaffinity(0))))
 
 
+def say_what_it_does(builds: Sequence[Build], cache_dir: pathlib.Path, device: torch.device,
+                     note: Callable[[str], None]) -> None:
+    """A warm-up's first line: every package from the cache, or how many of ``builds`` it compiles.
+    Where those cannot be built it raises (``packaged.check_buildable``) and says nothing: the
+    refusal is the one line then, not after one that said it compiles."""
+    missing = sum(not b.path.exists() for b in builds)
+    if not missing:
+        note(f"loading the {len(builds)} compiled shape buckets from the compile cache ({cache_dir})")
+        return
+    check_buildable(cache_dir, device, missing, len(builds))
+    note(f"compiling {missing} of the {len(builds)} shape buckets, those not in the compile cache "
+         f"({cache_dir}; several at a time, a minute or two when it is empty) ...")
+
+
 def build_missing(model: VLA, cache: KVCache, builds: Sequence[Build], cache_dir: pathlib.Path,
                   done: Callable[[Build], None], note: Callable[[str], None] | None = None) -> list[Build]:
     """Build those of ``builds`` whose package is not in ``cache_dir`` yet (``done(build)`` after
