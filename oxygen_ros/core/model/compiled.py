@@ -43,7 +43,7 @@ from .buckets import batch_buckets, bucket_for, fit_prefill, padded, prompt_buck
 from .cache import KVCache, SlotView
 from .compile_setup import loops_can_write_in_place, use_compile_cache
 from .cuda_graphs import CudaGraphs
-from .package_builds import Build, build_missing, say_what_it_does
+from .package_builds import Build, build_missing
 from .packaged import PackagedPiece, package_path
 from .static import StaticPieces, greedy_allowed
 from .vla import VLA, PrefillResult, PrefixBatch
@@ -208,7 +208,6 @@ class CompiledVLA:
                 builds = [Build(what, name, self.steps, tuple(t.clone() for t in inputs),
                                 package_path(self.cache_dir, self.model, name, self.steps, self.cache, inputs))
                           for what, name, inputs in packages]
-                say_what_it_does(builds, self.cache_dir, self.model.device, note or (lambda text: None))
                 builds = build_missing(self.model, self.cache, builds, self.cache_dir,
                                        lambda b: report(b.what, " (compiled)"), note)
                 fresh = {b.what for b in builds}

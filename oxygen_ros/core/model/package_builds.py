@@ -62,32 +62,24 @@ def worker_count(model: VLA, builds: int) -> int:
     return max(1, min(builds, len(os.sched_getaffinity(0))))
 
 
-def say_what_it_does(builds: Sequence[Build], cache_dir: pathlib.Path, device: torch.device,
-                     note: Callable[[str], None]) -> None:
-    """A warm-up's first line: every package from the cache, or how many of ``builds`` it compiles.
-    Where those cannot be built it raises (``packaged.check_buildable``) and says nothing: the
-    refusal is the one line then, not after one that said it compiles."""
-    missing = sum(not b.path.exists() for b in builds)
-    if not missing:
-        note(f"loading the {len(builds)} compiled shape buckets from the compile cache ({cache_dir})")
-        return
-    check_buildable(cache_dir, device, missing, len(builds))
-    note(f"compiling {missing} of the {len(builds)} shape buckets, those not in the compile cache "
-         f"({cache_dir}; several at a time, a minute or two when it is empty) ...")
-
-
 def build_missing(model: VLA, cache: KVCache, builds: Sequence[Build], cache_dir: pathlib.Path,
                   done: Callable[[Build], None], note: Callable[[str], None] | None = None) -> list[Build]:
     """Build those of ``builds`` whose package is not in ``cache_dir`` yet (``done(build)`` after
-    each) and return them. Raises ``compile_setup.CannotBuild``, building nothing, where they cannot be
-    built here (``packaged.check_buildable``). Waits for another process building into the same
-    cache (``build_lock.py``; ``note`` says so), then builds what it did not. On a probed device
-    the first is built and tried alone: a library that would crash this process stops the
-    warm-up before the others are built (``load_probe.py``)."""
+    each) and return them. ``note(text)`` says first what it does: load them all from the cache,
+    or compile how many. Raises ``compile_setup.CannotBuild``, building nothing and saying nothing
+    before (the refusal is the one line), where they cannot be built here
+    (``packaged.check_buildable``). Waits for another process building into the same cache
+    (``build_lock.py``; ``note`` says so), then builds what it did not. On a probed device the
+    first is built and tried alone: a library that would crash this process stops the warm-up
+    before the others are built (``load_probe.py``)."""
+    say = note or (lambda text: None)
     missing = [b for b in builds if not b.path.exists()]
     if not missing:
+        say(f"loading the {len(builds)} compiled shape buckets from the compile cache ({cache_dir})")
         return []
     check_buildable(cache_dir, model.device, len(missing), len(builds))
+    say(f"compiling {len(missing)} of the {len(builds)} shape buckets, those not in the compile cache "
+        f"({cache_dir}; several at a time, a minute or two when it is empty) ...")
     with build_lock(missing[0].path.parent, note):
         missing = [b for b in missing if not b.path.exists()]  # another process's are there now
         ahead = missing[:1] if probes(model.device) else []
