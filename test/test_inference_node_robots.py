@@ -136,3 +136,43 @@ def test_bad_robot_names_are_refused_naming_them(ros):
         with pytest.raises(ParameterError, match="robots") as info:
             InferenceNode(context=ros.context, parameter_overrides=params(robots=robots, model_path=""))
         assert what in str(info.value)
+
+
+def test_questions_and_goals_sent_to_the_one_robot_names_are_named_in_the_status(served, ros, capfd):
+    """Serving several robots, the node takes nothing on the one-robot topics (a question script
+    kept from a one-robot set-up publishing on the bare question topic gets no answer, and ROS
+    says nothing of a topic without subscribers): its status and its console name who sends
+    there and where that robot's inputs are (once for the node, not once per robot), and say
+    nothing once they are gone."""
+    from diagnostic_msgs.msg import DiagnosticStatus
+    from rclpy.action import ActionClient
+
+    from oxygen_ros.action import Ask
+    from oxygen_ros.msg import Question
+
+    node, robots, _ = served
+    _observe_all(robots, 4)
+    assert node.diagnostics()["unserved_inputs"] == ""
+    asker = ros.node("one_robot_asker")
+    bare = node.params["question_topic"]  # <prefix>/question, as each robot's without /<robot>
+    publisher = asker.create_publisher(Question, bare, reliable(10))
+    client = ActionClient(asker, Ask, node.params["ask_action"])
+    who = asker.get_fully_qualified_name()
+    assert until(lambda: f"questions on {bare} from {who} (robot left's go to /left{bare})"
+                 in node.diagnostics()["unserved_inputs"])
+    ask = node.params["ask_action"]
+    assert until(lambda: f"Ask goals on {ask} from {who} (robot left's go to /left{ask})"
+                 in node.diagnostics()["unserved_inputs"])
+    d = node.diagnostics()
+    level, message = node.diagnostic_status(d)
+    assert level == DiagnosticStatus.WARN and "no robot takes these inputs" in message and "/<robot>" in message, (level, message)
+    for r in ROBOTS:  # a robot's own status is its own inputs'
+        assert "unserved_inputs" not in node.diagnostics(r)
+    logged = []
+    assert until(lambda: logged.append(capfd.readouterr().err) or "no robot takes these inputs" in "".join(logged))
+    lines = [line for line in "".join(logged).splitlines() if "no robot takes these inputs" in line]
+    assert lines and all("[WARN]" in line and "robot left:" not in line and "robot right:" not in line
+                         for line in lines), lines
+    client.destroy()
+    asker.destroy_publisher(publisher)
+    assert until(lambda: node.diagnostics()["unserved_inputs"] == "")

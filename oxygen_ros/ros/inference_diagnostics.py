@@ -19,7 +19,8 @@ from typing import Optional
 
 from ..core.stats import WindowRate
 from .diagnostic_message import diagnostic_array
-from .inference_status import diagnostic_figures
+from .inference_status import CONSOLE, NODE_CONSOLE, diagnostic_figures
+from .unserved_inputs import unserved_inputs
 
 #: Counters that belong to the engine (every robot's frames), not to one robot.
 ENGINE_COUNTERS = ("missed_ticks", "language_frames", "instructions_truncated")
@@ -112,6 +113,7 @@ class InferenceDiagnostics:
         d["same_name_nodes"], d["node_name"] = self.same_name_nodes(), self.get_fully_qualified_name()
         if robot is None and several:
             d["observation_age_robot"] = loop["observation_age_robot"]  # whose is observation_age_ms
+            d["unserved_inputs"] = "; ".join(unserved_inputs(self, self.params))
         if robot is not None and several:
             io = self.robot_io[robot]
             chunks = io.chunk_rate.rate(time.monotonic())
@@ -184,11 +186,13 @@ class InferenceDiagnostics:
                 return
             d = self.diagnostics()
             array = self._engine_array(self.diagnostic_status(d), d)
-            lines = list(self._status.console()) if len(self.robot_io) == 1 else []
+            # with several robots, the node's console lines are its own kinds, each robot's the others
+            lines = self._status.console(NODE_CONSOLE if len(self.robot_io) > 1 else CONSOLE)
+            robot_kinds = tuple(kind for kind in CONSOLE if kind not in NODE_CONSOLE)
             for name in self._status_robots()[1:]:
                 rd = self.diagnostics(name)
                 self._add_robot_status(array, name, self.diagnostic_status(rd, name), rd)
-                lines += [f"robot {name}: {line}" for line in self._reporter(name).console()]
+                lines += [f"robot {name}: {line}" for line in self._reporter(name).console(robot_kinds)]
             self._pub_diag.publish(array)
             for line in lines:  # what a user must see without watching /diagnostics
                 self.get_logger().warning(line)

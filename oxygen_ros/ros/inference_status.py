@@ -30,8 +30,11 @@ NO_OBSERVATION_WARN_S = 5.0
 CONSOLE_PERIOD_S = 5.0
 #: Problems that are also warned on the console (throttled): the ones a user must see without
 #: watching /diagnostics. Frame failures and a stopped action output are logged where they happen.
-CONSOLE = ("same_name", "underruns", "no_observation", "observation_age", "missed_ticks", "recompiles",
-           "control_failure", "control_silent", "worker_failure", "frame_stalled")
+CONSOLE = ("same_name", "unserved_inputs", "underruns", "no_observation", "observation_age", "missed_ticks",
+           "recompiles", "control_failure", "control_silent", "worker_failure", "frame_stalled")
+#: With several robots, the console kinds said once for the node, not once per robot: the
+#: node's own (its name, its inputs), not a robot's.
+NODE_CONSOLE = ("same_name", "unserved_inputs")
 #: Seconds the control process may go without a tick while active before the status is ERROR
 #: (at least :data:`CONTROL_SILENT_PERIODS` control periods: at a slow ``control_rate_hz`` a
 #: tick is that far apart anyway).
@@ -91,6 +94,9 @@ def _output_problems(d: dict, new: dict) -> list[tuple[str, str]]:
 
 def _input_problems(d: dict, new: dict, max_observation_age: float) -> list[tuple[str, str]]:
     problems = []
+    if d.get("unserved_inputs"):
+        problems.append(("unserved_inputs", f"no robot takes these inputs: {d['unserved_inputs']}; serving several "
+                                            "robots, the node takes each robot's under /<robot>: send there"))
     if new["observations_invalid"]:
         problems.append(("observations_invalid", f"{new['observations_invalid']} observations refused (the log "
                                                  "says why)"))
@@ -177,14 +183,15 @@ class StatusReporter:
             f"{d['tokens_per_s']:.0f} tok/s")
         return level, message
 
-    def console(self) -> list[str]:
-        """The warnings to print now for the last :meth:`status`: its problems of the :data:`CONSOLE`
-        kinds, each kind at most every :data:`CONSOLE_PERIOD_S` s (with how many were held back),
-        and none about a missing observation in the first :data:`NO_OBSERVATION_WARN_S` s."""
+    def console(self, kinds=CONSOLE) -> list[str]:
+        """The warnings to print now for the last :meth:`status`: its problems of the ``kinds``
+        (default :data:`CONSOLE`), each kind at most every :data:`CONSOLE_PERIOD_S` s (with how
+        many were held back), and none about a missing observation in the first
+        :data:`NO_OBSERVATION_WARN_S` s."""
         lines = []
         elapsed = self._clock() - self._started
         for kind, text in self._problems:
-            if kind not in CONSOLE or (kind == "no_observation" and elapsed < NO_OBSERVATION_WARN_S):
+            if kind not in kinds or (kind == "no_observation" and elapsed < NO_OBSERVATION_WARN_S):
                 continue
             if kind == "no_observation":
                 text = (f"no observation on {self._observation_topic or 'the observation topic'} "
