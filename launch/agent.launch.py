@@ -3,7 +3,8 @@
     ros2 launch oxygen_ros agent.launch.py [params_file:=...] [model_path:=...] [model_sizes:=k=v,...] [preset:=...]
         [device:=cpu|cuda] [dtype:=float32|bfloat16] [setting:=...] [control_rate_hz:=...]
         [steps_per_frame:=...] [camera_topic:=/my/camera/image_raw] [demo:=true] [robots:=left,right]
-        [compile:=auto|on|off] [autostart:=true|false] [respawn:=true [respawn_delay:=1.0]]
+        [compile:=auto|on|off] [autostart:=true|false]
+        [respawn:=true [respawn_delay:=1.0] [respawn_max_retries:=N]]
 
 Every node reads its section of ``params_file`` (default: the installed
 ``config/agent.yaml``); an argument left empty keeps the file's value, a
@@ -34,7 +35,8 @@ with a non-zero status (an exception in an OnProcessExit handler is what makes
 ``ros2 launch`` return 1). Ctrl-C ends it as usual. With ``respawn:=true`` a
 camera side's node (camera node, synthetic camera) that exits is restarted by
 launch_ros after ``respawn_delay`` seconds instead (logged), unless it exited
-for a bad parameter (code 2); the inference node stays required.
+for a bad parameter (code 2) or was restarted ``respawn_max_retries`` times
+already (empty: no limit); the inference node stays required.
 
 The nodes and arguments are defined once, in ``oxygen_ros.ros.plan_tables``
 (``NODES``, ``ARGUMENTS``) and ``oxygen_ros.ros.plan`` (``node_plan``), which ``oxygen-agent`` uses too, so
@@ -68,12 +70,16 @@ class NodeExited(RuntimeError):
     """A required node exited: raised from its OnProcessExit handler to end the launch non-zero."""
 
 
-def _on_exit(name, respawn_delay, event, context):
-    message = node_exit_message(name, event.returncode, context.is_shutdown, respawn_delay)
+def _on_exit(name, respawn_delay, max_retries, restarted, event, context):
+    """``restarted``: [the node's restarts so far], counted as launch_ros counts them (it restarts
+    a node while its restarts are fewer than respawn_max_retries)."""
+    message = node_exit_message(name, event.returncode, context.is_shutdown, respawn_delay, restarted[0],
+                                max_retries)
     if message is not None:
         raise NodeExited(message)
     if respawn_delay is not None and not context.is_shutdown:  # launch_ros restarts it
-        return [LogInfo(msg=respawn_message(name, event.returncode, respawn_delay))]
+        restarted[0] += 1
+        return [LogInfo(msg=respawn_message(name, event.returncode, respawn_delay, restarted[0], max_retries))]
     return None
 
 
@@ -109,9 +115,10 @@ def _nodes(context, *args, **kwargs):
             remappings=item['remappings'],
             respawn=item['respawn_delay'] is not None,
             respawn_delay=item['respawn_delay'],
+            respawn_max_retries=-1 if item['respawn_max_retries'] is None else item['respawn_max_retries'],
         )
         actions.append(node)
-        on_exit = partial(_on_exit, label, item['respawn_delay'])
+        on_exit = partial(_on_exit, label, item['respawn_delay'], item['respawn_max_retries'], [0])
         actions.append(RegisterEventHandler(OnProcessExit(target_action=node, on_exit=on_exit)))
     return actions
 

@@ -26,6 +26,11 @@ def test_respawn_is_planned_for_the_camera_sides_only():
         assert set(delays.values()) == {2.5} and len(delays) == (2 if "robots" not in values else 4)
     assert {item["respawn_delay"] for item in node_plan({"respawn": "true"})} == {1.0, None}  # the default delay
     assert {item["respawn_delay"] for item in node_plan({})} == {None}  # off by default: every node required
+    # no limit unless given; the inference node is never restarted, so it has none
+    assert {item["respawn_max_retries"] for item in node_plan({"respawn": "true"})} == {None}
+    plan = node_plan({"respawn": "true", "respawn_max_retries": "3", "robots": "a,b", "demo": "true"})
+    limits = {(item["robot"], item["spec"].name): item["respawn_max_retries"] for item in plan}
+    assert limits.pop((None, "oxygen_inference")) is None and set(limits.values()) == {3}
 
 
 @pytest.mark.parametrize("values, message", [
@@ -36,6 +41,13 @@ def test_respawn_is_planned_for_the_camera_sides_only():
     # none: launch_ros restarted a node that exited for a bad parameter once, while the launch shut down
     ({"respawn": "true", "respawn_delay": "0"}, "argument 'respawn_delay': expected seconds >= 0.1, got '0'"),
     ({"respawn_delay": "3"}, "argument 'respawn_delay': '3' restarts nothing without respawn:=true"),
+    ({"respawn_max_retries": "3"}, "argument 'respawn_max_retries': '3' limits nothing without respawn:=true"),
+    ({"respawn": "true", "respawn_max_retries": "0"},
+     "argument 'respawn_max_retries': expected a whole number >= 1 (empty: no limit), got '0'"),
+    ({"respawn": "true", "respawn_max_retries": "-1"},
+     "argument 'respawn_max_retries': expected a whole number >= 1 (empty: no limit), got '-1'"),
+    ({"respawn": "true", "respawn_max_retries": "2.5"},
+     "argument 'respawn_max_retries': expected a whole number >= 1 (empty: no limit), got '2.5'"),
 ])
 def test_a_bad_respawn_argument_is_named_before_anything_starts(values, message, capsys):
     from oxygen_ros.ros.agent import run_agent
@@ -66,6 +78,16 @@ def test_under_launch_a_camera_side_is_restarted_unless_a_bad_parameter_ended_it
         "a/oxygen_camera was killed by signal 9; restarting it in 1.5 s (respawn:=true)")
     assert respawn_message("a/oxygen_camera", 1, 1.5) == (
         "a/oxygen_camera exited with code 1; restarting it in 1.5 s (respawn:=true; its own log above says why)")
+    # respawn_max_retries:=2: restarted twice, the third exit ends the launch
+    for restarted in (0, 1):
+        assert node_exit_message("a/oxygen_camera", 1, False, respawn_delay=1.0, restarted=restarted,
+                                 max_retries=2) is None
+    assert node_exit_message("a/oxygen_camera", -9, False, respawn_delay=1.0, restarted=2, max_retries=2) == (
+        "a/oxygen_camera was killed by signal 9 (restarted 2 times already, respawn_max_retries:=2: not again); "
+        "ending the launch (the node's own log above says why)")
+    assert respawn_message("a/oxygen_camera", 1, 1.5, 2, 2) == (
+        "a/oxygen_camera exited with code 1; restarting it in 1.5 s (respawn:=true, restart 2 of 2; its own log "
+        "above says why)")
 
 
 def _new_child(proc, robot: str, old: int, timeout: float = 90.0) -> int | None:
@@ -109,6 +131,34 @@ def test_a_killed_camera_side_comes_back_and_the_other_robot_runs_on(ros_env, tm
     # b's observations counted from 0 again: each action is matched with the observation it came from,
     # not with the old one of the same seq, (at least 10 s earlier)
     assert data["robots"]["b"]["obs_to_action_p99_ms"] < 5000, data["robots"]["b"]
+
+
+def test_a_camera_side_restarted_respawn_max_retries_times_ends_the_run_at_its_next_exit(ros_env, tmp_path):
+    """A camera side that keeps ending (a camera unplugged, a crash at every start) is not
+    restarted for ever: respawn_max_retries:=1 restarts it once, and its next end ends the run
+    (exit 1, saying why), the other robot's camera side with it."""
+    proc = start_agent(tmp_path, "respawn:=true", "respawn_delay:=0.5", "respawn_max_retries:=1", duration="120")
+    try:
+        out = read_until_running(proc)
+        children = robot_processes(proc.pid)
+        b = next(pid for pid, cmd in children.items() if robot_of(cmd) == "b")
+        os.kill(b, signal.SIGKILL)
+        again = _new_child(proc, "b", b)
+        assert again is not None, "robot b's camera side was not restarted"
+        time.sleep(2.0)
+        os.kill(again, signal.SIGKILL)
+        more, err = proc.communicate(timeout=60)
+        out += more
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert proc.returncode == 1, out[-2000:] + err[-3000:]
+    assert ", restarted 0.5 s after it ends, at most once (respawn:=true)" in out, out[-2000:]
+    assert f"pid {b}) was killed by signal 9; restarting it in 0.5 s (respawn:=true, restart 1 of 1)" in err, err[-3000:]
+    assert (f"pid {again}) was killed by signal 9 (restarted once already, respawn_max_retries:=1: not again)"
+            in err), err[-3000:]
+    assert not still_running([*children, again], timeout=1.0), "a robot's process outlived the agent"
 
 
 @pytest.mark.parametrize("broken", ["value", "file"])

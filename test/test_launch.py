@@ -79,16 +79,23 @@ def test_launch_file_structure():
     assert isinstance(targets["target_action"], ast.Name) and targets["target_action"].id == "node"
     assert "node = Node(" in LAUNCH_FILE.read_text()
     assert isinstance(targets["on_exit"], ast.Name) and targets["on_exit"].id == "on_exit"
-    assert "on_exit = partial(_on_exit, label, item['respawn_delay'])" in LAUNCH_FILE.read_text()
+    # (the node's restarts counted from 0 in a list of its own, for respawn_max_retries)
+    assert "on_exit = partial(_on_exit, label, item['respawn_delay'], item['respawn_max_retries'], [0])" \
+        in LAUNCH_FILE.read_text()
     assert "spec, label = item['spec'], node_label(item)" in LAUNCH_FILE.read_text()
     on_exit = functions["_on_exit"]
     assert any(isinstance(n, ast.Raise) for n in ast.walk(on_exit))
-    assert "node_exit_message(name, event.returncode, context.is_shutdown, respawn_delay)" in ast.unparse(on_exit)
+    assert ("node_exit_message(name, event.returncode, context.is_shutdown, respawn_delay, restarted[0], "
+            "max_retries)") in ast.unparse(on_exit)
     # respawn:=true: the plan's camera-side nodes are restarted by launch_ros, and the restart is logged
     node_keywords = {k.arg: ast.unparse(k.value) for k in calls["Node"][0].keywords}
     assert node_keywords["respawn"] == "item['respawn_delay'] is not None"
     assert node_keywords["respawn_delay"] == "item['respawn_delay']"
-    assert "respawn_message(name, event.returncode, respawn_delay)" in ast.unparse(on_exit)
+    # ... at most respawn_max_retries times (launch_ros's -1: no limit), the restarts counted as launch_ros does
+    assert node_keywords["respawn_max_retries"] == (
+        "-1 if item['respawn_max_retries'] is None else item['respawn_max_retries']")
+    assert "restarted[0] += 1" in ast.unparse(on_exit)
+    assert "respawn_message(name, event.returncode, respawn_delay, restarted[0], max_retries)" in ast.unparse(on_exit)
 
 
 def test_a_node_exit_ends_the_launch_unless_it_is_shutting_down():

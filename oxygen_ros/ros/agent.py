@@ -18,7 +18,9 @@ from typing import Any, Protocol
 
 from ..core.interrupts import honour_interrupts
 from .plan import build_nodes, node_label, resolve, plan_warnings
-from .robot_process import INFERENCE, RobotProcessError, RobotProcesses, camera_sides, respawn_delay
+from .robot_process import (
+    INFERENCE, RobotProcessError, RobotProcesses, camera_sides, respawn_delay, respawn_max_retries,
+)
 from .spinner import BACKGROUND_NICENESS, CONTROL_PATH, EXECUTORS, Spinner  # noqa: F401 (the agent's layout)
 
 
@@ -162,10 +164,11 @@ def sides_apart(plan: list[dict[str, Any]], robot_processes: bool | None) -> boo
 
 def _announce(prog: str, plan: list[dict[str, Any]], params_file: str, robot_processes: bool) -> None:
     """Print what starts, and the plan's warnings."""
-    respawn = respawn_delay(plan)
+    respawn, most = respawn_delay(plan), respawn_max_retries(plan)
+    limit = "" if most is None else ", at most once" if most == 1 else f", at most {most} times"
     print(f"{prog}: parameters from {params_file}; nodes: " + ", ".join(node_label(item) for item in plan)
           + ("; every robot's camera side in a process of its own" if robot_processes else "")
-          + (f", restarted {respawn:g} s after it ends (respawn:=true)" if respawn is not None else ""),
+          + (f", restarted {respawn:g} s after it ends{limit} (respawn:=true)" if respawn is not None else ""),
           flush=True)
     for line in plan_warnings(plan, params_file):
         print(f"{prog}: warning: {line}", file=sys.stderr, flush=True)

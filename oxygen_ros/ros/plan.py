@@ -31,6 +31,7 @@ from .plan_tables import (
     node_label,
     parse_bool,
     parse_respawn,
+    parse_respawn_retries,
 )
 from .params_sections import key_matches, read_sections, read_yaml
 from .robot_plan import CAMERA, INFERENCE, file_robots, node_defaults, planned_parameters, robots_plan
@@ -54,7 +55,7 @@ def node_plan(values: dict[str, str], params_file: str | None = None) -> list[di
         raise ValueError(f"unknown argument(s) {named}; known: {sorted(args)}")
     args.update(values)
     demo = parse_bool("demo", args["demo"])
-    respawn_delay = parse_respawn(args)
+    respawn_delay, max_retries = parse_respawn(args), parse_respawn_retries(args)
     robots = parse_robots(args["robots"]) or file_robots(params_file or default_params_file())
     if robots:
         plan = robots_plan(args, robots, demo, params_file or default_params_file())
@@ -68,7 +69,9 @@ def node_plan(values: dict[str, str], params_file: str | None = None) -> list[di
             remaps = [(CAMERA_TOPIC, args["camera_topic"])] if spec.remap_camera and args["camera_topic"] else []
             plan.append({"spec": spec, "namespace": "", "robot": None, "parameters": overrides, "remappings": remaps})
     for item in plan:  # the inference node is always required: without it no robot gets an action
-        item["respawn_delay"] = None if item["spec"].name == INFERENCE else respawn_delay
+        required = item["spec"].name == INFERENCE
+        item["respawn_delay"] = None if required else respawn_delay
+        item["respawn_max_retries"] = None if required or respawn_delay is None else max_retries
     return plan
 
 
@@ -148,29 +151,45 @@ def exit_how(returncode: int | None) -> str:
     return f"exited with code {returncode}"
 
 
-def restarts(returncode: int | None, respawn_delay: float | None) -> bool:
-    """Whether a node (a camera side) that ended with ``returncode`` is restarted: with
-    ``respawn_delay`` set, unless it ended for a bad parameter or parameters file (2), which a
-    restart would not mend."""
-    return respawn_delay is not None and returncode != 2
+def restarts(returncode: int | None, respawn_delay: float | None, restarted: int = 0,
+             max_retries: int | None = None) -> bool:
+    """Whether a node (a camera side) that ended with ``returncode``, after ``restarted``
+    restarts, is restarted: with ``respawn_delay`` set, unless it ended for a bad parameter or
+    parameters file (2), which a restart would not mend, or was restarted ``max_retries``
+    times already (None: no limit)."""
+    return (respawn_delay is not None and returncode != 2
+            and (max_retries is None or restarted < max_retries))
+
+
+def not_restarted(returncode: int | None, max_retries: int | None) -> str:
+    """Why a node of ``respawn:=true`` is not restarted (see :func:`restarts`), in parentheses."""
+    if returncode == 2:
+        return " (a bad parameter or parameters file: not restarted)"
+    times = "once" if max_retries == 1 else f"{max_retries} times"
+    return f" (restarted {times} already, respawn_max_retries:={max_retries}: not again)"
 
 
 def node_exit_message(name: str, returncode: int | None, shutting_down: bool,
-                      respawn_delay: float | None = None) -> str | None:
-    """Why the launch must end when the node ``name`` exited with ``returncode``; None when
-    the launch is shutting down anyway (Ctrl-C, another node's exit) or the node is restarted
-    (:func:`restarts`). Every node of the plan is required: a camera node without an inference
-    node (or the reverse) would leave the robot without actions and the launch looking healthy."""
-    if shutting_down or restarts(returncode, respawn_delay):
+                      respawn_delay: float | None = None, restarted: int = 0,
+                      max_retries: int | None = None) -> str | None:
+    """Why the launch must end when the node ``name`` exited with ``returncode`` (after
+    ``restarted`` restarts); None when the launch is shutting down anyway (Ctrl-C, another
+    node's exit) or the node is restarted (:func:`restarts`). Every node of the plan is
+    required: a camera node without an inference node (or the reverse) would leave the robot
+    without actions and the launch looking healthy."""
+    if shutting_down or restarts(returncode, respawn_delay, restarted, max_retries):
         return None
-    why = " (a bad parameter or parameters file: not restarted)" if respawn_delay is not None else ""
+    why = not_restarted(returncode, max_retries) if respawn_delay is not None else ""
     return f"{name} {exit_how(returncode)}{why}; ending the launch (the node's own log above says why)"
 
 
-def respawn_message(name: str, returncode: int | None, respawn_delay: float) -> str:
-    """What the log says when a camera side's node (or process) ``name`` ended and is restarted."""
+def respawn_message(name: str, returncode: int | None, respawn_delay: float, restart: int = 1,
+                    max_retries: int | None = None) -> str:
+    """What the log says when a camera side's node (or process) ``name`` ended and is restarted
+    (its ``restart``-th restart, of at most ``max_retries``; None: no limit, not counted here)."""
+    count = f", restart {restart} of {max_retries}" if max_retries is not None else ""
     why = "; its own log above says why" if returncode is not None and returncode >= 0 else ""  # a signal: none
-    return f"{name} {exit_how(returncode)}; restarting it in {respawn_delay:g} s (respawn:=true{why})"
+    return f"{name} {exit_how(returncode)}; restarting it in {respawn_delay:g} s (respawn:=true{count}{why})"
 
 
 def build_nodes(plan: list[dict[str, Any]], params_file: str, nodes: list, context=None) -> list:

@@ -82,6 +82,8 @@ ARGUMENTS: tuple[Argument, ...] = (
              "restarted after respawn_delay, and the other robots run on; the inference node stays required."),
     Argument("respawn_delay", "", "Seconds before a camera side's node is restarted (respawn:=true; empty: "
              "1.0; at least 0.1)."),
+    Argument("respawn_max_retries", "", "Most restarts of each camera side's node (respawn:=true; empty: no "
+             "limit): its next exit ends the launch, as without respawn."),
 )
 
 RESPAWN_DELAY_S = 1.0  # respawn_delay left empty
@@ -161,6 +163,21 @@ def parse_respawn(args: dict[str, str]) -> float | None:
     if not RESPAWN_MIN_DELAY_S <= value < float("inf"):
         raise ValueError(f"argument 'respawn_delay': expected seconds >= {RESPAWN_MIN_DELAY_S:g}, got {delay!r}")
     return value
+
+
+def parse_respawn_retries(args: dict[str, str]) -> int | None:
+    """The most restarts of one camera side's node, None for no limit (``respawn_max_retries``
+    empty); ValueError naming the argument for a value that is no whole number >= 1, and for
+    one given without ``respawn:=true``. Call after :func:`parse_respawn`."""
+    text = args["respawn_max_retries"].strip()
+    if not text:
+        return None
+    if not parse_bool("respawn", args["respawn"]):
+        raise ValueError(f"argument 'respawn_max_retries': {text!r} limits nothing without respawn:=true")
+    if not text.isdigit() or int(text) < 1:
+        raise ValueError(f"argument 'respawn_max_retries': expected a whole number >= 1 (empty: no limit), "
+                         f"got {text!r}")
+    return int(text)
 
 
 def parse_value(text: str) -> Any:

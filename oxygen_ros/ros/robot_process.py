@@ -35,7 +35,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from .plan import build_nodes, check_params_file, exit_how, node_label, respawn_message, restarts
+from .plan import build_nodes, check_params_file, exit_how, node_label, not_restarted, respawn_message, restarts
 from .plan_tables import NODES
 
 READY = "robot process ready"
@@ -79,6 +79,11 @@ def decode_items(data: list[dict[str, Any]]) -> list[dict[str, Any]]:
 def respawn_delay(items: list[dict[str, Any]]) -> float | None:
     """The seconds before a camera side of these plan items is restarted (None: ``respawn`` is off)."""
     return next((d for item in items if (d := item.get("respawn_delay")) is not None), None)
+
+
+def respawn_max_retries(items: list[dict[str, Any]]) -> int | None:
+    """The most restarts of a camera side of these plan items (None: no limit, or ``respawn`` off)."""
+    return next((n for item in items if (n := item.get("respawn_max_retries")) is not None), None)
 
 
 def side_label(robot: str | None) -> str:
@@ -160,7 +165,8 @@ class RobotProcesses:
     def __init__(self, sides: dict[str | None, list[dict[str, Any]]], params_file: str, background_niceness: int):
         self.sides, self.params_file, self.background_niceness = sides, params_file, background_niceness
         self.children: list[RobotProcess] = []
-        self.respawn_delay = respawn_delay([item for items in sides.values() for item in items])
+        items = [item for items in sides.values() for item in items]
+        self.respawn_delay, self.max_retries = respawn_delay(items), respawn_max_retries(items)
         self.restarts: dict[str | None, int] = dict.fromkeys(sides, 0)
         self._ended: str | None = None  # why the run ends: a child that is not restarted
         self._stop = threading.Event()
@@ -187,13 +193,14 @@ class RobotProcesses:
                 if code is None:
                     if not child.ready and child.poll_ready():
                         log(f"{child.name} runs again (restart {self.restarts[child.robot]})")
-                elif not restarts(code, self.respawn_delay):
-                    self._ended = (f"{child.name} {exit_how(code)} (a bad parameter or parameters file: not "
-                                   "restarted); its own log above says why")
+                elif not restarts(code, self.respawn_delay, self.restarts[child.robot], self.max_retries):
+                    self._ended = (f"{child.name} {exit_how(code)}{not_restarted(code, self.max_retries)}"
+                                   + ("; its own log above says why" if code is not None and code >= 0 else ""))
                     return
                 elif child.restart_at is None:
                     child.restart_at = time.monotonic() + self.respawn_delay
-                    log(respawn_message(child.name, code, self.respawn_delay))
+                    log(respawn_message(child.name, code, self.respawn_delay, self.restarts[child.robot] + 1,
+                                        self.max_retries))
                 elif time.monotonic() >= child.restart_at:
                     try:  # one that cannot be read ends the run, as it would a start
                         check_params_file(self.params_file)

@@ -34,8 +34,8 @@ the monitor here (:mod:`oxygen_ros.ros.robot_process`); a child that ends
 ends the run, naming its robot, and none outlives the agent. With
 ``respawn:=true`` (which implies ``--robot-processes``) a child that ends is
 restarted after ``respawn_delay`` seconds instead, and the other robots run on
-(the report counts the restarts); one that ended for a bad parameter still
-ends the run.
+(the report counts the restarts); one that ended for a bad parameter, or
+that was restarted ``respawn_max_retries`` times already, still ends the run.
 
 While running it prints a status line and the streamed text
 (:mod:`.agent_monitor`). ``--report PATH`` writes the run's figures as JSON;
