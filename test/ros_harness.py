@@ -523,10 +523,14 @@ def check_text(tokens) -> dict[int, list]:
     for rid, ms in by_request.items():
         if rid == 0:  # refused before it got a request id (no observation yet / shutdown)
             assert all(m.done and m.token_id == -1 and m.finish_reason in ("rejected", "cancelled") for m in ms)
+            assert all(m.observation_seq == 0 and m.observation_stamp.sec == m.observation_stamp.nanosec == 0
+                       for m in ms)  # no observation to name
             continue
         assert [m.index for m in ms] == list(range(len(ms))), (rid, [m.index for m in ms])
         assert len({m.client_id for m in ms}) == 1
         assert len({m.frame_id for m in ms}) == 1
+        # every token names the one observation its request reads
+        assert len({(m.observation_seq, m.observation_stamp.sec, m.observation_stamp.nanosec) for m in ms}) == 1
         assert not any(m.done for m in ms[:-1]), f"request {rid}: a token after done"
         if ms[-1].done:
             assert ms[-1].finish_reason in FINISH_REASONS, ms[-1].finish_reason

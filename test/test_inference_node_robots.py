@@ -77,6 +77,38 @@ def test_a_question_is_answered_on_its_robots_topic_from_its_observation(served)
     assert not any(m.client_id == "early" for m in robots["left"].text)
 
 
+def test_text_names_the_observation_it_reads_as_that_frames_chunks_do(served):
+    """A TextToken's observation_seq and observation_stamp are those of the observation its
+    request reads (its robot's, in the frame frame_id names): the same as the ActionChunks of
+    that frame give, for periodic descriptions and for a question (its robot's newest
+    observation when asked), so a consumer of the text alone knows which image it is about."""
+    node, robots, _ = served
+    _observe_all(robots, 10)
+    robots["left"].ask("q-which")
+    _observe_all(robots, 10)
+
+    def stamp(t):
+        return t.sec * 10**9 + t.nanosec
+
+    def mismatches(c) -> list:
+        seen = {m.frame_id: (m.observation_seq, stamp(m.observation_stamp)) for m in c.chunks}
+        return [(m.frame_id, m.observation_seq, stamp(m.observation_stamp), seen.get(m.frame_id))
+                for m in c.text if m.request_id and seen.get(m.frame_id) != (m.observation_seq,
+                                                                              stamp(m.observation_stamp))]
+
+    assert until(lambda: any(m.client_id == "q-which" and m.done for m in robots["left"].text)
+                 and all(any(m.done and m.request_id and not m.client_id for m in c.text) for c in robots.values())
+                 and not any(mismatches(c) for c in robots.values())), {r: mismatches(c) for r, c in robots.items()}
+    for c in robots.values():
+        assert all(stamp(m.observation_stamp) > 0 for m in c.text if m.request_id)
+        assert {m.observation_seq for m in c.text if m.request_id} <= {m.observation_seq for m in c.chunks}
+    # each robot's text names its own observations: the two robots' stamps never the same
+    left, right = ({stamp(m.observation_stamp) for m in robots[r].text if m.request_id} for r in ROBOTS)
+    assert not left & right
+    asked = [m for m in robots["left"].text if m.client_id == "q-which"]
+    assert asked[0].observation_seq >= 9  # the newest when the frame took it: not older than when asked
+
+
 def test_a_robot_whose_camera_stops_underruns_on_its_own_clock_only(served):
     node, robots, _ = served
     _observe_all(robots, 10)

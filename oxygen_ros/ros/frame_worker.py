@@ -163,6 +163,8 @@ class FrameWorker:
         started = time.monotonic_ns()
         result, error = self._step(observations, questions, plan, arrivals)
         finished, now_ros = time.monotonic_ns(), self._now_ros()
+        for arrival in arrivals:  # (a failed frame's too: the engine keeps its observations for questions)
+            self._text.observed(arrival.robot, result.frame_id, arrival.seq, arrival.stamp_ros_ns)
         if error is None:  # a failed frame's times say nothing of the next one's
             with self._cond:
                 self.loop.frame_ran(plan, result, bool(observations))

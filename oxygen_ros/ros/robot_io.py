@@ -84,6 +84,11 @@ class TextRouter:
         for robot, batch in by_robot.items():
             self._by_name.get(robot, self._first).publish(batch, stamp_ns)
 
+    def observed(self, robot: str, frame_id: int, seq: int, stamp_ns: int) -> None:
+        """``robot``'s observation ``seq`` (stamped ``stamp_ns``) went into the frame ``frame_id``:
+        its robot's TextTokens of requests reading it name it."""
+        self._by_name.get(robot, self._first).observed(frame_id, seq, stamp_ns)
+
     def rate(self, now: float) -> float:
         """Tokens per second over every robot."""
         return sum(text.rate.rate(now) for text in self._by_name.values())

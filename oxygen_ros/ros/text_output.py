@@ -22,21 +22,37 @@ def end_events(clients: Iterable[str], reason: str, robot: str = "", detail: str
     return [TokenEvent(0, client, 0, 0, -1, "", True, reason, robot, detail) for client in clients]
 
 
+#: The robot's newest frames whose observations a TextToken can name (a request reads the
+#: observation of its frame_id: started there, or the newest when its question came, and
+#: decodes for a few frames after): far more than a request waits and decodes.
+OBSERVATIONS_KEPT = 1024
+
+
 class TextOutput:
-    """Publishes TextTokens (reliable, a deep queue) and measures the token rate."""
+    """Publishes TextTokens (reliable, a deep queue), each naming the observation its request
+    reads (:meth:`observed`), and measures the token rate."""
 
     def __init__(self, node, topic: str, counters: collections.Counter):
         self._pub = node.create_publisher(TextToken, topic, reliable(1000))
         self._counters = counters
         self.rate = WindowRate(5.0)  # real tokens (not ends) per second
         self.listener: Callable[[Sequence[TokenEvent]], None] | None = None  # sees every published event
+        self._observations: collections.OrderedDict[int, tuple[int, int]] = collections.OrderedDict()
+
+    def observed(self, frame_id: int, seq: int, stamp_ns: int) -> None:
+        """The engine's frame ``frame_id`` took the robot's observation ``seq``, stamped ``stamp_ns``."""
+        self._observations[frame_id] = (seq, stamp_ns)
+        if len(self._observations) > OBSERVATIONS_KEPT:
+            self._observations.popitem(last=False)
 
     def publish(self, events: Sequence[TokenEvent], stamp_ns: int) -> None:
         if not events:
             return
         stamp = conversions.ns_to_time_msg(stamp_ns)
         for event in events:
-            self._pub.publish(conversions.text_token_msg(stamp, event))
+            seq, stamp_ns = self._observations.get(event.frame_id, (0, 0))
+            self._pub.publish(conversions.text_token_msg(stamp, event, observation_seq=seq,
+                                                         observation_stamp_ns=stamp_ns))
         self.rate.add(time.monotonic(), sum(1 for e in events if e.token_id >= 0))
         self._counters["text_tokens_published"] += len(events)
         if self.listener is not None:

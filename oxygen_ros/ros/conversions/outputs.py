@@ -12,7 +12,7 @@ from trajectory_msgs.msg import JointTrajectory, JointTrajectoryPoint
 
 from oxygen_ros.msg import ActionChunk, TextToken
 
-from .stamps import duration_msg, header_msg, to_time_msg
+from .stamps import duration_msg, header_msg, ns_to_time_msg, to_time_msg
 
 
 def _actions_2d(actions: Any) -> np.ndarray:
@@ -72,14 +72,18 @@ def action_chunk_array(msg: ActionChunk) -> np.ndarray:
     return a.reshape(msg.horizon, msg.action_dim)
 
 
-def text_token_msg(stamp: Any, event: Any, *, header_frame_id: str = "") -> TextToken:
-    """A ``TextToken`` from a :class:`oxygen_ros.core.requests.TokenEvent`."""
+def text_token_msg(stamp: Any, event: Any, *, header_frame_id: str = "", observation_seq: int = 0,
+                   observation_stamp_ns: int = 0) -> TextToken:
+    """A ``TextToken`` from a :class:`oxygen_ros.core.requests.TokenEvent`, with the seq and stamp
+    of the observation its request reads (0: none, a question refused before it was a request)."""
     reason = getattr(event.finish_reason, "value", event.finish_reason) or ""
     return TextToken(
         header=header_msg(stamp, header_frame_id),
         request_id=int(event.request_id),
         client_id=str(event.client_id),
         frame_id=int(event.frame_id),
+        observation_seq=int(observation_seq),
+        observation_stamp=ns_to_time_msg(observation_stamp_ns),
         index=int(event.index),
         token_id=int(event.token_id),
         piece=str(event.piece),
