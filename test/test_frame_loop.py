@@ -178,6 +178,27 @@ def test_a_question_without_a_client_id_is_refused_saying_why(engine):
     assert loop.counters["questions_rejected_no_client_id"] == 1
 
 
+def test_a_question_with_the_client_id_of_one_still_being_answered_is_warned_of_and_answered(engine, caplog):
+    """A client that gives every question one id (a UI's name) gets two answers whose tokens it
+    cannot tell apart by client_id: the log says so, and both are answered."""
+    loop = make_loop(engine)
+    loop.question_arrived("ui", "where is the target?")
+    (first,), _ = loop.questions(loop.next_job(0, 0), observed=[""])
+    result = engine.step([image_obs("look")], [first], start_language=False)
+    (rid,) = {e.request_id for e in result.tokens if e.client_id == "ui"}
+    assert not any(e.done for e in result.tokens if e.client_id == "ui"), "answered within one frame: no overlap"
+    with caplog.at_level(logging.WARNING, logger="test_frame_loop"):
+        loop.question_arrived("ui", "how many objects?")
+        loop.question_arrived("other", "what colour is the target?")
+        questions, refused = loop.questions(loop.next_job(0, 0), observed=[""])
+    assert [q.client_id for q in questions] == ["ui", "other"] and refused == []
+    warned = [r.getMessage() for r in caplog.records if "still to come" in r.getMessage()]
+    assert warned == [f"question from 'ui' while the answer to an earlier one with that id is still to come "
+                      f"(request {rid}): both answers' TextTokens carry that client_id, told apart only by "
+                      "request_id; give each question an id of its own"], warned
+    engine.cancel_all()
+
+
 def test_a_question_cut_by_its_characters_is_answered_with_the_note_that_it_was_cut(engine):
     """A question whose words fit the token limit but whose text runs past the characters the
     intake looks at (here after 4,000 spaces) loses its end there: its answer says it was cut,

@@ -49,8 +49,22 @@ class QuestionIntake:
             if why := self._refusal(q, fitted, observed, now_ros_ns):
                 refused.append(q._replace(refusal=why))
             else:
+                self._same_id(q, accepted)
                 accepted.append(self._accepted(q, fitted))
         return accepted, refused
+
+    def _same_id(self, q: WaitingQuestion, accepted: list[Question]) -> None:
+        """Warn when ``q`` shares its robot's and client id with a question whose answer is still
+        to come (waiting, decoding, or ``accepted`` in this frame): the two answers' TextTokens
+        carry one client_id, told apart only by their request_id. Answered all the same."""
+        requests = self.engine.requests
+        earlier = [f"request {r.id}" for r in (*requests.active.values(), *requests.queue)
+                   if r.client_id == q.client_id and r.robot == q.robot and not r.done]
+        earlier += ["one taken in this frame" for a in accepted if a.client_id == q.client_id and a.robot == q.robot]
+        if earlier:
+            self.warn("same_client_id", f"question from {q.client_id!r}{_from(q.robot)} while the answer to an "
+                      f"earlier one with that id is still to come ({earlier[0]}): both answers' TextTokens carry "
+                      "that client_id, told apart only by request_id; give each question an id of its own")
 
     def _refusal(self, q: WaitingQuestion, fitted: FittedQuestion, observed: set[str], now_ros_ns: int) -> str:
         """Why ``q`` is refused, counted and logged ("" when it is not): its ``refusal``, which an
