@@ -151,6 +151,12 @@ def exit_how(returncode: int | None) -> str:
     return f"exited with code {returncode}"
 
 
+def own_log(returncode: int | None) -> str:
+    """``"; its own log above says why"`` after the exit of a process that ended by itself, ""
+    after one killed by a signal (it had no chance to say anything)."""
+    return "; its own log above says why" if returncode is None or returncode >= 0 else ""
+
+
 def restarts(returncode: int | None, respawn_delay: float | None, restarted: int = 0,
              max_retries: int | None = None) -> bool:
     """Whether a node (a camera side) that ended with ``returncode``, after ``restarted``
@@ -180,7 +186,8 @@ def node_exit_message(name: str, returncode: int | None, shutting_down: bool,
     if shutting_down or restarts(returncode, respawn_delay, restarted, max_retries):
         return None
     why = not_restarted(returncode, max_retries) if respawn_delay is not None else ""
-    return f"{name} {exit_how(returncode)}{why}; ending the launch (the node's own log above says why)"
+    log = " (the node's own log above says why)" if own_log(returncode) else ""
+    return f"{name} {exit_how(returncode)}{why}; ending the launch{log}"
 
 
 def respawn_message(name: str, returncode: int | None, respawn_delay: float, restart: int = 1,
@@ -188,7 +195,7 @@ def respawn_message(name: str, returncode: int | None, respawn_delay: float, res
     """What the log says when a camera side's node (or process) ``name`` ended and is restarted
     (its ``restart``-th restart, of at most ``max_retries``; None: no limit, not counted here)."""
     count = f", restart {restart} of {max_retries}" if max_retries is not None else ""
-    why = "; its own log above says why" if returncode is not None and returncode >= 0 else ""  # a signal: none
+    why = own_log(returncode)
     return f"{name} {exit_how(returncode)}; restarting it in {respawn_delay:g} s (respawn:=true{count}{why})"
 
 

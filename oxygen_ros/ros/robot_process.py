@@ -35,7 +35,9 @@ import time
 from pathlib import Path
 from typing import Any
 
-from .plan import build_nodes, check_params_file, exit_how, node_label, not_restarted, respawn_message, restarts
+from .plan import (
+    build_nodes, check_params_file, exit_how, node_label, not_restarted, own_log, respawn_message, restarts,
+)
 from .plan_tables import NODES
 
 READY = "robot process ready"
@@ -130,7 +132,7 @@ class RobotProcess:
         return f"{self.label} ({self.nodes}; pid {self.proc.pid})"
 
     def exit_message(self) -> str:
-        return f"{self.name} {exit_how(self.proc.returncode)}; its own log above says why"
+        return f"{self.name} {exit_how(self.proc.returncode)}{own_log(self.proc.returncode)}"
 
     def failure(self) -> str | None:
         """Why this child no longer runs (None while it does)."""
@@ -194,8 +196,7 @@ class RobotProcesses:
                     if not child.ready and child.poll_ready():
                         log(f"{child.name} runs again (restart {self.restarts[child.robot]})")
                 elif not restarts(code, self.respawn_delay, self.restarts[child.robot], self.max_retries):
-                    self._ended = (f"{child.name} {exit_how(code)}{not_restarted(code, self.max_retries)}"
-                                   + ("; its own log above says why" if code is not None and code >= 0 else ""))
+                    self._ended = f"{child.name} {exit_how(code)}{not_restarted(code, self.max_retries)}{own_log(code)}"
                     return
                 elif child.restart_at is None:
                     child.restart_at = time.monotonic() + self.respawn_delay
