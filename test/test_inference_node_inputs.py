@@ -232,3 +232,25 @@ def test_a_first_observation_older_than_its_chunk_is_told_calmly_the_next_ones_w
     lines = [line for line in capfd.readouterr().err.splitlines() if "its chunk starts at the frame's end" in line]
     assert len(lines) == 2 and lines[0].startswith("[INFO]") and lines[1].startswith("[WARN]"), lines
     assert "(the first: held while the camera node's inputs came up)" in lines[0]
+
+
+def test_an_observation_stamped_before_1970_is_refused_and_the_robot_runs_on(ros):
+    """A negative header.stamp (a camera driver's clock gone wrong, a hand-made message) is no
+    time a ROS message can carry back out: the chunk's observation_stamp could not be written,
+    and the tick that publishes it failed. It is refused as it comes, naming the stamp, and the
+    observations after it are served."""
+    from builtin_interfaces.msg import Time
+
+    prefix = unique_prefix()
+    node = inference_node(ros, prefix, chunk_origin="frame_end")
+    client = InferenceClient(ros, prefix, "oxygen_test_negative_stamp", node=node)
+    client.observe()
+    assert until(lambda: client.chunks)
+    bad = observation_msg(client.seq, client.now())
+    bad.header.stamp = Time(sec=-5, nanosec=0)
+    client.obs.publish(bad)
+    assert until(lambda: node.counters["observations_invalid"] == 1)
+    seq = client.seq
+    client.observe()
+    assert until(lambda: any(m.observation_seq == seq for m in client.chunks)), "the next observation was not served"
+    assert not node.diagnostics()["control_failure"] and node.counters["frame_errors"] == 0

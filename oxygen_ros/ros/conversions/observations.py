@@ -60,12 +60,15 @@ def observation_to_msg(
 def msg_to_observation(msg: ObservationMsg, max_bytes: int = DEFAULT_MAX_IMAGE_BYTES) -> Observation:
     """An ``oxygen_ros/Observation`` message as an :class:`Observation`.
 
-    Raises :class:`ObservationError` for a malformed group (names and images
-    disagreeing, duplicate names, bad state) and :class:`ImageError` for a bad
+    Raises :class:`ObservationError` for a malformed group (a negative stamp, names
+    and images disagreeing, duplicate names, bad state) and :class:`ImageError` for a bad
     image. ``meta`` holds ``seq``, ``frame_id`` and ``image_stamps`` (seconds).
     """
     core = core_observation()
     ObservationError = core.ObservationError
+    if msg.header.stamp.sec < 0:  # no ROS time: the chunk's observation_stamp could not carry it back out
+        raise ObservationError("header.stamp", f"is negative ({time_msg_seconds(msg.header.stamp):.3f} s, before "
+                               "1970): stamp it with the capture time (0: none)")
     names, images = list(msg.camera_names), list(msg.images)
     if len(names) != len(images):
         raise ObservationError("camera_names", f"{len(names)} names for {len(images)} images")
