@@ -48,6 +48,8 @@ def test_respawn_is_planned_for_the_camera_sides_only():
      "argument 'respawn_max_retries': expected a whole number >= 1 (empty: no limit), got '-1'"),
     ({"respawn": "true", "respawn_max_retries": "2.5"},
      "argument 'respawn_max_retries': expected a whole number >= 1 (empty: no limit), got '2.5'"),
+    ({"respawn": "true", "respawn_max_retries": "²"},
+     "argument 'respawn_max_retries': expected a whole number >= 1 (empty: no limit), got '²'"),
 ])
 def test_a_bad_respawn_argument_is_named_before_anything_starts(values, message, capsys):
     from oxygen_ros.ros.agent import run_agent

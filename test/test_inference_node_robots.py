@@ -197,7 +197,8 @@ def test_questions_and_goals_sent_to_the_one_robot_names_are_named_in_the_status
                  in node.diagnostics()["unserved_inputs"])
     d = node.diagnostics()
     level, message = node.diagnostic_status(d)
-    assert level == DiagnosticStatus.WARN and "no robot takes these inputs" in message and "/<robot>" in message, (level, message)
+    assert level == DiagnosticStatus.WARN and "no robot takes these inputs" in message, (level, message)
+    assert "the node takes each robot's under its name: send there" in message, message
     for r in ROBOTS:  # a robot's own status is its own inputs'
         assert "unserved_inputs" not in node.diagnostics(r)
     logged = []
@@ -205,6 +206,26 @@ def test_questions_and_goals_sent_to_the_one_robot_names_are_named_in_the_status
     lines = [line for line in "".join(logged).splitlines() if "no robot takes these inputs" in line]
     assert lines and all("[WARN]" in line and "robot left:" not in line and "robot right:" not in line
                          for line in lines), lines
+    # something else takes the bare questions (a node serving one robot on this network): not named
+    taker = ros.node("one_robot_taker").create_subscription(Question, bare, lambda m: None, reliable(10))
+    assert until(lambda: "questions on" not in node.diagnostics()["unserved_inputs"]
+                 and "Ask goals on" in node.diagnostics()["unserved_inputs"])
+    taker.destroy()
     client.destroy()
     asker.destroy_publisher(publisher)
     assert until(lambda: node.diagnostics()["unserved_inputs"] == "")
+
+
+def test_one_named_robot_is_warned_of_questions_on_the_bare_topic_too(ros):
+    """``robots: [left]``, the first step from one robot to several, takes its inputs under
+    /left as well: a question script left on the bare topic is named."""
+    from oxygen_ros.msg import Question
+
+    prefix = unique_prefix()
+    node = robots_node(ros, prefix, ["left"])
+    asker = ros.node("one_robot_asker")
+    asker.create_publisher(Question, node.params["question_topic"], reliable(10))
+    assert until(lambda: f"from {asker.get_fully_qualified_name()} (robot left's go to /left{prefix}/question)"
+                 in node.diagnostics()["unserved_inputs"])
+    level, message = node.diagnostic_status()
+    assert "no robot takes these inputs: questions on" in message, message

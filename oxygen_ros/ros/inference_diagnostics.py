@@ -8,7 +8,10 @@ that robot's figures: its chunk clock (``chunk_age_ms``, ``underruns``), its
 ``action_frequency_hz`` (H x its chunks per second over the last 5 s), its
 ``tokens_per_s``, its ``frame_share`` (the mean of 1 / observations in each
 of its frames: the part of a frame's cost that is its own) and its counters.
-Console warnings name the robot.
+Console warnings name the robot, except the node's own (another node of its
+name, inputs sent to the one-robot topics: :data:`~.inference_status.NODE_CONSOLE`).
+With ``robots`` set (one robot or several), the node's status names what is
+still sent to the one-robot topics (``unserved_inputs``, :mod:`.unserved_inputs`).
 """
 
 from __future__ import annotations
@@ -113,6 +116,7 @@ class InferenceDiagnostics:
         d["same_name_nodes"], d["node_name"] = self.same_name_nodes(), self.get_fully_qualified_name()
         if robot is None and several:
             d["observation_age_robot"] = loop["observation_age_robot"]  # whose is observation_age_ms
+        if robot is None and self.params["robots"]:  # (one named robot too: its topics are under /<robot>)
             d["unserved_inputs"] = "; ".join(unserved_inputs(self, self.params))
         if robot is not None and several:
             io = self.robot_io[robot]

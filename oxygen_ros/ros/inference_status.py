@@ -95,8 +95,9 @@ def _output_problems(d: dict, new: dict) -> list[tuple[str, str]]:
 def _input_problems(d: dict, new: dict, max_observation_age: float) -> list[tuple[str, str]]:
     problems = []
     if d.get("unserved_inputs"):
-        problems.append(("unserved_inputs", f"no robot takes these inputs: {d['unserved_inputs']}; serving several "
-                                            "robots, the node takes each robot's under /<robot>: send there"))
+        problems.append(("unserved_inputs", f"no robot takes these inputs: {d['unserved_inputs']}; with robots "
+                                            "named (parameter robots), the node takes each robot's under its name: "
+                                            "send there"))
     if new["observations_invalid"]:
         problems.append(("observations_invalid", f"{new['observations_invalid']} observations refused (the log "
                                                  "says why)"))

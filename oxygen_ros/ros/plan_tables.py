@@ -82,8 +82,9 @@ ARGUMENTS: tuple[Argument, ...] = (
              "restarted after respawn_delay, and the other robots run on; the inference node stays required."),
     Argument("respawn_delay", "", "Seconds before a camera side's node is restarted (respawn:=true; empty: "
              "1.0; at least 0.1)."),
-    Argument("respawn_max_retries", "", "Most restarts of each camera side's node (respawn:=true; empty: no "
-             "limit): its next exit ends the launch, as without respawn."),
+    Argument("respawn_max_retries", "", "Most restarts of each camera side's node (oxygen-agent: of each robot's "
+             "camera side process; respawn:=true; empty: no limit): its next exit ends the launch, as without "
+             "respawn."),
 )
 
 RESPAWN_DELAY_S = 1.0  # respawn_delay left empty
@@ -174,7 +175,7 @@ def parse_respawn_retries(args: dict[str, str]) -> int | None:
         return None
     if not parse_bool("respawn", args["respawn"]):
         raise ValueError(f"argument 'respawn_max_retries': {text!r} limits nothing without respawn:=true")
-    if not text.isdigit() or int(text) < 1:
+    if not text.isdecimal() or int(text) < 1:  # (isdigit would pass '²', which int refuses)
         raise ValueError(f"argument 'respawn_max_retries': expected a whole number >= 1 (empty: no limit), "
                          f"got {text!r}")
     return int(text)

@@ -50,9 +50,9 @@ class TextOutput:
             return
         stamp = conversions.ns_to_time_msg(stamp_ns)
         for event in events:
-            seq, stamp_ns = self._observations.get(event.frame_id, (0, 0))
+            seq, observed_ns = self._observations.get(event.frame_id, (0, 0))
             self._pub.publish(conversions.text_token_msg(stamp, event, observation_seq=seq,
-                                                         observation_stamp_ns=stamp_ns))
+                                                         observation_stamp_ns=observed_ns))
         self.rate.add(time.monotonic(), sum(1 for e in events if e.token_id >= 0))
         self._counters["text_tokens_published"] += len(events)
         if self.listener is not None:
