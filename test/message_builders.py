@@ -145,3 +145,53 @@ def bag_recording(prefix="", images=6, spacing_ns=20_000_000):
         state.header.stamp = ns_to_time_msg(t + 500)
         out.append((f"{prefix}/joint_states", state, t + 1000))
     return out
+
+
+#: ``oxygen_ros/TextToken`` as it was before it named its observation (observation_seq and
+#: observation_stamp): what a bag recorded by an older oxygen_ros holds.
+OLD_TEXT_TOKEN_MSG = """string FINISH_EOS="eos"
+string FINISH_LENGTH="length"
+string FINISH_REJECTED="rejected"
+string FINISH_CANCELLED="cancelled"
+std_msgs/Header header
+uint64 request_id
+string client_id
+uint64 frame_id
+uint32 index
+int32 token_id
+string piece
+bool done
+string finish_reason
+string reason
+"""
+
+
+def bag_with_old_text_tokens(path, messages, text_topic: str = "/oxygen/text", tokens: int = 2):
+    """A bag at ``path`` holding ``messages`` ((topic, message, ns), written as ``write_bag`` does)
+    and ``tokens`` TextTokens on ``text_topic`` of :data:`OLD_TEXT_TOKEN_MSG`'s definition, as an
+    older oxygen_ros recorded them (rosbags serializes them: rclpy no longer knows that type)."""
+    from rclpy.serialization import serialize_message
+    from rosbags.rosbag2 import StoragePlugin, Writer
+    from rosbags.typesys import Stores, get_types_from_msg, get_typestore
+
+    from oxygen_ros.ros.bags import type_name
+
+    store = get_typestore(Stores.ROS2_KILTED)
+    store.register(get_types_from_msg(OLD_TEXT_TOKEN_MSG, "oxygen_ros/msg/TextToken"))
+    Token, Header, Time = (store.types[t] for t in ("oxygen_ros/msg/TextToken", "std_msgs/msg/Header",
+                                                    "builtin_interfaces/msg/Time"))
+    writer = Writer(path, version=9, storage_plugin=StoragePlugin.MCAP)
+    writer.open()
+    connections = {}
+    for topic, msg, ns in messages:
+        if topic not in connections:
+            connections[topic] = writer.add_connection(topic, type_name(msg), typestore=store)
+        writer.write(connections[topic], ns, serialize_message(msg))
+    text = writer.add_connection(text_topic, "oxygen_ros/msg/TextToken", typestore=store)
+    for i in range(tokens):
+        token = Token(header=Header(stamp=Time(sec=1, nanosec=i), frame_id=""), request_id=1, client_id="",
+                      frame_id=1, index=i, token_id=5, piece="old", done=i == tokens - 1,
+                      finish_reason="eos" if i == tokens - 1 else "", reason="")
+        writer.write(text, RECORDED_T0 + i, store.serialize_cdr(token, "oxygen_ros/msg/TextToken"))
+    writer.close()
+    return path

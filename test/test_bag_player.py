@@ -12,7 +12,7 @@ import time
 
 import numpy as np
 import pytest
-from message_builders import RECORDED_T0, bag_recording
+from message_builders import RECORDED_T0, bag_recording, bag_with_old_text_tokens
 from ros_harness import params
 
 STORAGES = ["mcap", "sqlite3"]
@@ -367,6 +367,49 @@ def test_a_bag_of_a_running_agent_plays_the_robot_s_inputs_not_the_stack_s_outpu
                 action_topic=f"{p}/oxygen/actions")
 
 
+def test_an_exclude_topics_of_ones_own_is_told_when_it_lets_the_stack_s_outputs_through(stepped_ros, tmp_path,
+                                                                                          capfd):
+    """An ``exclude_topics`` set by hand replaces the default list: the bag's old ActionChunks on
+    the topic the player waits on in lockstep are refused (as when named in ``topics``), the
+    other outputs are played with a warning, and an excluded name the bag lacks is named."""
+    from oxygen_ros.msg import ActionChunk, TextToken
+
+    from oxygen_ros.ros.bags import write_bag
+    from oxygen_ros.ros.parameters import ParameterError
+
+    p = stepped_ros.prefix
+    t = bag_recording(p, images=1)[-1][2]
+    outputs = [(f"{p}/oxygen/actions", ActionChunk(observation_seq=3), t + 1),
+               (f"{p}/oxygen/text", TextToken(piece="old"), t + 2)]
+    bag = write_bag(tmp_path / "bag", "mcap", bag_recording(p, images=1) + outputs)
+    with pytest.raises(ParameterError, match=r"'exclude_topics'.*oxygen/actions'\] carry the ActionChunks"):
+        _player(stepped_ros, bag, exclude_topics=["/diagnostics"], action_topic=f"{p}/oxygen/actions")
+    player = _player(stepped_ros, bag, start_delay_s=60.0, exclude_topics=[f"{p}/oxygen/actions", "/camera/imag_raw"],
+                     action_topic=f"{p}/oxygen/actions")
+    assert f"{p}/oxygen/text" in player.publishers_by_topic
+    err = capfd.readouterr().err
+    assert f"playing ['{p}/oxygen/text'], the stack's own outputs or ROS's bookkeeping as recorded" in err, err
+    assert "exclude_topics names ['/camera/imag_raw'], which the bag does not hold" in err, err
+
+
+def test_a_topic_recorded_with_another_definition_is_not_played_and_said_so(stepped_ros, tmp_path, capfd):
+    """A bag of an older oxygen_ros: its TextTokens cannot be read here (rclpy failed on the first
+    one, mid-play, with a traceback). Asked for, the topic is left out with the reason; alone,
+    there is nothing to play."""
+    from oxygen_ros.ros.parameters import ParameterError
+
+    p = stepped_ros.prefix
+    bag = bag_with_old_text_tokens(tmp_path / "old", bag_recording(p, images=1), text_topic=f"{p}/oxygen/text")
+    image = f"{p}/camera/image_raw"
+    player = _player(stepped_ros, bag, start_delay_s=60.0, topics=[image, f"{p}/oxygen/text"])
+    assert list(player.publishers_by_topic) == [image]
+    err = capfd.readouterr().err
+    assert (f"not playing {p}/oxygen/text: recorded with another definition of oxygen_ros/msg/TextToken "
+            "(type hash RIHS01_") in err, err
+    with pytest.raises(ParameterError, match="'topics'.*nothing to play.*can be read here"):
+        _player(stepped_ros, bag, topics=[f"{p}/oxygen/text"])
+
+
 def test_a_rate_change_keeps_the_wait_for_the_next_message(stepped_ros, tmp_path):
     """Two messages 20 s apart: doubling the rate after the first leaves 10 s to wait, not none."""
     from rclpy.parameter import Parameter
@@ -421,7 +464,7 @@ def test_a_recorded_agent_s_own_topics_and_bookkeeping_are_not_played_by_default
     outputs (also a robot's, under its namespace), ROS's bookkeeping and every lifecycle node's
     transition events (played, they told a live lifecycle manager of transitions that never
     happened, and the player waited 5 s for a subscriber of them)."""
-    from oxygen_ros.ros.bag_player import OWN_TOPICS, excluded
+    from oxygen_ros.ros.bag_choice import OWN_TOPICS, excluded
 
     for topic in ("/oxygen/actions", "/left/oxygen/actions", "/oxygen_inference/transition_event",
                   "/left/oxygen_inference/transition_event", "/parameter_events", "/rosout", "/clock"):

@@ -3,15 +3,26 @@
 import numpy as np
 import pytest
 from message_builders import RECORDED_T0 as T0
-from message_builders import bag_recording
+from message_builders import bag_recording, bag_with_old_text_tokens
 
 STORAGES = ["mcap", "sqlite3"]
+
+
+def _topics(path) -> dict:
+    """The bag's topics (``bag_topics``) of the bag at ``path``."""
+    from oxygen_ros.ros.bags import bag_topics, open_bag
+
+    reader = open_bag(path)
+    try:
+        return bag_topics(reader)
+    finally:
+        reader.close()
 
 
 @pytest.mark.parametrize("storage", STORAGES)
 def test_write_then_read_is_equal(tmp_path, storage):
     from oxygen_ros.core.observation import Observation
-    from oxygen_ros.ros.bags import bag_topics, open_bag, read_bag, write_bag
+    from oxygen_ros.ros.bags import read_bag, write_bag
     from oxygen_ros.ros.conversions import action_chunk_msg, observation_to_msg
 
     messages = bag_recording(images=3)
@@ -26,11 +37,7 @@ def test_write_then_read_is_equal(tmp_path, storage):
     assert [(t, s) for t, _, s in back] == [(t, s) for t, _, s in messages]
     assert [m for _, m, _ in back] == [m for _, m, _ in messages]
 
-    reader = open_bag(path)
-    try:
-        topics = bag_topics(reader)
-    finally:
-        reader.close()
+    topics = _topics(path)
     assert topics["/oxygen/instruction"].latched and not topics["/camera/image_raw"].latched
     assert topics["/camera/image_raw"].count == 3
     assert topics["/oxygen/observation"].msgtype == "oxygen_ros/msg/Observation"
@@ -149,3 +156,29 @@ def test_a_segmented_bag_left_unclosed_keeps_every_closed_segment(tmp_path, stor
     assert bag.segments == 2
     back = read_bag(tmp_path / "bag")  # the writer never closed
     assert [m.data for _, m, _ in back] == ["go"] + [str(i) for i in range(6)]
+
+
+def test_a_topic_recorded_with_another_definition_of_a_type_of_this_package_is_named(tmp_path):
+    """A bag recorded by an older oxygen_ros holds TextTokens of the definition before
+    observation_seq and observation_stamp: rclpy failed on them with a Fast CDR exception, and
+    the whole bag could not be read. The topic is named with both type hashes, and the bag's
+    other topics are read when asked for."""
+    from std_msgs.msg import String
+
+    from oxygen_ros.ros.bags import BagError, outdated_definition, read_bag, write_bag
+
+    notes = [("/note", String(data=f"n{i}"), T0 + 10 + i) for i in range(3)]
+    bag = bag_with_old_text_tokens(tmp_path / "old", notes)
+    with pytest.raises(BagError, match=r"topic /oxygen/text was recorded with another definition of "
+                                       r"oxygen_ros/msg/TextToken \(type hash RIHS01_.*read_bag\(path, "
+                                       r"topics=\['/note'\]\)"):
+        read_bag(bag)
+    assert [m.data for _, m, _ in read_bag(bag, topics=["/note"])] == ["n0", "n1", "n2"]
+    topics = _topics(bag)
+    assert topics["/oxygen/text"].outdated and not topics["/note"].outdated
+    # a bag recorded today reads, its TextTokens' hash being this package's
+    from oxygen_ros.msg import TextToken
+
+    today = write_bag(tmp_path / "new", "mcap", [("/oxygen/text", TextToken(observation_seq=4), T0)])
+    assert [m.observation_seq for _, m, _ in read_bag(today)] == [4]
+    assert outdated_definition("std_msgs/msg/String", "RIHS01_0") == ""  # the wheels' types are rclpy's

@@ -38,6 +38,17 @@ def _recorder(out, *args, **popen) -> subprocess.Popen:
     return proc
 
 
+def _running_recorder(out, topic: str, *ignored: signal.Signals) -> subprocess.Popen:
+    """A recorder of ``topic`` started as from a terminal with ``ignored`` signals ignored, once
+    its node is in the graph (a signal from then on is the recorder's to handle)."""
+    proc = _recorder(out, topic, preexec_fn=from_a_terminal(*ignored))
+    with Ros() as ros:
+        probe = ros.node("oxygen_test_record_probe")
+        assert ros.wait_until(lambda: "oxygen_record" in {n for n, _ in probe.get_node_names_and_namespaces()},
+                              30.0), proc.poll()
+    return proc
+
+
 def test_a_recording_of_the_synthetic_camera_reads_back_with_its_latched_instruction(ros_env, tmp_path):
     from oxygen_ros.ros.synthetic_camera import SyntheticCamera
 
@@ -79,12 +90,7 @@ def test_a_recording_stopped_by_sigint_closes_its_bag_and_one_that_got_nothing_s
     The recorder starts with its signals at their defaults, as from a terminal: one the suite inherited
     ignored (``nohup make test``, ``make test &``) it keeps ignored, as it should (the nohup test below)."""
     prefix = unique_prefix()
-    proc = _recorder(tmp_path / "empty", f"{prefix}/nobody_publishes_this",
-                     preexec_fn=from_a_terminal())
-    with Ros() as ros:  # running (its node in the graph): Ctrl-C now is the recorder's to handle
-        probe = ros.node("oxygen_test_record_probe")
-        assert ros.wait_until(lambda: "oxygen_record" in {n for n, _ in probe.get_node_names_and_namespaces()},
-                              30.0), proc.poll()
+    proc = _running_recorder(tmp_path / "empty", f"{prefix}/nobody_publishes_this")
     proc.send_signal(signum)
     stdout, stderr = proc.communicate(timeout=30)
     assert proc.returncode == 1
@@ -95,22 +101,24 @@ def test_a_recording_stopped_by_sigint_closes_its_bag_and_one_that_got_nothing_s
     assert again.returncode == 2 and "exists already" in stderr  # never written over
 
 
-def test_a_recording_under_nohup_goes_on_when_its_terminal_closes(ros_env, tmp_path):
+@pytest.mark.parametrize("ignored, stopper", [(signal.SIGHUP, signal.SIGINT), (signal.SIGINT, signal.SIGTERM)])
+def test_a_recording_started_with_a_signal_ignored_keeps_it_ignored(ros_env, tmp_path, ignored, stopper):
     """``nohup oxygen-record ... &`` starts it with SIGHUP ignored: a dropped ssh session must not
-    end the recording (its SIGHUP handler took over the ignored signal); Ctrl-C still ends it."""
+    end the recording (its SIGHUP handler took over the ignored signal); Ctrl-C still ends it. A
+    script's ``oxygen-record ... &`` starts it with SIGINT ignored (POSIX shells start background
+    jobs so): ``kill -INT`` did nothing, without a word; it says so at the start, and SIGTERM
+    ends it. Either way the bag is closed."""
     prefix = unique_prefix()
-    proc = _recorder(tmp_path / "bag", f"{prefix}/nobody_publishes_this",
-                     preexec_fn=from_a_terminal(signal.SIGHUP))
-    with Ros() as ros:
-        probe = ros.node("oxygen_test_record_probe")
-        assert ros.wait_until(lambda: "oxygen_record" in {n for n, _ in probe.get_node_names_and_namespaces()},
-                              30.0), proc.poll()
-    proc.send_signal(signal.SIGHUP)
+    proc = _running_recorder(tmp_path / "bag", f"{prefix}/nobody_publishes_this", ignored)
+    proc.send_signal(ignored)
     time.sleep(1.5)
-    assert proc.poll() is None, "SIGHUP ended a recording that ignores it"
-    proc.send_signal(signal.SIGINT)
-    stdout, _ = proc.communicate(timeout=30)
+    assert proc.poll() is None, f"{ignored.name} ended a recording that ignores it"
+    proc.send_signal(stopper)
+    stdout, stderr = proc.communicate(timeout=30)
     assert proc.returncode == 1 and "0 messages on 0 topic(s)" in stdout
+    notice = ("oxygen-record: SIGINT ignored, as this process was started (a background job of a script, nohup): "
+              "stop it with SIGTERM (kill PID) or --duration")
+    assert (notice in stderr) == (ignored == signal.SIGINT), stderr
     assert read_bag(tmp_path / "bag") == []
 
 

@@ -34,6 +34,7 @@ from rclpy.serialization import deserialize_message
 from rclpy.task import Future
 
 from oxygen_ros.msg import ActionChunk
+from oxygen_ros.ros.bag_choice import OWN_TOPICS, checked_choice, excluded, nothing_to_play
 from oxygen_ros.ros.bags import BagError, bag_topics, message_class, open_bag
 from oxygen_ros.ros.conversions import ns_to_time_msg, stamp_to_ns
 from oxygen_ros.ros.lockstep import LockstepGate, gate_key, gate_topics
@@ -47,21 +48,6 @@ from oxygen_ros.ros.robots import robot_names_check
 
 IMAGE_TYPES = ("sensor_msgs/msg/Image", "sensor_msgs/msg/CompressedImage")
 STATE_TYPE = "sensor_msgs/msg/JointState"
-#: Topics a bag of a running agent holds (``ros2 bag record -a``) that are not the robot's inputs: the
-#: stack's own outputs and ROS's bookkeeping. Played, they would reach the robot beside the live ones
-#: (recorded actions), feed the inference node twice (recorded Observations) or answer the player's
-#: own lockstep; a recorded /clock disagrees with the restamped headers; a lifecycle node's recorded
-#: transition events (``/oxygen_inference/transition_event``) would tell a live lifecycle manager of
-#: transitions that never happened.
-OWN_TOPICS = ["/oxygen/actions", "/oxygen/joint_trajectory", "/oxygen/observation", "/oxygen/text", "/diagnostics",
-              "/rosout", "/parameter_events", "/clock", "/transition_event"]
-
-
-def excluded(topic: str, exclude: list[str]) -> bool:
-    """Whether ``topic`` is one of ``exclude`` or one of them under a namespace (``/left/oxygen/actions``)."""
-    return any(topic == e or topic.endswith(e) for e in exclude)
-
-
 def _bag_path(value: str, values=None) -> str | None:
     return None if value else "must name a rosbag2 directory (or an .mcap / .db3 file)"
 
@@ -227,30 +213,12 @@ class BagPlayer(Node):
         self.destroy_node()
         raise exc
 
-    @staticmethod
-    def _nothing_to_play(p: dict[str, Any], recorded: dict, wanted: list[str]) -> tuple[str, str]:
-        """(the parameter to blame, why) when no topic of the bag can be played."""
-        if p["topics"]:
-            return "topics", f"nothing to play: none of {wanted} is in the bag with an available type"
-        if not recorded:
-            return "bag_path", f"nothing to play: {p['bag_path']} holds no topic (a recording that received nothing)"
-        if not wanted:
-            return "exclude_topics", f"nothing to play: every topic of the bag is excluded ({sorted(recorded)})"
-        return "bag_path", f"nothing to play: no message type of the bag's topics is available here ({wanted})"
-
     def _setup_topics(self, p: dict[str, Any]) -> None:
         recorded = bag_topics(self._reader)
         wanted = p["topics"] or [t for t in recorded if not excluded(t, p["exclude_topics"])]
-        gated = set(gate_topics(p["action_topic"], p["lockstep_robots"]).values())
-        if set(p["topics"]) & gated:
-            self._fail("topics", f"{sorted(set(p['topics']) & gated)} carry the ActionChunks this player waits "
-                                 "on in lockstep: played, the bag's own chunks would answer its images")
-        left_out = sorted(set(recorded) - set(wanted)) if not p["topics"] else []
-        if left_out:
-            self.get_logger().info(f"not playing {left_out} (exclude_topics)")
-        missing = [t for t in wanted if t not in recorded]
-        if missing:
-            self.get_logger().warning(f"topics {missing} are not in the bag (it has {sorted(recorded)})")
+        refusal = checked_choice(p, recorded, wanted, self.get_logger())
+        if refusal is not None:
+            self._fail(*refusal)
         self._classes: dict[str, type] = {}
         self._types: dict[str, str] = {}
         self._latched: set[str] = set()
@@ -259,6 +227,9 @@ class BagPlayer(Node):
         for topic in wanted:
             info = recorded.get(topic)
             if info is None:
+                continue
+            if info.outdated:  # rclpy would fail on its first message, mid-play
+                self.get_logger().warning(f"not playing {topic}: {info.outdated}")
                 continue
             try:
                 cls = message_class(info.msgtype)
@@ -275,7 +246,7 @@ class BagPlayer(Node):
             self._publishers_by_topic[topic] = self.create_publisher(
                 cls, topic, LATCHED_QOS if latched else DATA_QOS)
         if not self._publishers_by_topic:
-            self._fail(*self._nothing_to_play(p, recorded, wanted))
+            self._fail(*nothing_to_play(p, recorded, wanted))
         self._connections = [c for c in self._reader.connections if c.topic in self._publishers_by_topic]
 
     def _apply_parameters(self, params: list) -> None:

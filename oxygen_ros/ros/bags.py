@@ -16,6 +16,7 @@ types it lacks (``oxygen_ros/msg/*``) from the ``.msg`` files installed under
 
 from __future__ import annotations
 
+import functools
 import importlib
 import os
 import sys
@@ -206,6 +207,33 @@ class BagTopic:
     msgtype: str  # pkg/msg/Type
     count: int
     latched: bool  # recorded as offered with transient-local durability
+    outdated: str = ""  # why its messages cannot be read here (:func:`outdated_definition`), else ""
+
+
+#: Packages whose message definitions this package ships: a bag's recorded type hash of one of
+#: their types is checked against today's (the ROS 2 wheels' own types are rclpy's to read).
+OWN_PACKAGES = ("oxygen_ros",)
+
+
+@functools.lru_cache(maxsize=None)
+def _type_hash(msgtype: str) -> str:
+    """The RIHS01 type hash of ``msgtype`` as this package defines it (what rclpy sends today)."""
+    store = typestore()
+    _ensure_type(store, msgtype)
+    return store.hash_rihs01(msgtype)
+
+
+def outdated_definition(msgtype: str, digest: str) -> str:
+    """Why messages recorded as ``msgtype`` with the type hash ``digest`` cannot be read here
+    (recorded with another version of this package's definition: rclpy cannot deserialize
+    them), or "" (the same definition, a type not of :data:`OWN_PACKAGES`, no hash recorded)."""
+    if not digest or msgtype.split("/")[0] not in OWN_PACKAGES:
+        return ""
+    today = _type_hash(msgtype)
+    if digest == today:
+        return ""
+    return (f"recorded with another definition of {msgtype} (type hash {digest[:15]}..., this package's "
+            f"{today[:15]}...: an older or newer oxygen_ros), which cannot be read here")
 
 
 def open_bag(path: str | os.PathLike) -> Reader:
@@ -236,18 +264,28 @@ def bag_topics(reader: Reader) -> dict[str, BagTopic]:
             conn.msgtype,
             (old.count if old else 0) + (conn.msgcount or 0),
             latched or (old.latched if old else False),
+            (old.outdated if old else "") or outdated_definition(conn.msgtype, conn.digest),
         )
     return topics
 
 
-def read_bag(path: str | os.PathLike) -> list[tuple[str, Any, int]]:
-    """Every message of a bag as ``(topic, message, stamp_ns)``, in timestamp order."""
+def read_bag(path: str | os.PathLike, topics: Iterable[str] | None = None) -> list[tuple[str, Any, int]]:
+    """Every message of a bag as ``(topic, message, stamp_ns)``, in timestamp order (of ``topics``
+    only, when given). BagError naming a topic recorded with another definition of one of this
+    package's types (:func:`outdated_definition`) and the topics that can be read."""
     reader = open_bag(path)
     try:
-        classes = {t.name: message_class(t.msgtype) for t in bag_topics(reader).values()}
+        recorded = bag_topics(reader)
+        wanted = set(recorded) if topics is None else set(topics) & set(recorded)
+        outdated = {t: recorded[t].outdated for t in sorted(wanted) if recorded[t].outdated}
+        if outdated:
+            readable = sorted(t for t in recorded if not recorded[t].outdated)
+            raise BagError(f"bag {path}: " + "; ".join(f"topic {t} was {why}" for t, why in outdated.items())
+                           + f". Read the others with read_bag(path, topics={readable})")
+        classes = {t: message_class(recorded[t].msgtype) for t in wanted}
         return [
             (conn.topic, deserialize_message(raw, classes[conn.topic]), int(stamp))
-            for conn, stamp, raw in reader.messages()
+            for conn, stamp, raw in reader.messages() if conn.topic in wanted
         ]
     finally:
         reader.close()
@@ -260,6 +298,7 @@ __all__ = [
     "bag_topics",
     "message_class",
     "open_bag",
+    "outdated_definition",
     "read_bag",
     "type_name",
     "write_bag",

@@ -167,9 +167,15 @@ def record(args: argparse.Namespace) -> int:
     from ..ros.bags import BagError, BagWriter
 
     stop = []  # a signal ends the loop between two callbacks: never inside the bag's write
+    ignored = []
     for signum in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):  # SIGHUP: its terminal closed (ssh dropped)
         if signal.getsignal(signum) is not signal.SIG_IGN:  # ignored (nohup, a background job): it stays so
             signal.signal(signum, lambda n, _: stop.append(signal.Signals(n).name))
+        else:
+            ignored.append(signal.Signals(signum).name)
+    if "SIGINT" in ignored:  # (a script's `cmd &` starts it so: `kill -INT` would do nothing, without a word)
+        print(f"oxygen-record: {' and '.join(ignored)} ignored, as this process was started (a background job of "
+              "a script, nohup): stop it with SIGTERM (kill PID) or --duration", file=sys.stderr, flush=True)
     rclpy.init(signal_handler_options=SignalHandlerOptions.NO)
     try:
         bag = (SegmentedBagWriter(args.out, args.storage, args.segment_s) if args.segment_s
