@@ -52,3 +52,19 @@ def test_with_two_state_topics_images_wait_once_both_have_gone_out():
     assert _send(gate, "/cam") and _send(gate, "/cam", 0.1)
     gate.state_sent("/gripper/joint_states")
     assert not _send(gate, "/cam", 0.2)
+
+
+def test_a_timeout_before_any_answer_says_none_came_yet():
+    """The first group's wait timing out said 'no ActionChunk newer than observation -1'."""
+    gate = LockstepGate("/oxygen/actions", ("/cam",))
+    assert _send(gate, "/cam") and not _send(gate, "/cam", 0.1)
+    released, warning = gate.open("/cam", 5.2, timeout_s=5.0)
+    assert released and warning.startswith("lockstep: no ActionChunk on /oxygen/actions yet within 5.0 s;"), warning
+    gate.sent("/cam")
+    gate.hold_since = None  # (as the player does once it plays the held image)
+    gate.on_actions(SimpleNamespace(observation_seq=3))
+    assert _send(gate, "/cam", 5.3)
+    gate.hold_since = None
+    assert not _send(gate, "/cam", 5.4)
+    _, warning = gate.open("/cam", 10.5, timeout_s=5.0)
+    assert "no ActionChunk on /oxygen/actions newer than observation 3 within 5.0 s" in warning, warning

@@ -60,7 +60,8 @@ class LockstepGate:
             released = True
         elif self.hold_since is not None and now - self.hold_since >= timeout_s:
             self.timeouts += 1
-            warning = (f"lockstep: no ActionChunk on {self.action_topic} newer than observation {self._gate_seq} "
+            since = "yet" if self._gate_seq < 0 else f"newer than observation {self._gate_seq}"
+            warning = (f"lockstep: no ActionChunk on {self.action_topic} {since} "
                        f"within {timeout_s} s; playing on (an observation gets none when the camera node dropped "
                        "its group as stale, or when its chunk had no row left: stamps that lag their bag times by "
                        "nearly a chunk's span; chunk_origin: frame_end publishes every chunk)")
