@@ -55,6 +55,15 @@ def test_bag_errors(tmp_path):
         write_bag(tmp_path / "b", "mcap", [])
     with pytest.raises(BagError, match="does not exist"):
         read_bag(tmp_path / "nope")
+    (tmp_path / "folder").mkdir()  # the wrong folder: said so, not "Expected metadata file ... does not exist"
+    with pytest.raises(BagError, match="folder without the metadata.yaml of a rosbag2 bag: not a bag, or a "
+                                       "recording that never wrote one"):
+        read_bag(tmp_path / "folder")
+    (tmp_path / "b" / "metadata.yaml").unlink()  # a storage file alone: named, and readable by its own path
+    (mcap,) = (tmp_path / "b").glob("*.mcap")
+    with pytest.raises(BagError, match=f"it holds {mcap.name}: give a file's path to open it alone"):
+        read_bag(tmp_path / "b")
+    assert [m.data for _, m, _ in read_bag(mcap)] == ["1"]
     with pytest.raises(BagError, match="not a ROS message"):
         write_bag(tmp_path / "c", "mcap", [("/x", "a string", 1)])
     from std_msgs.msg import Int32

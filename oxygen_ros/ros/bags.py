@@ -242,6 +242,12 @@ def open_bag(path: str | os.PathLike) -> Reader:
     path = Path(path)
     if not path.exists():
         raise BagError(f"bag {path} does not exist")
+    if path.is_dir() and not (path / "metadata.yaml").is_file():
+        files = sorted(str(f.relative_to(path)) for f in path.rglob("*") if f.suffix in (".mcap", ".db3"))
+        raise BagError(f"bag {path} is a folder without the metadata.yaml of a rosbag2 bag: "
+                       + (f"it holds {', '.join(files)}: give a file's path to open it alone (the segment a "
+                          "killed recording was writing cannot be read: oxygen-record's bag is the folder above)"
+                          if files else "not a bag, or a recording that never wrote one"))
     try:
         reader = Reader(path)
         reader.open()
