@@ -22,7 +22,7 @@ from typing import Optional
 
 from ..core.stats import WindowRate
 from .diagnostic_message import diagnostic_array
-from .inference_status import CONSOLE, NODE_CONSOLE, diagnostic_figures
+from .inference_status import CONSOLE, NODE_CONSOLE, ROBOT_CONSOLE, diagnostic_figures
 from .unserved_inputs import unserved_inputs
 
 #: Counters that belong to the engine (every robot's frames), not to one robot.
@@ -192,11 +192,10 @@ class InferenceDiagnostics:
             array = self._engine_array(self.diagnostic_status(d), d)
             # with several robots, the node's console lines are its own kinds, each robot's the others
             lines = self._status.console(NODE_CONSOLE if len(self.robot_io) > 1 else CONSOLE)
-            robot_kinds = tuple(kind for kind in CONSOLE if kind not in NODE_CONSOLE)
             for name in self._status_robots()[1:]:
                 rd = self.diagnostics(name)
                 self._add_robot_status(array, name, self.diagnostic_status(rd, name), rd)
-                lines += [f"robot {name}: {line}" for line in self._reporter(name).console(robot_kinds)]
+                lines += [f"robot {name}: {line}" for line in self._reporter(name).console(ROBOT_CONSOLE)]
             self._pub_diag.publish(array)
             for line in lines:  # what a user must see without watching /diagnostics
                 self.get_logger().warning(line)

@@ -35,6 +35,8 @@ CONSOLE = ("same_name", "unserved_inputs", "underruns", "no_observation", "obser
 #: With several robots, the console kinds said once for the node, not once per robot: the
 #: node's own (its name, its inputs), not a robot's.
 NODE_CONSOLE = ("same_name", "unserved_inputs")
+#: With several robots, the console kinds said once per robot: the others.
+ROBOT_CONSOLE = tuple(kind for kind in CONSOLE if kind not in NODE_CONSOLE)
 #: Seconds the control process may go without a tick while active before the status is ERROR
 #: (at least :data:`CONTROL_SILENT_PERIODS` control periods: at a slow ``control_rate_hz`` a
 #: tick is that far apart anyway).

@@ -151,10 +151,16 @@ def exit_how(returncode: int | None) -> str:
     return f"exited with code {returncode}"
 
 
+def ended_by_itself(returncode: int | None) -> bool:
+    """Whether a process that ended with ``returncode`` exited by itself (its log says why), not
+    killed by a signal (it had no chance to say anything)."""
+    return returncode is None or returncode >= 0
+
+
 def own_log(returncode: int | None) -> str:
-    """``"; its own log above says why"`` after the exit of a process that ended by itself, ""
-    after one killed by a signal (it had no chance to say anything)."""
-    return "; its own log above says why" if returncode is None or returncode >= 0 else ""
+    """``"; its own log above says why"`` after the exit of a process that ended by itself
+    (:func:`ended_by_itself`), else ""."""
+    return "; its own log above says why" if ended_by_itself(returncode) else ""
 
 
 def restarts(returncode: int | None, respawn_delay: float | None, restarted: int = 0,
@@ -186,7 +192,7 @@ def node_exit_message(name: str, returncode: int | None, shutting_down: bool,
     if shutting_down or restarts(returncode, respawn_delay, restarted, max_retries):
         return None
     why = not_restarted(returncode, max_retries) if respawn_delay is not None else ""
-    log = " (the node's own log above says why)" if own_log(returncode) else ""
+    log = " (the node's own log above says why)" if ended_by_itself(returncode) else ""
     return f"{name} {exit_how(returncode)}{why}; ending the launch{log}"
 
 
