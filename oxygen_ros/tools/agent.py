@@ -161,8 +161,8 @@ class AgentSession:
                 time.sleep(0.5)  # let the cancellations reach the monitor
             self.report = self.monitor.report(probed) if self.monitor is not None else None
             if self.report is not None:
-                first = self.monitor.measurement.start
-                self.report["start_to_first_chunk_s"] = None if first is None else round(first["t"] - STARTED, 3)
+                first = self.monitor.measurement.first_chunk
+                self.report["start_to_first_chunk_s"] = None if first is None else round(first - STARTED, 3)
                 self.report["probe_priority"] = probe_priority
                 restarts = agent.children.restarts if agent.children.respawn_delay is not None else None
                 self.report["camera_side_restarts"] = (

@@ -119,6 +119,9 @@ class Measurement:
         self.seen_frames: set[int] = set()
         self.start: dict[str, Any] | None = None
         self.end: dict[str, Any] | None = None
+        #: when the first ActionChunk of the run came (monotonic s): a cleanup and a
+        #: configure restart the window, not this
+        self.first_chunk: float | None = None
 
     def poll(self) -> None:
         """Start the window at the first ActionChunk the node published (called by the
@@ -131,6 +134,8 @@ class Measurement:
                 self._start_window(time.monotonic())
 
     def _start_window(self, t: float) -> None:
+        if self.first_chunk is None:
+            self.first_chunk = t
         if self.start is None:
             node = self.inference
             per_robot = robot_ticks(node, self.robots)
