@@ -123,7 +123,8 @@ def test_demo_is_off_by_default(ros_env, tmp_path):
 
 
 #: what the agent's status line says of a deactivated node, and of one cleaned up
-INACTIVE = r"the inference node is inactive \(lifecycle\), \d+ requests kept"
+INACTIVE = (r"the inference node is inactive \(lifecycle\), \d+ questions waiting \(answered after activate\), "
+            r"\d+ requests kept")
 CLEANED = "oxygen_inference]: cleanup: "
 UNCONFIGURED = "the inference node is not configured: waiting for its configure transition"
 

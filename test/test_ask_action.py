@@ -185,7 +185,7 @@ def test_a_streamed_answer_that_times_out_ends_its_line_before_the_why(ros_env, 
     line and stdout had no final newline (a review)."""
     from oxygen_ros.tools import ask as ask_tool
 
-    def partial_answer(node, action, question, *, max_tokens, timeout, on_piece):
+    def partial_answer(node, action, question, *, max_tokens, timeout, on_piece, on_note):
         on_piece("upper le")
         return ask_tool.Answer("", "timeout")
 

@@ -191,10 +191,11 @@ def test_an_ask_goal_cancelled_while_the_node_is_inactive_ends_at_once(ros_env, 
         assert life.state() == "inactive" and node.engine.active_requests == 0 and node.engine.pool.held == 0
 
 
-def test_diagnostics_say_inactive_while_the_manager_keeps_the_node_inactive(ros_env, random_tiny_dir):
+def test_diagnostics_say_inactive_while_the_manager_keeps_the_node_inactive(ros_env, random_tiny_dir, capfd):
     """A monitor tells a node its manager paused from a dead one: configured and inactive, the
-    node publishes a status that says so (and the requests it keeps), the full one once active,
-    and after a cleanup one that says it is unconfigured."""
+    node publishes a status that says so (and the questions waiting for activate, logged as kept,
+    and the requests it keeps), the full one once active, and after a cleanup one that says it
+    is unconfigured."""
     prefix = unique_prefix()
     with Ros() as ros:
         node = _node(ros, prefix, random_tiny_dir, autostart=False)
@@ -209,7 +210,19 @@ def test_diagnostics_say_inactive_while_the_manager_keeps_the_node_inactive(ros_
         status = next(filter(inactive, client.diagnostics))
         values = {v.key: v.value for v in status.values}
         assert status.level == b"\x00" and values["lifecycle_state"] == "inactive" and values["active_requests"] == "0"
+        assert values["questions_waiting"] == "0"
+        client.ask("paused", "what do you see?")  # a client of a paused node hears nothing until activate
+        seen = len(client.diagnostics)
+        assert until(lambda: any(inactive(s) and "1 questions waiting" in s.message
+                                 for s in client.diagnostics[seen:]), 10.0), [s.message for s in client.diagnostics]
+        status = next(s for s in client.diagnostics[seen:] if "1 questions waiting" in s.message)
+        assert {v.key: v.value for v in status.values}["questions_waiting"] == "1", status
+        assert "question from 'paused' kept: the node is inactive (lifecycle)" in capfd.readouterr().err
+        client.observe()  # kept too: the first frame after activate answers from it
         assert life.change("activate")
+        assert until(lambda: client.finished("paused"), 20.0, every=client.observe, period=0.1), \
+            "the question kept while inactive was not answered after activate"
+        assert client.finished("paused")[0].finish_reason in ("eos", "length"), client.finished("paused")
         seen = len(client.diagnostics)
         assert until(lambda: any(not inactive(s) for s in client.diagnostics[seen:]), 10.0, every=client.observe,
                      period=0.1), "no full status once active"
@@ -496,3 +509,34 @@ def test_a_parameter_read_at_configure_changes_while_unconfigured_and_the_next_c
         assert _set(ros, name, max_active=0)["max_active"][0] is False  # checked as at start
         assert life.change("configure") and node.engine.config.max_active == 3
         assert node.params["model_path"] == random_tiny_dir
+
+
+def test_oxygen_ask_says_the_node_is_paused_and_why_its_question_ended(ros_env, random_tiny_dir):
+    """``oxygen-ask`` at a node its manager keeps inactive: accepted, its question waits (for
+    activate) and the client says so at once, instead of a silent wait for its timeout; a cleanup
+    then ends the question, and the client names the node's reason, not a bare 'cancelled'."""
+    import subprocess
+
+    from ros_harness import OutputLines, checkout_env, installed_script
+
+    prefix = unique_prefix()
+    with Ros() as ros:
+        node = _node(ros, prefix, random_tiny_dir, autostart=False)
+        life = Lifecycle(ros.node("oxygen_test_lifecycle"), node.get_fully_qualified_name())
+        assert life.change("configure")
+        tool = subprocess.Popen([installed_script("oxygen-ask"), "what do you see?", "--action", f"{prefix}/ask",
+                                 "--timeout", "60"], env=checkout_env(), stdout=subprocess.PIPE,
+                                stderr=subprocess.STDOUT, text=True)  # no answer comes: the output is the notes
+        try:
+            err = OutputLines(tool)
+            paused = (f"oxygen-ask: note: {node.get_fully_qualified_name()}, which serves {prefix}/ask, is inactive "
+                      "(lifecycle): it keeps the question and answers it after its activate transition")
+            assert until(lambda: paused in err.text(), 30.0), err.text()
+            assert node.loop.questions_waiting() == 1
+            assert life.change("cleanup")
+            assert tool.wait(20) == 1
+        finally:
+            if tool.poll() is None:
+                tool.kill()
+        assert err.join().endswith(f"oxygen-ask: {prefix}/ask ended the question without an answer: ended by the "
+                                   "node's cleanup\n"), err.text()

@@ -193,6 +193,10 @@ class FrameLoop:
         """Questions wait or requests decode (a tick wakes the worker for them)."""
         return any(r.questions for r in self.robots.values()) or self.engine_has_work()
 
+    def questions_waiting(self) -> int:
+        """Questions not yet taken by a job, of every robot (a paused node keeps them)."""
+        return sum(len(r.questions) for r in self.robots.values())
+
     def take_questions(self) -> list[WaitingQuestion]:
         """The questions not yet taken by a job, of every robot (shutdown cancels them)."""
         out = []

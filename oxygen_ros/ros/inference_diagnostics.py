@@ -22,7 +22,7 @@ from typing import Optional
 
 from ..core.stats import WindowRate
 from .diagnostic_message import diagnostic_array
-from .inference_status import CONSOLE, NODE_CONSOLE, ROBOT_CONSOLE, diagnostic_figures
+from .inference_status import CONSOLE, NODE_CONSOLE, ROBOT_CONSOLE, diagnostic_figures, inactive_kept
 from .unserved_inputs import unserved_inputs
 
 #: Counters that belong to the engine (every robot's frames), not to one robot.
@@ -159,9 +159,8 @@ class InferenceDiagnostics:
             return None
         with self._cond:
             d = {"lifecycle_state": "inactive", "active_requests": engine.active_requests,
-                 "queued_requests": engine.queued_requests}
-        return (DiagnosticStatus.OK, f"inactive (lifecycle): no action or text goes out; "
-                                     f"{d['active_requests']} requests kept"), d
+                 "queued_requests": engine.queued_requests, "questions_waiting": self.loop.questions_waiting()}
+        return (DiagnosticStatus.OK, f"inactive (lifecycle): no action or text goes out; {inactive_kept(d)}"), d
 
     def _engine_array(self, status, d: dict):
         """The DiagnosticArray of the engine's status, stamped now."""

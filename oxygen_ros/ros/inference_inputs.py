@@ -65,6 +65,11 @@ class InferenceInputs:
                 return False
             self.loop.question_arrived(client_id, text, max_tokens, robot)
             self._cond.notify_all()
+            waiting = None if self.active else self.loop.questions_waiting()
+        if waiting is not None:  # paused by a lifecycle manager: the client would hear nothing until activate
+            self.get_logger().info(f"question from '{client_id}' kept: the node is inactive (lifecycle) and answers "
+                                   f"it after its activate transition ({waiting} questions waiting)",
+                                   throttle_duration_sec=5.0)
         return True
 
     def _cancel_ask(self, robot: str, client_id: str) -> None:

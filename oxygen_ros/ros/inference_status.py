@@ -12,6 +12,13 @@ from diagnostic_msgs.msg import DiagnosticStatus
 from ..core.stats import action_frequency, percentile
 from ..core.throttle import Throttle
 
+
+def inactive_kept(d: dict) -> str:
+    """What a paused (inactive) node keeps, from its status figures ``d`` (ints, or the strings
+    of /diagnostics): the questions waiting for activate, the requests decoding."""
+    return (f"{d.get('questions_waiting', 0)} questions waiting (answered after activate), "
+            f"{d['active_requests']} requests kept")
+
 #: Counters published on /diagnostics as they are (``questions_rejected`` after the 11th).
 COUNTED = ("ticks_faulted", "actions_non_finite", "frames", "language_frames", "frame_errors",
            "observations_received", "observations_superseded", "observations_stale", "observations_invalid",

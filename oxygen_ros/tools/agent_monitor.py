@@ -32,6 +32,7 @@ from rclpy.qos import QoSProfile, ReliabilityPolicy
 from oxygen_ros.msg import ActionChunk, TextToken
 from oxygen_ros.msg import Observation as ObservationMsg
 
+from ..ros.inference_status import inactive_kept
 from ..ros.robots import robot_topic
 from .agent_report import Measurement
 from .agent_robots_report import robot_names
@@ -151,8 +152,8 @@ class Monitor:
             line = ("the inference node is not configured: waiting for its configure transition ..." if error is None
                     else f"the inference node is not configured: its last configure failed: {error}")
         elif not self.inference.active:
-            kept = f"{d['active_requests']} requests" if inactive and "active_requests" in d else "its requests"
-            line = f"the inference node is inactive (lifecycle), {kept} kept: waiting for its activate transition ..."
+            kept = inactive_kept(d) if inactive and "active_requests" in d else "its questions and requests kept"
+            line = f"the inference node is inactive (lifecycle), {kept}: waiting for its activate transition ..."
         elif not d or inactive:  # just activated: its first full status is a second away
             line = "waiting for the inference node's diagnostics ..."
         elif robots:

@@ -35,6 +35,8 @@ from .arguments import non_negative_int, plain, positive_float
 DEFAULT_ACTION = "/oxygen/ask"
 #: seconds given to the cancel of a goal abandoned on a timeout or Ctrl-C
 CANCEL_WAIT_S = 2.0
+#: seconds after its goal was accepted without a token, when the serving node's lifecycle state is asked
+PAUSED_CHECK_S = 2.0
 #: what ends a goal ``rejected``, told when the node's result does not say which (its log does)
 REJECTED = ("no text left once cleaned, no observation yet or only one older than its max_observation_age, its queue "
             "full, or more tokens asked for than its max_decode; its log says which")
@@ -91,12 +93,14 @@ class Answer(NamedTuple):
 
 
 def ask(node, action: str, question: str, *, max_tokens: int = 0, timeout: float = 30.0,
-        on_piece=None) -> Answer:
+        on_piece=None, on_note=None) -> Answer:
     """The :class:`Answer` (its ``reason``: the node's, for ``rejected`` and a ``cancelled`` it
     ended itself, or its note on an answer); ``finish_reason`` is ``"no server"`` when no Ask
     server came within ``timeout``, ``"not accepted"`` when the server refused the goal (the
     node is not configured), ``"timeout"`` when no answer came within ``timeout`` after that.
-    ``on_piece`` gets every token's text as it is decoded. A goal still running when this
+    ``on_piece`` gets every token's text as it is decoded; ``on_note`` a line, once, when no
+    token came within :data:`PAUSED_CHECK_S` and the node serving ``action`` is paused (lifecycle
+    inactive: it keeps the question until its activate). A goal still running when this
     returns or is interrupted (the timeout, Ctrl-C) is cancelled, so that the node stops
     decoding an answer no one waits for. ``node`` must not be spinning elsewhere."""
     executor = SingleThreadedExecutor(context=node.context)
@@ -108,7 +112,13 @@ def ask(node, action: str, question: str, *, max_tokens: int = 0, timeout: float
         if not client.wait_for_server(timeout_sec=timeout):
             return Answer("", "no server")
         deadline = time.monotonic() + timeout
-        feedback = None if on_piece is None else (lambda m: on_piece(m.feedback.piece))
+        pieces: list[str] = []
+
+        def feedback(message) -> None:
+            pieces.append(message.feedback.piece)
+            if on_piece is not None:
+                on_piece(message.feedback.piece)
+
         sent = client.send_goal_async(Ask.Goal(question=question, max_tokens=max_tokens),
                                       feedback_callback=feedback)
         if not _spin_until(executor, sent, deadline):
@@ -119,6 +129,11 @@ def ask(node, action: str, question: str, *, max_tokens: int = 0, timeout: float
             return Answer("", "not accepted")
         running = goal
         result = goal.get_result_async()
+        first_wait = min(deadline, time.monotonic() + PAUSED_CHECK_S)
+        if on_note is not None and not _spin_until(executor, result, first_wait) and not pieces:
+            paused = paused_server(node, executor, action, deadline)
+            if paused:
+                on_note(paused)
         if not _spin_until(executor, result, deadline):
             return Answer("", "timeout")
         running, ended = None, True
@@ -134,6 +149,38 @@ def ask(node, action: str, question: str, *, max_tokens: int = 0, timeout: float
         client.destroy()
         executor.remove_node(node)
         executor.shutdown()
+
+
+def paused_server(node, executor, action: str, deadline: float) -> str:
+    """The line saying that the node serving ``action`` is inactive (lifecycle: paused by its
+    manager, it keeps questions until its activate), or "" (active, not a lifecycle node, not
+    found, or no answer of its ``get_state`` service by ``deadline``, at most 2 s from now)."""
+    from lifecycle_msgs.srv import GetState
+    from rclpy.action.graph import get_action_server_names_and_types_by_node
+    from rclpy.expand_topic_name import expand_topic_name
+
+    wanted = expand_topic_name(action, node.get_name(), node.get_namespace())
+    by = min(deadline, time.monotonic() + 2.0)
+    for name, namespace in node.get_node_names_and_namespaces():
+        try:
+            served = get_action_server_names_and_types_by_node(node, name, namespace)
+        except Exception:  # noqa: BLE001 - the node left the graph meanwhile
+            continue
+        if not any(served_name == wanted for served_name, _ in served):
+            continue
+        full = f"{namespace.rstrip('/')}/{name}"
+        client = node.create_client(GetState, f"{full}/get_state")
+        try:
+            if not client.wait_for_service(timeout_sec=max(0.0, by - time.monotonic())):
+                return ""  # not a lifecycle node
+            state = client.call_async(GetState.Request())
+            if _spin_until(executor, state, by) and state.result().current_state.label == "inactive":
+                return (f"{full}, which serves {wanted}, is inactive (lifecycle): it keeps the question and answers it "
+                        "after its activate transition")
+        finally:
+            node.destroy_client(client)
+        return ""
+    return ""
 
 
 def rest_of_answer(text: str, streamed: str) -> str:
@@ -165,6 +212,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     # the client: ask() still cancels the question it was waiting for
     rclpy.init(signal_handler_options=SignalHandlerOptions.NO)
     servers: list[str] = []
+    paused: list[str] = []  # the note that the serving node is inactive, when it was given
     try:
         node = rclpy.create_node("oxygen_ask")
         try:
@@ -174,8 +222,13 @@ def main(argv: Sequence[str] | None = None) -> int:
                 streamed.append(piece)
                 print(piece, end="", flush=True)
 
+            def on_note(line: str) -> None:
+                paused.append(line)
+                print(f"oxygen-ask: note: {line}", file=sys.stderr, flush=True)
+
             text, reason, detail = ask(node, args.action, args.question, max_tokens=args.max_tokens,
-                                       timeout=args.timeout, on_piece=on_piece if args.stream else None)
+                                       timeout=args.timeout, on_piece=on_piece if args.stream else None,
+                                       on_note=on_note)
             servers = ask_servers(node) if reason == "no server" else []
         finally:
             node.destroy_node()
@@ -194,8 +247,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 0
     elsewhere = (f"Ask servers seen: {', '.join(servers)} (--action NAME)" if servers
                  else "none seen: is the agent running, in this ROS_DOMAIN_ID?")
+    inactive = " while its node was inactive (lifecycle)" if paused else ""
     why = {"no server": f"no Ask server on {args.action} within {args.timeout:g} s; {elsewhere}",
-           "timeout": f"no answer from {args.action} within {args.timeout:g} s (the question was cancelled)",
+           "timeout": f"no answer from {args.action} within {args.timeout:g} s{inactive} (the question was cancelled)",
+           "cancelled": f"{args.action} ended the question without an answer: {detail or 'cancelled'}",
            "not accepted": f"{args.action} took no question (is its inference node configured and active?)",
            "rejected": f"{args.action} refused the question: {detail or REJECTED}"}.get(reason, f"no answer ({reason})")
     print(f"oxygen-ask: {why}", file=sys.stderr)
