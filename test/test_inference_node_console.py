@@ -96,6 +96,24 @@ def test_underruns_and_a_stale_camera_are_told_and_quiet_seconds_are_not():
     assert "language budget k=2" in message and status.console() == []
 
 
+def test_observations_that_come_too_old_are_told_by_the_limit_not_as_a_camera_drop_out():
+    """Observations every 100 ms with max_observation_age 1 ms (a walkthrough): each came and
+    was too old, and the status said 'no fresh observation for 0.0 s (a camera drop-out ...)' for
+    a newest one 47.8 ms old. It names the limit and the ages in milliseconds instead."""
+    clock = Clock()
+    status = StatusReporter("/o", clock=clock)
+    status.status(_figures(), 0.001)
+    clock.t += 1.0
+    level, message = status.status(_figures(observations_stale=10, observation_age_ms=47.8), 0.001)
+    assert message == ("10 stale observations not used: older than max_observation_age (1.0 ms) when a frame would "
+                       "start from them; the newest 47.8 ms old (a slow camera side or network, a sender's clock "
+                       "behind this node's, or the limit too small: the log says how old each was on arrival)"), message
+    assert "drop-out" not in message and status.console() == []  # the frame loop logs each one's age itself
+    clock.t += 1.0  # none comes any more: that is a drop-out, told as one
+    level, message = status.status(_figures(observations_stale=10, observation_age_ms=2500.0), 0.001)
+    assert message.startswith("no fresh observation for 2.5 s (a camera drop-out"), message
+
+
 def test_a_restart_counts_from_then_on():
     """An activate after a deactivate: what happened before it is not news, and a missing
     observation has its grace again."""

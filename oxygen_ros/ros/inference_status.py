@@ -110,22 +110,33 @@ def _input_problems(d: dict, new: dict, max_observation_age: float) -> list[tupl
     if new["observations_invalid"]:
         problems.append(("observations_invalid", f"{new['observations_invalid']} observations refused (the log "
                                                  "says why)"))
-    age = d["observation_age_ms"]
+    age, stale = d["observation_age_ms"], new["observations_stale"]
+    whose = f" from robot {d['observation_age_robot']}" if d.get("observation_age_robot") else ""
     if (d["observations_received"] and max_observation_age > 0 and not math.isnan(age)
-            and age > max_observation_age * 1e3 and not new["observations_invalid"]):  # (refused: not a drop-out)
-        whose = f" from robot {d['observation_age_robot']}" if d.get("observation_age_robot") else ""
-        problems.append(("observation_age", f"no fresh observation{whose} for {age / 1e3:.1f} s (a camera "
+            and age > max_observation_age * 1e3 and not new["observations_invalid"] and not stale):
+        # (refused, or coming too old: not a drop-out)
+        problems.append(("observation_age", f"no fresh observation{whose} for {_duration(age)} (a camera "
                                              "drop-out, or a state missing: see the camera node's status)"))
     if new["chunks_from_frame_end"]:
         problems.append(("chunks_from_frame_end", f"{new['chunks_from_frame_end']} chunks started at the frame's end: "
                                                   "their observations' stamps were too old or not on this clock"))
-    if new["observations_stale"]:
-        problems.append(("observations_stale", f"{new['observations_stale']} stale observations not used"))
+    if stale:  # they come, but too old to act on: the stamps, the way, or the limit
+        newest = "" if math.isnan(age) else f"; the newest{whose} {_duration(age)} old"
+        problems.append(("observations_stale", f"{stale} stale observations not used: older than max_observation_age "
+                                               f"({_duration(max_observation_age * 1e3)}) when a frame would start "
+                                               f"from them{newest} (a slow camera side or network, a sender's clock "
+                                               "behind this node's, or the limit too small: the log says how old each "
+                                               "was on arrival)"))
     if new["missed_ticks"]:
         problems.append(("missed_ticks", f"{new['missed_ticks']} ticks missed (timer late)"))
     if not d["observations_received"]:  # (observations whose frames all failed are told as failures)
         problems.append(("no_observation", "no observation received yet"))
     return problems
+
+
+def _duration(ms: float) -> str:
+    """``ms`` milliseconds in words: "47.8 ms" under a second, "2.5 s" from one on."""
+    return f"{ms:.1f} ms" if ms < 1e3 else f"{ms / 1e3:.1f} s"
 
 
 def _frame_problems(d: dict, new: dict) -> list[tuple[str, str]]:
