@@ -9,6 +9,7 @@ its own, so that runs and tests never hear each other.
 """
 
 import math
+import re
 
 import numpy as np
 import pytest
@@ -471,6 +472,43 @@ def test_frames_missing_by_their_stamps_are_counted_and_warned_about_with_what_h
     assert stepped_ros.spin_until(warned, timeout=5.0), lines
     assert f"camera base on {stepped_ros.prefix}/cam_raw:" in warned()[0]
     assert "its publisher best effort" in warned()[0] and "send compressed images" in warned()[0], warned()[0]
+
+
+def test_two_publishers_on_one_camera_s_topic_are_named_where_their_frames_look_lost(stepped_ros, monkeypatch):
+    """Two sources on one camera's topic (another agent's camera on the same ROS_DOMAIN_ID, in a
+    walkthrough), each at 10 Hz, 20 ms apart: their stamps read as a camera losing frames, and
+    the warning said 'lost on the way or never sent'. It names the publishers now."""
+    from sensor_msgs.msg import Image
+
+    from oxygen_ros.ros.conversions import ns_to_time_msg, rgb_to_image_msg
+
+    rig = CameraRig(stepped_ros)
+    camera = camera_node(stepped_ros, instruction_wait_s=0.0)
+    lines = record_log(camera, monkeypatch)
+    other = stepped_ros.node("oxygen_test_other_camera").create_publisher(
+        Image, f"{stepped_ros.prefix}/cam_raw", rig.raw.qos_profile)
+    rig.wait_matched(camera)
+    assert stepped_ros.spin_until(lambda: len(camera.get_publishers_info_by_topic(f"{stepped_ros.prefix}/cam_raw"))
+                                  == 2, timeout=10.0)
+    frame = solid(8, 8, (1, 2, 3))
+    assert stepped_ros.spin_until(lambda: camera.received[0] and not camera.status.settling(),
+                                  every=lambda: rig.send_raw(frame), period=1.0, timeout=8.0)
+    start = camera.get_clock().now().nanoseconds
+
+    def warned():
+        return [text for level, text in lines if level == "warning" and "frames missing by their stamps" in text]
+
+    for k in range(60):
+        for source, offset in ((rig.raw, 0), (other, 20_000_000)):
+            source.publish(rgb_to_image_msg(frame, "rgb8", ns_to_time_msg(start + k * 100_000_000 + offset), "f"))
+            stepped_ros.spin_for(0.02 if offset == 0 else 0.08)
+        if warned():
+            break
+    assert warned(), lines
+    named = re.search(rf"; 2 publishers on {stepped_ros.prefix}/cam_raw \((.*)\): their frames interleave as one "
+                      r"camera's \(a second driver", warned()[0])
+    assert named and [n.split("/")[-1].rsplit("_", 1)[0] for n in named[1].split(", ")] == [
+        "oxygen_test_other_camera", "oxygen_test_rig"], warned()[0]
 
 
 def test_after_shutdown_frames_are_neither_grouped_nor_told_as_stale(stepped_ros, monkeypatch):

@@ -173,11 +173,17 @@ class CameraNode(Node):
         """For a slow camera, what may help (:func:`~oxygen_ros.ros.qos.image_qos_hint`); for one that
         delivered, then fell silent while its publisher is still there, that it stopped (not a QoS matter)."""
         topic = self.topics[index]
-        publishers = [info.qos_profile for info in self.get_publishers_info_by_topic(topic)]
+        infos = self.get_publishers_info_by_topic(topic)
+        publishers = [info.qos_profile for info in infos]
         silent = self.status.silent_for(index)
         if publishers and silent is not None and silent > RATE_WINDOW_S:
             return f"; no frame for {silent:.1f} s after {self.status.received[index]} received: {SILENT_PUBLISHER}"
-        return image_qos_hint(topic, self._images[index].qos_profile, self._image_bytes[index], publishers)
+        hint = image_qos_hint(topic, self._images[index].qos_profile, self._image_bytes[index], publishers)
+        if len(infos) > 1:  # two sources' frames interleave: their stamps look like frames lost
+            names = ", ".join(sorted(f"{i.node_namespace.rstrip('/')}/{i.node_name}" for i in infos))
+            hint = (f"; {len(infos)} publishers on {topic} ({names}): their frames interleave as one camera's (a "
+                    "second driver, a bag playing beside the camera, another agent on this ROS_DOMAIN_ID?)" + hint)
+        return hint
 
     @property  # the counters (see CameraStatus)
     def rejected(self) -> dict[str, int]:
