@@ -88,8 +88,10 @@ def test_underruns_and_a_stale_camera_are_told_and_quiet_seconds_are_not():
     assert any(line.startswith("7 underruns in the last second") for line in lines), lines
     assert any("no fresh observation for 2.5 s" in line for line in lines), lines
     clock.t += 1.0
-    status.status(_figures(underruns=7), 1.0)  # no new underrun, fresh observations again
+    level, message = status.status(_figures(underruns=7), 1.0)  # no new underrun, fresh observations again
     assert status.console() == []
+    # the tick rate first: f = H/T, what the frames could serve, read as the output's rate in a walkthrough
+    assert message == "ticks 50 Hz, f=H/T 60 Hz, frame 10.0 ms, 100 tok/s", message
     # what is not for the console: a shrunken language budget is in /diagnostics only
     clock.t += 10.0
     level, message = status.status(_figures(underruns=7, k=2), 1.0)

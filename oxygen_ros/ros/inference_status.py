@@ -200,7 +200,8 @@ class StatusReporter:
         else:
             level = DiagnosticStatus.WARN if problems else DiagnosticStatus.OK
         message = "; ".join(text for _, text in problems) if problems else (
-            f"f={d['action_frequency_hz']:.0f} Hz, frame {d['frame_latency_ms']:.1f} ms, "
+            f"ticks {d['control_rate_hz']:g} Hz, f=H/T {d['action_frequency_hz']:.0f} Hz, frame "
+            f"{d['frame_latency_ms']:.1f} ms, "
             f"{d['tokens_per_s']:.0f} tok/s")
         return level, message
 
