@@ -4,10 +4,12 @@ the option, before a model loads or a run starts: an output path that cannot be 
 looped for ever)."""
 
 import argparse
+from pathlib import Path
 
 import pytest
 
-from oxygen_ros.tools.arguments import non_negative_float, output_dir, output_file, positive_float, positive_int
+from oxygen_ros.tools.arguments import (non_negative_float, output_dir, output_file, positive_float, positive_int,
+                                        write_output)
 
 
 @pytest.fixture
@@ -28,6 +30,19 @@ def test_output_paths_are_checked_up_front(tmp_path, a_file):
         output_dir(str(a_file))
     with pytest.raises(argparse.ArgumentTypeError, match="a_file is a file"):
         output_dir(str(a_file / "model"))
+
+
+@pytest.mark.skipif(not Path("/dev/full").exists(), reason="needs /dev/full (a device every write to fails)")
+def test_an_output_that_fails_when_written_goes_to_stdout_naming_the_path(tmp_path, capsys):
+    """What the up-front checks cannot see (a full disk) failed after the whole run, in a
+    traceback, and its figures were lost (a walkthrough: ``oxygen-bench --json /dev/full``)."""
+    assert not write_output(Path("/dev/full"), '{"f": 1}', "oxygen-bench")
+    printed = capsys.readouterr()
+    assert printed.err == ("oxygen-bench: could not write /dev/full: No space left on device; what it would hold "
+                           "follows on stdout\n"), printed.err
+    assert printed.out == '{"f": 1}\n'
+    assert write_output(tmp_path / "new" / "r.json", "{}\n", "oxygen-bench")  # its folders made
+    assert (tmp_path / "new" / "r.json").read_text() == "{}\n" and capsys.readouterr().out == ""
 
 
 def test_numbers_in_range():

@@ -59,7 +59,7 @@ from ..ros.plan import parse_launch_args
 from ..ros.plan_tables import ARGUMENTS
 from ..ros.robots import robot_topic
 from .agent_robots_report import robot_names, summary_table
-from .arguments import output_file
+from .arguments import output_file, write_output
 
 PROBE_PRIORITY = 0  # normal: at 40, the probe's reception of four robots' messages took the frames' core (docs/control_loop_timing.md)
 STARTED = time.monotonic()  # this process's start, as far as the report is concerned
@@ -190,9 +190,10 @@ def main(argv: list[str] | None = None) -> int:
             print(f"oxygen-agent: no action chunk was published in this run: {why}; the warnings above say which",
                   file=sys.stderr, flush=True)
         if ns.report is not None:
-            ns.report.parent.mkdir(parents=True, exist_ok=True)
-            ns.report.write_text(json.dumps(report, indent=2) + "\n")
-            print(f"oxygen-agent: report written to {ns.report}", flush=True)
+            if write_output(ns.report, json.dumps(report, indent=2) + "\n", "oxygen-agent"):
+                print(f"oxygen-agent: report written to {ns.report}", flush=True)
+            else:
+                code = code or 1
     elif session.monitor is not None:
         print("oxygen-agent: no figures: the inference node was not configured at the end of the run "
               "(autostart:=false and no configure transition, or a cleanup)", file=sys.stderr, flush=True)

@@ -2,7 +2,9 @@
 
 Each is an ``argparse`` ``type``: a bad value ends the command at once with argparse's one
 line naming the option (``argument --out: ...``), before a model loads or a run starts, so
-that nothing produced is lost to a path found unusable at the end.
+that nothing produced is lost to a path found unusable at the end. What the checks cannot
+see (a full disk, a path the system refuses only when written) :func:`write_output` catches
+when it writes: the text then goes to stdout.
 """
 
 from __future__ import annotations
@@ -10,6 +12,7 @@ from __future__ import annotations
 import argparse
 import math
 import os
+import sys
 from pathlib import Path
 
 
@@ -102,4 +105,21 @@ def output_dir(text: str) -> Path:
     return path
 
 
-__all__ = ["DefaultsHelp", "non_negative_int", "output_dir", "output_file", "positive_float", "positive_int"]
+def write_output(path: Path, text: str, tool: str) -> bool:
+    """Write ``text`` to ``path`` (its folders made). When that fails, ``tool`` says why on stderr,
+    naming the path, and prints ``text`` on stdout instead: what a run measured is not lost to
+    its output file. False then (the command's exit status is 1)."""
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text)
+        return True
+    except OSError as exc:
+        print(f"{tool}: could not write {path}: {exc.strerror or exc}; what it would hold follows on stdout",
+              file=sys.stderr, flush=True)
+        sys.stdout.write(text if text.endswith("\n") else text + "\n")
+        sys.stdout.flush()
+        return False
+
+
+__all__ = ["DefaultsHelp", "non_negative_int", "output_dir", "output_file", "positive_float", "positive_int",
+           "write_output"]

@@ -59,7 +59,7 @@ from typing import Any
 from ..core.chunk_clock import recovery_ticks
 from ..ros.agent import Agent, run_agent
 from ..ros.plan import parse_launch_args
-from .arguments import non_negative_float, output_file, plain, positive_float
+from .arguments import non_negative_float, output_file, plain, positive_float, write_output
 
 MEMORY_CHECK_MIN_S = 120.0
 MAX_GROWTH_PCT = 5.0
@@ -275,9 +275,10 @@ def main(argv: list[str] | None = None) -> int:
     report = session.report
     _print(report)
     if ns.json is not None:
-        ns.json.parent.mkdir(parents=True, exist_ok=True)
-        ns.json.write_text(json.dumps(report, indent=2) + "\n")
-        print(f"oxygen-soak: report written to {ns.json}", flush=True)
+        if not write_output(ns.json, json.dumps(report, indent=2) + "\n", "oxygen-soak"):
+            code = code or 1
+        else:
+            print(f"oxygen-soak: report written to {ns.json}", flush=True)
     return code or (0 if all(report["checks"].values()) else 1)
 
 
