@@ -60,8 +60,7 @@ from oxygen_ros.core.throttle import Throttle
 from oxygen_ros.msg import Observation as ObservationMsg
 from oxygen_ros.ros.camera_instruction import CameraInstruction
 from oxygen_ros.ros.camera_parameters import PARAMETERS, camera_names, slot_order
-from oxygen_ros.ros.camera_status import (NO_PUBLISHER, RATE_WINDOW_S, SILENT_PUBLISHER, CameraStatus,
-                                         stale_group_text)
+from oxygen_ros.ros.camera_status import NO_PUBLISHER, CameraStatus, publishers_hint, stale_group_text
 from oxygen_ros.ros.conversions import (IMAGE_ERROR_REASONS, ImageError, compressed_msg_to_rgb, core_observation,
                                         image_msg_to_rgb, ns_to_time_msg, observation_to_msg, stamp_to_ns,
                                         to_model_image)
@@ -72,7 +71,7 @@ from oxygen_ros.ros.node_main import run_node
 from oxygen_ros.ros.one_shot import OneShot
 from oxygen_ros.ros.parameters import (ParameterError, changed_values, check_parameter_changes, declare_parameters,
                                        log_changes)
-from oxygen_ros.ros.qos import OBSERVATION_QOS, image_qos, image_qos_hint, is_reliable
+from oxygen_ros.ros.qos import OBSERVATION_QOS, image_qos, is_reliable
 
 NODE_NAME = "oxygen_camera"
 
@@ -170,20 +169,10 @@ class CameraNode(Node):
                    "matches every publisher")
 
     def _rate_hint(self, index: int) -> str:
-        """For a slow camera, what may help (:func:`~oxygen_ros.ros.qos.image_qos_hint`); for one that
-        delivered, then fell silent while its publisher is still there, that it stopped (not a QoS matter)."""
+        """What may help camera ``index``, slow or missing frames (:func:`~.camera_status.publishers_hint`)."""
         topic = self.topics[index]
-        infos = self.get_publishers_info_by_topic(topic)
-        publishers = [info.qos_profile for info in infos]
-        silent = self.status.silent_for(index)
-        if publishers and silent is not None and silent > RATE_WINDOW_S:
-            return f"; no frame for {silent:.1f} s after {self.status.received[index]} received: {SILENT_PUBLISHER}"
-        hint = image_qos_hint(topic, self._images[index].qos_profile, self._image_bytes[index], publishers)
-        if len(infos) > 1:  # two sources' frames interleave: their stamps look like frames lost
-            names = ", ".join(sorted(f"{i.node_namespace.rstrip('/')}/{i.node_name}" for i in infos))
-            hint = (f"; {len(infos)} publishers on {topic} ({names}): their frames interleave as one camera's (a "
-                    "second driver, a bag playing beside the camera, another agent on this ROS_DOMAIN_ID?)" + hint)
-        return hint
+        return publishers_hint(topic, self.get_publishers_info_by_topic(topic), self._images[index].qos_profile,
+                               self._image_bytes[index], self.status.silent_for(index), self.status.received[index])
 
     @property  # the counters (see CameraStatus)
     def rejected(self) -> dict[str, int]:

@@ -39,7 +39,7 @@ from typing import Any, Callable
 from diagnostic_msgs.msg import DiagnosticStatus
 
 from oxygen_ros.core.throttle import Throttle
-from oxygen_ros.ros.qos import NO_PUBLISHER_CHECKS
+from oxygen_ros.ros.qos import NO_PUBLISHER_CHECKS, image_qos_hint
 
 #: Seconds over which a camera's received rate is measured (and the grace after start).
 RATE_WINDOW_S = 3.0
@@ -276,3 +276,21 @@ class CameraStatus:
 
 def _below(rate: float, minimum: float) -> bool:
     return minimum > 0 and not math.isnan(rate) and rate < minimum
+
+
+def publishers_hint(topic: str, infos: list, subscription, image_bytes: int | None, silent_s: float | None,
+                    received: int) -> str:
+    """What may help a camera on ``topic`` that is slow or misses frames, from its publishers
+    (``infos``: rclpy's TopicEndpointInfo): for one that delivered ``received`` frames, then fell
+    silent for ``silent_s`` while its publisher is still there, that it stopped (not a QoS matter);
+    else the QoS hint (:func:`~oxygen_ros.ros.qos.image_qos_hint`), after the publishers' names
+    when several are on the topic (two sources' frames interleave: their stamps read as frames lost)."""
+    publishers = [info.qos_profile for info in infos]
+    if publishers and silent_s is not None and silent_s > RATE_WINDOW_S:
+        return f"; no frame for {silent_s:.1f} s after {received} received: {SILENT_PUBLISHER}"
+    hint = image_qos_hint(topic, subscription, image_bytes, publishers)
+    if len(infos) > 1:
+        names = ", ".join(sorted(f"{i.node_namespace.rstrip('/')}/{i.node_name}" for i in infos))
+        hint = (f"; {len(infos)} publishers on {topic} ({names}): their frames interleave as one camera's (a "
+                "second driver, a bag playing beside the camera, another agent on this ROS_DOMAIN_ID?)" + hint)
+    return hint

@@ -129,26 +129,39 @@ def ask(node, action: str, question: str, *, max_tokens: int = 0, timeout: float
             return Answer("", "not accepted")
         running = goal
         result = goal.get_result_async()
-        first_wait = min(deadline, time.monotonic() + PAUSED_CHECK_S)
-        if on_note is not None and not _spin_until(executor, result, first_wait) and not pieces:
-            paused = paused_server(node, executor, action, deadline)
-            if paused:
-                on_note(paused)
-        if not _spin_until(executor, result, deadline):
+        if not _wait_for_result(node, executor, action, result, deadline, pieces, on_note):
             return Answer("", "timeout")
         running, ended = None, True
         answer = result.result().result
         return Answer(answer.text, answer.finish_reason, answer.reason)
     finally:
-        stop_by = time.monotonic() + CANCEL_WAIT_S
-        if sent is not None and running is None and not ended and _spin_until(executor, sent, stop_by) \
-                and sent.result().accepted:
-            running = sent.result()  # given up before the server's answer: accepted late, cancelled all the same
-        if running is not None:
-            _spin_until(executor, running.cancel_goal_async(), stop_by)
+        _cancel_left(executor, sent, running, ended)
         client.destroy()
         executor.remove_node(node)
         executor.shutdown()
+
+
+def _wait_for_result(node, executor, action: str, result, deadline: float, pieces: list, on_note) -> bool:
+    """Spin until the goal's ``result`` came (True) or ``deadline`` passed; on the way, once,
+    ``on_note`` the line of :func:`paused_server` when no token (``pieces``) came within
+    :data:`PAUSED_CHECK_S`."""
+    first_wait = min(deadline, time.monotonic() + PAUSED_CHECK_S)
+    if on_note is not None and not _spin_until(executor, result, first_wait) and not pieces:
+        paused = paused_server(node, executor, action, deadline)
+        if paused:
+            on_note(paused)
+    return _spin_until(executor, result, deadline)
+
+
+def _cancel_left(executor, sent, running, ended: bool) -> None:
+    """Cancel the goal that a return or an interrupt leaves running (``running``, or ``sent``'s
+    when it was accepted after this client gave up), waiting at most :data:`CANCEL_WAIT_S`."""
+    stop_by = time.monotonic() + CANCEL_WAIT_S
+    if sent is not None and running is None and not ended and _spin_until(executor, sent, stop_by) \
+            and sent.result().accepted:
+        running = sent.result()  # given up before the server's answer: accepted late, cancelled all the same
+    if running is not None:
+        _spin_until(executor, running.cancel_goal_async(), stop_by)
 
 
 def paused_server(node, executor, action: str, deadline: float) -> str:
