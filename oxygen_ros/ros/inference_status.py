@@ -19,6 +19,7 @@ def inactive_kept(d: dict) -> str:
     return (f"{d.get('questions_waiting', 0)} questions waiting (answered after activate), "
             f"{d['active_requests']} requests kept")
 
+
 #: Counters published on /diagnostics as they are (``questions_rejected`` after the 11th).
 COUNTED = ("ticks_faulted", "actions_non_finite", "frames", "language_frames", "frame_errors",
            "observations_received", "observations_superseded", "observations_stale", "observations_invalid",
