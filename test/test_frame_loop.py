@@ -180,7 +180,7 @@ def test_a_question_without_a_client_id_is_refused_saying_why(engine):
 
 def test_a_question_with_the_client_id_of_one_still_being_answered_is_warned_of_and_answered(engine, caplog):
     """A client that gives every question one id (a UI's name) gets two answers whose tokens it
-    cannot tell apart by client_id: the log says so, and both are answered."""
+    cannot tell apart by client_id: the log says so and counts it, and both are answered."""
     loop = make_loop(engine)
     loop.question_arrived("ui", "where is the target?")
     (first,), _ = loop.questions(loop.next_job(0, 0), observed=[""])
@@ -196,6 +196,7 @@ def test_a_question_with_the_client_id_of_one_still_being_answered_is_warned_of_
     assert warned == [f"question from 'ui' while the answer to an earlier one with that id is still to come "
                       f"(request {rid}): both answers' TextTokens carry that client_id, told apart only by "
                       "request_id; give each question an id of its own"], warned
+    assert loop.counters["questions_same_client_id"] == 1  # on /diagnostics too: a monitor sees it
     engine.cancel_all()
 
 

@@ -62,6 +62,7 @@ class QuestionIntake:
                    if r.client_id == q.client_id and r.robot == q.robot and not r.done]
         earlier += ["one taken in this frame" for a in accepted if a.client_id == q.client_id and a.robot == q.robot]
         if earlier:
+            self.robot(q.robot).count["questions_same_client_id"] += 1
             self.warn("same_client_id", f"question from {q.client_id!r}{_from(q.robot)} while the answer to an "
                       f"earlier one with that id is still to come ({earlier[0]}): both answers' TextTokens carry "
                       "that client_id, told apart only by request_id; give each question an id of its own")

@@ -23,8 +23,8 @@ def inactive_kept(d: dict) -> str:
 #: Counters published on /diagnostics as they are (``questions_rejected`` after the 11th).
 COUNTED = ("ticks_faulted", "actions_non_finite", "frames", "language_frames", "frame_errors",
            "observations_received", "observations_superseded", "observations_stale", "observations_invalid",
-           "instructions_truncated", "questions_received", "questions_truncated", "actions_published",
-           "text_tokens_published", "publish_errors", "chunks_from_frame_end", "descriptions_skipped")
+           "instructions_truncated", "questions_received", "questions_truncated", "questions_same_client_id",
+           "actions_published", "text_tokens_published", "publish_errors", "chunks_from_frame_end", "descriptions_skipped")
 #: Counters whose increase since the last status is reported.
 NEW_SINCE_LAST = ("underruns", "missed_ticks", "observations_stale", "hold_ticks", "frame_errors",
                   "actions_non_finite", "recompiles", "chunks_from_frame_end", "observations_invalid")
