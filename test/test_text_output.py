@@ -42,3 +42,27 @@ def test_the_token_rate_counts_tokens_not_the_ends_without_one(ros):
     # the second batch (5 with the ends counted) over (now - first add)
     rate = output.rate.rate(now)
     assert 2 / (now - before) <= rate <= 2 / (now - after)
+
+
+def test_a_request_names_its_observation_however_long_it_decodes(ros):
+    """A request keeps naming the observation it reads after that frame has left the window of
+    frames kept (a long answer, or one decoded slowly); a request that starts from a frame no
+    longer kept names none (seq 0), and a refused question names none."""
+    from oxygen_ros.msg import TextToken
+    from oxygen_ros.ros.text_output import OBSERVATIONS_KEPT, TextOutput, end_events
+
+    topic = f"{unique_prefix()}/text"
+    node = ros.node("oxygen_test_text_observed")
+    output = TextOutput(node, topic, collections.Counter())
+    got = []
+    ros.node("oxygen_test_text_observed_sub").create_subscription(TextToken, topic, got.append, reliable(100))
+    assert until(lambda: node.count_subscribers(topic) == 1)
+    output.observed(1, 7, 5_000_000_000)  # frame 1 took observation 7
+    output.publish([token(5, 0, 10, "a")], 1)
+    for frame in range(2, OBSERVATIONS_KEPT + 3):  # frame 1 leaves the window
+        output.observed(frame, frame + 6, frame * 1_000_000_000)
+    output.publish([token(5, 1, 11, "b"), token(6, 0, 12, "c"), token(5, 2, -1, "", True, "eos")], 2)
+    output.publish(end_events(["q"], "rejected"), 3)
+    assert until(lambda: len(got) == 5)
+    assert [(m.request_id, m.observation_seq, m.observation_stamp.sec) for m in got] == [
+        (5, 7, 5), (5, 7, 5), (6, 0, 0), (5, 7, 5), (0, 0, 0)]
