@@ -85,11 +85,12 @@ class PieceTimer:
         return lambda: run.decode(cache, view, tokens, left, allowed, -1, steps)
 
     def sample(self, record: bool = True) -> None:
-        """One timed call of every piece."""
-        for name, call in self.calls:
-            seconds = timing.elapsed_s(call, self.device)
-            if record:
-                self.times[name].append(seconds)
+        """One timed call of every piece, recorded once all are timed (a sample that an interrupt
+        cut short records none: every piece keeps as many samples as the others)."""
+        seconds = {name: timing.elapsed_s(call, self.device) for name, call in self.calls}
+        if record:
+            for name, s in seconds.items():
+                self.times[name].append(s)
 
     def result(self) -> dict:
         """Medians of the samples so far, in milliseconds: ``prefill_ms``, ``denoise_step_ms`` (the
