@@ -12,6 +12,7 @@ from ..core.checkpoints import LoadedCheckpoint, SizesError, parse_sizes
 from ..core.checkpoints.given_sizes import parse_item
 from ..core.heap import keep_freed_memory
 from ..core.model.config import PRESETS
+from .arguments import positive_int
 
 
 def add_model_args(parser: argparse.ArgumentParser) -> None:
@@ -27,8 +28,10 @@ def add_model_args(parser: argparse.ArgumentParser) -> None:
     g.add_argument("--preset", choices=sorted(PRESETS),
                    help="build a randomly initialised preset instead of loading weights")
     g.add_argument("--device", default="cpu", help="cpu or cuda[:N] (default: cpu)")
-    g.add_argument("--dtype", default="float32", choices=["float32", "bfloat16"])
-    g.add_argument("--threads", type=int, default=1, help="torch intra-op threads (default: 1)")
+    g.add_argument("--dtype", default="float32", choices=["float32", "bfloat16"],
+                   help="precision of the model's weights and activations (bfloat16: half the bytes a "
+                        "piece reads; default: float32)")
+    g.add_argument("--threads", type=positive_int, default=1, help="torch intra-op threads (default: 1)")
     g.add_argument("--keep-freed-memory", choices=["on", "off"], default="on",
                    help="keep memory freed between frames in the process for reuse, so that large tensors do not "
                         "fault their pages in again each frame (glibc mallopt; default on, as the node's "
