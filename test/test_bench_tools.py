@@ -6,7 +6,7 @@ import pytest
 import torch
 import yaml
 
-from oxygen_ros.tools import bench, calibrate
+from oxygen_ros.tools import bench, bench_table, calibrate
 
 FIELDS = ("setting", "preset", "S", "N", "k", "H", "arrivals", "frame_latency_ms", "frame_latency_p99_ms",
           "action_frequency_hz", "language_throughput_tps", "avg_batch_size", "avg_request_latency_ms",
@@ -35,7 +35,9 @@ def test_bench_writes_json_and_figures(tmp_path, capsys):
     assert "oxygen" in table and "upper bound" in table
     legend = " ".join(table.split("columns:", 1)[1].split())  # every column said, units with it
     for column in ("comp compiled", "N tokens per request at most", "T frame time in ms", "T/obs", "x1", "f action frequency H/T (Hz)", "f/robot",
-                   "tau language throughput", "B mean decode batch", "copy B/fr K/V bytes", "speedup", "ideal"):
+                   "tau tokens the measured frames produced over their time (tokens/s: B*k/T plus each new "
+                   "request's first token", "B mean decode batch", "copy B/fr K/V bytes",
+                   "queue requests waiting for a decode slot", "rej requests rejected", "speedup", "ideal"):
         assert column in legend, column
 
 
@@ -52,9 +54,9 @@ def test_bench_notes_requests_that_end_well_before_n(tmp_path, capsys):
     assert note.startswith(f"requests ended at the model's end-of-sequence token after {run['tokens_per_request']:.1f} "
                            "tokens at N=20 on average") and "--preset tiny" in note
     assert run["eos_share"] > 0.5
-    assert bench.early_end_note([dict(run, tokens_per_request=19.0)]) == ""
+    assert bench_table.early_end_note([dict(run, tokens_per_request=19.0)]) == ""
     # requests of their own lengths (random-length arrivals) end short of N, not at the model's EOS
-    assert bench.early_end_note([dict(run, eos_share=0.1)]) == ""
+    assert bench_table.early_end_note([dict(run, eos_share=0.1)]) == ""
 
 
 def test_upper_bound_decodes_as_the_engine_calls_the_decode():
@@ -76,7 +78,7 @@ def test_upper_bound_decodes_as_the_engine_calls_the_decode():
 def test_bench_refuses_bad_options(capsys):
     with pytest.raises(SystemExit):
         bench.main(["--settings", "fastest"])
-    assert "unknown setting" in capsys.readouterr().err
+    assert "unknown setting(s) fastest; choose from" in capsys.readouterr().err
     with pytest.raises(SystemExit):
         bench.main(["--arrivals", "burst:2"])
     assert "bad arrivals spec" in capsys.readouterr().err
@@ -466,10 +468,10 @@ def test_the_table_row_shows_the_speedup_over_the_baseline_and_the_ideal_one():
 
     baseline, oxygen = run("baseline", 100.0, 20.0), run("oxygen", 200.0, 10.0)
     bound = {"frame_latency_ms": 8.0}
-    assert bench.table_row(oxygen, baseline, bound).split()[-2:] == ["2.00", "2.50"]
-    assert bench.table_row(baseline, baseline, bound).split()[-2:] == ["1.00", "2.50"]
-    assert bench.table_row(run("oxygen", 400.0, 10.0, agents=3), baseline, bound).split()[-2:] == ["4.00", "-"]
-    assert bench.table_row(oxygen, None, bound).split()[-2:] == ["-", "-"]
+    assert bench_table.table_row(oxygen, baseline, bound).split()[-2:] == ["2.00", "2.50"]
+    assert bench_table.table_row(baseline, baseline, bound).split()[-2:] == ["1.00", "2.50"]
+    assert bench_table.table_row(run("oxygen", 400.0, 10.0, agents=3), baseline, bound).split()[-2:] == ["4.00", "-"]
+    assert bench_table.table_row(oxygen, None, bound).split()[-2:] == ["-", "-"]
 
 
 def test_the_denoise_step_figure_is_the_denoise_call_over_its_steps(monkeypatch, lively_tiny, tok):

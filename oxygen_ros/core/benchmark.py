@@ -78,6 +78,12 @@ def with_prompt_tokens(obs: Observation, tokenizer: Tokenizer, n: int) -> Observ
     return Observation(obs.images, " ".join(words), obs.state)
 
 
+def shortest_prompt(observations: Sequence[Observation], tokenizer: Tokenizer) -> int:
+    """The fewest prompt tokens :func:`with_prompt_tokens` can give every one of ``observations``:
+    the prompt's template and state alone, the longest of them."""
+    return max(len(prompt_ids(tokenizer, "", o.state)) for o in observations)
+
+
 def percentile(values: Sequence[float], q: float) -> float:
     return float(np.percentile(np.asarray(values, dtype=np.float64), q)) if values else float("nan")
 
@@ -119,16 +125,29 @@ def run_interleaved(model: VLA, tokenizer: Tokenizer, specs: Sequence[RunSpec], 
     after frame ``f`` of every run (the benchmark times the pieces alone there)."""
     runs = [Run(model, tokenizer, spec, observations) for spec in specs]
     f = 0
-    while not all(r.done for r in runs):
-        for r in runs:
-            if not r.done:
-                r.frame()
-                if on_frame:
-                    on_frame()
-        if after_round:
-            after_round(runs, f)
-        f += 1
+    try:
+        while not all(r.done for r in runs):
+            for r in runs:
+                if not r.done:
+                    r.frame()
+                    if on_frame:
+                        on_frame()
+            if after_round:
+                after_round(runs, f)
+            f += 1
+    except KeyboardInterrupt:
+        raise Interrupted([r.result() for r in runs if r.measured]) from None
     return [r.result() for r in runs]
+
+
+class Interrupted(KeyboardInterrupt):
+    """A Ctrl-C during the runs' frames. ``runs``: the results of the frames measured so far
+    (``frames_measured`` in each; a run that measured none is left out): the runs take turns
+    frame by frame, so every one of them stops part-way."""
+
+    def __init__(self, runs: list[dict]):
+        super().__init__("interrupted")
+        self.runs = runs
 
 
 class Run:
@@ -145,6 +164,10 @@ class Run:
         self.f = 0
         self.latencies, self.tokens, self.batches, self.copies, self.served = [], 0, [], [], []
         self.finished, self.measured_ids = [], set()
+        # language load of the measured frames: requests that arrived, were rejected (the queue
+        # full), the queue's length when measuring began, and the frames that decoded anything
+        self.arrived, self.rejected, self.decoding_frames = 0, 0, 0
+        self.queued_at_start = 0
         self.own_s = 0.0  # time of the measured frames
         self.starts, self.away = [], []  # each frame's start, and the time spent outside this run before it
         self._last_end: float | None = None
@@ -153,12 +176,19 @@ class Run:
     def done(self) -> bool:
         return self.f >= len(self.schedule)
 
+    @property
+    def measured(self) -> int:
+        """Frames measured so far."""
+        return len(self.latencies)
+
     def frame(self) -> None:
         spec, f = self.spec, self.f
         t0 = time.perf_counter()
         self.away.append((self.away[-1] if self.away else 0.0) + (t0 - (self._last_end or t0)))
         self.starts.append(t0)
         obs = frame_observations(self.observations, f, spec.agents)
+        if f == spec.warmup:
+            self.queued_at_start = self.engine.queued_requests
         res = self.engine.step(obs, [Question("", max_tokens=n) for n in self.schedule[f]])
         if f >= spec.warmup:
             self.latencies.append(res.total_ms)
@@ -168,6 +198,9 @@ class Run:
             self.copies.append(res.copy_bytes)
             self.measured_ids.update(res.started)
             self.finished += [r for r in res.finished if r.id in self.measured_ids]
+            self.arrived += len(self.schedule[f])
+            self.rejected += sum(r.finish_reason == FinishReason.REJECTED for r in res.finished)
+            self.decoding_frames += bool(res.batch_sizes)
         self._last_end = time.perf_counter()
         if f >= spec.warmup:
             self.own_s += self._last_end - t0
@@ -187,7 +220,8 @@ class Run:
         return {
             "setting": spec.setting, "N": spec.max_decode, "k": spec.steps_per_frame, "S": spec.denoise_steps,
             "H": horizon, "arrivals": str(self.workload), "agents": spec.agents, "frames": spec.frames,
-            "warmup": spec.warmup,
+            "frames_measured": len(latencies), "warmup": spec.warmup, "seed": spec.seed,
+            "max_active": spec.max_active, "queue_limit": spec.queue_limit, "cameras": spec.cameras,
             "frame_latency_ms": {"mean": mean_ms, "median": median_ms, "p99": percentile(latencies, 99)},
             "frame_latency_p99_ms": percentile(latencies, 99),
             "action_frequency_hz": spec.agents * horizon / (mean_ms / 1e3),
@@ -198,6 +232,7 @@ class Run:
             "avg_batch_size": statistics.fmean(self.batches) if self.batches else 0.0,
             "avg_request_latency_ms": statistics.fmean(request_ms) if request_ms else None,
             "requests_finished": len(request_ms),
+            **self._load(),
             # tokens a finished request decoded, on average: below N when the model ends answers early
             "tokens_per_request": statistics.fmean(len(r.tokens) for r in self.finished) if self.finished else None,
             # the share of them that ended at the model's end-of-sequence token, before their length
@@ -207,7 +242,20 @@ class Run:
             "kv_copy_bytes_per_frame": statistics.fmean(self.copies),
             "compile": spec.compile, "compiled": engine.compiled is not None,
             "compile_reason": engine.compile_reason, "compile_s": self.compile_s, "recompiles": engine.recompiles,
+            # packages the warm-up loaded, and of them those it compiled (the others came from the cache)
+            "packages": engine.compiled.graphs if engine.compiled else 0,
+            "packages_built": engine.compiled.built if engine.compiled else 0,
         }
+
+    def _load(self) -> dict:
+        """The language load of the measured frames, as the engine counts it: requests that
+        arrived in them, started, were rejected (the queue full); the queue of waiting requests
+        when measuring began and at its end; the requests decoding at the end; the share of
+        the frames that decoded anything."""
+        return {"requests_arrived": self.arrived, "requests_started": len(self.measured_ids),
+                "requests_rejected": self.rejected, "queued_at_start": self.queued_at_start,
+                "queued_at_end": self.engine.queued_requests, "active_at_end": self.engine.active_requests,
+                "decoding_share": self.decoding_frames / len(self.latencies)}
 
 
 #: what must match for two runs to differ only in their number of agents
@@ -284,13 +332,17 @@ def decode_call_ms(components: dict, k: int) -> float:
     return one + (k - 1) * per_step
 
 
-def upper_bound(components: dict, *, S: int, k: int, H: int, tokens_per_frame: float | None = None) -> dict:
+def upper_bound(components: dict, *, S: int, k: int, H: int, tokens_per_frame: float | None = None,
+                decoding_share: float = 1.0) -> dict:
     """The frame if batching were free: shared prefill + S denoise steps + k decode
     steps at batch 1 (:func:`decode_call_ms`: compiled, one k-step call, as the engine
-    runs them). Its throughput is ``tokens_per_frame`` (default k: batch 1; pass the
-    batched run's measured tokens per frame, i.e. B·k plus first tokens) over that
-    frame time."""
-    t = components["prefill_ms"] + S * components["denoise_step_ms"] + decode_call_ms(components, k)
+    runs them) in the share ``decoding_share`` of the frames that decode anything (0: no
+    request came, the frame is prefill and denoise alone). Its throughput is
+    ``tokens_per_frame`` (default k: batch 1; pass the batched run's measured tokens per
+    frame, i.e. B·k plus first tokens) over that frame time."""
+    t = (components["prefill_ms"] + S * components["denoise_step_ms"]
+         + decoding_share * decode_call_ms(components, k))
     per_frame = k if tokens_per_frame is None else tokens_per_frame
     return {"frame_latency_ms": t, "action_frequency_hz": H / (t / 1e3),
-            "language_throughput_tps": per_frame / (t / 1e3), "tokens_per_frame": per_frame, "S": S, "k": k}
+            "language_throughput_tps": per_frame / (t / 1e3), "tokens_per_frame": per_frame, "S": S, "k": k,
+            "decoding_share": decoding_share}

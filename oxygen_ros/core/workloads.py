@@ -52,6 +52,17 @@ class Workload:
         if self.kind == "random-length" and self.low > max_tokens:
             raise ValueError(f"{self} asks for at least {self.low} tokens, more than N = {max_tokens} (max_decode)")
 
+    @property
+    def requests_per_frame(self) -> float:
+        """Requests arriving per frame, on average."""
+        return 1.0 if self.kind == "random-length" else self.rate
+
+    def mean_tokens(self, max_tokens: int) -> float:
+        """A request's token budget, on average, in runs with ``max_tokens`` (N)."""
+        if self.kind == "random-length":
+            return (self.low + min(self.high, max_tokens)) / 2
+        return float(max_tokens)
+
     def __str__(self) -> str:
         return f"{self.kind}:{self.low}-{self.high}" if self.kind == "random-length" else f"{self.kind}:{self.rate:g}"
 

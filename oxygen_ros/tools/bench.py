@@ -32,21 +32,30 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import itertools
-import json
 import sys
-import textwrap
 
 from tqdm import tqdm
 
-from ..core.benchmark import (RunSpec, compare_agents, denoise_sweep, piece_timer, run_interleaved,
-                               synthetic_observations, upper_bound, with_prompt_tokens)
+from ..core.benchmark import (Interrupted, RunSpec, compare_agents, denoise_sweep, piece_timer, run_interleaved,
+                               shortest_prompt, synthetic_observations, upper_bound, with_prompt_tokens)
 from ..core.engine import SETTINGS
 from ..core.model.compile_setup import COMPILE_CHOICES, CannotBuild, resolve_compile, use_compile_cache
 from ..core.model.load_probe import LibraryLoadError
 from ..core.piece_timing import PieceTimer
 from ..core.workloads import Workload
 from .arguments import DefaultsHelp, non_negative_int, output_dir, output_file, plain, positive_float, positive_int
+from .bench_load import expected_decoding_share, mark_load
+from .bench_output import interrupted_note, model_description, model_fields, write_figures, write_json
+from .bench_table import bound_key, mark_comparisons, print_components, print_table
 from .common import add_model_args, check_cameras, keeps_freed_memory, load_model
+
+
+def _once_each(values: list, text: str) -> list:
+    """``values``, refused when one is given twice (its runs would run twice, side by side)."""
+    twice = [str(v) for v in dict.fromkeys(v for v in values if values.count(v) > 1)]
+    if twice:
+        raise argparse.ArgumentTypeError(f"{', '.join(twice)} given twice in {text!r}: give each value once")
+    return values
 
 
 def int_list(text: str) -> list[int]:
@@ -56,15 +65,17 @@ def int_list(text: str) -> list[int]:
         raise argparse.ArgumentTypeError(f"expected comma-separated integers, got {text!r}") from None
     if not values or min(values) < 1:
         raise argparse.ArgumentTypeError(f"expected positive integers, got {text!r}")
-    return values
+    return _once_each(values, text)
 
 
 def setting_list(text: str) -> list[str]:
     values = [x for x in text.split(",") if x]
+    if not values:
+        raise argparse.ArgumentTypeError(f"no setting given (the value is empty); choose from {', '.join(SETTINGS)} (comma-separated)")
     bad = [x for x in values if x not in SETTINGS]
-    if bad or not values:
-        raise argparse.ArgumentTypeError(f"unknown setting(s) {bad}; choose from {', '.join(SETTINGS)}")
-    return values
+    if bad:
+        raise argparse.ArgumentTypeError(f"unknown setting(s) {', '.join(bad)}; choose from {', '.join(SETTINGS)}")
+    return _once_each(values, text)
 
 
 def compile_list(text: str) -> list[str]:
@@ -87,10 +98,14 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--arrivals", default="uniform:1", help="uniform:R | poisson:L | random-length:A-B")
     p.add_argument("--agents", type=int_list, default=[1],
                    help="observations per frame, one per robot (comma list to sweep)")
-    p.add_argument("--cameras", type=positive_int, default=1, help="cameras per observation")
+    p.add_argument("--cameras", type=positive_int, default=1,
+                   help="cameras per observation (default: 1; oxygen-calibrate's default is the model's every "
+                        "camera slot, whose longer prefill gives longer frames: give both the same --cameras to "
+                        "compare them)")
     p.add_argument("--max-active", type=positive_int, default=16, help="language requests decoding at once")
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--compile", type=compile_list, default=["auto"],
+    p.add_argument("--seed", type=non_negative_int, default=0,
+                   help="seed of the synthetic scenes, the arrivals (poisson, random-length) and the action noise")
+    p.add_argument("--compile", type=compile_list, default=["auto"], metavar="{on,off,auto}[,...]",
                    help="compile the model's pieces: on, off, auto (CUDA: on, CPU: off); on,off runs both")
     p.add_argument("--action-horizon", type=positive_int, help="H: actions per chunk (default: the model's)")
     p.add_argument("--prompt-tokens", type=positive_int, help="pad or cut each instruction to exactly this many "
@@ -109,6 +124,12 @@ def parse_args(argv=None) -> argparse.Namespace:
                    help="the probe's tick period with --tick-probe")
     add_model_args(p)
     args = p.parse_args(argv)
+    check_args(p, args)
+    return args
+
+
+def check_args(p: argparse.ArgumentParser, args: argparse.Namespace) -> None:
+    """What the options refuse together (argparse's error: exit status 2, naming them)."""
     try:
         workload = Workload.parse(args.arrivals)
         for n in args.max_decode:
@@ -121,7 +142,6 @@ def parse_args(argv=None) -> argparse.Namespace:
         p.error("--pieces-only and --tick-probe are two different runs: give one of them")
     if (args.pieces_only or args.tick_probe) and args.plot:
         p.error("--plot draws the frames of runs: --pieces-only and --tick-probe run none")
-    return args
 
 
 def run_combinations(args, denoise: list) -> list[tuple]:
@@ -144,8 +164,7 @@ def main(argv=None) -> int:
         model.config = dataclasses.replace(model.config, action_horizon=args.action_horizon)
     c = model.config
     check_cameras(args.cameras, c.max_cameras)
-    if args.prompt_tokens and args.prompt_tokens > c.max_token_len:
-        raise SystemExit(f"--prompt-tokens {args.prompt_tokens} exceeds the model's max_token_len {c.max_token_len}")
+    obs = bench_observations(args, c, tok)
     print(f"model: {loaded.source} ({c.name}), H={c.action_horizon} actions per chunk, device {args.device}, "
           f"dtype {args.dtype}, threads {args.threads}", file=sys.stderr)
     if any(resolve_compile(m, args.device).enabled for m in args.compile):
@@ -153,85 +172,91 @@ def main(argv=None) -> int:
         print(f"compiled runs: their packages not in the cache ({use_compile_cache()}) are built first, "
               "a few minutes when it is empty", file=sys.stderr)
     if args.pieces_only:
-        return pieces_only(model, tok, args, loaded.source)
+        return pieces_only(model, tok, args, loaded)
     if args.tick_probe:
-        return tick_probe(model, tok, args, loaded.source)
-    obs = synthetic_observations(32, c.vision.image_size, args.cameras, seed=args.seed)
-    if args.prompt_tokens:
-        try:
-            obs = [with_prompt_tokens(o, tok, args.prompt_tokens) for o in obs]
-        except ValueError as e:
-            raise SystemExit(str(e)) from None
+        return tick_probe(model, tok, args, loaded)
     combos = run_combinations(args, denoise_sweep(args.denoise_steps, c))
-    runs, components, components_compile_s = run_all(model, tok, args, obs, combos)
+    return sweep(model, tok, args, obs, combos, loaded)
+
+
+def bench_observations(args: argparse.Namespace, c, tok) -> list:
+    """The runs' synthetic observations, their prompts padded or cut to ``--prompt-tokens``
+    (refused, with the range that works, outside what the template and ``max_token_len`` allow)."""
+    obs = synthetic_observations(32, c.vision.image_size, args.cameras, seed=args.seed)
+    n = args.prompt_tokens
+    if not n:
+        return obs
+    shortest = shortest_prompt(obs, tok)
+    if n > c.max_token_len:
+        raise SystemExit(f"--prompt-tokens {n} exceeds the model's max_token_len {c.max_token_len}: give "
+                         f"{shortest} to {c.max_token_len}")
+    if n < shortest:
+        raise SystemExit(f"--prompt-tokens {n}: the prompt's template and state alone take up to {shortest} tokens "
+                         f"in these scenes: give {shortest} to {c.max_token_len} (the model's max_token_len)")
+    try:
+        return [with_prompt_tokens(o, tok, n) for o in obs]
+    except ValueError as e:
+        raise SystemExit(str(e)) from None
+
+
+def sweep(model, tok, args: argparse.Namespace, obs: list, combos: list[tuple], loaded) -> int:
+    """The table of runs: run them, print the table, write ``--json`` and ``--plot``. A Ctrl-C
+    during the frames keeps what was measured (:class:`~oxygen_ros.core.benchmark.Interrupted`)."""
+    runs, components, components_compile_s, interrupted = run_all(model, tok, args, obs, combos)
+    if not runs:
+        print("oxygen-bench: interrupted before any frame was measured: nothing to keep", file=sys.stderr)
+        return 0
+    for r in runs:
+        r.update(model_fields(loaded), prompt_tokens=args.prompt_tokens)
     compare_agents(runs)
+    mark_load(runs)
     bounds = upper_bounds(model, runs, components)
-    result = {"runs": runs, "upper_bound": bounds, "components": components.get(False),
+    mark_comparisons(runs, bounds)
+    result = {"interrupted": interrupted, "runs": runs, "upper_bound": bounds, "components": components.get(False),
               "components_compiled": components.get(True),
               # the compiled piece timer's own packages (other shapes than the runs'): part of a cold start's wait
-              "components_compile_s": components_compile_s,
-              "model": {"source": loaded.source, "preset": c.name, "device": args.device, "dtype": args.dtype,
-                        "threads": args.threads, "keep_freed_memory": keeps_freed_memory(args)}}
+              "components_compile_s": components_compile_s, "model": model_description(loaded, args)}
     print_table(runs, bounds)
     print_components(components)
     if components_compile_s is not None:
         print(f"  (the compiled pieces' own packages: loaded or built in {components_compile_s:.1f} s)")
-    if args.json:
-        args.json.parent.mkdir(parents=True, exist_ok=True)
-        args.json.write_text(json.dumps(result, indent=2, default=str))
-        print(f"wrote {args.json}", file=sys.stderr)
-    if args.plot:
-        plot(result, args)
-    return 0
+    if interrupted:
+        print(interrupted_note(runs, args.frames), file=sys.stderr)
+    ok = write_json(result, args)
+    if args.plot and interrupted:
+        print(f"no figures: interrupted (--plot {args.plot} draws whole runs)", file=sys.stderr)
+    elif args.plot:
+        ok = write_figures(result, args) and ok
+    return 0 if ok else 1
 
 
-def plot(result: dict, args: argparse.Namespace) -> None:
-    """The figures of ``result`` into ``--plot``: one mode and one number of agents (the first given)."""
-    from .plots import write_plots
-
-    first = [r for r in result["runs"] if r["compile"] == args.compile[0] and r["agents"] == args.agents[0]]
-    for path in write_plots(dict(result, runs=first), args.plot):
-        print(f"wrote {path}", file=sys.stderr)
-    if "baseline" not in args.settings or len(args.settings) < 2:
-        print("no speedup figures: they need baseline and another setting in --settings", file=sys.stderr)
-
-
-def pieces_only(model, tok, args: argparse.Namespace, source: str) -> int:
+def pieces_only(model, tok, args: argparse.Namespace, loaded) -> int:
     from .bench_pieces import print_pieces, run_pieces
 
     result = run_pieces(model, tok, args)
     print_pieces(result)
-    return _write(result, model, args, source)
+    result["model"] = model_description(loaded, args)
+    return 0 if write_json(result, args) else 1
 
 
-def tick_probe(model, tok, args: argparse.Namespace, source: str) -> int:
+def tick_probe(model, tok, args: argparse.Namespace, loaded) -> int:
     from .bench_ticks import print_tick_probe, run_tick_probe
 
     result = run_tick_probe(model, tok, args)
     print_tick_probe(result)
-    return _write(result, model, args, source)
+    result["model"] = model_description(loaded, args)
+    return 0 if write_json(result, args) else 1
 
 
-def _write(result: dict, model, args: argparse.Namespace, source: str) -> int:
-    """``result`` with the model's description, into ``--json`` if given."""
-    result["model"] = {"source": source, "preset": model.config.name, "device": args.device, "dtype": args.dtype,
-                       "threads": args.threads, "cameras": args.cameras,
-                       "keep_freed_memory": keeps_freed_memory(args)}
-    if args.json:
-        args.json.parent.mkdir(parents=True, exist_ok=True)
-        args.json.write_text(json.dumps(result, indent=2, default=str))
-        print(f"wrote {args.json}", file=sys.stderr)
-    return 0
-
-
-def run_all(model, tok, args: argparse.Namespace, obs: list, combos: list[tuple]) -> tuple[list[dict], dict,
-                                                                                        float | None]:
+def run_all(model, tok, args: argparse.Namespace, obs: list,
+            combos: list[tuple]) -> tuple[list[dict], dict, float | None, bool]:
     """Every run of the sweep, in the order of ``combos``, side by side (``run_interleaved``: a frame
     of each in turn), and the pieces timed alone between their rounds of frames (:func:`piece_timers`):
     the runs' ratios (speedups, and against the upper bound) are measured under the same load, on a
     machine whose speed drifts. Returns the runs, the pieces' medians {compiled: components} and the
     seconds the compiled pieces' timer took to set up (loading or building packages of its own shapes;
-    None: no compiled timer)."""
+    None: no compiled timer), and whether a Ctrl-C ended the frames (the runs and pieces then hold
+    what was measured before it)."""
     specs = [RunSpec(setting, n, k, S, args.frames, args.warmup, args.arrivals, agents=a,
                      max_active=args.max_active, seed=args.seed, compile=mode, cameras=args.cameras,
                      keep_freed_memory=keeps_freed_memory(args))
@@ -251,11 +276,15 @@ def run_all(model, tok, args: argparse.Namespace, obs: list, combos: list[tuple]
     total = rounds * len(specs)
     with tqdm(total=total, unit="frame", disable=True if total < 200 else None, file=sys.stderr) as bar:
         bar.set_description(f"{len(specs)} runs side by side")
-        runs = run_interleaved(model, tok, specs, obs, on_frame=lambda: bar.update(1), after_round=after_round)
-    for r in runs:
-        r["preset"] = model.config.name
+        try:
+            runs, interrupted = run_interleaved(model, tok, specs, obs, on_frame=lambda: bar.update(1),
+                                                after_round=after_round), False
+        except Interrupted as stop:
+            runs, interrupted = stop.runs, True
     compile_s = timers[True].setup_s if True in timers else None
-    return runs, {compiled: t.result() for compiled, t in timers.items()}, compile_s
+    # a timer interrupted before its first sample has none to give
+    components = {compiled: t.result() for compiled, t in timers.items() if t.times["prefill"]}
+    return runs, components, compile_s, interrupted
 
 
 #: samples of each piece a benchmark takes between its rounds of frames
@@ -279,109 +308,22 @@ def piece_timers(model, tok, args: argparse.Namespace, slot_len: int) -> dict[bo
 
 
 def upper_bounds(model, runs: list[dict], components: dict) -> dict:
-    """Each run's upper bound, from the pieces timed alone in its mode."""
+    """Each run's upper bound, from the pieces timed alone in its mode: a frame of one observation,
+    with the oxygen run's tokens per frame, decoding in as many of the frames as it did (without
+    an oxygen run: k tokens, in the share of frames its requests would keep busy)."""
     bounds = {}
     for S, n, k, compiled in sorted({(r["S"], r["N"], r["k"], r["compiled"]) for r in runs}):
-        ox = [r for r in runs if r["setting"] == "oxygen" and (r["S"], r["N"], r["k"], r["compiled"]) == (S, n, k,
-                                                                                                        compiled)]
+        if compiled not in components:
+            continue  # interrupted before the pieces of this mode were timed
+        same = [r for r in runs if (r["S"], r["N"], r["k"], r["compiled"]) == (S, n, k, compiled)]
+        ox = [r for r in same if r["setting"] == "oxygen"]
         one = min(ox, key=lambda r: r["agents"]) if ox else None  # the bound is a frame of one observation
         per_frame = one["language_throughput_tps"] * one["frame_latency_ms"]["mean"] / 1e3 if one else None
+        share = one["decoding_share"] if one else expected_decoding_share(same[0])
         bounds[bound_key(S, n, k, compiled)] = upper_bound(components[compiled], S=S, k=k,
-                                                           H=model.config.action_horizon, tokens_per_frame=per_frame)
+                                                           H=model.config.action_horizon, tokens_per_frame=per_frame,
+                                                           decoding_share=share)
     return bounds
-
-
-def bound_key(S: int, n: int, k: int, compiled: bool = False) -> str:
-    return f"S={S},N={n},k={k}" + (",compiled" if compiled else "")
-
-
-def print_table(runs: list[dict], bounds: dict) -> None:
-    """One row per run. ``obs``: observations per frame; ``T/obs``: median T over them; ``x1``: the
-    median frame over the 1-agent run's (same other settings); ``f/robot``: H / mean T."""
-    base = {_same_but_setting(r): r for r in runs if r["setting"] == "baseline"}
-    head = f"{'setting':<10} {'comp':>4} {'N':>3} {'k':>3} {'S':>3} {'obs':>3} {'T mean':>8} {'T med':>8} " \
-           f"{'T p99':>8} {'T/obs':>7} {'x1':>5} {'f (Hz)':>8} {'f/robot':>8} {'tau (tok/s)':>11} {'B':>5} " \
-           f"{'copy B/fr':>9} {'speedup':>7} {'ideal':>6}"
-    print(head)
-    print("-" * len(head))
-    eager_notes = set()  # why a compile mode ran eager: said once, below its first row
-    for r in runs:
-        bound = bounds.get(bound_key(r["S"], r["N"], r["k"], r["compiled"]))
-        print(table_row(r, base.get(_same_but_setting(r)), bound))
-        note = f"compile={r['compile']} ran eager: {r['compile_reason']}"
-        if r["compile"] != "off" and not r["compiled"] and note not in eager_notes:
-            eager_notes.add(note)
-            print(f"  ({note}; said once for all rows)")
-        if r["compiled"]:
-            print(f"  ({r['setting']}: compiled in {r['compile_s']:.1f} s, {r['recompiles']} recompiles after warm-up)")
-    for key, ub in bounds.items():
-        print(f"upper bound {key}: T {ub['frame_latency_ms']:.2f} ms, f {ub['action_frequency_hz']:.1f} Hz, "
-              f"tau {ub['language_throughput_tps']:.1f} tok/s")
-    print(LEGEND)
-    if note := early_end_note(runs):
-        print(note)
-
-
-def early_end_note(runs: list[dict]) -> str:
-    """A note when the runs' requests ended well before N tokens, most of them at the model's
-    end-of-sequence token (as the embedded default model's short answers do): the table then
-    measures shorter requests than its N says; "" when they decoded (nearly) N each, or ended
-    at their own lengths (``--arrivals random-length:A-B``)."""
-    short = {}
-    for r in runs:
-        tokens, eos = r.get("tokens_per_request"), r.get("eos_share")
-        if tokens is not None and tokens < EARLY_END * r["N"] and eos is not None and eos >= 0.5:
-            short.setdefault(r["N"], []).append(tokens)
-    if not short:
-        return ""
-    spans = {n: sorted({f"{x:.1f}" for x in (min(t), max(t))}, key=float) for n, t in short.items()}
-    ends = ", ".join(f"{'-'.join(span)} tokens at N={n}" for n, span in sorted(spans.items()))
-    return textwrap.fill(
-        f"note: requests ended at the model's end-of-sequence token after {ends} on average: N counts little, the "
-        "decode batch B stays small and a setting can beat 'ideal'. The paper's workload decodes N tokens per "
-        "request: a model with random weights does (--preset tiny).", width=110, subsequent_indent="  ")
-
-
-#: a run's requests that decoded fewer than this share of N on average are noted under the table
-EARLY_END = 0.8
-
-#: what the table's columns are, printed under it
-LEGEND = """columns: comp compiled; N tokens per request at most (--max-decode); k decode steps per frame; S
-  denoise steps; obs observations per frame; T frame time in ms (mean, median, p99); T/obs median T per
-  observation; x1 median T over the 1-agent run's; f action frequency H/T (Hz); f/robot H over mean T, per
-  robot; tau language throughput B*k/T (tokens/s); B mean decode batch; copy B/fr K/V bytes copied per frame;
-  speedup f over baseline's; ideal baseline's T over the upper bound's (the most any setting could gain)"""
-
-
-def print_components(components: dict) -> None:
-    """The pieces alone, one line per mode: prefill, a denoise step, a decode step at each batch
-    size and, compiled, a step of a decode call of k steps at each batch size."""
-    for compiled, c in sorted(components.items()):
-        steps = ", ".join(f"b{b} {t:.3f}" for b, t in c["decode_step_ms"].items())
-        line = (f"pieces {'compiled' if compiled else 'eager'} (ms, slot length {c['slot_len']}): prefill "
-                f"{c['prefill_ms']:.3f}, denoise step {c['denoise_step_ms']:.3f}, decode step {steps}")
-        if c["decode_round_step_ms"]:
-            line += ", decode step in a k-step call " + ", ".join(f"b{b} {t:.3f}" for b, t in c["decode_round_step_ms"].items())
-        print(line)
-
-
-def _same_but_setting(r: dict) -> tuple:
-    return r["N"], r["k"], r["S"], r["compiled"], r["agents"]
-
-
-def table_row(r: dict, b: dict | None, ub: dict | None) -> str:
-    """``r``'s row of the table; ``b``: the baseline run it is compared with, ``ub``: its upper bound
-    (one observation per frame: no ideal for several)."""
-    speed = f"{r['action_frequency_hz'] / b['action_frequency_hz']:.2f}" if b else "-"
-    ideal = f"{b['frame_latency_ms']['mean'] / ub['frame_latency_ms']:.2f}" if b and ub and r["agents"] == 1 else "-"
-    ratio = "-" if r.get("frame_ratio_vs_1_agent") is None else f"{r['frame_ratio_vs_1_agent']:.2f}"
-    comp = "on" if r["compiled"] else "off"
-    t = r["frame_latency_ms"]
-    return (f"{r['setting']:<10} {comp:>4} {r['N']:>3} {r['k']:>3} {r['S']:>3} {r['observations_per_frame']:>3.0f} "
-            f"{t['mean']:>8.2f} {t['median']:>8.2f} {r['frame_latency_p99_ms']:>8.2f} "
-            f"{r['per_observation_ms']:>7.2f} {ratio:>5} {r['action_frequency_hz']:>8.1f} "
-            f"{r['action_frequency_per_robot_hz']:>8.1f} {r['language_throughput_tps']:>11.1f} "
-            f"{r['avg_batch_size']:>5.2f} {r['kv_copy_bytes_per_frame']:>9.0f} {speed:>7} {ideal:>6}")
 
 
 if __name__ == "__main__":
