@@ -244,9 +244,14 @@ def test_oxygen_eval_prints_its_figures_in_a_few_lines_and_writes_every_one_with
     lines = printed.out.splitlines()
     report = json.loads(out.read_text())
     assert lines[0].startswith("oxygen on 3 held-out scenes (seed 0, eager")
-    assert f"text_accuracy {report['text_accuracy']:.3f}, closed_loop_success" in lines[1]
-    assert lines[2].startswith("  question_accuracy target ")
-    assert any(line.startswith("  baseline: the same tokens, text_accuracy ") for line in lines)
+    # the figures the image decides lead; text_accuracy, which the instruction gives (it names the
+    # target), no longer stands first as if it showed vision (a walkthrough: 1.000 with a 1-pixel image)
+    assert lines[1].startswith(f"  from the image: description_exact {report['description_exact']:.3f}, "
+                               "closed_loop_success "), lines[1]
+    assert "; questions where " in lines[1] and "count " in lines[1] and "at_target " in lines[1], lines[1]
+    assert lines[2] == (f"  copyable from the instruction (it names the target): text_accuracy "
+                        f"{report['text_accuracy']:.3f}, question target {report['question_accuracy']['target']:.3f}")
+    assert any(line.startswith("  baseline: the same tokens, description_exact ") for line in lines)
     assert "descriptions of the first scenes (the scene's -> the model's):" in lines
     assert len(lines) <= 12 and report["compare"]["baseline"]["same_tokens"]
     assert f"wrote {out} (every figure)" in printed.err

@@ -3,9 +3,11 @@
 Figures, over ``--scenes`` scenes drawn from a seed range disjoint from
 training (``EVAL_SEED_BASE + seed``):
 
-* ``text_accuracy``: the description generated for the scene's first frame
-  names the target's colour and shape (``description_exact``: it is exactly
-  ``describe(scene)``, relation included);
+* ``description_exact``: the description generated for the scene's first
+  frame is exactly ``describe(scene)``, the target's relation to the gripper
+  included; ``text_accuracy``: it starts with the target's colour and shape,
+  which the instruction names: that one the model can copy without looking
+  (it stays 1.000 with ``--camera-size 1``, see :mod:`.eval_summary`);
 * ``first_action_cosine``: mean cosine between the first action of the first
   chunk (robot units, 2-D) and the direction from the gripper to the target;
 * ``closed_loop_success``: the policy, run in the :class:`Simulator` (the
@@ -17,7 +19,11 @@ training (``EVAL_SEED_BASE + seed``):
 * ``question_accuracy``: per kind of question (``target``, ``where``,
   ``count``, ``at_target``), the share of held-out questions answered exactly
   right, one of each kind per scene, asked as ``/oxygen/question`` asks them
-  (:mod:`.eval_questions`; ``--no-questions`` skips them).
+  (:mod:`.eval_questions`; ``--no-questions`` skips them); ``target`` is
+  answered by the instruction, the other kinds need the image.
+
+The summary printed puts the figures that need the image on one line and
+those the instruction alone can give on the next; ``--json`` has every figure.
 
 Everything runs through :class:`Engine` in the given ``--setting`` with one
 camera (``base``; the other camera slots are masked). Scenes are served with
@@ -165,6 +171,7 @@ def summarise(episodes: Sequence[Episode]) -> dict:
     for i, e in enumerate(episodes):
         groups.setdefault(distractors(e.scene), []).append(i)
     by_kind = {k: {"scenes": len(ix), "text_accuracy": float(np.mean([named[i] for i in ix])),
+                   "description_exact": float(np.mean([exact[i] for i in ix])),
                    "first_action_cosine": float(np.mean([cos[i] for i in ix])),
                    "closed_loop_success": float(np.mean([episodes[i].success for i in ix]))}
                for k, ix in sorted(groups.items())}

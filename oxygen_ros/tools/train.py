@@ -186,14 +186,16 @@ def _card_evaluation(evaluation: dict) -> list[str]:
     for setting, other in evaluation.get("compare", {}).items():
         lines.append(f"| same tokens under `{setting}` | {other['same_tokens']} (success "
                      f"{other['closed_loop_success']:.3f}, cosine {other['first_action_cosine']:.3f}) |")
+    lines += ["", "text_accuracy and question_accuracy `target` the instruction alone can give (it names the "
+              "target); the other figures need the image."]
     kinds = evaluation.get("by_distractor", {})
     if kinds:
         lines += ["", "By what tells the target apart from the other objects:", "",
-                  "| scenes | n | text accuracy | first-action cosine | closed-loop success |",
+                  "| scenes | n | description exact | first-action cosine | closed-loop success |",
                   "| --- | --- | --- | --- | --- |"]
         for kind, r in kinds.items():
-            lines.append(f"| {kind} | {r['scenes']} | {r['text_accuracy']:.3f} | {r['first_action_cosine']:.3f} | "
-                         f"{r['closed_loop_success']:.3f} |")
+            lines.append(f"| {kind} | {r['scenes']} | {r['description_exact']:.3f} | "
+                         f"{r['first_action_cosine']:.3f} | {r['closed_loop_success']:.3f} |")
         worst = min(kinds, key=lambda k: kinds[k]["closed_loop_success"])
         if kinds[worst]["closed_loop_success"] < 1.0:
             lines += ["", f"Weakest: the `{worst}` scenes (closed-loop success "
