@@ -136,3 +136,39 @@ def test_a_compiled_calibration_says_the_agent_still_builds_its_own_packages(tmp
     assert calibrate.main(["--model-path", random_tiny_dir, "--target-hz", "5", "--max-decode", "4", "--repeats", "2",
                            "--cameras", "1", "--compile", "on", "--out", str(tmp_path / "calibrated.yaml")]) == 0
     assert "an agent with compile:=on still builds its own" in capsys.readouterr().err
+
+
+def _measured(prefill_ms: float, denoise_step_ms: float):
+    """A stand-in for the measurement: these figures, whatever the machine (no timing in the test)."""
+    return lambda args, measure: {"prefill_ms": prefill_ms, "denoise_step_ms": denoise_step_ms,
+                                  "decode_step_ms": {1: 1.0, 2: 1.0}}
+
+
+def test_a_target_missed_by_the_margin_names_the_limit_after_it_and_what_helps(tmp_path, random_tiny_dir, capsys,
+                                                                              monkeypatch):
+    """A walkthrough: 'the actions alone (prefill and 10 denoise steps, 12.94 ms) take longer than the
+    deadline 14.3 ms': they did not; they missed 0.9 x 14.3 = 12.86 ms, and --margin was not named."""
+    monkeypatch.setattr(calibrate, "_measure", _measured(2.94, 1.0))  # 2.94 + 10 x 1.0 = 12.94 ms
+    out = tmp_path / "calibrated.yaml"
+    assert calibrate.main(["--model-path", random_tiny_dir, "--target-hz", "700", "--denoise-steps", "10",
+                           "--max-decode", "4", "--cameras", "1", "--out", str(out)]) == 1
+    err = " ".join(capsys.readouterr().err.split())
+    assert ("the actions alone (prefill and 10 denoise steps, 12.94 ms) take longer than the 12.86 ms a frame may "
+            "use (--margin 0.9 of the deadline 14.3 ms: f >= 700 Hz needs 14.3 ms for H=10;") in err, err
+    assert "lower --target-hz, or a --margin of 0.91 (at most 1; less headroom for a slower frame)" in err, err
+
+
+def test_actions_over_the_whole_deadline_are_not_told_to_raise_the_margin(tmp_path, random_tiny_dir, capsys,
+                                                                          monkeypatch):
+    monkeypatch.setattr(calibrate, "_measure", _measured(5.0, 1.0))  # 15 ms: over 14.3 ms at any margin
+    assert calibrate.main(["--model-path", random_tiny_dir, "--target-hz", "700", "--denoise-steps", "10",
+                           "--max-decode", "4", "--cameras", "1", "--out", str(tmp_path / "c.yaml")]) == 1
+    err = capsys.readouterr().err
+    assert "take longer than the 12.86 ms a frame may use" in err and "--margin of" not in err, err
+
+
+def test_calibrate_help_says_how_the_target_relates_to_the_control_rate(capsys):
+    with pytest.raises(SystemExit):
+        calibrate.parse_args(["--help"])
+    text = " ".join(capsys.readouterr().out.split())
+    assert "so f must be at least --control-rate-hz; the node's own frame deadline" in text, text

@@ -39,7 +39,10 @@ PRESET_NOTE = ("measured the preset {preset} with random weights, which the infe
 def parse_args(argv=None) -> argparse.Namespace:
     p = argparse.ArgumentParser(prog="oxygen-calibrate", description=plain(__doc__.split("\n")[0]),
                                 formatter_class=DefaultsHelp)
-    p.add_argument("--target-hz", type=positive_float, required=True, help="required action frequency f = H / T")
+    p.add_argument("--target-hz", type=positive_float, required=True,
+                   help="required action frequency f = H / T (H actions per chunk, T a frame's time): chunks must "
+                        "come at least as fast as the robot uses them, so f must be at least --control-rate-hz; "
+                        "the node's own frame deadline (see --control-rate-hz) is a separate limit, and k meets both")
     p.add_argument("--max-decode", type=positive_int, default=30, help="N: tokens per language request")
     p.add_argument("--denoise-steps", type=positive_int, default=None, help="S (default: the checkpoint's)")
     p.add_argument("--arrivals-per-frame", type=positive_float, default=1.0,
@@ -52,7 +55,9 @@ def parse_args(argv=None) -> argparse.Namespace:
                         "the time a chunk covers at it")
     p.add_argument("--frame-deadline-ms", type=positive_float, default=None,
                    help="the node's frame_deadline_ms, when set in its parameters (default: automatic, as the node)")
-    p.add_argument("--margin", type=float, default=0.9, help="use at most this fraction of the deadline")
+    p.add_argument("--margin", type=float, default=0.9,
+                   help="use at most this fraction of the deadline (in (0, 1]; the rest is headroom for a slower "
+                        "frame)")
     p.add_argument("--repeats", type=positive_int, default=30, help="timed repetitions per measurement (median)")
     p.add_argument("--out", type=output_file, required=True, help="parameters YAML to write")
     p.add_argument("--compile", default="auto", choices=COMPILE_CHOICES,
@@ -122,22 +127,37 @@ def node_parameters(args: argparse.Namespace, k: int, preset_only: bool, cameras
     }
 
 
-def _say_choice(k: int, table: list[dict], actions_ms: float, s: int, limit_ms: float, deadline: str,
-                remedy: str) -> bool:
+def frame_budget_text(deadline: float, margin: float, why: str) -> str:
+    """The time a frame may use, as the choice compares it: ``margin`` of the ``deadline`` (ms),
+    with ``why`` the deadline is what it is."""
+    return f"{deadline * margin:.2f} ms a frame may use (--margin {margin:g} of the deadline {deadline:.1f} ms: {why})"
+
+
+def margin_text(actions_ms: float, deadline: float, margin: float) -> str:
+    """What a larger ``--margin`` would do for actions of ``actions_ms`` that miss ``margin`` of
+    the ``deadline``: let them in (which margin), or nothing (they miss the whole deadline)."""
+    if actions_ms > deadline:
+        return ""
+    needed = math.ceil(actions_ms / deadline * 100) / 100
+    return f", or a --margin of {needed:g} (at most 1; less headroom for a slower frame)"
+
+
+def _say_choice(k: int, table: list[dict], actions_ms: float, s: int, budget: str, fits: bool, remedy: str) -> bool:
     """Print the k chosen, or why none; False when even the actions alone (``actions_ms``: prefill
-    and ``s`` denoise steps) miss ``limit_ms``: the target cannot be met (the file still gets k=0,
-    the closest). ``remedy``: what lifts the limits missed (:func:`remedy_text`)."""
-    if actions_ms > limit_ms:
+    and ``s`` denoise steps) do not fit (``fits``) the time a frame may use (``budget``,
+    :func:`frame_budget_text`): the target cannot be met (the file still gets k=0, the closest).
+    ``remedy``: what lifts the limits missed (:func:`remedy_text`, :func:`margin_text`)."""
+    if not fits:
         print(f"the target cannot be met: the actions alone (prefill and {s} denoise steps, {actions_ms:.2f} ms) "
-              f"take longer than the {deadline}; writing k=0 (exit status 1): {remedy}, or use fewer "
+              f"take longer than the {budget}; writing k=0 (exit status 1): {remedy}, or use fewer "
               "cameras, fewer denoise steps or a faster device", file=sys.stderr)
         return False
     if k == 0:
-        print(f"no k meets it ({deadline}); writing k=0: language decoding only when there is headroom",
+        print(f"no k meets the {budget}; writing k=0: language decoding only when there is headroom",
               file=sys.stderr)
     else:
         print(f"chosen k = {k} (frame {table[k - 1]['frame_ms']:.2f} ms at batch {table[k - 1]['batch']}; "
-              f"{deadline})")
+              f"within the {budget})")
     return True
 
 
@@ -155,6 +175,22 @@ def remedy_text(needed_ms: float, target_ms: float, node_ms: float, args, horizo
     if misses_node:
         return f"the node's frame deadline is the limit, not the target: {node_fix}"
     return "lower --target-hz"
+
+
+def _report_choice(args: argparse.Namespace, comp: dict, k: int, table: list[dict], s: int, horizon: int,
+                   node_ms: float) -> bool:
+    """Say the k chosen (:func:`_say_choice`) against the time a frame may use, and why it is that
+    long; False when even the actions alone do not fit it."""
+    paper_ms = deadline_ms(horizon, args.target_hz)
+    limit_ms = deadline_ms(horizon, args.target_hz, node_ms)
+    why = (f"f >= {args.target_hz:g} Hz needs {paper_ms:.1f} ms for H={horizon}; the node's frame deadline is "
+           f"{node_ms:.1f} ms" + ("" if args.frame_deadline_ms else
+                                  f", half a chunk at --control-rate-hz {args.control_rate_hz:g}"))
+    actions_ms = comp["prefill_ms"] + s * comp["denoise_step_ms"]
+    remedy = (remedy_text(actions_ms / args.margin, paper_ms, node_ms, args, horizon)
+              + margin_text(actions_ms, limit_ms, args.margin))
+    return _say_choice(k, table, actions_ms, s, frame_budget_text(limit_ms, args.margin, why),
+                       actions_ms <= limit_ms * args.margin, remedy)
 
 
 def _measure(args: argparse.Namespace, measure) -> dict:
@@ -192,15 +228,7 @@ def main(argv=None) -> int:
                         margin=args.margin, arrivals=args.arrivals_per_frame, frame_deadline_ms=node_ms)
     print(f"prefill {comp['prefill_ms']:.2f} ms, denoise step {comp['denoise_step_ms']:.2f} ms, decode step "
           + ", ".join(f"B={b}: {t:.2f} ms" for b, t in comp["decode_step_ms"].items()))
-    paper_ms = deadline_ms(c.action_horizon, args.target_hz)
-    limit_ms = deadline_ms(c.action_horizon, args.target_hz, node_ms)
-    deadline = (f"deadline {limit_ms:.1f} ms: f >= {args.target_hz:g} Hz needs {paper_ms:.1f} ms for "
-                f"H={c.action_horizon}, the node's frame deadline is {node_ms:.1f} ms"
-                + ("" if args.frame_deadline_ms else f" (half a chunk at control_rate_hz {args.control_rate_hz:g})"))
-    actions_ms = comp["prefill_ms"] + s * comp["denoise_step_ms"]
-    remedy = remedy_text(actions_ms / args.margin, paper_ms, node_ms, args, c.action_horizon)
-    reachable = _say_choice(k, table, actions_ms, s, limit_ms * args.margin, f"{deadline}; margin {args.margin}",
-                            remedy)
+    reachable = _report_choice(args, comp, k, table, s, c.action_horizon, node_ms)
     preset_only = bool(args.preset) and not args.model_path
     if preset_only:
         print("note: " + PRESET_NOTE.format(preset=args.preset), file=sys.stderr)
