@@ -172,3 +172,23 @@ def test_calibrate_help_says_how_the_target_relates_to_the_control_rate(capsys):
         calibrate.parse_args(["--help"])
     text = " ".join(capsys.readouterr().out.split())
     assert "so f must be at least --control-rate-hz; the node's own frame deadline" in text, text
+
+
+def test_a_compiled_calibration_says_first_that_packages_are_built_and_then_a_line_per_bucket(
+        tmp_path, random_tiny_dir, capsys, monkeypatch):
+    """A walkthrough: --compile on built packages for 2 minutes without a word. (The buckets run
+    eager here: the lines are the same, without the build.)"""
+    import functools
+
+    from oxygen_ros.core import piece_timing
+    from oxygen_ros.core.model.compiled import CompiledVLA
+
+    monkeypatch.setattr(piece_timing, "CompiledVLA", functools.partial(CompiledVLA, compile=False))
+    monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path / "cache"))
+    assert calibrate.main(["--model-path", random_tiny_dir, "--target-hz", "5", "--max-decode", "4", "--repeats", "2",
+                           "--cameras", "1", "--compile", "on", "--out", str(tmp_path / "calibrated.yaml")]) == 0
+    err = capsys.readouterr().err.splitlines()
+    first = next(i for i, line in enumerate(err) if line.startswith("compiled: the packages"))
+    assert f"not in the cache ({tmp_path / 'cache'}) are built first, a few minutes when it is empty" in err[first]
+    buckets = [line for line in err[first:] if line.startswith("bucket ")]
+    assert buckets and buckets[0].startswith("bucket 1/") and " s in all)" in buckets[-1], err

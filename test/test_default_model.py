@@ -255,3 +255,22 @@ def test_oxygen_eval_prints_its_figures_in_a_few_lines_and_writes_every_one_with
     assert "descriptions of the first scenes (the scene's -> the model's):" in lines
     assert len(lines) <= 12 and report["compare"]["baseline"]["same_tokens"]
     assert f"wrote {out} (every figure)" in printed.err
+
+
+def test_a_compiled_evaluation_says_first_that_packages_are_built_and_then_a_line_per_bucket(
+        tmp_path, capsys, monkeypatch, default):
+    """As oxygen-calibrate's: the packages built for minutes without a word. (The buckets run
+    eager here: the lines are the same, without the build.)"""
+    import functools
+
+    from oxygen_ros.core import model_runner
+    from oxygen_ros.core.model.compiled import CompiledVLA
+
+    monkeypatch.setattr(model_runner, "CompiledVLA", functools.partial(CompiledVLA, compile=False))
+    monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path / "cache"))
+    evaluate(default.model, default.tokenizer, default.normalizer, scenes=1, concurrency=1, compile="on",
+             questions=False)
+    err = capsys.readouterr().err.splitlines()
+    assert err[0].startswith(f"compiled: the packages of the pieces' shapes not in the cache ({tmp_path / 'cache'}) "
+                             "are built first, a few minutes when it is empty"), err
+    assert err[1].startswith("bucket 1/") and err[-1].endswith(" s in all)"), err

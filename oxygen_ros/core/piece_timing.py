@@ -22,7 +22,7 @@ import torch
 
 from . import timing
 from .model.cache import SlotView
-from .model.compiled import CompiledVLA
+from .model.compiled import CompiledVLA, Progress
 from .model.vla import VLA
 from .observation import Observation, make_prefix_batch
 from .tokenizer import Tokenizer
@@ -36,7 +36,8 @@ class PieceTimer:
     def __init__(self, model: VLA, tokenizer: Tokenizer, observation: Observation, *,
                  batch_sizes: Sequence[int] = (1, 2, 4, 8), decode_context: int = 16, denoise_steps: int = 1,
                  compile: bool = False, slot_len: int | None = None, warm_all: bool = True, round_steps: int = 0,
-                 cameras: int | None = None, warmup: int = 3):
+                 cameras: int | None = None, warmup: int = 3, progress: Progress | None = None,
+                 note: Callable[[str], None] | None = None):
         started = time.perf_counter()
         c = model.config
         self.device, self.compiled, self.denoise_steps = model.device, compile, denoise_steps
@@ -47,8 +48,8 @@ class PieceTimer:
         if compile:
             run = CompiledVLA(model, cache, steps=denoise_steps, max_observations=1, max_cameras=self.cameras,
                               decode_steps=max(1, round_steps))
-            if warm_all:
-                run.warm_up()
+            if warm_all:  # progress, note: as CompiledVLA.warm_up's (a line per bucket built or loaded)
+                run.warm_up(progress, note)
         self.run, self.cache, self.warm_all = run, cache, warm_all
         self.length = length = int(run.prefill(batch, cache, [[0]]).lengths[0])
         for s in range(1, max(batch_sizes)):  # every decode row reads the same prefix

@@ -10,6 +10,7 @@ import torch
 
 from ..core import checkpoints
 from ..core.engine import Engine, EngineConfig
+from ..core.model.warm_up_progress import bucket_lines
 from ..core.normalization import MODEL_ACTION_DIM, STATE_NEEDS_STATISTICS
 from ..core.observation import Observation
 from ..core.tokenizer import default_tokenizer_path
@@ -200,15 +201,7 @@ def compile_pieces(engine: Engine, choice: str, log) -> None:
     a line per bucket), or say once why the model runs eager: a warning when ``compile`` was
     ``on``, a line of information otherwise."""
     if engine.compiled is not None:
-        t0 = last = time.perf_counter()
-
-        def said(done: int, total: int, what: str) -> None:  # the seconds since the line before, and in all
-            nonlocal last
-            now = time.perf_counter()
-            log.info(f"bucket {done}/{total}: {what} ({now - last:.1f} s; {now - t0:.1f} s in all)")
-            last = now
-
-        engine.warm_up(said, log.info)
+        engine.warm_up(bucket_lines(log.info), log.info)
     if engine.compiled is None:
         (log.warning if choice == "on" else log.info)(f"running eager: {engine.compile_reason}")
 

@@ -22,9 +22,10 @@ import sys
 
 import yaml
 
-from ..core.benchmark import measure_components
+from ..core.benchmark import piece_timer
 from ..core.budget import frame_deadline_ms
-from ..core.model.compile_setup import COMPILE_CHOICES, CannotBuild, resolve_compile
+from ..core.model.compile_setup import COMPILE_CHOICES, CannotBuild, resolve_compile, use_compile_cache
+from ..core.model.warm_up_progress import bucket_lines, packages_built_first
 from ..core.checkpoints.given_sizes import flat_items
 from .arguments import DefaultsHelp, output_file, plain, positive_float, positive_int
 from .common import add_model_args, check_cameras, load_model, model_sizes
@@ -193,11 +194,27 @@ def _report_choice(args: argparse.Namespace, comp: dict, k: int, table: list[dic
                        actions_ms <= limit_ms * args.margin, remedy)
 
 
+def _say(text: str) -> None:
+    print(text, file=sys.stderr, flush=True)
+
+
+def timed_pieces(model, tokenizer, *, repeats: int, compile: bool, **options) -> dict:
+    """The pieces' medians (:func:`~oxygen_ros.core.benchmark.measure_components`' figures, ``options``
+    as its), compiled saying a line per bucket as its package is built or loaded."""
+    timer = piece_timer(model, tokenizer, compile=compile, progress=bucket_lines(_say) if compile else None,
+                        note=_say, **options)
+    for _ in range(repeats):
+        timer.sample()
+    return timer.result()
+
+
 def _measure(args: argparse.Namespace, measure) -> dict:
     """``measure(compile=...)`` compiled where ``--compile`` says and it can be, else eager (saying why)."""
     decision = resolve_compile(args.compile, args.device)
     if args.compile == "on" and not decision.enabled:
         print(f"compile=on runs eager: {decision.reason}", file=sys.stderr)
+    if decision.enabled:  # nothing else is said while they build (a walkthrough waited 2 minutes without a word)
+        _say(packages_built_first(use_compile_cache()))
     try:
         comp = measure(compile=decision.enabled)
     except CannotBuild as e:  # no compiler, or a read-only cache, and packages missing from it
@@ -221,7 +238,7 @@ def main(argv=None) -> int:
     sizes = sorted({1, 2, 4, 8, 16, steady_batch(args.max_decode, 1, args.arrivals_per_frame)})
     print(f"measuring {loaded.source} on {args.device} ({args.dtype}) ...", file=sys.stderr)
     s = args.denoise_steps or c.denoise_steps
-    comp = _measure(args, functools.partial(measure_components, loaded.model, loaded.tokenizer, batch_sizes=sizes,
+    comp = _measure(args, functools.partial(timed_pieces, loaded.model, loaded.tokenizer, batch_sizes=sizes,
                                             cameras=cameras, repeats=args.repeats, denoise_steps=s))
     node_ms = frame_deadline_ms(c.action_horizon, args.control_rate_hz, args.frame_deadline_ms)  # as the node
     k, table = choose_k(comp, n=args.max_decode, s=s, horizon=c.action_horizon, target_hz=args.target_hz,

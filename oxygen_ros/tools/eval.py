@@ -39,6 +39,7 @@ frame under ``oxygen``) while that scene and the others keep acting.
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import sys
 import time
@@ -49,7 +50,8 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from ..core.engine import Engine, EngineConfig
-from ..core.model.compile_setup import COMPILE_CHOICES
+from ..core.model.compile_setup import COMPILE_CHOICES, use_compile_cache
+from ..core.model.warm_up_progress import bucket_lines, packages_built_first
 from ..core.observation import Observation
 from ..core.sim import scene as sim
 from ..core.training import EVAL_SEED_BASE
@@ -223,7 +225,10 @@ def evaluate(model, tokenizer, normalizer, *, scenes: int = 200, seed: int = 0, 
                           max_observations_per_frame=concurrency, language_every_n_frames=1, seed=seed,
                           camera_names=CAMERA_NAMES[:model.config.max_cameras], compile=compile, keep_freed_memory=keep_freed_memory)
     engine = Engine(model, tokenizer, config, normalizer=normalizer)
-    engine.warm_up(note=lambda text: print(text, file=sys.stderr))  # another process building: it waits
+    say = functools.partial(print, file=sys.stderr, flush=True)
+    if engine.compiled is not None:  # nothing else is said while the packages build (minutes, once)
+        say(packages_built_first(use_compile_cache()))
+    engine.warm_up(bucket_lines(say), say)  # a line per bucket; another process building: it waits
     if compile == "on" and engine.compiled is None:
         print(f"compile=on runs eager: {engine.compile_reason}", file=sys.stderr)
     start = time.perf_counter()
