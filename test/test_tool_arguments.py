@@ -204,3 +204,31 @@ def test_help_is_plain_text_and_names_the_defaults_of_the_long_runs(tool, capsys
     assert text.startswith("usage: oxygen-") and "``" not in text, text[:500]
     if tool == "train":
         assert "default 10500" in " ".join(text.split()), text
+
+
+def test_eval_train_and_prefill_bench_help_name_every_default(capsys):
+    """A walkthrough: eval's --seed, --concurrency (8), --execute (5), --max-steps (50), train's --preset,
+    --workers, --log-every and prefill-bench's --seed had no help or no default shown."""
+    from oxygen_ros.tools import eval as eval_tool
+    from oxygen_ros.tools import prefill_bench, train
+
+    def help_of(module) -> str:
+        with pytest.raises(SystemExit):
+            module.parse_args(["--help"])
+        return " ".join(capsys.readouterr().out.split())
+
+    text = help_of(eval_tool)
+    for option, default in (("--seed SEED", "0"), ("--concurrency CONCURRENCY", "8"), ("--execute EXECUTE", "5"),
+                            ("--max-steps MAX_STEPS", "50")):
+        shown = text.split(option + " ", 1)[1].split(" --", 1)[0]
+        assert shown.endswith(f"(default: {default})") and len(shown) > 20, (option, shown)
+    text = help_of(train)
+    assert "--preset {pi05,tiny} the model's shapes: tiny (the default;" in text, text
+    assert "in this process) (default: 1)" in text and "one JSON line each (default: 100)" in text, text
+    assert "--seed SEED seed of the random images and prompt tokens (default: 0)" in help_of(prefill_bench)
+
+
+def test_prefill_bench_refuses_a_negative_seed_as_eval_does(capsys):
+    from oxygen_ros.tools import prefill_bench
+
+    _refused(prefill_bench.parse_args, ["--seed", "-1"], capsys, "--seed")

@@ -56,7 +56,7 @@ from ..core.observation import Observation
 from ..core.sim import scene as sim
 from ..core.training import EVAL_SEED_BASE
 from ..core.scheduler import SETTINGS
-from .arguments import non_negative_int, output_file, plain, positive_int
+from .arguments import DefaultsHelp, non_negative_int, output_file, plain, positive_int
 from .common import add_model_args, keeps_freed_memory, load_model
 from .eval_questions import ask_all, question_cases, scene_observation, summarise_questions
 from .eval_summary import summary_lines
@@ -264,18 +264,22 @@ def compared(report: dict, other: dict) -> dict:
 
 def parse_args(argv=None) -> argparse.Namespace:
     """The command line, checked (argparse exits with status 2 naming a bad option)."""
-    parser = argparse.ArgumentParser(prog="oxygen-eval", description=plain(__doc__.split("\n\n")[0]))
+    parser = argparse.ArgumentParser(prog="oxygen-eval", description=plain(__doc__.split("\n\n")[0]),
+                                     formatter_class=DefaultsHelp)
     parser.add_argument("--scenes", type=positive_int, default=200, help="held-out scenes (default 200)")
     parser.add_argument("--setting", default="oxygen", choices=SETTINGS, help="engine setting (default oxygen)")
     parser.add_argument("--compare", nargs="+", default=None, metavar="SETTING", choices=SETTINGS,
                         help="also run these settings (other than --setting) and check that every generated "
                              "token is the same")
     parser.add_argument("--json", type=output_file, default=None, help="write the figures to this file")
-    parser.add_argument("--seed", type=non_negative_int, default=0, help="evaluation seed (scenes and action noise)")
-    parser.add_argument("--concurrency", type=positive_int, default=8, help="scenes in flight at once")
+    parser.add_argument("--seed", type=non_negative_int, default=0,
+                        help="evaluation seed: the held-out scenes, the questions and the action noise")
+    parser.add_argument("--concurrency", type=positive_int, default=8,
+                        help="scenes in flight at once (the engine's observations per frame)")
     parser.add_argument("--execute", type=positive_int, default=5,
                         help="actions executed from each chunk (1 .. the model's action horizon)")
-    parser.add_argument("--max-steps", type=positive_int, default=50, help="action budget per scene")
+    parser.add_argument("--max-steps", type=positive_int, default=50,
+                        help="actions a scene may take to reach its target before it counts as a failure")
     parser.add_argument("--steps-per-frame", type=positive_int, default=5,
                         help="decode steps per frame (k) under oxygen (default 5; a description has at most 12 tokens)")
     parser.add_argument("--camera-size", type=positive_int, default=None,

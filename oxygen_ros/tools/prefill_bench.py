@@ -20,7 +20,7 @@ import torch
 
 from ..core.model.vla import PrefixBatch
 from ..core.plain_prefill import ATTENTION, compare_prefill
-from .arguments import DefaultsHelp, output_file, plain, positive_int
+from .arguments import DefaultsHelp, non_negative_int, output_file, plain, positive_int
 from .common import add_model_args, load_model
 
 
@@ -42,7 +42,7 @@ def parse_args(argv=None) -> argparse.Namespace:
                    help="the plain prefill's transformers attention implementations (comma list)")
     p.add_argument("--padded", action="store_true",
                    help="also time ours without trimming (every camera slot, the padded prompt)")
-    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--seed", type=non_negative_int, default=0, help="seed of the random images and prompt tokens")
     p.add_argument("--json", type=output_file, help="write the results here")
     add_model_args(p)
     return p.parse_args(argv)

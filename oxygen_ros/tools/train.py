@@ -34,7 +34,8 @@ from ..core.checkpoints.given_sizes import SizesError, apply_sizes, flat_items, 
 from ..core.model.config import PRESETS, preset
 from ..core.tokenizer import Tokenizer, default_tokenizer_path
 from ..core.training import EVAL_SEED_BASE, TrainConfig, config_dict, norm_stats, train
-from .arguments import non_negative_float, non_negative_int, output_dir, plain, positive_float, positive_int
+from .arguments import (DefaultsHelp, non_negative_float, non_negative_int, output_dir, plain, positive_float,
+                        positive_int)
 from .common import size_item
 
 #: The default model's sizes over the ``tiny`` preset: a 48 px image in 8 px patches (6x6), so that
@@ -220,7 +221,8 @@ def _params(model_config):
 def parse_args(argv=None) -> argparse.Namespace:
     """The command line, checked (argparse exits with status 2 naming a bad option)."""
     defaults = TrainConfig()
-    parser = argparse.ArgumentParser(prog="oxygen-train", description=plain(__doc__.split("\n\n")[0]))
+    parser = argparse.ArgumentParser(prog="oxygen-train", description=plain(__doc__.split("\n\n")[0]),
+                                     formatter_class=DefaultsHelp)
     parser.add_argument("--steps", type=positive_int, default=defaults.steps,
                         help=f"optimiser steps (default {defaults.steps}: the default model's, which trained in 42 "
                              "minutes on 2 cores, its training.json; --steps 200 for a quick try)")
@@ -237,7 +239,9 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--patch-target-weight", type=non_negative_float, default=defaults.patch_target_weight,
                         help="weight of the training-only loss asking each of the VLM's last-layer image tokens "
                         f"whether its patch is on the target (default {defaults.patch_target_weight}; 0: off)")
-    parser.add_argument("--preset", default="tiny", choices=sorted(PRESETS))
+    parser.add_argument("--preset", default="tiny", choices=sorted(PRESETS),
+                        help="the model's shapes: tiny (the default; the embedded default model's) or pi05 "
+                             "(pi0.5's, far more than a CPU trains)")
     parser.add_argument("--size", action="append", type=size_item, default=None, metavar="KEY=VALUE",
                         help=f"a model size over the preset (repeatable; for tiny on top of the embedded model's "
                              f"{' '.join(DEFAULT_SIZES)})")
@@ -247,8 +251,10 @@ def parse_args(argv=None) -> argparse.Namespace:
                              "checkout)")
     parser.add_argument("--threads", type=positive_int, default=1,
                         help="torch threads for the optimiser (default 1; results depend on it)")
-    parser.add_argument("--workers", type=non_negative_int, default=1, help="data processes (0: render in this process)")
-    parser.add_argument("--log-every", type=positive_int, default=100)
+    parser.add_argument("--workers", type=non_negative_int, default=1,
+                        help="processes rendering the training examples (0: render in this process)")
+    parser.add_argument("--log-every", type=positive_int, default=100,
+                        help="print the losses every this many steps, one JSON line each")
     parser.add_argument("--eval", type=non_negative_int, default=200, metavar="N",
                         help="held-out scenes to evaluate (0: none)")
     args = parser.parse_args(argv)
