@@ -232,3 +232,44 @@ def test_prefill_bench_refuses_a_negative_seed_as_eval_does(capsys):
     from oxygen_ros.tools import prefill_bench
 
     _refused(prefill_bench.parse_args, ["--seed", "-1"], capsys, "--seed")
+
+
+FULL = pytest.mark.skipif(not Path("/dev/full").exists(), reason="needs /dev/full (a device every write to fails)")
+
+
+def _lost_nothing(capsys, tool: str, holds: str) -> None:
+    """The failed write said why, naming the tool and the path, and the text went to stdout."""
+    printed = capsys.readouterr()
+    assert f"{tool}: could not write /dev/full: No space left on device; what it would hold follows on stdout" \
+        in printed.err, printed.err
+    assert holds in printed.out and "Traceback" not in printed.err, printed.out[-500:]
+
+
+@FULL
+def test_calibrate_s_file_that_cannot_be_written_goes_to_stdout(capsys, monkeypatch):
+    """A walkthrough: an output found unwritable only at the end ended in a traceback, the run's
+    figures lost."""
+    from oxygen_ros.tools import calibrate
+
+    monkeypatch.setattr(calibrate, "_measure", lambda args, measure: {  # no timing: figures given
+        "prefill_ms": 1.0, "denoise_step_ms": 0.1, "decode_step_ms": {1: 0.5, 2: 0.5}})
+    assert calibrate.main(["--preset", "tiny", "--target-hz", "5", "--max-decode", "4", "--cameras", "1",
+                           "--out", "/dev/full"]) == 1
+    _lost_nothing(capsys, "oxygen-calibrate", "steps_per_frame: 4")
+
+
+@FULL
+def test_eval_s_figures_that_cannot_be_written_go_to_stdout(capsys):
+    from oxygen_ros.tools import eval as eval_tool
+
+    assert eval_tool.main(["--scenes", "1", "--no-questions", "--json", "/dev/full"]) == 1
+    _lost_nothing(capsys, "oxygen-eval", '"description_exact":')
+
+
+@FULL
+def test_prefill_bench_s_results_that_cannot_be_written_go_to_stdout(capsys):
+    from oxygen_ros.tools import prefill_bench
+
+    assert prefill_bench.main(["--preset", "tiny", "--present", "1", "--prompt-tokens", "4", "--repeats", "1",
+                               "--attention", "eager", "--json", "/dev/full"]) == 1
+    _lost_nothing(capsys, "oxygen-prefill-bench", '"logits_rel_diff":')

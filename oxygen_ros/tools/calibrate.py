@@ -27,7 +27,7 @@ from ..core.budget import frame_deadline_ms
 from ..core.model.compile_setup import COMPILE_CHOICES, CannotBuild, resolve_compile, use_compile_cache
 from ..core.model.warm_up_progress import bucket_lines, packages_built_first
 from ..core.checkpoints.given_sizes import flat_items
-from .arguments import DefaultsHelp, output_file, plain, positive_float, positive_int
+from .arguments import DefaultsHelp, output_file, plain, positive_float, positive_int, write_output
 from .common import add_model_args, check_cameras, load_model, model_sizes
 
 
@@ -255,8 +255,8 @@ def main(argv=None) -> int:
               f"# target {args.target_hz} Hz, control_rate_hz {args.control_rate_hz:g}, frame deadline "
               f"{node_ms:.1f} ms, H={c.action_horizon}, S={s}, N={args.max_decode}, {cameras} camera(s)\n"
               f"# measured: {json.dumps({k2: v for k2, v in comp.items()}, default=str)}\n")
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(header + yaml.safe_dump(params, sort_keys=False))
+    if not write_output(args.out, header + yaml.safe_dump(params, sort_keys=False), "oxygen-calibrate"):
+        return 1  # it said why, and printed the file on stdout
     print(f"wrote {args.out}: try it on the demo with `oxygen-agent demo:=true params_file:={args.out}`; it holds the "
           "inference node's section only, and a params_file takes the place of config/agent.yaml, so on a robot put "
           "its values in your copy of config/agent.yaml (its cameras and topics come from there)", file=sys.stderr)

@@ -56,7 +56,7 @@ from ..core.observation import Observation
 from ..core.sim import scene as sim
 from ..core.training import EVAL_SEED_BASE
 from ..core.scheduler import SETTINGS
-from .arguments import DefaultsHelp, non_negative_int, output_file, plain, positive_int
+from .arguments import DefaultsHelp, non_negative_int, output_file, plain, positive_int, write_output
 from .common import add_model_args, keeps_freed_memory, load_model
 from .eval_questions import ask_all, question_cases, scene_observation, summarise_questions
 from .eval_summary import summary_lines
@@ -326,19 +326,17 @@ def main(argv: Sequence[str] | None = None) -> int:
     print("descriptions of the first scenes (the scene's -> the model's):")
     for e_text, scene in list(zip(texts, held_out_scenes(min(5, args.scenes), args.seed))):
         print(f"  {sim.describe(scene)!r:45} -> {e_text!r}")
-    if args.json:
-        args.json.parent.mkdir(parents=True, exist_ok=True)
-        with open(args.json, "w") as f:
-            json.dump(report, f, indent=2)
-            f.write("\n")
-        print(f"wrote {args.json} (every figure)", file=sys.stderr)
+    written = True
+    if args.json:  # a write that fails says why and prints the figures on stdout (exit status 1)
+        written = write_output(args.json, json.dumps(report, indent=2) + "\n", "oxygen-eval")
+        if written:
+            print(f"wrote {args.json} (every figure)", file=sys.stderr)
     else:
         print("every figure (per kind of distractor, finish reasons, question counts): --json PATH", file=sys.stderr)
     mismatch = [s for s, r in report.get("compare", {}).items() if not r["same_tokens"]]
     if mismatch:
         print(f"generated tokens differ under: {', '.join(mismatch)}", file=sys.stderr)
-        return 1
-    return 0
+    return 0 if written and not mismatch else 1
 
 
 if __name__ == "__main__":

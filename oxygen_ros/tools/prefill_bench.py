@@ -20,7 +20,7 @@ import torch
 
 from ..core.model.vla import PrefixBatch
 from ..core.plain_prefill import ATTENTION, compare_prefill
-from .arguments import DefaultsHelp, non_negative_int, output_file, plain, positive_int
+from .arguments import DefaultsHelp, non_negative_int, output_file, plain, positive_int, write_output
 from .common import add_model_args, load_model
 
 
@@ -85,15 +85,15 @@ def main(argv=None) -> int:
         diff = "" if t.name == "ours" else f"{agreement[t.name]:.1e}"
         print(f"| {t.name} | {t.positions} | {t.median_s * 1e3:.2f} | {t.median_s / ours.median_s:.2f}x | "
               f"{t.ms_per_position:.3f} | {t.ms_per_position / ours.ms_per_position:.2f}x | {diff} |")
-    if args.json:
-        args.json.parent.mkdir(parents=True, exist_ok=True)
-        args.json.write_text(json.dumps({
-            "preset": model.config.name, "dtype": args.dtype, "threads": args.threads, "batch": args.batch,
-            "present": present, "prompt_tokens": args.prompt_tokens,
-            "runs": [{"name": t.name, "positions": t.positions, "median_s": t.median_s, "times_s": t.times_s,
-                      "ms_per_position": t.ms_per_position} for t in timings],
-            "logits_rel_diff": agreement,
-        }, indent=2))
+    results = {
+        "preset": model.config.name, "dtype": args.dtype, "threads": args.threads, "batch": args.batch,
+        "present": present, "prompt_tokens": args.prompt_tokens,
+        "runs": [{"name": t.name, "positions": t.positions, "median_s": t.median_s, "times_s": t.times_s,
+                  "ms_per_position": t.ms_per_position} for t in timings],
+        "logits_rel_diff": agreement,
+    }
+    if args.json and not write_output(args.json, json.dumps(results, indent=2) + "\n", "oxygen-prefill-bench"):
+        return 1  # it said why, and printed the results on stdout
     return 0
 
 
