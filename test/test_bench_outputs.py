@@ -86,6 +86,7 @@ def test_packages_loaded_from_the_cache_are_said_so():
     (["--threads", "0"], "argument --threads: expected an integer >= 1, got '0'"),
     (["--settings", "oxygen,oxygen"], "argument --settings: oxygen given twice in 'oxygen,oxygen'"),
     (["--max-decode", "10,10"], "argument --max-decode: 10 given twice"),
+    (["--compile", "on,off,on"], "argument --compile: on given twice in 'on,off,on'"),
     (["--settings", ""], "argument --settings: no setting given (the value is empty); choose from baseline"),
 ])
 def test_bench_refuses_at_once_with_argparse(argv, says, capsys):

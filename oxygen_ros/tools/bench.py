@@ -82,7 +82,7 @@ def compile_list(text: str) -> list[str]:
     values = [x for x in text.split(",") if x]
     if not values or any(x not in COMPILE_CHOICES for x in values):
         raise argparse.ArgumentTypeError(f"expected a comma list of {', '.join(COMPILE_CHOICES)}, got {text!r}")
-    return list(dict.fromkeys(values))
+    return _once_each(values, text)
 
 
 def parse_args(argv=None) -> argparse.Namespace:
