@@ -14,16 +14,24 @@ def token(request_id, index, token_id, piece, done=False, reason=""):
     return TokenEvent(request_id, "", 1, index, token_id, piece, done, reason)
 
 
-def test_the_token_rate_counts_tokens_not_the_ends_without_one(ros):
+def _output_and_subscriber(ros, name: str):
+    """A TextOutput on a node of its own, and the TextTokens a subscriber (matched) receives from it."""
     from oxygen_ros.msg import TextToken
-    from oxygen_ros.ros.text_output import TextOutput, end_events
+    from oxygen_ros.ros.text_output import TextOutput
 
     topic = f"{unique_prefix()}/text"
-    node = ros.node("oxygen_test_text_output")
+    node = ros.node(name)
     output = TextOutput(node, topic, collections.Counter())
     got = []
-    ros.node("oxygen_test_text_sub").create_subscription(TextToken, topic, got.append, reliable(100))
+    ros.node(f"{name}_sub").create_subscription(TextToken, topic, got.append, reliable(100))
     assert until(lambda: node.count_subscribers(topic) == 1)
+    return output, got
+
+
+def test_the_token_rate_counts_tokens_not_the_ends_without_one(ros):
+    from oxygen_ros.ros.text_output import end_events
+
+    output, got = _output_and_subscriber(ros, "oxygen_test_text_output")
 
     before = time.monotonic()
     output.publish([token(1, 0, 10, "a"), token(2, 0, 11, "b")], 1_000_000_000)
@@ -48,15 +56,9 @@ def test_a_request_names_its_observation_however_long_it_decodes(ros):
     """A request keeps naming the observation it reads after that frame has left the window of
     frames kept (a long answer, or one decoded slowly); a request that starts from a frame no
     longer kept names none (seq 0), and a refused question names none."""
-    from oxygen_ros.msg import TextToken
-    from oxygen_ros.ros.text_output import OBSERVATIONS_KEPT, TextOutput, end_events
+    from oxygen_ros.ros.text_output import OBSERVATIONS_KEPT, end_events
 
-    topic = f"{unique_prefix()}/text"
-    node = ros.node("oxygen_test_text_observed")
-    output = TextOutput(node, topic, collections.Counter())
-    got = []
-    ros.node("oxygen_test_text_observed_sub").create_subscription(TextToken, topic, got.append, reliable(100))
-    assert until(lambda: node.count_subscribers(topic) == 1)
+    output, got = _output_and_subscriber(ros, "oxygen_test_text_observed")
     output.observed(1, 7, 5_000_000_000)  # frame 1 took observation 7
     output.publish([token(5, 0, 10, "a")], 1)
     for frame in range(2, OBSERVATIONS_KEPT + 3):  # frame 1 leaves the window

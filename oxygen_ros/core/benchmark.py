@@ -22,6 +22,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from .engine import Engine, EngineConfig, Question
+from .model.compiled import Progress
 from .model.vla import VLA
 from .observation import Observation
 from .piece_timing import PieceTimer
@@ -288,7 +289,8 @@ def engine_for(model: VLA, tokenizer: Tokenizer, spec: RunSpec) -> Engine:
 def measure_components(model: VLA, tokenizer: Tokenizer, *, batch_sizes: Sequence[int] = (1, 2, 4, 8),
                        cameras: int | None = None, repeats: int = 30, decode_context: int = 16,
                        denoise_steps: int = 1, compile: bool = False, slot_len: int | None = None,
-                       warm_all: bool = True, round_steps: int = 0) -> dict:
+                       warm_all: bool = True, round_steps: int = 0, progress: Progress | None = None,
+                       note: Callable[[str], None] | None = None) -> dict:
     """Median latency of: prefill of one observation, one denoise step (batch 1; the median of
     ``denoise_steps`` steps in one call, divided by them), and one decode step at each batch
     size (prefixes of real length plus ``decode_context`` decoded tokens), over ``repeats``
@@ -300,10 +302,11 @@ def measure_components(model: VLA, tokenizer: Tokenizer, *, batch_sizes: Sequenc
     the whole slot, masked. ``warm_all=False``: build only the buckets timed (a large model's
     compile takes minutes a bucket), not every bucket first. ``round_steps`` K > 1 with ``compile``:
     also a decode call of K steps at each batch size (``decode_round_step_ms``: its time over K,
-    what one step costs the engine when a frame runs its full k = K)."""
+    what one step costs the engine when a frame runs its full k = K). ``progress``, ``note``: as
+    :meth:`CompiledVLA.warm_up`'s, when compiled (a line per bucket built or loaded)."""
     timer = piece_timer(model, tokenizer, batch_sizes=batch_sizes, cameras=cameras, decode_context=decode_context,
                         denoise_steps=denoise_steps, compile=compile, slot_len=slot_len, warm_all=warm_all,
-                        round_steps=round_steps)
+                        round_steps=round_steps, progress=progress, note=note)
     for _ in range(repeats):
         timer.sample()
     return timer.result()

@@ -34,21 +34,27 @@ def frames_per_request(setting: str, tokens: float, k: int) -> int:
     return max(1, math.ceil((tokens - 1) / k))
 
 
+def _arrivals(run: dict, setting: str | None = None) -> tuple[float, int]:
+    """(requests arriving a frame, frames each decodes for) of ``run``'s arrivals, N and k, under
+    ``setting`` (default: the run's)."""
+    workload = Workload.parse(run["arrivals"])
+    frames = frames_per_request(setting or run["setting"], workload.mean_tokens(run["N"]), run["k"])
+    return workload.requests_per_frame, frames
+
+
 def slots_needed(run: dict) -> float | None:
     """Decode slots ``run``'s arrivals keep busy at once, on average (None: its setting has no limit)."""
     if run["setting"] not in SLOT_LIMITED:
         return None
-    workload = Workload.parse(run["arrivals"])
-    frames = frames_per_request(run["setting"], workload.mean_tokens(run["N"]), run["k"])
-    return workload.requests_per_frame * frames
+    rate, frames = _arrivals(run)
+    return rate * frames
 
 
 def expected_decoding_share(run: dict) -> float:
     """The share of frames an ``oxygen`` run of ``run``'s N, k and arrivals would decode in: the
     requests decoding at once, on average, capped at every frame (0 when none arrive)."""
-    workload = Workload.parse(run["arrivals"])
-    frames = frames_per_request("oxygen", workload.mean_tokens(run["N"]), run["k"])
-    return min(1.0, workload.requests_per_frame * frames)
+    rate, frames = _arrivals(run, "oxygen")
+    return min(1.0, rate * frames)
 
 
 def mark_load(runs: list[dict]) -> None:
@@ -63,11 +69,9 @@ def mark_load(runs: list[dict]) -> None:
 
 
 def _filling_frames(run: dict) -> int:
-    """Frames a batch takes to fill: as many as a request decodes for (one when there are no requests)."""
-    workload = Workload.parse(run["arrivals"])
-    if workload.requests_per_frame == 0:
-        return 0
-    return frames_per_request(run["setting"], workload.mean_tokens(run["N"]), run["k"])
+    """Frames a batch takes to fill: as many as a request decodes for (none when no requests come)."""
+    rate, frames = _arrivals(run)
+    return frames if rate else 0
 
 
 def _name(r: dict) -> str:
@@ -78,8 +82,7 @@ def _name(r: dict) -> str:
 
 def saturation_warning(r: dict) -> str:
     """The warning line of a saturated run: what it needed, what happened, what helps."""
-    need, rate = r["slots_needed"], Workload.parse(r["arrivals"]).requests_per_frame
-    frames = frames_per_request(r["setting"], Workload.parse(r["arrivals"]).mean_tokens(r["N"]), r["k"])
+    need, (rate, frames) = r["slots_needed"], _arrivals(r)
     helps = math.ceil(need)
     text = (f"warning: {_name(r)} is saturated: {rate:g} request(s) a frame, each decoding for {frames} "
             f"frame(s), keep about {need:.1f} decode slots busy against --max-active {r['max_active']}; "

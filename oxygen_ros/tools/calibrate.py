@@ -22,7 +22,7 @@ import sys
 
 import yaml
 
-from ..core.benchmark import piece_timer
+from ..core.benchmark import measure_components
 from ..core.budget import frame_deadline_ms
 from ..core.model.compile_setup import COMPILE_CHOICES, CannotBuild, resolve_compile, use_compile_cache
 from ..core.model.warm_up_progress import bucket_lines, packages_built_first
@@ -198,14 +198,11 @@ def _say(text: str) -> None:
     print(text, file=sys.stderr, flush=True)
 
 
-def timed_pieces(model, tokenizer, *, repeats: int, compile: bool, **options) -> dict:
-    """The pieces' medians (:func:`~oxygen_ros.core.benchmark.measure_components`' figures, ``options``
-    as its), compiled saying a line per bucket as its package is built or loaded."""
-    timer = piece_timer(model, tokenizer, compile=compile, progress=bucket_lines(_say) if compile else None,
-                        note=_say, **options)
-    for _ in range(repeats):
-        timer.sample()
-    return timer.result()
+def timed_pieces(model, tokenizer, *, compile: bool, **options) -> dict:
+    """The pieces' medians (:func:`~oxygen_ros.core.benchmark.measure_components`, ``options`` as
+    its), compiled saying a line per bucket as its package is built or loaded."""
+    return measure_components(model, tokenizer, compile=compile, progress=bucket_lines(_say) if compile else None,
+                              note=_say, **options)
 
 
 def _measure(args: argparse.Namespace, measure) -> dict:
