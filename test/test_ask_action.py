@@ -244,3 +244,75 @@ def test_a_burst_of_goals_gets_every_answer_or_refusal(ros_env, random_tiny_dir)
         refused = [e for e in ends if e[0] == GoalStatus.STATUS_ABORTED]
         assert len(answered) + len(refused) == n and answered, ends
         assert all(r == "rejected" and "queue" in why for _, r, why in refused), refused
+
+
+VANISHING_SERVER = """
+import sys, threading, time
+import rclpy
+from rclpy.action import ActionServer
+from rclpy.callback_groups import ReentrantCallbackGroup
+from rclpy.executors import MultiThreadedExecutor
+from oxygen_ros.action import Ask
+
+rclpy.init()
+node = rclpy.create_node("oxygen_test_vanishing_ask")
+accepted = threading.Event()
+
+def execute(goal):
+    accepted.set()
+    time.sleep(3600)
+
+server = ActionServer(node, Ask, sys.argv[1], execute_callback=execute, callback_group=ReentrantCallbackGroup())
+executor = MultiThreadedExecutor()
+executor.add_node(node)
+threading.Thread(target=executor.spin, daemon=True).start()
+print("serving", flush=True)
+accepted.wait()
+server.destroy()  # off the graph, its goal never ended: as a node killed while answering looks
+print("gone", flush=True)
+time.sleep(3600)
+"""
+
+
+def test_oxygen_ask_gives_up_a_question_whose_server_left_the_graph(ros_env):
+    """The node serving the question is killed while answering: ``oxygen-ask`` waited out its
+    whole ``--timeout`` and said 'no answer within 30 s'. It now notices the server leaving the
+    graph, says so, and ends then (here a server that drops off the graph once it accepted the
+    goal, without ending it)."""
+    import subprocess
+    import sys
+
+    import rclpy
+    from ros_harness import OutputLines, checkout_env
+
+    from oxygen_ros.tools.ask import ask
+
+    action = f"{unique_prefix()}/ask"
+    server = subprocess.Popen([sys.executable, "-c", VANISHING_SERVER, action], env=checkout_env(),
+                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        out = OutputLines(server)
+        assert until(lambda: "serving" in out.text(), 60.0), out.text()
+        with Ros() as ros:
+            client = rclpy.create_node("oxygen_test_ask_gone", context=ros.context)
+            try:
+                answer = ask(client, action, "where is the target?", timeout=120.0)
+            finally:
+                client.destroy_node()
+        assert "gone" in out.text(), out.text()
+        assert answer == ("", "server gone", ""), answer  # not "timeout", 120 s later
+    finally:
+        server.kill()
+        server.wait(10)
+
+
+def test_oxygen_ask_says_a_question_whose_server_left_is_lost(ros_env, capsys, monkeypatch):
+    """What ``oxygen-ask`` prints for it: why, on stderr, exit 1."""
+    from oxygen_ros.tools import ask as ask_tool
+
+    monkeypatch.setattr(ask_tool, "ask", lambda *args, **kwargs: ask_tool.Answer("", "server gone"))
+    assert ask_tool.main(["where is it?", "--action", "/r1/oxygen/ask"]) == 1
+    printed = capsys.readouterr()
+    assert printed.out == ""
+    assert printed.err == ("oxygen-ask: /r1/oxygen/ask left the ROS graph before it answered (its node ended or was "
+                           "killed); the question is lost with it\n"), printed.err

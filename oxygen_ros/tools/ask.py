@@ -8,10 +8,10 @@ Sends the question as a goal of the inference node's Ask action
 newest observation in the same continuous batch as the periodic descriptions,
 and prints the answer when it ends (``--stream``: every token as it comes).
 Exit status 0 when the answer ended (``eos`` or ``length``), 1 when it was
-refused or cancelled or no answer came within ``--timeout`` seconds; a question
-left without its answer (the timeout, Ctrl-C) is cancelled, so that the node
-stops decoding it and frees its slot. The
-``ros2`` command does the same with ``ros2 action send_goal --feedback
+refused or cancelled, its server left the graph (its node ended or was killed)
+or no answer came within ``--timeout`` seconds; a question left without its
+answer (the timeout, Ctrl-C) is cancelled, so that the node stops decoding it
+and frees its slot. The ``ros2`` command does the same with ``ros2 action send_goal --feedback
 /oxygen/ask oxygen_ros/action/Ask "{question: '...'}"``.
 """
 
@@ -37,6 +37,10 @@ DEFAULT_ACTION = "/oxygen/ask"
 CANCEL_WAIT_S = 2.0
 #: seconds after its goal was accepted without a token, when the serving node's lifecycle state is asked
 PAUSED_CHECK_S = 2.0
+#: seconds between the checks that the Ask server is still on the graph while an answer is awaited
+GONE_CHECK_S = 0.5
+#: seconds the server must stay off the graph before its question is given up as lost
+GONE_FOR_S = 1.0
 #: what ends a goal ``rejected``, told when the node's result does not say which (its log does)
 REJECTED = ("no text left once cleaned, no observation yet or only one older than its max_observation_age, its queue "
             "full, or more tokens asked for than its max_decode; its log says which")
@@ -100,7 +104,9 @@ def ask(node, action: str, question: str, *, max_tokens: int = 0, timeout: float
     node is not configured), ``"timeout"`` when no answer came within ``timeout`` after that.
     ``on_piece`` gets every token's text as it is decoded; ``on_note`` a line, once, when no
     token came within :data:`PAUSED_CHECK_S` and the node serving ``action`` is paused (lifecycle
-    inactive: it keeps the question until its activate). A goal still running when this
+    inactive: it keeps the question until its activate). ``finish_reason`` is ``"server gone"``
+    when the server left the graph (its node ended or was killed) before the answer came, so
+    that nothing would answer any more. A goal still running when this
     returns or is interrupted (the timeout, Ctrl-C) is cancelled, so that the node stops
     decoding an answer no one waits for. ``node`` must not be spinning elsewhere."""
     executor = SingleThreadedExecutor(context=node.context)
@@ -129,8 +135,10 @@ def ask(node, action: str, question: str, *, max_tokens: int = 0, timeout: float
             return Answer("", "not accepted")
         running = goal
         result = goal.get_result_async()
-        if not _wait_for_result(node, executor, action, result, deadline, pieces, on_note):
-            return Answer("", "timeout")
+        waited = _wait_for_result(node, executor, client, action, result, deadline, pieces, on_note)
+        if waited:
+            running = None if waited == "server gone" else running  # (nothing left to cancel it at)
+            return Answer("", waited)
         running, ended = None, True
         answer = result.result().result
         return Answer(answer.text, answer.finish_reason, answer.reason)
@@ -141,16 +149,30 @@ def ask(node, action: str, question: str, *, max_tokens: int = 0, timeout: float
         executor.shutdown()
 
 
-def _wait_for_result(node, executor, action: str, result, deadline: float, pieces: list, on_note) -> bool:
-    """Spin until the goal's ``result`` came (True) or ``deadline`` passed; on the way, once,
-    ``on_note`` the line of :func:`paused_server` when no token (``pieces``) came within
-    :data:`PAUSED_CHECK_S`."""
-    first_wait = min(deadline, time.monotonic() + PAUSED_CHECK_S)
-    if on_note is not None and not _spin_until(executor, result, first_wait) and not pieces:
-        paused = paused_server(node, executor, action, deadline)
-        if paused:
-            on_note(paused)
-    return _spin_until(executor, result, deadline)
+def _wait_for_result(node, executor, client, action: str, result, deadline: float, pieces: list, on_note) -> str:
+    """Spin until the goal's ``result`` came (""), ``deadline`` passed (``"timeout"``) or the
+    server left the graph (``"server gone"``: off it for :data:`GONE_FOR_S`, checked every
+    :data:`GONE_CHECK_S`); on the way, once, ``on_note`` the line of :func:`paused_server` when
+    no token (``pieces``) came within :data:`PAUSED_CHECK_S`."""
+    note_at = None if on_note is None else time.monotonic() + PAUSED_CHECK_S
+    gone_since = None
+    while not result.done():
+        now = time.monotonic()
+        if now >= deadline:
+            return "timeout"
+        if note_at is not None and now >= note_at:
+            note_at = None
+            paused = "" if pieces else paused_server(node, executor, action, deadline)
+            if paused:
+                on_note(paused)
+        if client.server_is_ready():
+            gone_since = None
+        elif gone_since is None:
+            gone_since = now
+        elif now - gone_since >= GONE_FOR_S:
+            return "" if _spin_until(executor, result, time.monotonic() + GONE_CHECK_S) else "server gone"
+        _spin_until(executor, result, min(deadline, now + GONE_CHECK_S))
+    return ""
 
 
 def _cancel_left(executor, sent, running, ended: bool) -> None:
@@ -263,6 +285,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     inactive = " while its node was inactive (lifecycle)" if paused else ""
     why = {"no server": f"no Ask server on {args.action} within {args.timeout:g} s; {elsewhere}",
            "timeout": f"no answer from {args.action} within {args.timeout:g} s{inactive} (the question was cancelled)",
+           "server gone": f"{args.action} left the ROS graph before it answered (its node ended or was killed); "
+                          "the question is lost with it",
            "cancelled": f"{args.action} ended the question without an answer: {detail or 'cancelled'}",
            "not accepted": f"{args.action} took no question (is its inference node configured and active?)",
            "rejected": f"{args.action} refused the question: {detail or REJECTED}"}.get(reason, f"no answer ({reason})")
