@@ -17,7 +17,9 @@ SMALL = ["--preset", "tiny", "--compile", "off", "--max-decode", "4", "--steps-p
 
 
 def test_a_ctrl_c_during_the_runs_keeps_the_frames_measured(tmp_path, capsys, monkeypatch):
-    """The runs take turns frame by frame: a Ctrl-C printed 'interrupted' and kept nothing."""
+    """The runs take turns frame by frame: a Ctrl-C printed 'interrupted' and kept nothing. What was
+    measured is kept, and the exit status says the sweep was cut short (130; it was 0, as for a
+    whole sweep)."""
     frame = benchmark.Run.frame
 
     def interrupted_at_the_fifth(run):
@@ -27,7 +29,7 @@ def test_a_ctrl_c_during_the_runs_keeps_the_frames_measured(tmp_path, capsys, mo
 
     monkeypatch.setattr(benchmark.Run, "frame", interrupted_at_the_fifth)
     out = tmp_path / "int.json"
-    assert bench.main([*SMALL, "--settings", "baseline,oxygen", "--frames", "20", "--json", str(out)]) == 0
+    assert bench.main([*SMALL, "--settings", "baseline,oxygen", "--frames", "20", "--json", str(out)]) == 130
     result = json.loads(out.read_text())
     assert result["interrupted"] is True
     assert [(r["setting"], r["frames"], r["frames_measured"]) for r in result["runs"]] == [

@@ -199,13 +199,19 @@ def bench_observations(args: argparse.Namespace, c, tok) -> list:
         raise SystemExit(str(e)) from None
 
 
+#: the exit status of a sweep cut short by Ctrl-C (the shell's 128 + SIGINT), what it measured kept: a
+#: script that goes on to plot or compare its --json does not take a part of the runs for all of them
+INTERRUPTED = 130
+
+
 def sweep(model, tok, args: argparse.Namespace, obs: list, combos: list[tuple], loaded) -> int:
     """The table of runs: run them, print the table, write ``--json`` and ``--plot``. A Ctrl-C
-    during the frames keeps what was measured (:class:`~oxygen_ros.core.benchmark.Interrupted`)."""
+    during the frames keeps what was measured (:class:`~oxygen_ros.core.benchmark.Interrupted`)
+    and ends with :data:`INTERRUPTED`."""
     runs, components, components_compile_s, interrupted = run_all(model, tok, args, obs, combos)
     if not runs:
         print("oxygen-bench: interrupted before any frame was measured: nothing to keep", file=sys.stderr)
-        return 0
+        return INTERRUPTED
     for r in runs:
         r.update(model_fields(loaded), prompt_tokens=args.prompt_tokens)
     compare_agents(runs)
@@ -227,7 +233,7 @@ def sweep(model, tok, args: argparse.Namespace, obs: list, combos: list[tuple], 
         print(f"no figures: interrupted (--plot {args.plot} draws whole runs)", file=sys.stderr)
     elif args.plot:
         ok = write_figures(result, args) and ok
-    return 0 if ok else 1
+    return 1 if not ok else INTERRUPTED if interrupted else 0
 
 
 def pieces_only(model, tok, args: argparse.Namespace, loaded) -> int:
