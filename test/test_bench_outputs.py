@@ -113,3 +113,29 @@ def test_the_help_says_every_options_default_and_choices(capsys):
     assert "the arrivals (poisson, random-length) and the action noise (default: 0)" in text
     assert "precision of the model's weights and activations" in text
     assert "calibrate's default is the model's every camera slot" in text  # (oxygen-calibrate, wrapped)
+
+
+def test_the_figures_ring_the_points_of_saturated_runs(tmp_path, monkeypatch):
+    """A saturated run (its queue grew: part of its language work was never done) was drawn as
+    any other point, so the README's speedup_vs_k figure showed k=1 speedups of 2.4 and 3.1 as
+    results. Each figure now rings such points, with a legend that says why; a sweep without one
+    has no ring and no such legend."""
+    from oxygen_ros.tools import plots
+
+    def run(setting, n, k, hz, saturated=False):
+        return {"setting": setting, "N": n, "k": k, "S": 10, "action_frequency_hz": hz,
+                "language_throughput_tps": 10.0 * n, "saturated": saturated}
+
+    def legends(runs):
+        figures = []
+        monkeypatch.setattr(plots.plt, "close", figures.append)
+        paths = plots.write_plots({"runs": runs}, tmp_path)
+        assert all(p.is_file() for p in paths) and len(figures) == 3
+        return [[t.get_text() for t in f.axes[0].get_legend().get_texts()] for f in figures]
+
+    runs = [run("baseline", 10, 1, 100.0), run("oxygen", 10, 1, 300.0, saturated=True),
+            run("baseline", 20, 1, 90.0), run("oxygen", 20, 1, 200.0)]
+    for names in legends(runs):
+        assert names[-1] == plots.SATURATED, names
+    for names in legends([dict(r, saturated=False) for r in runs]):
+        assert plots.SATURATED not in names, names

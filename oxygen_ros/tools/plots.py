@@ -31,6 +31,7 @@ def _tradeoff(runs, path):
         ax.plot([p[0] for p in pts], [p[1] for p in pts], "o", label=setting)
         for x, y, n, k in pts:
             ax.annotate(f"N{n} k{k}", (x, y), fontsize=6, alpha=0.7)
+    _mark_saturated(ax, [(r["language_throughput_tps"], r["action_frequency_hz"]) for r in runs if r.get("saturated")])
     ax.set_xlabel("language throughput (tokens/s)")
     ax.set_ylabel("action frequency (Hz)")
     ax.set_title("Action frequency vs language throughput")
@@ -53,6 +54,9 @@ def _speedup(runs, path, by):
                          and (r["N"], r["k"], r["S"]) in base)
             if pts:
                 ax.plot([p[0] for p in pts], [p[1] for p in pts], "o-", label=f"{setting} {other}={fixed}")
+    _mark_saturated(ax, [(r[by], r["action_frequency_hz"] / base[(r["N"], r["k"], r["S"])]["action_frequency_hz"])
+                         for r in runs if r.get("saturated") and r["setting"] != "baseline"
+                         and (r["N"], r["k"], r["S"]) in base])
     ax.axhline(1.0, color="grey", lw=0.8)
     ax.set_xlabel(by)
     ax.set_ylabel("action-frequency speedup over baseline")
@@ -63,3 +67,16 @@ def _speedup(runs, path, by):
     fig.savefig(path, dpi=120)
     plt.close(fig)
     return path
+
+
+#: the legend of the ring around a saturated run's point
+SATURATED = "saturated: its queue grew (see the table's warning)"
+
+
+def _mark_saturated(ax, points: list[tuple[float, float]]) -> None:
+    """A red ring around each point of a saturated run (``saturated`` in its JSON: more requests
+    came than ``--max-active`` slots could take, so part of the language work was never done and
+    the point is not comparable with the others)."""
+    if points:
+        ax.plot([p[0] for p in points], [p[1] for p in points], "o", markersize=13, markerfacecolor="none",
+                markeredgecolor="red", markeredgewidth=1.2, label=SATURATED)
