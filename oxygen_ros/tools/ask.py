@@ -101,13 +101,12 @@ def ask(node, action: str, question: str, *, max_tokens: int = 0, timeout: float
     """The :class:`Answer` (its ``reason``: the node's, for ``rejected`` and a ``cancelled`` it
     ended itself, or its note on an answer); ``finish_reason`` is ``"no server"`` when no Ask
     server came within ``timeout``, ``"not accepted"`` when the server refused the goal (the
-    node is not configured), ``"timeout"`` when no answer came within ``timeout`` after that.
-    ``on_piece`` gets every token's text as it is decoded; ``on_note`` a line, once, when no
-    token came within :data:`PAUSED_CHECK_S` and the node serving ``action`` is paused (lifecycle
-    inactive: it keeps the question until its activate). ``finish_reason`` is ``"server gone"``
-    when the server left the graph (its node ended or was killed) before the answer came, so
-    that nothing would answer any more. A goal still running when this
-    returns or is interrupted (the timeout, Ctrl-C) is cancelled, so that the node stops
+    node is not configured), ``"timeout"`` when no answer came within ``timeout`` after that,
+    ``"server gone"`` when the server left the graph before answering (its node ended or was
+    killed). ``on_piece`` gets every token's text as it is decoded; ``on_note`` a line, once,
+    when no token came within :data:`PAUSED_CHECK_S` and the node serving ``action`` is paused
+    (lifecycle inactive: it keeps the question until its activate). A goal still running when
+    this returns or is interrupted (the timeout, Ctrl-C) is cancelled, so that the node stops
     decoding an answer no one waits for. ``node`` must not be spinning elsewhere."""
     executor = SingleThreadedExecutor(context=node.context)
     executor.add_node(node)
@@ -280,18 +279,23 @@ def main(argv: Sequence[str] | None = None) -> int:
         if detail:  # how it was answered (its question cut)
             print(f"oxygen-ask: note: {detail}", file=sys.stderr)
         return 0
+    print(f"oxygen-ask: {why_no_answer(args, reason, detail, servers, paused)}", file=sys.stderr)
+    return 1
+
+
+def why_no_answer(args: argparse.Namespace, reason: str, detail: str, servers: list[str], paused: list[str]) -> str:
+    """The line that says why no answer came: ``reason`` is :func:`ask`'s ``finish_reason``,
+    ``detail`` the node's own, ``servers`` the Ask servers seen, ``paused`` the note given."""
     elsewhere = (f"Ask servers seen: {', '.join(servers)} (--action NAME)" if servers
                  else "none seen: is the agent running, in this ROS_DOMAIN_ID?")
     inactive = " while its node was inactive (lifecycle)" if paused else ""
-    why = {"no server": f"no Ask server on {args.action} within {args.timeout:g} s; {elsewhere}",
-           "timeout": f"no answer from {args.action} within {args.timeout:g} s{inactive} (the question was cancelled)",
-           "server gone": f"{args.action} left the ROS graph before it answered (its node ended or was killed); "
-                          "the question is lost with it",
-           "cancelled": f"{args.action} ended the question without an answer: {detail or 'cancelled'}",
-           "not accepted": f"{args.action} took no question (is its inference node configured and active?)",
-           "rejected": f"{args.action} refused the question: {detail or REJECTED}"}.get(reason, f"no answer ({reason})")
-    print(f"oxygen-ask: {why}", file=sys.stderr)
-    return 1
+    return {"no server": f"no Ask server on {args.action} within {args.timeout:g} s; {elsewhere}",
+            "timeout": f"no answer from {args.action} within {args.timeout:g} s{inactive} (the question was cancelled)",
+            "server gone": f"{args.action} left the ROS graph before it answered (its node ended or was killed); "
+                           "the question is lost with it",
+            "cancelled": f"{args.action} ended the question without an answer: {detail or 'cancelled'}",
+            "not accepted": f"{args.action} took no question (is its inference node configured and active?)",
+            "rejected": f"{args.action} refused the question: {detail or REJECTED}"}.get(reason, f"no answer ({reason})")
 
 
 if __name__ == "__main__":
