@@ -124,11 +124,19 @@ def test_first_publications_and_recovery_ticks():
 
 
 def test_age():
+    """The age is now minus the observation's stamp, as the message's stamps give it, also for a
+    chunk that starts at its frame's end because its observation came too late: the age said
+    29 ms (from the frame's end) for a chunk from a 326 ms old image (a walkthrough). A stamp
+    later than the frame's end is on another clock: the age then counts from the frame's end."""
     clock = ChunkClock()
     assert clock.age_ns(5) is None
     clock.push(_chunk(origin=100, stamp=100, ready=150))
     assert clock.age_ns(400) == 300
-    clock.push(_chunk(origin=None, stamp=100, ready=150))  # untrusted stamp: age from ready
+    clock.push(_chunk(origin=None, stamp=100, ready=150))  # too late to compensate: still its stamp's age
+    assert clock.age_ns(400) == 300
+    clock.push(_chunk(origin=None, stamp=150 + P + 1, ready=150))  # a stamp from another clock
+    assert clock.age_ns(400) == 250
+    clock.push(_chunk(origin=None, stamp=0, ready=150))  # no stamp
     assert clock.age_ns(400) == 250
 
 

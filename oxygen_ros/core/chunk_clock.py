@@ -192,13 +192,16 @@ class ChunkClock:
         return out
 
     def age_ns(self, now_ns: int) -> int | None:
-        """Age of the data behind the published actions: now minus the current
-        chunk's observation stamp (or, without one, its ready time)."""
+        """Age of the data behind the published actions: now minus the current chunk's
+        observation stamp, as a consumer reads it from an ActionChunk (``header.stamp -
+        observation_stamp``), whether the chunk is delay-compensated or starts at its frame's
+        end (a late observation: the age must show it); without a stamp, or with one later than
+        the frame's end (not on this clock), now minus the chunk's ready time."""
         c = self.chunk
         if c is None:
             return None
-        ref = c.observation_stamp_ns if c.observation_stamp_ns > 0 and c.origin_ns is not None else c.ready_ns
-        return now_ns - ref
+        on_clock = 0 < c.observation_stamp_ns <= c.ready_ns + c.period_ns
+        return now_ns - (c.observation_stamp_ns if on_clock else c.ready_ns)
 
 
 def recovery_ticks(frame_stamp_ns: int, first_ticks, period_ns: int) -> int | None:
