@@ -179,3 +179,19 @@ def test_consecutive_ticks_advance_by_exactly_one_row(origin, phase, horizon, st
             assert due.offset == prev + 1
         prev = due.offset
     assert clock.published + clock.underruns == ticks
+
+
+def test_capture_to_action_is_the_median_delay_from_stamp_to_first_tick_of_the_last_chunks():
+    from oxygen_ros.core.chunk_clock import capture_to_action_ms
+
+    assert capture_to_action_ms([]) != capture_to_action_ms([])  # NaN: no chunk yet
+    assert capture_to_action_ms([(0, 5 * P)]) != capture_to_action_ms([])  # none with a stamp
+    firsts = [(1_000 * P, 1_000 * P + 400_000_000)] + [(t * P, t * P + d * 1_000_000)
+                                                       for t, d in ((10, 30), (20, 50), (30, 40), (40, 0))]
+    assert capture_to_action_ms(firsts, last=3) == 40.0  # the last three: 50, 40 and 0 ms
+    assert capture_to_action_ms(firsts) == 40.0  # all five: 400, 30, 50, 40, 0
+    clock = ChunkClock()
+    clock.push(_chunk(origin=100 * P, stamp=100 * P, ready=103 * P))
+    clock.tick(104 * P)
+    assert capture_to_action_ms(clock.first_ticks) == 4 * P / 1e6
+

@@ -78,6 +78,11 @@ def test_actions_at_control_rate_text_streams_and_questions(ros, random_tiny_dir
             "tokens_per_s", "kv_bytes_reserved", "kv_bytes_in_use", "setting", "k", "worker_load"} <= keys
     load = float(next(kv.value for kv in ours[-1].values if kv.key == "worker_load"))
     assert 0.0 < load <= 1.0, f"worker_load {load}: the frames ran, part of the time"
+    # the delay from an observation's stamp to its chunk's first tick: at least a frame, under a chunk's span
+    values = {kv.key: kv.value for kv in ours[-1].values}
+    delay, span = float(values["capture_to_action_ms"]), float(values["horizon"]) * 1e3 / float(values["control_rate_hz"])
+    assert 0.0 < delay < span, (delay, span)
+    assert float(values["observation_interval_ms"]) > 0.0, values["observation_interval_ms"]
 
 
 def _worker_niceness() -> set[int]:

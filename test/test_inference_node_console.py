@@ -20,7 +20,8 @@ def _figures(**changes) -> dict:
          "observation_age_ms": 50.0, "observations_received": 10, "frames": 10, "k": 5, "k_max": 5,
          "frame_deadline_ms": 100.0, "action_frequency_hz": 60.0, "control_rate_hz": 50.0,
          "frame_latency_ms": 10.0, "tokens_per_s": 100.0, "worker_load": 0.3, "compiled": False,
-         "observations_invalid": 0, "chunks_from_frame_end": 0}
+         "observations_invalid": 0, "chunks_from_frame_end": 0, "horizon": 10, "capture_to_action_ms": 40.0,
+         "observation_interval_ms": 100.0}
     d.update(changes)
     return d
 
@@ -153,6 +154,28 @@ def test_underruns_of_an_overloaded_worker_say_so_and_what_helps():
     status.status(_figures(underruns=6, worker_load=0.5), 1.0)
     (line,) = status.console()
     assert "frame worker" not in line and line.startswith("1 underruns in the last second"), line
+
+
+def test_underruns_of_observations_that_come_late_say_so():
+    """Camera images stamped 150 ms before they were sent (a walkthrough): each chunk first went out
+    about 170 ms after its stamp, at row 8 of 10, and ran out 60 ms before the next one came. The
+    node warned of underruns without a cause; it now names the delay, what is left of the chunk and
+    the observations' spacing. A short delay, or one the chunk outlasts, has no such cause."""
+    clock = Clock()
+    status = StatusReporter("/o", clock=clock)
+    status.status(_figures(), 1.0)
+    clock.t += 1.0
+    level, message = status.status(_figures(underruns=15, capture_to_action_ms=172.4), 1.0)
+    assert message == ("15 underruns (late observations: each chunk first goes out 172 ms after its observation's "
+                       "stamp, so its rows for that time are skipped and the rest last 28 ms of its 200, against "
+                       "100 ms between observations; a camera side or network that delivers late, or a slow frame: "
+                       "see the frame time; chunk_origin: frame_end keeps every row, uncompensated)"), message
+    (line,) = status.console()
+    assert line.startswith("15 underruns in the last second: the chunk ran out before the next one (late "), line
+    for delay, interval in ((40.0, 100.0), (172.4, 20.0), (float("nan"), 100.0), (250.0, 100.0)):
+        clock.t += 10.0
+        figures = _figures(underruns=15 + int(clock.t), capture_to_action_ms=delay, observation_interval_ms=interval)
+        assert "late observations" not in status.status(figures, 1.0)[1], (delay, interval)
 
 
 def _node_logs(ros, prefix: str) -> list[str]:

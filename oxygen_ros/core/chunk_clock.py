@@ -45,7 +45,9 @@ First publications: the clock keeps, for the recent chunks, the observation
 stamp and the (scheduled) time of the tick that published the chunk first
 (:attr:`ChunkClock.first_ticks`); :func:`recovery_ticks` counts from them the
 control ticks between a camera frame and the first chunk that came from it or
-a later one (``oxygen-soak``'s recovery after a camera gap).
+a later one (``oxygen-soak``'s recovery after a camera gap), and
+:func:`capture_to_action_ms` the delay from a camera frame's stamp to its
+chunk's first tick (``/diagnostics``).
 """
 
 from __future__ import annotations
@@ -54,6 +56,8 @@ import collections
 from dataclasses import dataclass, field
 
 import numpy as np
+
+from .stats import percentile
 
 NS_PER_S = 1_000_000_000
 ORIGINS = ("observation", "frame_end")
@@ -202,6 +206,15 @@ class ChunkClock:
             return None
         on_clock = 0 < c.observation_stamp_ns <= c.ready_ns + c.period_ns
         return now_ns - (c.observation_stamp_ns if on_clock else c.ready_ns)
+
+
+def capture_to_action_ms(first_ticks, last: int = 10) -> float:
+    """The median, over the ``last`` chunks first published (``first_ticks``: (observation stamp,
+    tick time) pairs, ns) that had a stamp, of the time from the observation's capture stamp to
+    the tick that first published its chunk (ms; NaN without one): the robot's delay from camera
+    to action. With ``chunk_origin: observation`` the rows due in that time are skipped, so a
+    chunk brings H x control period minus it of actions."""
+    return percentile([(tick - stamp) / 1e6 for stamp, tick in list(first_ticks)[-last:] if stamp > 0], 50)
 
 
 def recovery_ticks(frame_stamp_ns: int, first_ticks, period_ns: int) -> int | None:

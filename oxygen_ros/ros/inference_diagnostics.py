@@ -20,6 +20,7 @@ import collections
 import time
 from typing import Optional
 
+from ..core.chunk_clock import capture_to_action_ms
 from ..core.stats import WindowRate
 from .diagnostic_message import diagnostic_array
 from .inference_status import CONSOLE, NODE_CONSOLE, ROBOT_CONSOLE, diagnostic_figures, inactive_kept
@@ -29,11 +30,21 @@ from .unserved_inputs import unserved_inputs
 ENGINE_COUNTERS = ("missed_ticks", "language_frames", "instructions_truncated")
 
 
-def _clock_figures(clocks: list, now_ros: int) -> tuple[Optional[int], dict]:
+def _clock_figures(ios: list, now_ros: int) -> tuple[Optional[int], dict]:
+    """The robots' (``ios``) newest chunk age (the oldest of them) and tick figures, with the delay
+    from capture to action and the time between observations (each the slowest robot's)."""
+    clocks = [io.output.clock for io in ios]
     ages = [a for a in (c.age_ns(now_ros) for c in clocks) if a is not None]
     ticks = {"underruns": sum(c.underruns for c in clocks), "ticks": max(c.ticks for c in clocks),
-             "ticks_waiting": sum(c.waiting for c in clocks)}
+             "ticks_waiting": sum(c.waiting for c in clocks),
+             "capture_to_action_ms": _slowest(capture_to_action_ms(c.first_ticks) for c in clocks),
+             "observation_interval_ms": _slowest(io.inputs.obs_interval_ms.percentile(50) for io in ios)}
     return (max(ages) if ages else None), ticks
+
+
+def _slowest(values) -> float:
+    """The largest of ``values`` that is a number (NaN when none is)."""
+    return max((v for v in values if v == v), default=float("nan"))
 
 
 class InferenceDiagnostics:
@@ -94,7 +105,7 @@ class InferenceDiagnostics:
         with self._cond:
             self._sync_ticks()  # the control process's ticks (with control_process)
             ios = list(self.robot_io.values()) if robot is None else [self.robot_io[robot]]
-            age_ns, ticks = _clock_figures([io.output.clock for io in ios], now_ros)
+            age_ns, ticks = _clock_figures(ios, now_ros)
             subscribers = sum(io.output.subscribers for io in ios)
             loop = self.loop.figures(now_ros, robot)
             if robot is None and several:

@@ -96,7 +96,7 @@ def _output_problems(d: dict, new: dict) -> list[tuple[str, str]]:
         problems.append(("faulted", f"action output stopped: {d['consecutive_failures']} frames failed in a row "
                                     f"(last: {d['last_failure']})"))
     if new["underruns"]:
-        problems.append(("underruns", f"{new['underruns']} underruns{_overload(d)}"))
+        problems.append(("underruns", f"{new['underruns']} underruns{_overload(d) or _late_observations(d)}"))
     if new["hold_ticks"]:
         problems.append(("hold_ticks", f"holding the last action ({new['hold_ticks']} ticks)"))
     return problems
@@ -168,6 +168,20 @@ def _overload(d: dict) -> str:
         "compile:=on, fewer robots or a lower camera rate")
     return (f" (the frame worker ran frames {load:.0%} of the time, {d['frame_latency_ms']:.1f} ms each: "
             f"observations wait for it; {remedy})")
+
+
+def _late_observations(d: dict) -> str:
+    """Why chunks ran out, when the reason is the delay from capture to action: a chunk first goes out
+    so long after its observation's stamp that the rows left (the rows due meanwhile are skipped:
+    chunk_origin observation) last less than the time to the next observation ("" otherwise)."""
+    delay, interval = d.get("capture_to_action_ms", float("nan")), d.get("observation_interval_ms", float("nan"))
+    span = d["horizon"] * 1e3 / d["control_rate_hz"]
+    if not (0 <= delay < span and span - delay < interval):
+        return ""
+    return (f" (late observations: each chunk first goes out {delay:.0f} ms after its observation's stamp, "
+            f"so its rows for that time are skipped and the rest last {span - delay:.0f} ms of its {span:.0f}, "
+            f"against {interval:.0f} ms between observations; a camera side or network that delivers late, or "
+            "a slow frame: see the frame time; chunk_origin: frame_end keeps every row, uncompensated)")
 
 
 class StatusReporter:
