@@ -278,3 +278,33 @@ def test_a_grey_camera_is_told_once_and_goes_to_the_model_as_three_equal_channel
     told = [m.msg for m in rig.logs if "mono8 (grey)" in m.msg]
     assert len(told) == 1 and raw_topic in told[0] and "the model gets each as 3 equal channels" in told[0], told
     assert not any("mono8" in m.msg and jpeg_topic in m.msg for m in rig.logs)
+
+
+def test_a_state_whose_joints_come_in_another_order_goes_out_in_the_first_message_s_order(ros):
+    """Without state_joint_names a driver's JointState went into the observation in each message's
+    own order: names [y, x] gave the state swapped, silently (a walkthrough). The first message's
+    order is now said once and kept; another set of joints is refused, naming both."""
+    from sensor_msgs.msg import JointState
+
+    from oxygen_ros.ros.conversions import rgb_to_compressed_msg, rgb_to_image_msg
+
+    rig = CameraRig(ros)
+    rgb = np.full((8, 8, 3), 9, np.uint8)
+
+    def send(names, positions):
+        rig.state.publish(JointState(name=names, position=positions))
+        rig.raw.publish(rgb_to_image_msg(rgb, "rgb8", rig.now()))
+        rig.jpeg.publish(rgb_to_compressed_msg(rgb, "png", rig.now()))
+
+    assert until(lambda: rig.observations, every=lambda: send(["x", "y"], [0.25, -0.5]))
+    seen = len(rig.observations)
+    assert until(lambda: len(rig.observations) > seen + 2, every=lambda: send(["y", "x"], [-0.75, 0.5]))
+    np.testing.assert_allclose(list(rig.observations[-1].state), [0.5, -0.75])
+    told = [m.msg for m in rig.logs if "in the first message's order" in m.msg]
+    assert told == [f"state from {rig.camera.state_topic}: joints ['x', 'y'], in the first message's order, kept for "
+                    "every message (state_joint_names picks them by name)"], told
+    before = rig.camera.rejected["state_names_changed"]
+    assert until(lambda: rig.camera.rejected["state_names_changed"] > before,
+                 every=lambda: send(["x", "z"], [0.1, 0.2]))
+    assert until(lambda: any("JointState names ['x', 'z'], not the joints of the first message ['x', 'y']" in m.msg
+                             for m in rig.logs))

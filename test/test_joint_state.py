@@ -99,3 +99,23 @@ def test_with_joint_names_another_driver_s_message_changes_nothing_however_it_is
     assert t.current(2, 1.0) is None and t.missing(2, 1.0) == f"the last message was refused: {refusal[1]}"
     assert t.update(["gripper"], [0.02], 3) is None  # the arm's j0 was kept
     np.testing.assert_allclose(t.current(3, 1.0), [0.5, 0.02])
+
+
+def test_without_joint_names_the_first_message_s_order_is_kept_and_other_joints_are_refused():
+    """A driver that sent its joints in another order (a walkthrough: ["y", "x"] for a while) gave
+    the state [-1.0, 0.893] for [0.893, -1.0], silently. The first message's names now fix the
+    order: the same joints in another order are put back in it, other joints are refused (two
+    publishers on the topic), and a message without names is taken as it is."""
+    t = StateTracker()
+    assert t.order is None
+    assert t.update(["x", "y"], [0.5, -1.0], 0) is None and t.order == ("x", "y")
+    assert t.update(["y", "x"], [-0.9, 0.4], 1) is None
+    np.testing.assert_allclose(t.current(1, 1.0), [0.4, -0.9])
+    refusal = t.update(["x", "z"], [0.1, 0.2], 2)
+    assert refusal is not None and refusal[0] == "state_names_changed"
+    assert refusal[1] == ("JointState names ['x', 'z'], not the joints of the first message ['x', 'y'], whose order "
+                          "the state keeps; two publishers on the topic? state_joint_names picks joints by name")
+    assert t.current(2, 1.0) is None
+    assert t.update([], [0.3, 0.7], 3) is None  # no names: its own order
+    np.testing.assert_allclose(t.current(3, 1.0), [0.3, 0.7])
+    assert t.update(["x", "y"], [0.2, 0.1], 4) is None and t.order == ("x", "y")

@@ -3,8 +3,11 @@
 :class:`StateTracker` takes each message's joint names and positions and holds the
 state the next group gets:
 
-* without ``joint_names`` the state is each message's positions in the message's
-  order (one publisher on the topic);
+* without ``joint_names`` the state is each message's positions in the order of
+  the first message's joint names (:attr:`StateTracker.order`; one publisher on
+  the topic): a later message that names the same joints in another order is
+  put in that order, one that names other joints is refused (set ``joint_names``
+  to pick joints by name), and one without names is taken in its own order;
 * with ``joint_names`` it is the positions of those joints, in that order. A
   message gives the named joints it carries (an arm's driver and a gripper's on
   one topic each give theirs; joints not named are ignored), and the state is
@@ -49,6 +52,8 @@ class StateTracker:
         self.stamp_ns: int | None = None  # the newest message taken: its stamp (or its arrival)
         self._refused: str | None = None  # why the last message was refused, if it was
         self._seen: dict[str, None] = {}  # the joint names messages carried (the first SEEN_KEPT), in order
+        #: without joint names: the joint names of the first message taken, whose order the state keeps
+        self.order: tuple[str, ...] | None = None
 
     def update(self, names: Sequence[str], positions: Sequence[float], now_ns: int,
                stamp_ns: int = 0) -> tuple[str, str] | None:
@@ -74,6 +79,10 @@ class StateTracker:
             return refusal
         self._refused = None
         if not self.joint_names:
+            if names and self.order is None:
+                self.order = tuple(names)
+            if names and tuple(names) != self.order:  # the same joints (checked), in another order
+                values = np.array([values[names.index(name)] for name in self.order])
             self._state = (values.astype(np.float32), now_ns)
         else:
             named = [(name, value) for name, value in zip(names, values.tolist()) if name in self.joint_names]
@@ -95,6 +104,10 @@ class StateTracker:
             return "state_too_long", f"{values.size} positions, at most {self.max_values} supported"
         if not np.all(np.isfinite(taken)):
             return "state_not_finite", f"positions contain NaN or infinite values: {taken.tolist()}"
+        if not self.joint_names and names and self.order is not None and sorted(names) != sorted(self.order):
+            return "state_names_changed", (f"JointState names {names}, not the joints of the first message "
+                                           f"{list(self.order)}, whose order the state keeps; two publishers on "
+                                           "the topic? state_joint_names picks joints by name")
         return None
 
     def current(self, now_ns: int, max_age_s: float) -> np.ndarray | None:

@@ -76,7 +76,8 @@ from oxygen_ros.ros.qos import OBSERVATION_QOS, image_qos, is_reliable
 NODE_NAME = "oxygen_camera"
 
 #: Reasons (besides IMAGE_ERROR_REASONS) counted in ``CameraNode.rejected``.
-STATE_REJECTION_REASONS = ("state_not_finite", "state_empty", "state_too_long", "state_names_mismatch")
+STATE_REJECTION_REASONS = ("state_not_finite", "state_empty", "state_too_long", "state_names_mismatch",
+                           "state_names_changed")
 #: Seconds between two DiagnosticArray messages on /diagnostics.
 DIAGNOSTICS_PERIOD_S = 1.0
 
@@ -275,8 +276,12 @@ class CameraNode(Node):
 
     def _on_state(self, msg: JointState) -> None:
         now_ns = self.get_clock().now().nanoseconds
+        ordered = self._state.order
         refusal = self._state.update(list(msg.name), msg.position, now_ns,  # a refusal drops the state held
                                      stamp_to_ns(msg.header.stamp))
+        if ordered is None and self._state.order is not None:
+            self.get_logger().info(f"state from {self.state_topic}: joints {list(self._state.order)}, in the first "
+                                   "message's order, kept for every message (state_joint_names picks them by name)")
         if refusal is None:
             state = self._state_at(now_ns)
             if state is not None:

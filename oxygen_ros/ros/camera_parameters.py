@@ -50,7 +50,8 @@ PARAMETERS: tuple[ParamSpec, ...] = (
               "str", optional_topic_name),
     ParamSpec("state_joint_names", [], "joints whose positions make the state, in this order, picked by name "
               "from the JointState messages (several publishers on state_topic, an arm and a gripper, each "
-              "give theirs; other joints are ignored); empty: each message's positions in its order",
+              "give theirs; other joints are ignored); empty: each message's positions in the order of the first "
+              "message's joint names (the same joints in another order are put back in it, others refused)",
               "str_list", _joint_names, constraints="names, each once"),
     ParamSpec("state_wait", True, "a group waits for the state due next when that one is closer in time to its "
               "images than the state held and due within half a frame period (a driver that sends each image, "
