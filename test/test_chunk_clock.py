@@ -126,16 +126,17 @@ def test_first_publications_and_recovery_ticks():
 def test_age():
     """The age is now minus the observation's stamp, as the message's stamps give it, also for a
     chunk that starts at its frame's end because its observation came too late: the age said
-    29 ms (from the frame's end) for a chunk from a 326 ms old image (a walkthrough). A stamp
-    later than the frame's end is on another clock: the age then counts from the frame's end."""
+    29 ms (from the frame's end) for a chunk from a 326 ms old image (a walkthrough). A stamp not
+    on this clock (the frame worker says which: later than its arrival, or too old without
+    max_observation_age to vouch for it) gives the age from the frame's end, as does none."""
     clock = ChunkClock()
     assert clock.age_ns(5) is None
     clock.push(_chunk(origin=100, stamp=100, ready=150))
     assert clock.age_ns(400) == 300
     clock.push(_chunk(origin=None, stamp=100, ready=150))  # too late to compensate: still its stamp's age
     assert clock.age_ns(400) == 300
-    clock.push(_chunk(origin=None, stamp=150 + P + 1, ready=150))  # a stamp from another clock
-    assert clock.age_ns(400) == 250
+    clock.push(Chunk(np.zeros((10, 2)), P, None, observation_stamp_ns=100, ready_ns=150, stamp_on_clock=False))
+    assert clock.age_ns(400) == 250  # a bag's recorded stamp, a camera's own clock: not days old
     clock.push(_chunk(origin=None, stamp=0, ready=150))  # no stamp
     assert clock.age_ns(400) == 250
 
@@ -182,16 +183,20 @@ def test_consecutive_ticks_advance_by_exactly_one_row(origin, phase, horizon, st
 
 
 def test_capture_to_action_is_the_median_delay_from_stamp_to_first_tick_of_the_last_chunks():
+    """Of the last chunks' first publications, the median delay from the observation's stamp, counting
+    only delays within a chunk's span: a stamp on another clock (a camera's own, a bag's recorded
+    ones: days behind, or later than the tick) is not a delay."""
     from oxygen_ros.core.chunk_clock import capture_to_action_ms
 
-    assert capture_to_action_ms([]) != capture_to_action_ms([])  # NaN: no chunk yet
-    assert capture_to_action_ms([(0, 5 * P)]) != capture_to_action_ms([])  # none with a stamp
-    firsts = [(1_000 * P, 1_000 * P + 400_000_000)] + [(t * P, t * P + d * 1_000_000)
-                                                       for t, d in ((10, 30), (20, 50), (30, 40), (40, 0))]
-    assert capture_to_action_ms(firsts, last=3) == 40.0  # the last three: 50, 40 and 0 ms
-    assert capture_to_action_ms(firsts) == 40.0  # all five: 400, 30, 50, 40, 0
+    span = 10 * P
+    assert capture_to_action_ms([], span) != capture_to_action_ms([], span)  # NaN: no chunk yet
+    assert capture_to_action_ms([(0, 5 * P)], span) != capture_to_action_ms([], span)  # none with a stamp
+    firsts = [(t * P, t * P + d * 1_000_000) for t, d in ((10, 30), (20, 50), (30, 40), (40, 60), (50, 70))]
+    assert capture_to_action_ms(firsts, span, last=3) == 60.0  # the last three: 40, 60, 70 ms
+    assert capture_to_action_ms(firsts, span) == 50.0  # all five
+    off_clock = [(1_000 * P, 1_000 * P + 86_400 * 10**9), (500 * P, 400 * P), (60 * P, 60 * P + span)]
+    assert capture_to_action_ms(firsts + off_clock, span, last=8) == 50.0  # a day behind, ahead, a span late
     clock = ChunkClock()
     clock.push(_chunk(origin=100 * P, stamp=100 * P, ready=103 * P))
     clock.tick(104 * P)
-    assert capture_to_action_ms(clock.first_ticks) == 4 * P / 1e6
-
+    assert capture_to_action_ms(clock.first_ticks, span) == 4 * P / 1e6

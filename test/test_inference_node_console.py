@@ -21,7 +21,7 @@ def _figures(**changes) -> dict:
          "frame_deadline_ms": 100.0, "action_frequency_hz": 60.0, "control_rate_hz": 50.0,
          "frame_latency_ms": 10.0, "tokens_per_s": 100.0, "worker_load": 0.3, "compiled": False,
          "observations_invalid": 0, "chunks_from_frame_end": 0, "horizon": 10, "capture_to_action_ms": 40.0,
-         "observation_interval_ms": 100.0}
+         "observation_interval_ms": 100.0, "chunk_origin": "observation"}
     d.update(changes)
     return d
 
@@ -172,10 +172,13 @@ def test_underruns_of_observations_that_come_late_say_so():
                        "see the frame time; chunk_origin: frame_end keeps every row, uncompensated)"), message
     (line,) = status.console()
     assert line.startswith("15 underruns in the last second: the chunk ran out before the next one (late "), line
-    for delay, interval in ((40.0, 100.0), (172.4, 20.0), (float("nan"), 100.0), (250.0, 100.0)):
+    for delay, interval, origin in ((40.0, 100.0, "observation"), (172.4, 20.0, "observation"),
+                                    (float("nan"), 100.0, "observation"), (250.0, 100.0, "observation"),
+                                    (172.4, 100.0, "frame_end")):  # (frame_end skips no row)
         clock.t += 10.0
-        figures = _figures(underruns=15 + int(clock.t), capture_to_action_ms=delay, observation_interval_ms=interval)
-        assert "late observations" not in status.status(figures, 1.0)[1], (delay, interval)
+        figures = _figures(underruns=15 + int(clock.t), capture_to_action_ms=delay, observation_interval_ms=interval,
+                           chunk_origin=origin)
+        assert "late observations" not in status.status(figures, 1.0)[1], (delay, interval, origin)
 
 
 def _node_logs(ros, prefix: str) -> list[str]:
@@ -265,3 +268,28 @@ def test_a_stalled_frame_is_an_error_on_diagnostics_and_the_console_until_it_end
         seen = len(client.diagnostics)
         assert until(lambda: len(client.diagnostics) > seen + 1, 10.0)
         assert stalled not in client.diagnostics[-1].message
+
+
+def test_the_node_status_takes_the_delay_and_the_spacing_of_one_robot():
+    """With several robots the node's status took the largest delay of any robot and the widest
+    spacing of any other (a review): 170 ms from one robot and 190 ms from another made a cause
+    that was neither's. It now takes both from the robot whose chunks come closest to running out."""
+    from types import SimpleNamespace
+
+    from oxygen_ros.core.chunk_clock import ChunkClock
+    from oxygen_ros.core.stats import Rolling
+    from oxygen_ros.ros.inference_diagnostics import clock_figures
+
+    ms = 1_000_000
+
+    def robot(delay_ms, interval_ms):
+        clock, spacing = ChunkClock(), Rolling(50)
+        clock.first_ticks.extend((t * 100 * ms, t * 100 * ms + delay_ms * ms) for t in range(1, 6))
+        for _ in range(5):
+            spacing.add(interval_ms)
+        return SimpleNamespace(output=SimpleNamespace(clock=clock), inputs=SimpleNamespace(obs_interval_ms=spacing))
+
+    _, ticks = clock_figures([robot(170, 30), robot(20, 190), robot(60, 100)], 0, 200 * ms)
+    assert (ticks["capture_to_action_ms"], ticks["observation_interval_ms"]) == (20.0, 190.0), ticks
+    _, ticks = clock_figures([robot(170, 30), robot(20, float("nan"))], 0, 200 * ms)
+    assert (ticks["capture_to_action_ms"], ticks["observation_interval_ms"]) == (170.0, 30.0), ticks

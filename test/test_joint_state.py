@@ -119,3 +119,6 @@ def test_without_joint_names_the_first_message_s_order_is_kept_and_other_joints_
     assert t.update([], [0.3, 0.7], 3) is None  # no names: its own order
     np.testing.assert_allclose(t.current(3, 1.0), [0.3, 0.7])
     assert t.update(["x", "y"], [0.2, 0.1], 4) is None and t.order == ("x", "y")
+    refusal = t.update(["y", "x", "x"], [0.1, 0.2, 0.3], 5)  # (reordered by name, one would be lost)
+    assert refusal == ("state_names_mismatch", "a joint named twice in ['y', 'x', 'x']: which position is whose?")
+    assert StateTracker().update(["a", "b", "a"], [1.0, 2.0, 3.0], 0)[0] == "state_names_mismatch"

@@ -114,6 +114,10 @@ class Chunk:
     observation_seq: int = 0
     observation_stamp_ns: int = 0
     ready_ns: int = 0  # when the frame finished
+    #: the stamp is on the node's clock (the age counts from it): not later than the observation's arrival, and
+    #: either young enough for delay compensation or vouched for by max_observation_age; not carried to the
+    #: control process, which computes no age
+    stamp_on_clock: bool = True
 
     def __post_init__(self) -> None:
         a = np.asarray(self.actions)
@@ -199,22 +203,25 @@ class ChunkClock:
         """Age of the data behind the published actions: now minus the current chunk's
         observation stamp, as a consumer reads it from an ActionChunk (``header.stamp -
         observation_stamp``), whether the chunk is delay-compensated or starts at its frame's
-        end (a late observation: the age must show it); without a stamp, or with one later than
-        the frame's end (not on this clock), now minus the chunk's ready time."""
+        end (a late observation: the age must show it); without a stamp, or with one not on
+        this clock (:attr:`Chunk.stamp_on_clock`), now minus the chunk's ready time."""
         c = self.chunk
         if c is None:
             return None
-        on_clock = 0 < c.observation_stamp_ns <= c.ready_ns + c.period_ns
+        on_clock = c.stamp_on_clock and c.observation_stamp_ns > 0
         return now_ns - (c.observation_stamp_ns if on_clock else c.ready_ns)
 
 
-def capture_to_action_ms(first_ticks, last: int = 10) -> float:
+def capture_to_action_ms(first_ticks, span_ns: int, last: int = 10) -> float:
     """The median, over the ``last`` chunks first published (``first_ticks``: (observation stamp,
-    tick time) pairs, ns) that had a stamp, of the time from the observation's capture stamp to
-    the tick that first published its chunk (ms; NaN without one): the robot's delay from camera
-    to action. With ``chunk_origin: observation`` the rows due in that time are skipped, so a
-    chunk brings H x control period minus it of actions."""
-    return percentile([(tick - stamp) / 1e6 for stamp, tick in list(first_ticks)[-last:] if stamp > 0], 50)
+    tick time) pairs, ns) whose delay from their observation's capture stamp to that first tick
+    lies within a chunk's span (``span_ns``: H control periods), of that delay (ms; NaN without
+    one): the robot's delay from camera to action, where it can be compensated. With
+    ``chunk_origin: observation`` the rows due in that time are skipped, so a chunk brings the
+    span minus it of actions. A stamp on another clock (later than its tick, or a span or more
+    behind: a chunk started at its frame's end) does not count."""
+    delays = [tick - stamp for stamp, tick in list(first_ticks)[-last:] if stamp > 0]
+    return percentile([d / 1e6 for d in delays if 0 <= d < span_ns], 50)
 
 
 def recovery_ticks(frame_stamp_ns: int, first_ticks, period_ns: int) -> int | None:

@@ -95,6 +95,8 @@ class StateTracker:
             return "state_empty", "JointState has no position values"
         if names and len(names) != values.size:
             return "state_names_mismatch", f"{len(names)} joint names for {values.size} positions"
+        if not self.joint_names and len(set(names)) != len(names):
+            return "state_names_mismatch", f"a joint named twice in {names}: which position is whose?"
         if self.joint_names and not names:
             return "state_names_mismatch", "JointState has positions but no joint names; state_joint_names " \
                                            "picks joints by name"

@@ -259,8 +259,11 @@ class FrameWorker:
         origin = chunk_origin(self._params["chunk_origin"], **timing)
         if self._params["chunk_origin"] == "observation" and origin is None:
             self._unanchored(arrival, unusable_stamp(**timing), first=io.counters["frames"] == 0)
+        # a stamp too old to compensate is still on this clock when max_observation_age let it through
+        on_clock = origin is not None or (stamp > 0 and stamp <= arrival.received_ros_ns + period
+                                          and self.loop.settings.max_observation_age > 0)
         chunk = Chunk(actions, period, origin, frame_id=result.frame_id, observation_seq=arrival.seq,
-                      observation_stamp_ns=stamp, ready_ns=now_ros)
+                      observation_stamp_ns=stamp, ready_ns=now_ros, stamp_on_clock=on_clock)
         with self._cond:
             if self._stop:  # stopped (deactivate): what it still computes is dropped, so it is not pushed
                 return

@@ -30,21 +30,24 @@ from .unserved_inputs import unserved_inputs
 ENGINE_COUNTERS = ("missed_ticks", "language_frames", "instructions_truncated")
 
 
-def _clock_figures(ios: list, now_ros: int) -> tuple[Optional[int], dict]:
+def clock_figures(ios: list, now_ros: int, span_ns: int) -> tuple[Optional[int], dict]:
     """The robots' (``ios``) newest chunk age (the oldest of them) and tick figures, with the delay
-    from capture to action and the time between observations (each the slowest robot's)."""
+    from capture to action and the time between observations of one robot: the one whose chunks come
+    closest to running out before its next observation (``span_ns``: a chunk's span)."""
     clocks = [io.output.clock for io in ios]
     ages = [a for a in (c.age_ns(now_ros) for c in clocks) if a is not None]
+    pairs = [(capture_to_action_ms(io.output.clock.first_ticks, span_ns), io.inputs.obs_interval_ms.percentile(50))
+             for io in ios]
+    delay, interval = max(pairs, key=lambda p: _nan_low(p[0] + p[1]))
     ticks = {"underruns": sum(c.underruns for c in clocks), "ticks": max(c.ticks for c in clocks),
              "ticks_waiting": sum(c.waiting for c in clocks),
-             "capture_to_action_ms": _slowest(capture_to_action_ms(c.first_ticks) for c in clocks),
-             "observation_interval_ms": _slowest(io.inputs.obs_interval_ms.percentile(50) for io in ios)}
+             "capture_to_action_ms": delay, "observation_interval_ms": interval}
     return (max(ages) if ages else None), ticks
 
 
-def _slowest(values) -> float:
-    """The largest of ``values`` that is a number (NaN when none is)."""
-    return max((v for v in values if v == v), default=float("nan"))
+def _nan_low(value: float) -> float:
+    """``value``, or minus infinity for NaN (so that a robot without the figures is never the one chosen)."""
+    return value if value == value else float("-inf")
 
 
 class InferenceDiagnostics:
@@ -105,7 +108,7 @@ class InferenceDiagnostics:
         with self._cond:
             self._sync_ticks()  # the control process's ticks (with control_process)
             ios = list(self.robot_io.values()) if robot is None else [self.robot_io[robot]]
-            age_ns, ticks = _clock_figures(ios, now_ros)
+            age_ns, ticks = clock_figures(ios, now_ros, self.horizon * self.loop.period_ns)
             subscribers = sum(io.output.subscribers for io in ios)
             loop = self.loop.figures(now_ros, robot)
             if robot is None and several:

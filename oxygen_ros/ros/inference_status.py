@@ -176,8 +176,8 @@ def _late_observations(d: dict) -> str:
     chunk_origin observation) last less than the time to the next observation ("" otherwise)."""
     delay, interval = d.get("capture_to_action_ms", float("nan")), d.get("observation_interval_ms", float("nan"))
     span = d["horizon"] * 1e3 / d["control_rate_hz"]
-    if not (0 <= delay < span and span - delay < interval):
-        return ""
+    if d.get("chunk_origin") != "observation" or not (0 <= delay < span and span - delay < interval):
+        return ""  # (with frame_end no row is skipped: every chunk lasts its whole span)
     return (f" (late observations: each chunk first goes out {delay:.0f} ms after its observation's stamp, "
             f"so its rows for that time are skipped and the rest last {span - delay:.0f} ms of its {span:.0f}, "
             f"against {interval:.0f} ms between observations; a camera side or network that delivers late, or "
@@ -262,7 +262,7 @@ def diagnostic_figures(age_ns: int | None, ticks: dict, loop: dict, *, worker: A
         "setting": params["setting"], "compiled": engine.compiled is not None, "recompiles": engine.recompiles,
         **{key: loop[key] for key in ("k", "k_max", "frame_deadline_ms")},
         "control_rate_hz": params["control_rate_hz"], "horizon": horizon,
-        "hold_action": params["hold_action"], "hold_ticks": c["hold_ticks"],
+        "hold_action": params["hold_action"], "hold_ticks": c["hold_ticks"], "chunk_origin": params["chunk_origin"],
         **{key: loop[key] for key in ("observation_age_ms", "faulted", "consecutive_failures", "last_failure")},
         **{key: c[key] for key in COUNTED[:11]},
         # every kind the question intake counts (questions_rejected_<why>)

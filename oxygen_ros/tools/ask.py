@@ -105,14 +105,14 @@ def ask(node, action: str, question: str, *, max_tokens: int = 0, timeout: float
     ``"server gone"`` when the server left the graph before answering (its node ended or was
     killed). ``on_piece`` gets every token's text as it is decoded; ``on_note`` a line, once,
     when no token came within :data:`PAUSED_CHECK_S` and the node serving ``action`` is paused
-    (lifecycle inactive: it keeps the question until its activate). A goal still running when
-    this returns or is interrupted (the timeout, Ctrl-C) is cancelled, so that the node stops
-    decoding an answer no one waits for. ``node`` must not be spinning elsewhere."""
+    (lifecycle inactive: it keeps the question until its activate). A goal left running (the
+    timeout, Ctrl-C) is cancelled, so that the node stops decoding an answer no one waits for.
+    ``node`` must not be spinning elsewhere."""
     executor = SingleThreadedExecutor(context=node.context)
     executor.add_node(node)
     client = ActionClient(node, Ask, action)
     sent = running = None  # the goal's request; the goal, while accepted and not ended
-    ended = False  # the goal was refused or its result came
+    ended = False  # the goal was refused, its result came or its server left: nothing to cancel
     try:
         if not client.wait_for_server(timeout_sec=timeout):
             return Answer("", "no server")
@@ -136,7 +136,7 @@ def ask(node, action: str, question: str, *, max_tokens: int = 0, timeout: float
         result = goal.get_result_async()
         waited = _wait_for_result(node, executor, client, action, result, deadline, pieces, on_note)
         if waited:
-            running = None if waited == "server gone" else running  # (nothing left to cancel it at)
+            ended = waited == "server gone"  # (then nothing is left to send a cancel to)
             return Answer("", waited)
         running, ended = None, True
         answer = result.result().result
@@ -177,8 +177,10 @@ def _wait_for_result(node, executor, client, action: str, result, deadline: floa
 def _cancel_left(executor, sent, running, ended: bool) -> None:
     """Cancel the goal that a return or an interrupt leaves running (``running``, or ``sent``'s
     when it was accepted after this client gave up), waiting at most :data:`CANCEL_WAIT_S`."""
+    if ended:
+        return
     stop_by = time.monotonic() + CANCEL_WAIT_S
-    if sent is not None and running is None and not ended and _spin_until(executor, sent, stop_by) \
+    if sent is not None and running is None and _spin_until(executor, sent, stop_by) \
             and sent.result().accepted:
         running = sent.result()  # given up before the server's answer: accepted late, cancelled all the same
     if running is not None:

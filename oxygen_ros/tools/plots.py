@@ -68,7 +68,7 @@ def _speedup(runs, path, by):
 
 
 #: the legend of the ring around a saturated run's point
-SATURATED = "saturated: its queue grew (see the table's warning)"
+SATURATED = "saturated: more requests than its decode slots took (see the table's warning)"
 
 
 def _mark_saturated(ax, points: list[tuple[float, float]]) -> None:
