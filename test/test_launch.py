@@ -253,7 +253,7 @@ def test_demo_closes_the_camera_node_s_loop_at_the_embedded_model_s_resolution()
     from oxygen_ros.ros.plan import node_plan
 
     demo = {i["spec"].name: i for i in node_plan({"demo": "true"})}
-    assert demo["oxygen_camera"]["parameters"] == {"state_topic": "/joint_states", "image_size": 48}
+    assert demo["oxygen_camera"]["parameters"] == {"state_topic": "joint_states", "image_size": 48}  # (/joint_states)
     plain = {i["spec"].name: i for i in node_plan({"demo": "false"})}
     assert plain["oxygen_camera"]["parameters"] == {}
 

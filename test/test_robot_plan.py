@@ -18,6 +18,15 @@ def _plan(values, params_file=YAML_FILE):
     return {node_label(item): item for item in node_plan(values, str(params_file))}
 
 
+def _topic(item, key, index=None):
+    """The planned topic parameter ``key`` of ``item`` as its node resolves it in its namespace
+    (the defaults are relative names: camera/image_raw in namespace left is /left/camera/image_raw)."""
+    from oxygen_ros.ros.robots import resolved_topic
+
+    value = item["parameters"][key] if index is None else item["parameters"][key][index]
+    return resolved_topic(item["namespace"], value)
+
+
 def _write(tmp_path, text):
     path = tmp_path / "agent.yaml"
     path.write_text(text)
@@ -33,9 +42,10 @@ def test_two_robots_give_a_camera_node_each_in_its_namespace_and_one_inference_n
         item = plan[f"{robot}/oxygen_camera"]
         assert item["spec"].name == "oxygen_camera" and item["namespace"] == robot == item["robot"]
         p = item["parameters"]
-        assert p["image_topics"] == [f"/{robot}/camera/image_raw"] and p["compressed_image_topics"] == []
-        assert p["instruction_topic"] == f"/{robot}/oxygen/instruction"
-        assert p["observation_topic"] == f"/{robot}/oxygen/observation"
+        assert len(p["image_topics"]) == 1 and p["compressed_image_topics"] == []
+        assert _topic(item, "image_topics", 0) == f"/{robot}/camera/image_raw"
+        assert _topic(item, "instruction_topic") == f"/{robot}/oxygen/instruction"
+        assert _topic(item, "observation_topic") == f"/{robot}/oxygen/observation"
         assert p["state_topic"] == ""  # no topic stays no topic
         assert p["image_size"] == 224 and p["max_age"] == 0.5  # the generic section, which rcl would not give it
         assert item["remappings"] == []
@@ -51,11 +61,11 @@ def test_demo_gives_every_robot_its_own_scene_and_closes_each_loop():
     seeds = [plan[f"{r}/oxygen_synthetic_camera"]["parameters"]["seed"] for r in "abc"]
     assert seeds == [0, 1, 2]  # the YAML's seed + the robot's index
     for r in "abc":
-        synthetic, camera = plan[f"{r}/oxygen_synthetic_camera"]["parameters"], plan[f"{r}/oxygen_camera"]["parameters"]
-        assert synthetic["image_topic"] == f"/{r}/camera/image_raw" == camera["image_topics"][0]
-        assert synthetic["action_topic"] == f"/{r}/oxygen/actions"
-        assert camera["state_topic"] == synthetic["joint_state_topic"] == f"/{r}/joint_states"
-        assert camera["image_size"] == 48
+        synthetic, camera = plan[f"{r}/oxygen_synthetic_camera"], plan[f"{r}/oxygen_camera"]
+        assert _topic(synthetic, "image_topic") == f"/{r}/camera/image_raw" == _topic(camera, "image_topics", 0)
+        assert _topic(synthetic, "action_topic") == f"/{r}/oxygen/actions"
+        assert _topic(camera, "state_topic") == _topic(synthetic, "joint_state_topic") == f"/{r}/joint_states"
+        assert camera["parameters"]["image_size"] == 48
 
 
 SECTIONS = """
@@ -156,7 +166,7 @@ def test_robots_set_in_the_parameters_file_plan_each_robot_s_nodes(tmp_path):
     plan = _plan({"demo": "true"}, path)
     assert sorted(plan) == ["left/oxygen_camera", "left/oxygen_synthetic_camera", "oxygen_inference",
                             "right/oxygen_camera", "right/oxygen_synthetic_camera"]
-    assert plan["left/oxygen_camera"]["parameters"]["observation_topic"] == "/left/oxygen/observation"
+    assert _topic(plan["left/oxygen_camera"], "observation_topic") == "/left/oxygen/observation"
     assert list(_plan({"robots": "a"}, path)) == ["a/oxygen_camera", "oxygen_inference"]  # the argument wins
     bad = _write(tmp_path, text.replace("robots: [left, right]", "robots: [left, left]"))
     with pytest.raises(ValueError, match=r"parameters file .*agent.yaml: oxygen_inference's robots: robot name "

@@ -34,14 +34,14 @@ def _image_size(value: int, values=None) -> str | None:
 
 
 PARAMETERS: tuple[ParamSpec, ...] = (
-    ParamSpec("image_topics", ["/camera/image_raw"], "sensor_msgs/Image camera topics", "str_list", topic_list),
+    ParamSpec("image_topics", ["camera/image_raw"], "sensor_msgs/Image camera topics", "str_list", topic_list),
     ParamSpec("compressed_image_topics", [], "sensor_msgs/CompressedImage (JPEG/PNG) camera topics",
               "str_list", topic_list),
     ParamSpec("camera_names", [], "camera names, one per topic (image_topics then compressed_image_topics); "
               "empty: base, cam1, cam2, ...", "str_list"),
     ParamSpec("camera_order", [], "camera_names in the order of the model's camera slots, each once (a JPEG "
               "base camera before a raw wrist camera); empty: the topics' order", "str_list"),
-    ParamSpec("instruction_topic", "/oxygen/instruction", "std_msgs/String task instruction (latched)",
+    ParamSpec("instruction_topic", "oxygen/instruction", "std_msgs/String task instruction (latched)",
               "str", topic_name),
     ParamSpec("instruction_wait_s", 2.0, "seconds the first group waits for the instruction while a publisher "
               "is on instruction_topic and none has come (a latched one comes once its publisher is discovered, "
@@ -59,7 +59,7 @@ PARAMETERS: tuple[ParamSpec, ...] = (
     ParamSpec("max_state_age", 1.0, "seconds: a state older than this (by arrival; with state_joint_names, "
               "its oldest joint) is no state, and no group goes out until a newer one; 0: no limit",
               "float", non_negative, dynamic=True),
-    ParamSpec("observation_topic", "/oxygen/observation", "oxygen_ros/Observation output topic", "str", topic_name),
+    ParamSpec("observation_topic", "oxygen/observation", "oxygen_ros/Observation output topic", "str", topic_name),
     ParamSpec("image_size", 224, "side in pixels of the square images sent (the model's resolution)",
               "int", _image_size, dynamic=True, constraints="1..4096"),
     ParamSpec("max_age", 0.5, "seconds: a group whose oldest image is older than this is dropped",

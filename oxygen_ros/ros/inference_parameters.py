@@ -158,9 +158,10 @@ PARAMETERS: tuple[ParamSpec, ...] = (
     ParamSpec("joint_names", [], "Joint names; when set, the first len(joint_names) action "
               "dimensions are also published as a JointTrajectory. Empty: no JointTrajectory.", "str_list",
               unique_names, constraints="unique, non-empty, at most the model's action dimension"),
-    ParamSpec("robots", [], "Robots served by this node, each on its own topics: robot r subscribes "
-              "/r<observation_topic> and /r<question_topic>, publishes /r<actions_topic>, /r<text_topic> and "
-              "/r<trajectory_topic>, serves /r<ask_action>, and has its own chunk clock, underruns and "
+    ParamSpec("robots", [], "Robots served by this node, each on its own topics: robot r subscribes its "
+              "observation_topic and question_topic under r (/left/oxygen/observation), publishes its "
+              "actions_topic, text_topic and trajectory_topic under r, serves its ask_action under r, and has "
+              "its own chunk clock, underruns and "
               "failures; the newest observation of every robot is prefilled and denoised in one batched frame "
               "(at most max_observations_per_frame, the longest unserved first). Empty: one robot on the "
               "topics as they are.", "str_list", robot_names_check,
@@ -172,16 +173,16 @@ PARAMETERS: tuple[ParamSpec, ...] = (
               "parameter); 0: the model's camera slots. With compile on, the prefill's graphs take this many "
               "camera slots: set it to the robot's camera count when the model has more slots.", "int",
               non_negative, constraints=">= 0"),
-    ParamSpec("observation_topic", "/oxygen/observation", "Observation input topic.", "str", topic_name,
+    ParamSpec("observation_topic", "oxygen/observation", "Observation input topic.", "str", topic_name,
               constraints=_TOPIC),
-    ParamSpec("question_topic", "/oxygen/question", "Question input topic.", "str", topic_name, constraints=_TOPIC),
-    ParamSpec("actions_topic", "/oxygen/actions", "ActionChunk output topic.", "str", topic_name, constraints=_TOPIC),
-    ParamSpec("text_topic", "/oxygen/text", "TextToken output topic.", "str", topic_name, constraints=_TOPIC),
-    ParamSpec("trajectory_topic", "/oxygen/joint_trajectory", "JointTrajectory output topic (with joint_names).",
+    ParamSpec("question_topic", "oxygen/question", "Question input topic.", "str", topic_name, constraints=_TOPIC),
+    ParamSpec("actions_topic", "oxygen/actions", "ActionChunk output topic.", "str", topic_name, constraints=_TOPIC),
+    ParamSpec("text_topic", "oxygen/text", "TextToken output topic.", "str", topic_name, constraints=_TOPIC),
+    ParamSpec("trajectory_topic", "oxygen/joint_trajectory", "JointTrajectory output topic (with joint_names).",
               "str", topic_name, constraints=_TOPIC),
     ParamSpec("autostart", True, "Managed (lifecycle) node only: configure and activate at start; false: wait "
               "for the lifecycle transitions (ros2 lifecycle set, a lifecycle manager).", "bool"),
-    ParamSpec("ask_action", "/oxygen/ask", "oxygen_ros/action/Ask action server (questions with feedback and "
+    ParamSpec("ask_action", "oxygen/ask", "oxygen_ros/action/Ask action server (questions with feedback and "
               "cancel).", "str", topic_name, constraints="a valid action name"),
     ParamSpec("chunk_origin", "observation", "Time origin of a chunk's actions: 'observation' (the "
               "observation's capture stamp: the actions that fell into the latency are skipped; falls back "

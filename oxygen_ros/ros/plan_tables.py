@@ -99,7 +99,7 @@ DEMO_IMAGE_SIZE = 48
 DEMO_PARAMETERS: dict[str, dict[str, Any]] = {
     # the synthetic camera renders images at the embedded model's resolution: pass
     # them on at that size instead of upscaling them to the YAML's 224
-    "oxygen_camera": {"state_topic": "/joint_states", "image_size": DEMO_IMAGE_SIZE},
+    "oxygen_camera": {"state_topic": "joint_states", "image_size": DEMO_IMAGE_SIZE},
 }
 
 

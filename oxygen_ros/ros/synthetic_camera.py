@@ -48,12 +48,12 @@ SYNTHETIC_CAMERA_PARAMETERS: tuple[ParamSpec, ...] = (
     ParamSpec("max_step", sim_scene.MAX_STEP, "largest gripper displacement applied per action (norm, scene units)",
               "float", positive, dynamic=True),
     ParamSpec("frame_id", "camera", "header.frame_id of the images", "str", dynamic=True),
-    ParamSpec("image_topic", "/camera/image_raw", "sensor_msgs/Image output", "str", topic_name),
-    ParamSpec("instruction_topic", "/oxygen/instruction", "std_msgs/String instruction output (latched)",
+    ParamSpec("image_topic", "camera/image_raw", "sensor_msgs/Image output", "str", topic_name),
+    ParamSpec("instruction_topic", "oxygen/instruction", "std_msgs/String instruction output (latched)",
               "str", topic_name),
-    ParamSpec("joint_state_topic", "/joint_states", "sensor_msgs/JointState gripper position output",
+    ParamSpec("joint_state_topic", "joint_states", "sensor_msgs/JointState gripper position output",
               "str", topic_name),
-    ParamSpec("action_topic", "/oxygen/actions", "oxygen_ros/ActionChunk input", "str", topic_name),
+    ParamSpec("action_topic", "oxygen/actions", "oxygen_ros/ActionChunk input", "str", topic_name),
 )
 
 
