@@ -438,9 +438,12 @@ def test_parameters_validated_at_start_and_at_run_time(stepped_ros, monkeypatch)
     assert camera.image_size == 16
     assert camera.set_parameters([Parameter("default_instruction", value="go\x07")])[0].successful
     assert camera.default_instruction == "go"
-    # each change taken is said once, as the inference node says its own (a refused one is not)
-    assert lines == [("info", "parameters changed: image_size=16"),
-                     ("info", "parameters changed: default_instruction='go\\x07'")]
+    assert not camera.set_parameters([Parameter("image_size", value=-5)])[0].successful
+    # each change taken is said once with the value it replaced, as the inference node says its own, and
+    # a refused one is warned of with its reason (it was said to the caller only: a walkthrough)
+    assert lines == [("info", "parameters changed: image_size: 32 -> 16"),
+                     ("info", "parameters changed: default_instruction: '' -> 'go\\x07'"),
+                     ("warning", "parameter change refused: parameter 'image_size': must be between 1 and 4096 pixels, got -5")], lines
 
 
 def test_frames_missing_by_their_stamps_are_counted_and_warned_about_with_what_helps(stepped_ros, monkeypatch):

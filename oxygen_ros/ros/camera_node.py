@@ -204,9 +204,10 @@ class CameraNode(Node):
 
     def _apply_parameters(self, params: list) -> None:
         changes = changed_values(PARAMETERS, params)
+        before = {name: getattr(self, name, None) for name in changes}
         for name, value in changes.items():
             setattr(self, name, clean_text(value) if name == "default_instruction" else value)
-        log_changes(self, changes)
+        log_changes(self, changes, before=before)
 
     # -- inputs -------------------------------------------------------------
 

@@ -282,9 +282,10 @@ class InferenceNode(InferenceInputs, InferenceDiagnostics, InferenceTicks, Node)
         changes = changed_values(PARAMETERS, parameters, () if self.configured else self.configure_time)
         if not changes:
             return
+        before = {name: self.params.get(name) for name in changes}
         if not self.configured:  # read by configure()
             self.params.update(changes)
-            log_changes(self, changes, " (for the next configure)")
+            log_changes(self, changes, " (for the next configure)", before)
             return
         with self._cond:
             self.params.update(changes)
@@ -293,7 +294,7 @@ class InferenceNode(InferenceInputs, InferenceDiagnostics, InferenceTicks, Node)
             self._cond.notify_all()
         if "hold_action" in changes and (note := demo_model_hold(self.params, self.loaded)):
             self.get_logger().warning(note)
-        log_changes(self, changes)
+        log_changes(self, changes, before=before)
 
     @property
     def diagnostics_timer(self):

@@ -283,8 +283,16 @@ def check_parameter_changes(node, specs: Sequence[ParamSpec], current: Callable[
                             unconfigured: Callable[[], bool] = lambda: False) -> None:
     """Put every run-time change of ``node``'s parameters through :func:`parameter_callback`,
     its ``use_sim_time`` included."""
-    node.add_on_set_parameters_callback(parameter_callback(
-        specs, current, configurable, unconfigured, sim_time=lambda: node.get_parameter("use_sim_time").value))
+    check = parameter_callback(specs, current, configurable, unconfigured,
+                               sim_time=lambda: node.get_parameter("use_sim_time").value)
+
+    def logged(params: list) -> SetParametersResult:
+        result = check(params)
+        if not result.successful:  # the caller gets the reason; the node's log says it too
+            node.get_logger().warning(f"parameter change refused: {result.reason}")
+        return result
+
+    node.add_on_set_parameters_callback(logged)
 
 
 def changed_values(specs: Sequence[ParamSpec], params: list, configurable: Collection[str] = ()) -> dict[str, Any]:
@@ -295,11 +303,16 @@ def changed_values(specs: Sequence[ParamSpec], params: list, configurable: Colle
             if p.name in table and (table[p.name].dynamic or p.name in configurable)}
 
 
-def log_changes(node, changes: Mapping[str, Any], when: str = "") -> None:
-    """One info line naming the run-time changes a node took (nothing when there are none)."""
+def log_changes(node, changes: Mapping[str, Any], when: str = "", before: Mapping[str, Any] | None = None) -> None:
+    """One info line naming the run-time changes a node took, each ``name=new`` or, with its value
+    ``before``, ``name: old -> new`` (nothing when there are none)."""
+    def shown(value: Any) -> str:
+        return repr(value) if isinstance(value, str) else str(value)
+
     if changes:
         node.get_logger().info(f"parameters changed{when}: " + ", ".join(
-            f"{k}={v!r}" if isinstance(v, str) else f"{k}={v}" for k, v in changes.items()))
+            f"{k}: {shown(before[k])} -> {shown(v)}" if before is not None and k in before else f"{k}={shown(v)}"
+            for k, v in changes.items()))
 
 
 # ---------------------------------------------------------------------- checks

@@ -93,13 +93,14 @@ class SyntheticCamera(Node):
 
     def _apply_parameters(self, params: list) -> None:
         changes = changed_values(SYNTHETIC_CAMERA_PARAMETERS, params)
+        before = {name: getattr(self, name, None) for name in changes}
         for name, value in changes.items():
             setattr(self, name, value)
             if name == "rate_hz":
                 self._timer.cancel()
                 self.destroy_timer(self._timer)
                 self._timer = self.create_timer(1.0 / self.rate_hz, self._tick)
-        log_changes(self, changes)
+        log_changes(self, changes, before=before)
 
     def pause(self, paused: bool = True) -> None:
         """Stop publishing (a camera drop-out, as ``oxygen-soak`` injects one) or, with
