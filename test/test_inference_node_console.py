@@ -293,3 +293,34 @@ def test_the_node_status_takes_the_delay_and_the_spacing_of_one_robot():
     assert (ticks["capture_to_action_ms"], ticks["observation_interval_ms"]) == (20.0, 190.0), ticks
     _, ticks = clock_figures([robot(170, 30), robot(20, float("nan"))], 0, 200 * ms)
     assert (ticks["capture_to_action_ms"], ticks["observation_interval_ms"]) == (170.0, 30.0), ticks
+
+
+def test_underruns_held_back_are_counted_and_told_within_the_period_not_at_the_next_underrun():
+    """A 12-minute run (a walkthrough): 6 underruns were told, then 28 and 4 in the next seconds were
+    held back and came out 8.5 minutes later as '(2 more such seconds since the last report)',
+    without a count: the console added up to 11 of 44. The held-back ones are now told once the
+    period is over, with their number, and a line that follows held-back seconds counts them."""
+    clock = Clock()
+    status = StatusReporter("/o", clock=clock)
+    total = 0
+
+    def second(underruns):
+        nonlocal total
+        clock.t += 1.0
+        total += underruns
+        status.status(_figures(underruns=total), 1.0)
+        return status.console()
+
+    status.status(_figures(), 1.0)
+    assert second(6)[0].startswith("6 underruns in the last second")
+    assert second(28) == [] and second(4) == []  # held back: within the period
+    assert second(0) == [] and second(0) == []
+    assert second(0) == ["32 more underruns in 2 second(s) since the last report (see /diagnostics)"]
+    assert [second(0) for _ in range(5)] == [[]] * 5  # told once
+    (line,) = second(3)
+    assert line.startswith("3 underruns in the last second") and "more such seconds" not in line, line
+    assert second(2) == []
+    assert [second(0) for _ in range(3)] == [[]] * 3  # (2 held: not yet told, the period runs)
+    (line,) = second(5)  # underruns again once the period is over: the line counts the held ones
+    assert line.startswith("5 underruns in the last second") and line.endswith(
+        "(see /diagnostics) (1 more such seconds since the last report, 2 underruns in them)"), line

@@ -14,6 +14,11 @@ class Throttle:
         self._last: dict[Any, float] = {}
         self.suppressed: dict[Any, int] = {}
 
+    def due(self, key: Any) -> bool:
+        """Would a message of ``key`` go through now (nothing counted)?"""
+        last = self._last.get(key)
+        return last is None or self._clock() - last >= self.period
+
     def __call__(self, key: Any) -> int | None:
         """None to stay quiet, else how many messages were suppressed since the last one."""
         now = self._clock()

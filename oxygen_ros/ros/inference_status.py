@@ -198,6 +198,8 @@ class StatusReporter:
         self._clock = clock
         self._started = clock()
         self._throttle = Throttle(CONSOLE_PERIOD_S, clock)
+        self._underruns = 0  # those of the last status
+        self._underruns_held = 0  # those of the seconds held back since the last underrun line
 
     def restart(self, d: dict) -> None:
         """Count from the figures ``d`` on, as at a start (an activate after a deactivate):
@@ -210,6 +212,7 @@ class StatusReporter:
         new = {key: d[key] - self._previous.get(key, 0) for key in NEW_SINCE_LAST}
         self._previous = {key: d[key] for key in NEW_SINCE_LAST}
         self._problems = problems = _problems(d, new, max_observation_age)
+        self._underruns = new["underruns"]
         if any(kind in ERRORS for kind, _ in problems):
             level = DiagnosticStatus.ERROR
         else:
@@ -237,9 +240,23 @@ class StatusReporter:
                 text = text.replace(" underruns", " underruns in the last second: the chunk ran out before "
                                     "the next one", 1) + " (see /diagnostics)"
             suppressed = self._throttle(kind)
-            if suppressed is not None:
-                lines.append(text + (f" ({suppressed} more such seconds since the last report)" if suppressed else ""))
+            if kind == "underruns" and suppressed is None:
+                self._underruns_held += self._underruns
+            elif suppressed is not None:
+                lines.append(text + self._held_back(kind, suppressed))
+        if "underruns" in kinds and self._underruns_held and "underruns" not in dict(self._problems) \
+                and self._throttle.due("underruns"):  # said within the period, not at the next underrun
+            seconds, held = self._throttle("underruns"), self._underruns_held
+            self._underruns_held = 0
+            lines.append(f"{held} more underruns in {seconds} second(s) since the last report (see /diagnostics)")
         return lines
+
+    def _held_back(self, kind: str, suppressed: int) -> str:
+        """What a console line adds of the ``suppressed`` seconds of ``kind`` held back since its last."""
+        if not suppressed:
+            return ""
+        held, self._underruns_held = (self._underruns_held, 0) if kind == "underruns" else (0, self._underruns_held)
+        return f" ({suppressed} more such seconds since the last report{f', {held} underruns in them' if held else ''})"
 
 
 def diagnostic_figures(age_ns: int | None, ticks: dict, loop: dict, *, worker: Any, engine: Any, tokens_per_s: float,
