@@ -418,4 +418,20 @@ def test_a_second_node_of_the_same_name_on_the_network_is_warned_of(ros, monkeyp
     level, message = first.diagnostic_status()
     assert level == DiagnosticStatus.WARN
     assert (f"1 other node(s) named {prefix}/oxygen_inference on this ROS network (ROS_DOMAIN_ID 17): another "
-            "agent, whose actions go out on the same topics") in message, message
+            "agent: a parameter, lifecycle or Ask call by that name reaches either") in message, message
+
+
+def test_another_publisher_on_the_actions_topic_is_warned_of(ros):
+    """Two stacks whose nodes are named apart but whose actions go out on one topic (an integrator's
+    walkthrough: two namespaced stacks on absolute topic names; the name check said nothing): a robot
+    takes either's chunks. /diagnostics counts the other publishers and warns, naming the topic."""
+    from oxygen_ros.msg import ActionChunk
+
+    prefix = unique_prefix()
+    first = inference_node(ros, prefix)
+    assert until(lambda: first.count_publishers(f"{prefix}/actions") >= 1, 10.0)
+    assert first.diagnostics()["other_action_publishers"] == 0
+    ros.node("oxygen_test_second_agent").create_publisher(ActionChunk, f"{prefix}/actions", 10)
+    assert until(lambda: first.diagnostics()["other_action_publishers"] == 1, 10.0)
+    message = first.diagnostic_status()[1]
+    assert f"1 other publisher(s) on {prefix}/actions: another agent or a bag playing it" in message, message

@@ -128,6 +128,8 @@ class InferenceDiagnostics:
         d["control_silent_s"] = self.control_silent_s
         d["action_subscribers"] = subscribers  # controllers listening (summed over the robots for the node)
         d["same_name_nodes"], d["node_name"] = self.same_name_nodes(), self.get_fully_qualified_name()
+        d["other_action_publishers"] = sum(max(0, self.count_publishers(io.output.topic) - 1) for io in ios)
+        d["actions_topics"] = ", ".join(io.output.topic for io in ios)
         if robot is None and several:
             d["observation_age_robot"] = loop["observation_age_robot"]  # whose is observation_age_ms
         if robot is None and self.params["robots"]:  # (one named robot too: its topics are under /<robot>)

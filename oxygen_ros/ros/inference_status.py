@@ -75,9 +75,14 @@ def _output_problems(d: dict, new: dict) -> list[tuple[str, str]]:
     if d.get("same_name_nodes"):
         problems.append(("same_name", f"{d['same_name_nodes']} other node(s) named {d['node_name']} on this ROS "
                                       f"network (ROS_DOMAIN_ID {os.environ.get('ROS_DOMAIN_ID') or 0}): another "
-                                      "agent, whose actions go out on the same topics, and a robot takes either's; "
+                                      "agent: a parameter, lifecycle or Ask call by that name reaches either; "
                                       "give each set-up its own ROS_DOMAIN_ID, or a namespace (a node killed moments "
                                       "ago stays listed until DDS forgets it)"))
+    if d.get("other_action_publishers"):
+        problems.append(("same_name", f"{d['other_action_publishers']} other publisher(s) on {d['actions_topics']}: "
+                                      "another agent or a bag playing it, and a robot takes either's actions; give "
+                                      "each set-up its own ROS_DOMAIN_ID or namespace (a node killed moments ago "
+                                      "stays listed until DDS forgets it)"))
     if d.get("control_failure"):
         problems.append(("control_failure", f"control tick stopped: {d['control_failure']}; no action goes out"))
     elif d.get("control_silent_s", 0.0) > max(CONTROL_SILENT_S, CONTROL_SILENT_PERIODS / d["control_rate_hz"]):
