@@ -2,7 +2,7 @@
 
 Usage::
 
-    oxygen-agent [name:=value ...] [--duration SECONDS] [--report PATH [--probe-priority N]] [--text all|changed|none]
+    oxygen-agent [name:=value ...] [--duration SECONDS] [--report PATH [--probe-priority N]] [--text all|changed|answers|none] [--status-every S]
                  [--executor split|multi] [--background-niceness N] [--[no-]robot-processes]
 
 The arguments are the launch file's (``oxygen_ros.ros.plan_tables.ARGUMENTS``),
@@ -58,8 +58,9 @@ from ..ros.agent import BACKGROUND_NICENESS, EXECUTORS, Agent, run_agent
 from ..ros.plan import parse_launch_args
 from ..ros.plan_tables import ARGUMENTS
 from ..ros.robots import robot_topic
+from .agent_monitor import TEXT_MODES
 from .agent_robots_report import robot_names, summary_table
-from .arguments import output_file, write_output
+from .arguments import output_file, positive_float, write_output
 
 PROBE_PRIORITY = 0  # normal: at 40, the probe's reception of four robots' messages took the frames' core (docs/control_loop_timing.md)
 STARTED = time.monotonic()  # this process's start, as far as the report is concerned
@@ -92,8 +93,12 @@ def parse_args(argv: list[str]) -> tuple[argparse.Namespace, dict[str, str]]:
                              "as on real robots; the inference node and the monitor stay in this one "
                              "(default: with robots, from robots:= or the params file, or with respawn:=true, "
                              "yes; without, no)")
-    parser.add_argument("--text", choices=("all", "changed", "none"), default="changed",
-                        help="which finished texts to print (default: answers and changed periodic texts)")
+    parser.add_argument("--text", choices=TEXT_MODES, default="changed",
+                        help="which finished texts to print: all, answers and periodic texts that changed "
+                             "(default), answers to questions only, none")
+    parser.add_argument("--status-every", type=positive_float, default=1.0, metavar="S",
+                        help="without a terminal (output to a file or a journal), print the status line every S "
+                             "seconds (default 1; a terminal's line is rewritten in place)")
     ns = parser.parse_intermixed_args(argv)  # launch arguments before or after the options
     try:
         values = parse_launch_args(ns.launch_args)
@@ -134,7 +139,8 @@ class AgentSession:
                 print(f"oxygen-agent: {exc}; jitter and latency measured in this process", file=sys.stderr)
         node = agent.add(rclpy.create_node("oxygen_agent_monitor"))
         self.monitor = Monitor(node, agent.inference, self.ns.text,
-                               measure=self.ns.report is not None and self.probe is None)
+                               measure=self.ns.report is not None and self.probe is None,
+                               status_every_s=self.ns.status_every)
 
     def run(self, agent: Agent) -> int:
         import rclpy

@@ -37,7 +37,8 @@ from ..ros.robots import robot_topic
 from .agent_report import Measurement
 from .agent_robots_report import robot_names
 
-TEXT_MODES = ("all", "changed", "none")
+#: which finished texts are printed: every one, answers and periodic texts that changed, answers only, none
+TEXT_MODES = ("all", "changed", "answers", "none")
 
 
 def _reliable(depth: int) -> QoSProfile:
@@ -48,10 +49,12 @@ class Monitor:
     """Prints the status line and the streamed text of the inference node ``inference``
     to ``out`` with the subscriptions of ``node``, and measures the run for the report."""
 
-    def __init__(self, node, inference, text_mode: str = "changed", out=sys.stdout, measure: bool = False):
+    def __init__(self, node, inference, text_mode: str = "changed", out=sys.stdout, measure: bool = False,
+                 status_every_s: float = 1.0):
         if text_mode not in TEXT_MODES:
             raise ValueError(f"text mode {text_mode!r}: expected one of {TEXT_MODES}")
         self.node, self.inference, self.text_mode, self.out = node, inference, text_mode, out
+        self.status_every_s = status_every_s  # without a terminal: the status line at most this often
         self.lock = threading.Lock()
         self.measurement = Measurement(inference, measure)
         self.text_received = 0
@@ -106,7 +109,7 @@ class Monitor:
         who = f"client {msg.client_id!r}" if msg.client_id else f"frame {msg.frame_id}"
         finish = f"{msg.finish_reason}: {msg.reason}" if msg.reason else msg.finish_reason
         line = f"[{f'{robot} ' if robot else ''}request {msg.request_id}, {who}, {finish}] {text!r}"
-        if self.text_mode == "none":
+        if self.text_mode == "none" or (self.text_mode == "answers" and not msg.client_id):
             return
         if not msg.client_id and self.text_mode == "changed":
             if text == self.last_periodic.get(robot):
@@ -134,9 +137,10 @@ class Monitor:
         self._status_len = 0
 
     def status(self) -> None:
-        """Print the status line (overwritten in place on a terminal, once a second otherwise)."""
+        """Print the status line (overwritten in place on a terminal, every :attr:`status_every_s`
+        otherwise)."""
         now = time.monotonic()
-        if not self.tty and now - self._last_status < 1.0:
+        if not self.tty and now - self._last_status < self.status_every_s:
             return
         self._last_status = now
         with self.lock:
