@@ -38,24 +38,59 @@ from . import conversions
 from .qos import reliable
 
 
+#: With ``use_sim_time``, a tick called more than this many periods (and :data:`JUMP_MIN_NS`) after its
+#: scheduled time was not late: the clock jumped forward (a /clock that starts late, a bag started at
+#: an offset); a tick called before the one before, back (a bag played again, a simulation reset).
+JUMP_PERIODS = 5
+#: A stalled control thread lets /clock (depth 1) skip a few periods: those are missed ticks, no jump.
+JUMP_MIN_NS = 1_000_000_000
+
+
 class TickGrid:
     """The control timer's tick times: each tick's scheduled time (rclpy's, or, where the timer
-    gives none, Jazzy, worked out as rcl's timer schedules), and the ticks a late timer missed."""
+    gives none, Jazzy, worked out as rcl's timer schedules), and the ticks a late timer missed.
+    ``sim_time``: the timer follows /clock, whose jumps start the grid again (:meth:`_anchor`)
+    instead of counting the time jumped over as missed ticks; :attr:`jump` says the last one."""
 
-    def __init__(self, counters: collections.Counter):
+    def __init__(self, counters: collections.Counter, sim_time: bool = False):
         self._counters = counters
+        self._sim_time = sim_time
         self._last_scheduled: Optional[int] = None
         self._last_actual: Optional[int] = None  # when the tick before was called
+        #: (from, to) ns of the last clock jump that started the grid again, until the caller takes it
+        self.jump: Optional[tuple[int, int]] = None
 
     def count(self, scheduled_ns: Optional[int], actual_ns: int, period: int) -> int:
         """The tick's scheduled time (counting the ticks missed before it)."""
         if scheduled_ns is None:  # rclpy without TimerInfo (Jazzy)
             scheduled_ns = self._rcl_next(actual_ns, period)
+        if self._sim_time:
+            scheduled_ns = self._anchor(scheduled_ns, actual_ns, period)
         if self._last_scheduled is not None and scheduled_ns - self._last_scheduled > period * 3 // 2:
             # rcl skips the ticks of a timer that is late by more than a period
             self._counters["missed_ticks"] += round((scheduled_ns - self._last_scheduled) / period) - 1
         self._last_scheduled, self._last_actual = scheduled_ns, actual_ns
         return scheduled_ns
+
+    def _anchor(self, scheduled_ns: int, actual_ns: int, period: int) -> int:
+        """``scheduled_ns``, unless the clock jumped (:data:`JUMP_PERIODS`) or the grid starts (the
+        first tick, which has no tick before to be late against, called more than a period late):
+        then the grid starts at this tick, the timer's last tick time before ``actual_ns``, and
+        nothing before counts as missed. The first /clock (after ROS time 0: the timer was set
+        before any /clock came) starts it so; :attr:`jump` tells only a jump from a clock reading."""
+        late, first = actual_ns - scheduled_ns, self._last_actual is None
+        jumped = (not first and actual_ns < self._last_actual) or late > max(JUMP_PERIODS * period, JUMP_MIN_NS)
+        if not jumped and not (first and late > period):
+            return scheduled_ns
+        since = scheduled_ns - period if first else self._last_actual  # the timer's start, or the tick before
+        if jumped and since > 0:
+            self.jump = (since, actual_ns)
+        self._last_scheduled = None
+        if late < 0:  # back, on Jazzy: the tick worked out is the old clock's
+            return actual_ns
+        if late <= period:  # back, on Kilted: rcl's timer started again from the new time
+            return scheduled_ns
+        return actual_ns + (scheduled_ns - actual_ns) % period - period  # on the timer's grid, before the call
 
     def _rcl_next(self, actual_ns: int, period: int) -> int:
         """The tick this callback serves, as rcl's timer schedules: the one a period after the

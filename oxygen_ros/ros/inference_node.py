@@ -59,7 +59,7 @@ from .action_output import TickGrid
 from .ask_server import AskServer
 from .camera_parameters import PARAMETERS as CAMERA_PARAMETERS
 from .control_link import ControlLink
-from .control_thread import ControlThread
+from .control_thread import ControlThread, uses_sim_time
 from .frame_worker import FrameWorker
 from .inference_diagnostics import InferenceDiagnostics
 from .inference_inputs import InferenceInputs
@@ -205,7 +205,7 @@ class InferenceNode(InferenceInputs, InferenceDiagnostics, InferenceTicks, Node)
         # the lock guards the loop and the action outputs, shared by the tick, the inputs and the worker
         self._cond = threading.Condition(threading.Lock())
         self.tick_lateness_ms = Rolling(60_000)  # 20 min at 50 Hz (the agent's report reads them all)
-        self._grid = TickGrid(self.counters)
+        self._grid = TickGrid(self.counters, sim_time=uses_sim_time(self))  # /clock's jumps start it again
         inputs = MutuallyExclusiveCallbackGroup()
         self.robot_io = {name: RobotIO(self, robot, p, on_observation=self._on_observation,
                                        on_question=self._on_question, on_ask=self._on_ask,

@@ -146,16 +146,19 @@ class InferenceTicks:
     # ------------------------------------------------------------------ the tick in this process
     def _on_tick(self, scheduled_ns: Optional[int], actual_ns: int) -> None:
         mono = time.monotonic_ns()
+        on_grid = scheduled_ns
         try:
-            self._tick(scheduled_ns, actual_ns)
+            on_grid = self._tick(scheduled_ns, actual_ns)  # the tick's time on the grid (a clock jump moves it)
         finally:
             if self._tick_guard is not None:  # a frame waiting for this tick may go on
-                late = actual_ns - scheduled_ns if scheduled_ns is not None else 0
+                late = actual_ns - on_grid if on_grid is not None else 0
                 self._tick_guard.tick_served(mono - late + self.loop.period_ns)
 
-    def _tick(self, scheduled_ns: Optional[int], actual_ns: int) -> None:
+    def _tick(self, scheduled_ns: Optional[int], actual_ns: int) -> int:
+        """One tick; its scheduled time, as the grid counted it."""
         with self._cond:
             scheduled_ns = self._grid.count(scheduled_ns, actual_ns, self.loop.period_ns)
+            jump, self._grid.jump = self._grid.jump, None
             now = time.monotonic_ns()
             dues = [(io, io.output.tick(scheduled_ns, io.inputs.failures.stopped, now))
                     for io in self.robot_io.values()]
@@ -165,6 +168,17 @@ class InferenceTicks:
         for io, due in dues:
             if due is not None:
                 io.output.publish(due)
+        if jump is not None:
+            self._clock_jumped(*jump)
+        return scheduled_ns
+
+    def _clock_jumped(self, from_ns: int, to_ns: int) -> None:
+        """Say that /clock jumped (:class:`~.action_output.TickGrid`): one line a jump, at most every 10 s."""
+        way = "forward" if to_ns > from_ns else "back"
+        self.get_logger().info(
+            f"use_sim_time: the clock jumped {way} {abs(to_ns - from_ns) / 1e9:.3f} s (from {from_ns / 1e9:.3f} s "
+            f"to {to_ns / 1e9:.3f} s): the control tick's grid starts again there, no tick counted as missed",
+            throttle_duration_sec=10.0)
 
 
 __all__ = ["InferenceTicks"]
