@@ -194,7 +194,7 @@ class InferenceNode(InferenceInputs, InferenceDiagnostics, InferenceTicks, Node)
         if len(p["joint_names"]) > action_dim:
             raise ParameterError("joint_names", f"{len(p['joint_names'])} names for actions with "
                                  f"{action_dim} dimensions")
-        for warn, line in model_notes(p, self.loaded, action_dim):
+        for warn, line in model_notes(p, self.loaded, action_dim, self.resolve_topic_name):
             if warn:
                 self.get_logger().warning(line)
             else:  # rclpy refuses one call site logging at two severities

@@ -42,15 +42,24 @@ def load_model(p: dict) -> checkpoints.LoadedCheckpoint:
         raise ParameterError(exc.parameter or "model_path", str(exc)) from exc
 
 
-def model_notes(p: dict, loaded: checkpoints.LoadedCheckpoint, action_dim: int) -> list[tuple[bool, str]]:
+def model_notes(p: dict, loaded: checkpoints.LoadedCheckpoint, action_dim: int,
+                resolve=str) -> list[tuple[bool, str]]:
     """What the start-up says of the model loaded, (a warning?, the line) each: a preset not used,
     a horizon not stated, the demo model driving a trajectory or held, the tokenizer, the rate its chunks play at, in
-    which units its actions go out, and which of them the trajectory carries."""
-    warnings = (unused_preset(p, loaded), unstated_horizon(loaded), demo_model_trajectory(p, loaded),
+    which units its actions go out, and which of them the trajectory carries (``resolve``: the node's
+    ``resolve_topic_name``, so that the topics named are the remapped ones)."""
+    warnings = (unused_preset(p, loaded), unstated_horizon(loaded), demo_model_trajectory(p, loaded, resolve),
                 demo_model_hold(p, loaded))
     notes = [(True, line) for line in warnings if line]
     notes += [(False, line) for line in (tokenizer_note(p, loaded), rate_note(p, loaded)) if line]
-    return notes + [note for note in (units_note(p, loaded), trajectory_note(p, action_dim)) if note is not None]
+    notes += [units_note(p, loaded), trajectory_note(p, action_dim, resolve)]
+    return [note for note in notes if note is not None]
+
+
+def served_topics(p: dict, key: str, resolve=str) -> str:
+    """Topic parameter ``key`` of every robot served, as ``resolve`` (the node's ``resolve_topic_name``)
+    names it: remapped, in the namespace; comma-separated."""
+    return ", ".join(resolve(robot_topic(r, p[key])) for r in p["robots"] or [""])
 
 
 def unused_preset(p: dict, loaded: checkpoints.LoadedCheckpoint) -> str | None:
@@ -83,7 +92,7 @@ def units_note(p: dict, loaded: checkpoints.LoadedCheckpoint) -> tuple[bool, str
                   "trained with statistics needs them (norm_stats_path)")
 
 
-def trajectory_note(p: dict, action_dim: int) -> tuple[bool, str] | None:
+def trajectory_note(p: dict, action_dim: int, resolve=str) -> tuple[bool, str] | None:
     """(a warning?, the line) when ``joint_names`` names fewer joints than the actions have
     dimensions: the JointTrajectory then carries the first of each action. A warning when the
     actions are the model's whole padded width (statistics padded past the robot's joints, as
@@ -92,8 +101,10 @@ def trajectory_note(p: dict, action_dim: int) -> tuple[bool, str] | None:
     n = len(p["joint_names"])
     if not 0 < n < action_dim:
         return None
-    line = (f"joint_names names {n} joints and the actions have {action_dim} dimensions: {p['trajectory_topic']} "
-            f"carries the first {n} of each action, {p['actions_topic']} all {action_dim}")
+    carries = "carries" if len(p["robots"]) < 2 else "carry"
+    line = (f"joint_names names {n} joints and the actions have {action_dim} dimensions: "
+            f"{served_topics(p, 'trajectory_topic', resolve)} {carries} the first {n} of each action, "
+            f"{served_topics(p, 'actions_topic', resolve)} all {action_dim}")
     if action_dim < MODEL_ACTION_DIM:
         return False, line
     return True, (line + ", the model's whole padded width: are these the statistics of the robot the checkpoint "
@@ -133,14 +144,15 @@ def rate_note(p: dict, loaded: checkpoints.LoadedCheckpoint) -> str | None:
             "ALOHA 50 Hz), else the arm moves faster or slower than it was taught")
 
 
-def demo_model_trajectory(p: dict, loaded: checkpoints.LoadedCheckpoint) -> str | None:
+def demo_model_trajectory(p: dict, loaded: checkpoints.LoadedCheckpoint, resolve=str) -> str | None:
     """The warning for the embedded default model publishing JointTrajectory (``joint_names``
     set): its actions are the synthetic scene's gripper displacements, not joint positions."""
     if not p["joint_names"] or not _embedded(loaded):
         return None
     return ("the embedded default model was trained on the synthetic scene: its actions are displacements "
             "(dx, dy) of the demo's gripper, not positions of your joints, and its JointTrajectory on "
-            f"{p['trajectory_topic']} must not drive a real arm's controller (model_path: your checkpoint)")
+            f"{served_topics(p, 'trajectory_topic', resolve)} must not drive a real arm's controller (model_path: your "
+            "checkpoint)")
 
 
 def demo_model_hold(p: dict, loaded: checkpoints.LoadedCheckpoint) -> str | None:
