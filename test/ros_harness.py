@@ -375,8 +375,8 @@ def reliable(depth: int):
 class InferenceClient:
     """A test node on an inference node's topics (:func:`inference_topics`): publishes
     observations and questions, records every ActionChunk, TextToken and JointTrajectory,
-    and the ``oxygen_inference`` statuses on /diagnostics (one inference node per test in
-    this domain and process). Waits until it and the inference node have discovered each other."""
+    and the statuses on /diagnostics of the ``oxygen_inference`` node in namespace ``prefix``
+    (as :func:`inference_node` makes it). Waits until it and the inference node have discovered each other."""
 
     def __init__(self, ros, prefix: str, name: str = "oxygen_test_client", node=None):
         from diagnostic_msgs.msg import DiagnosticArray
@@ -384,6 +384,7 @@ class InferenceClient:
         from trajectory_msgs.msg import JointTrajectory
 
         t = inference_topics(prefix)
+        self._status_prefix = f"{prefix.lstrip('/')}/oxygen_inference: "  # the node's, in namespace prefix
         self.node = ros.node(name)
         self.chunks, self.text, self.trajectories, self.diagnostics = [], [], [], []
         actions = self.node.create_subscription(ActionChunk, t["actions_topic"], self.chunks.append, reliable(200))
@@ -402,7 +403,7 @@ class InferenceClient:
                      and (node is None or node.action_subscribers() >= 1)), "inference node not discovered"
 
     def _on_diagnostics(self, msg) -> None:
-        self.diagnostics.extend(s for s in msg.status if s.name.startswith("oxygen_inference"))
+        self.diagnostics.extend(s for s in msg.status if s.name.startswith(self._status_prefix))
 
     def now(self) -> int:
         return self.node.get_clock().now().nanoseconds

@@ -56,7 +56,7 @@ def test_each_robot_gets_its_own_chunks_and_text_from_shared_frames(served):
     # a language request reads one robot's observation: its tokens go to that robot alone
     requests = [{m.request_id for m in c.text} for c in robots.values()]
     assert not requests[0] & requests[1]
-    assert until(lambda: {f"oxygen_inference: robot {r}" for r in ROBOTS} <= {s.name for s in statuses})
+    assert until(lambda: {node.status_name(f"robot {r}") for r in ROBOTS} <= {s.name for s in statuses})
     for r in ROBOTS:
         d = node.diagnostics(r)
         assert d["robot"] == r and d["frames"] > 0 and 0 < d["frame_share"] <= 1.0

@@ -252,13 +252,13 @@ def test_with_several_robots_each_robot_s_status_says_inactive_too(ros_env, rand
         statuses = []
         ros.node("oxygen_test_monitor").create_subscription(
             DiagnosticArray, "/diagnostics", lambda m: statuses.extend(m.status), reliable(50))
-        names = [f"oxygen_inference: {who}" for who in ("engine", "robot a", "robot b")]
+        names = [f"{prefix[1:]}/oxygen_inference: {who}" for who in ("engine", "robot a", "robot b")]
 
         def inactive() -> dict:
             return {s.name: s for s in statuses if s.message.startswith("inactive (lifecycle)")}
 
         assert until(lambda: set(names) <= set(inactive()), 10.0), [s.name for s in statuses]
-        robot_b = {v.key: v.value for v in inactive()["oxygen_inference: robot b"].values}
+        robot_b = {v.key: v.value for v in inactive()[names[2]].values}
         assert robot_b == {"lifecycle_state": "inactive", "robot": "b"}
 
 
@@ -302,10 +302,10 @@ def test_a_configure_that_fails_names_the_cause_and_stays_unconfigured(ros_env, 
         assert life.state() == "unconfigured"
         assert "no_such_model" in str(node.configure_error)
         seen = len(statuses)
-        names = {f"oxygen_inference: {who}" for who in ("engine", "robot a", "robot b")}
+        names = {f"{prefix[1:]}/oxygen_inference: {who}" for who in ("engine", "robot a", "robot b")}
         assert until(lambda: {s.name for s in statuses[seen:] if s.level == b"\x02"} == names, 10.0), \
             [(s.name, s.level, s.message) for s in statuses[seen:]]
-        engine = next(s for s in statuses[seen:] if s.name == "oxygen_inference: engine")
+        engine = next(s for s in statuses[seen:] if s.name == f"{prefix[1:]}/oxygen_inference: engine")
         assert engine.message.startswith("unconfigured (lifecycle): the last configure failed: ")
         assert "no_such_model" in engine.message
         values = {v.key: v.value for v in engine.values}

@@ -1,6 +1,7 @@
 """The inference node's figures and ``/diagnostics``: the node's, and each robot's.
 
-One robot (``robots`` empty): one status, ``<node>: engine``, as always. Several
+One robot (``robots`` empty): one status, ``<node>: engine``, as always (``<node>``: the node's
+namespace and name, ``robot1/oxygen_inference``; ``oxygen_inference`` in the root namespace). Several
 robots: that status carries the node's totals (ticks and underruns summed over
 the robots, the oldest chunk and observation, ``faulted`` when any robot's
 output is stopped), and one status per robot, ``<node>: robot <r>``, carries
@@ -178,9 +179,15 @@ class InferenceDiagnostics:
                  "queued_requests": engine.queued_requests, "questions_waiting": self.loop.questions_waiting()}
         return (DiagnosticStatus.OK, f"inactive (lifecycle): no action or text goes out; {inactive_kept(d)}"), d
 
+    def status_name(self, what: str) -> str:
+        """The name of the status ``what`` (``engine``, ``robot <r>``) on /diagnostics: the node's
+        namespace and name, as the camera node names its own, ``robot1/oxygen_inference: engine``;
+        ``oxygen_inference: engine`` in the root namespace."""
+        return f"{self.get_fully_qualified_name().lstrip('/')}: {what}"
+
     def _engine_array(self, status, d: dict):
         """The DiagnosticArray of the engine's status, stamped now."""
-        return diagnostic_array(f"{self.get_name()}: engine", self.params["device"], status, d,
+        return diagnostic_array(self.status_name("engine"), self.params["device"], status, d,
                                 self.get_clock().now().to_msg())
 
     def _lifecycle_array(self, status, d: dict, robots):
@@ -193,7 +200,7 @@ class InferenceDiagnostics:
 
     def _add_robot_status(self, array, robot: str, status, d: dict) -> None:
         """Append ``robot``'s status (``status``: (level, message); ``d``: its figures) to ``array``."""
-        array.status += diagnostic_array(f"{self.get_name()}: robot {robot}", self.params["device"], status, d,
+        array.status += diagnostic_array(self.status_name(f"robot {robot}"), self.params["device"], status, d,
                                          array.header.stamp).status
 
     def _publish_diagnostics(self) -> None:

@@ -118,14 +118,13 @@ class Monitor:
         self._print_line(line)
 
     def _on_diagnostics(self, msg) -> None:
-        name = self.inference.get_name()
-        robot_status = f"{name}: robot "
+        engine, robot_status = self.inference.status_name("engine"), self.inference.status_name("robot ")
         for status in msg.status:
             values = {kv.key: kv.value for kv in status.values}
             with self.lock:
                 if status.name.startswith(robot_status):
                     self.robot_diag[status.name[len(robot_status):]] = values
-                elif status.name.startswith(name):
+                elif status.name == engine:
                     self.diag = values
 
     # -- output
