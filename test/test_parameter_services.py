@@ -122,7 +122,7 @@ def test_parameter_services_answer_and_a_dump_starts_the_same_node(ros_env, tmp_
 
 @pytest.mark.parametrize("which, typo, meant", [("camera", "imge_size", "image_size"),
                                                 ("inference", "control_rate", "control_rate_hz"),
-                                                ("synthetic_camera", "rate", "rate_hz")])
+                                                ("synthetic_camera", "rate_hzz", "rate_hz")])
 def test_a_misspelt_parameter_is_named_with_the_one_it_is_closest_to(ros_env, tmp_path, which, typo, meant):
     """A typo in the params file would leave that parameter at its default, unnoticed: every
     node names it (and warns in its log); its own parameters, as `ros2 param dump` writes
@@ -201,8 +201,9 @@ def test_another_node_s_parameter_in_a_node_s_section_names_that_node(ros_env, t
         logs = []
         ros.node("oxygen_test_owner_log").create_subscription(Log, "/rosout", logs.append, QoSProfile(
             depth=1000, reliability=ReliabilityPolicy.RELIABLE, durability=DurabilityPolicy.TRANSIENT_LOCAL))
-        path = tmp_path / "misplaced.yaml"
-        path.write_text(yaml.safe_dump({"/**": {"ros__parameters": {**values, other: ["x"]}}}))
+        path = tmp_path / "misplaced.yaml"  # in the node's own section (a shared /** one holds every node's)
+        path.write_text(yaml.safe_dump({"/**": {"ros__parameters": values},
+                                        f"/**/oxygen_{which}": {"ros__parameters": {other: ["x"]}}}))
         node = ros.add(cls(context=ros.context, namespace=namespace, cli_args=["--ros-args", "--params-file", str(path)]))
         want = f"unknown parameter(s) ignored: {other!r} (a parameter of {owner}: in its section)"
         assert until(lambda: any(m.msg.startswith(want) and m.name == node.get_logger().name for m in logs), 10.0), \

@@ -40,12 +40,14 @@ from oxygen_ros.ros.conversions import ns_to_time_msg, stamp_to_ns
 from oxygen_ros.ros.lockstep import LockstepGate, gate_key, gate_topics
 from oxygen_ros.ros.node_help import NodeHelp
 from oxygen_ros.ros.node_main import run_node
+from oxygen_ros.ros.params_files import node_start
 from oxygen_ros.ros.parameters import (ParameterError, ParamSpec, changed_values, check_parameter_changes,
                                        declare_parameters_or_fail, log_changes, non_negative, positive, topic_list,
                                        topic_name)
 from oxygen_ros.ros.qos import ACTIONS_QOS, DATA_QOS, LATCHED_QOS
 from oxygen_ros.ros.robots import robot_names_check
 
+NODE_NAME = "oxygen_bag_player"
 IMAGE_TYPES = ("sensor_msgs/msg/Image", "sensor_msgs/msg/CompressedImage")
 STATE_TYPE = "sensor_msgs/msg/JointState"
 def _bag_path(value: str, values=None) -> str | None:
@@ -91,8 +93,8 @@ class BagPlayer(Node):
     MAX_BURST = 200  # messages per tick, so that callbacks (lockstep) keep running
 
     def __init__(self, **kwargs: Any):
-        super().__init__("oxygen_bag_player", **kwargs)
-        p = declare_parameters_or_fail(self, BAG_PLAYER_PARAMETERS)
+        super().__init__(NODE_NAME, **kwargs)
+        p = declare_parameters_or_fail(self, BAG_PLAYER_PARAMETERS, node_start(NODE_NAME, kwargs))
         try:
             self._reader = open_bag(p["bag_path"])
         except BagError as exc:
@@ -353,7 +355,7 @@ class BagPlayer(Node):
         super().destroy_node()
 
 
-ABOUT = NodeHelp("bag_player", "oxygen_bag_player", (
+ABOUT = NodeHelp("bag_player", NODE_NAME, (
     "replays a rosbag2 bag (bag_path: MCAP or SQLite3) on its recorded topics and types with its recorded "
     "timing scaled by rate, optionally in lockstep with the model and looping; it ends when the bag has "
     "played."), BAG_PLAYER_PARAMETERS)

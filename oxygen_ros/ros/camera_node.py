@@ -65,10 +65,10 @@ from oxygen_ros.ros.conversions import (IMAGE_ERROR_REASONS, ImageError, compres
                                         image_msg_to_rgb, ns_to_time_msg, observation_to_msg, stamp_to_ns,
                                         to_model_image)
 from oxygen_ros.ros.diagnostic_message import diagnostic_array
-from oxygen_ros.ros.inference_parameters import PARAMETERS as INFERENCE_PARAMETERS
 from oxygen_ros.ros.node_help import NodeHelp
 from oxygen_ros.ros.node_main import run_node
 from oxygen_ros.ros.one_shot import OneShot
+from oxygen_ros.ros.params_files import node_start
 from oxygen_ros.ros.parameters import (ParameterError, changed_values, check_parameter_changes, declare_parameters,
                                        log_changes)
 from oxygen_ros.ros.qos import OBSERVATION_QOS, image_qos, is_reliable
@@ -97,7 +97,7 @@ class CameraNode(Node):
         super().__init__(NODE_NAME, **kwargs)
         self._core = core_observation()  # torch: imported now rather than at the first frame
         try:
-            p = declare_parameters(self, PARAMETERS, elsewhere={"oxygen_inference": INFERENCE_PARAMETERS})
+            p = declare_parameters(self, PARAMETERS, start=node_start(NODE_NAME, kwargs))
             names = camera_names(p)
             self._slots = slot_order(p, names)  # the cameras in the model's slot order
             if len(p["state_joint_names"]) > self._core.MAX_STATE_DIM:

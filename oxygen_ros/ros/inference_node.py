@@ -57,7 +57,6 @@ from ..core.stats import Rolling
 from ..core.tick_guard import TickGuard
 from .action_output import TickGrid
 from .ask_server import AskServer
-from .camera_parameters import PARAMETERS as CAMERA_PARAMETERS
 from .control_link import ControlLink
 from .control_thread import ControlThread, uses_sim_time
 from .frame_worker import FrameWorker
@@ -78,6 +77,7 @@ from .inference_setup import (
 from .inference_status import StatusReporter
 from .node_help import NodeHelp
 from .node_main import mark_logged, run_control_node
+from .params_files import node_start
 from .parameters import ParameterError, changed_values, check_parameter_changes, declare_parameters, log_changes
 from .process import destroy_after_interrupt, settle_garbage_collector, thaw_garbage_collector
 from .qos import reliable
@@ -122,8 +122,8 @@ class InferenceNode(InferenceInputs, InferenceDiagnostics, InferenceTicks, Node)
         self._entities: list = []  # the publishers and subscriptions that configure() made
         self._ask_servers: dict[str, AskServer] = {}  # by action name: they live as long as the node
         try:
-            self.params = declare_parameters(self, PARAMETERS, elsewhere={"oxygen_camera": CAMERA_PARAMETERS},
-                                             configurable=self.configure_time)
+            self.params = declare_parameters(self, PARAMETERS, configurable=self.configure_time,
+                                             start=node_start(NODE_NAME, kwargs))
             check_parameter_changes(self, PARAMETERS, lambda: self.params, self.configure_time,
                                     lambda: not self.configured)
             self.add_post_set_parameters_callback(self._apply_parameters)

@@ -26,6 +26,8 @@ from rclpy.exceptions import NameValidationException
 from rclpy.parameter import Parameter
 from rclpy.validate_topic_name import validate_topic_name
 
+from .params_files import NodeStart, read_files, section_warnings, shared_only
+
 #: Parameter types and how an error message names them.
 TYPES = {"str": "a string", "str_list": "a list of strings", "int": "an integer",
          "float": "a finite number", "bool": "a boolean"}
@@ -155,32 +157,62 @@ IMPLICIT_PARAMETERS = ("use_sim_time", "start_type_description_service")
 QOS_OVERRIDES = "qos_overrides."
 
 
-def unknown_parameters(node, specs: Iterable[ParamSpec],
-                       elsewhere: Mapping[str, Iterable[ParamSpec]] | None = None) -> list[str]:
+def unknown_parameters(node, specs: Iterable[ParamSpec], elsewhere: Mapping[str, Iterable[ParamSpec]] | None = None,
+                       shared: Collection[str] = ()) -> list[str]:
     """What ``node`` was given (its params files' sections, overrides) that is none of its
-    parameters: each with the node of ``elsewhere`` ({node name: its specs}) it belongs to, else
-    the known name it is closest to, if any (a typo in the YAML would otherwise leave that
-    parameter at its default, unnoticed). Warned, not refused: a wildcard section (``/**``) may
-    hold other nodes' parameters."""
+    parameters: each with the node of ``elsewhere`` ({node name: its specs}; default: every node
+    of this package) it belongs to, else the known name it is closest to, its own or another
+    node's (a typo in the YAML would otherwise leave that parameter at its default, unnoticed). Another node's
+    parameter that came from ``shared`` sections only (``/**``: they hold every node's,
+    :func:`.params_files.shared_only`) is left out. Warned, not refused."""
     known = [s.name for s in specs]
-    owners = {s.name: owner for owner, other in (elsewhere or {}).items() for s in other}
     given = getattr(node, "_parameter_overrides", {})
+    names = sorted(n for n in given if n not in known and n not in IMPLICIT_PARAMETERS
+                   and not n.startswith(QOS_OVERRIDES))
+    if names and elsewhere is None:
+        from .params_files import package_tables  # on demand: the inference node's table brings torch
+
+        elsewhere = package_tables()
+    owners: dict[str, list[str]] = {}
+    for owner, other in (elsewhere or {}).items():
+        for spec in other:
+            owners.setdefault(spec.name, []).append(owner)
     out = []
-    for name in sorted(n for n in given if n not in known and n not in IMPLICIT_PARAMETERS
-                       and not n.startswith(QOS_OVERRIDES)):
-        close = difflib.get_close_matches(name, known, n=1)
+    for name in names:
         if name in owners:
-            out.append(f"{name!r} (a parameter of {owners[name]}: in its section)")
+            if name not in shared:
+                whose, where = " and ".join(owners[name]), "its section" if len(owners[name]) == 1 else "their sections"
+                out.append(f"{name!r} (a parameter of {whose}: in {where})")
+        elif close := difflib.get_close_matches(name, known + [n for n in owners if n not in known], n=1):
+            whose = "" if close[0] in known else f", a parameter of {' and '.join(owners[close[0]])}"
+            out.append(f"{name!r} (did you mean {close[0]!r}{whose}?)")
         else:
-            out.append(f"{name!r} (did you mean {close[0]!r}?)" if close else repr(name))
+            out.append(repr(name))
     return out
 
 
+def warn_given(node, specs: Iterable[ParamSpec], elsewhere: Mapping[str, Iterable[ParamSpec]] | None = None,
+               start: NodeStart | None = None) -> None:
+    """Warn in ``node``'s log of the sections of its params files that it does not get though they
+    name it (:func:`.params_files.section_warnings`; ``start``: what it was started with, None:
+    no file is read) and of the parameters it was given that are none of ``specs``
+    (:func:`unknown_parameters`)."""
+    files = read_files(start.arguments) if start is not None else []
+    fqn = node.get_fully_qualified_name()
+    for line in section_warnings(files, fqn, start.name, getattr(node, "_parameter_overrides", {})) if files else ():
+        node.get_logger().warning(line)
+    unknown = unknown_parameters(node, specs, elsewhere, shared_only(files, fqn))
+    if unknown:
+        node.get_logger().warning(f"unknown parameter(s) ignored: {', '.join(unknown)} (this node's parameters: "
+                                  "config/agent.yaml, `ros2 param list`)")
+
+
 def declare_parameters(node, specs: Iterable[ParamSpec], elsewhere: Mapping[str, Iterable[ParamSpec]] | None = None,
-                       configurable: Collection[str] = ()) -> dict[str, Any]:
+                       configurable: Collection[str] = (), start: NodeStart | None = None) -> dict[str, Any]:
     """Declare every parameter on ``node``; return their checked values (or raise ParameterError).
-    Parameters it was given that are none of ``specs`` are warned about in its log, naming
-    each, and the node of ``elsewhere`` whose parameter it is (:func:`unknown_parameters`).
+    What its params files (read from ``start``) give it wrongly is warned of in its log
+    (:func:`warn_given`): sections naming it that it does not get, and parameters that are none
+    of ``specs``, naming each, and the node of ``elsewhere`` whose parameter it is.
     The parameters read at start are read-only but for those named in ``configurable`` (a
     lifecycle node's, read at configure: its :func:`parameter_callback` takes their changes while
     it is unconfigured).
@@ -210,10 +242,7 @@ def declare_parameters(node, specs: Iterable[ParamSpec], elsewhere: Mapping[str,
             node.set_descriptor(spec.name, _descriptor(spec, read_only=True))
         raw[spec.name] = param.value
     node.add_pre_set_parameters_callback(as_declared)
-    unknown = unknown_parameters(node, specs, elsewhere)
-    if unknown:
-        node.get_logger().warning(f"unknown parameter(s) ignored: {', '.join(unknown)} (this node's parameters: "
-                                  "config/agent.yaml, `ros2 param list`)")
+    warn_given(node, specs, elsewhere, start)
     return check_all(specs, raw)
 
 
@@ -230,11 +259,11 @@ def numbers_as_declared(specs: Iterable[ParamSpec]) -> Callable[[list], list]:
     return callback
 
 
-def declare_parameters_or_fail(node, specs: Iterable[ParamSpec]) -> dict[str, Any]:
+def declare_parameters_or_fail(node, specs: Iterable[ParamSpec], start: NodeStart | None = None) -> dict[str, Any]:
     """:func:`declare_parameters`; on a :class:`ParameterError` the node logs it as fatal, is destroyed,
     and the error is raised (a node that cannot start says why and leaves nothing behind)."""
     try:
-        return declare_parameters(node, specs)
+        return declare_parameters(node, specs, start=start)
     except ParameterError as exc:
         node.get_logger().fatal(str(exc))
         node.destroy_node()

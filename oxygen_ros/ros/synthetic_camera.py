@@ -27,10 +27,12 @@ from oxygen_ros.ros.conversions import action_chunk_array, rgb_to_image_msg
 from oxygen_ros.ros.node_help import NodeHelp
 from oxygen_ros.ros.node_main import run_node
 from oxygen_ros.ros.plan_tables import DEMO_IMAGE_SIZE
+from oxygen_ros.ros.params_files import node_start
 from oxygen_ros.ros.parameters import (ParamSpec, changed_values, check_parameter_changes,
                                        declare_parameters_or_fail, log_changes, non_negative, positive, topic_name)
 from oxygen_ros.ros.qos import ACTIONS_QOS, DATA_QOS, LATCHED_QOS
 
+NODE_NAME = "oxygen_synthetic_camera"
 JOINT_NAMES = ["gripper_x", "gripper_y"]
 
 
@@ -61,8 +63,8 @@ class SyntheticCamera(Node):
     """A closed-loop simulated camera for the 2-D reach task."""
 
     def __init__(self, **kwargs: Any):
-        super().__init__("oxygen_synthetic_camera", **kwargs)
-        p = declare_parameters_or_fail(self, SYNTHETIC_CAMERA_PARAMETERS)
+        super().__init__(NODE_NAME, **kwargs)
+        p = declare_parameters_or_fail(self, SYNTHETIC_CAMERA_PARAMETERS, node_start(NODE_NAME, kwargs))
         self.rate_hz: float = p["rate_hz"]
         self.image_size: int = p["image_size"]
         self.retarget_every_s: float = p["retarget_every_s"]
@@ -167,7 +169,7 @@ class SyntheticCamera(Node):
         self.actions_applied += 1
 
 
-ABOUT = NodeHelp("synthetic_camera", "oxygen_synthetic_camera", (
+ABOUT = NodeHelp("synthetic_camera", NODE_NAME, (
     "a simulated robot for trying the package without hardware: renders a 2-D reach scene as an rgb8 Image, "
     "publishes the instruction and the gripper's JointState, and moves the gripper by the first action of "
     "every ActionChunk it receives."), SYNTHETIC_CAMERA_PARAMETERS)
