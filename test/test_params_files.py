@@ -7,7 +7,8 @@ default 224 px without a word. Each node now warns, naming the file, of a sectio
 that it does not get, and of one whose name is its own misspelt; a file whose sections all
 apply (the package's other nodes' sections and shared ``/**`` ones beside) says nothing. A
 ``/**`` section holding every node's parameters no longer makes each node warn of the
-others'.
+others'; a subscription QoS override naming a topic the node does not subscribe to (before
+the remapping) is named with the topic it could apply to.
 """
 
 from __future__ import annotations
@@ -89,6 +90,19 @@ def test_a_file_whose_sections_all_apply_gives_no_warning(ros_env, tmp_path):
                           "-p", "qos_overrides./robot1/cam/color.subscription.depth:=2")
     assert _warnings(lines) == [], lines
     assert "base=/robot1/cam/color (best effort, depth 2)] into /robot1/obs at 48x48" in lines[-1]
+
+
+def test_a_qos_override_of_a_topic_the_node_does_not_subscribe_to_is_named(ros_env, tmp_path):
+    """qos_overrides./camera/image_raw... with /camera/image_raw remapped: rclpy reads the override by the
+    resolved name (/robot1/cam/color) and ignored this one without a word (depth stayed 5)."""
+    lines = _camera_start(tmp_path, {"/**": {"ros__parameters": {"image_size": 48}}}, "-r", "__ns:=/robot1",
+                          "-r", "/camera/image_raw:=/robot1/cam/color",
+                          "-p", "qos_overrides./camera/image_raw.subscription.depth:=2")
+    assert _warnings(lines) == [
+        "QoS override(s) ignored: qos_overrides./camera/image_raw.subscription.depth: this node subscribes to no such "
+        "topic (overrides are matched by the topic's name after remapping); its subscriptions that take them: "
+        "qos_overrides./robot1/cam/color.subscription.{reliability,depth}"], lines
+    assert "(best effort, depth 5)" in lines[-1]
 
 
 @pytest.mark.parametrize("which, warned", [

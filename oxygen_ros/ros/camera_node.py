@@ -68,7 +68,7 @@ from oxygen_ros.ros.diagnostic_message import diagnostic_array
 from oxygen_ros.ros.node_help import NodeHelp
 from oxygen_ros.ros.node_main import run_node
 from oxygen_ros.ros.one_shot import OneShot
-from oxygen_ros.ros.params_files import node_start
+from oxygen_ros.ros.params_files import NodeStart, node_start, warn_unused_qos_overrides
 from oxygen_ros.ros.parameters import (ParameterError, changed_values, check_parameter_changes, declare_parameters,
                                        log_changes)
 from oxygen_ros.ros.qos import OBSERVATION_QOS, image_qos, is_reliable
@@ -97,7 +97,7 @@ class CameraNode(Node):
         super().__init__(NODE_NAME, **kwargs)
         self._core = core_observation()  # torch: imported now rather than at the first frame
         try:
-            p = declare_parameters(self, PARAMETERS, start=node_start(NODE_NAME, kwargs))
+            p = declare_parameters(self, PARAMETERS, start=(start := node_start(NODE_NAME, kwargs)))
             names = camera_names(p)
             self._slots = slot_order(p, names)  # the cameras in the model's slot order
             if len(p["state_joint_names"]) > self._core.MAX_STATE_DIM:
@@ -128,7 +128,7 @@ class CameraNode(Node):
         self._told: set[tuple[str, str]] = set()  # (what, topic) told once in the log
         self._stopped = False  # after shutdown(): frames are no longer grouped
 
-        self._subscribe(p)
+        self._subscribe(p, start)
         # counters and figures (diagnostics, console, tests), on the resolved topic names
         self.status = CameraStatus(self.camera_names, self.topics, IMAGE_ERROR_REASONS + STATE_REJECTION_REASONS,
                                    reading_period=DIAGNOSTICS_PERIOD_S)
@@ -143,7 +143,7 @@ class CameraNode(Node):
             f"{self.image_size}x{self.image_size}; instruction from {self._instruction.topic}; "
             f"state from {self.state_topic or '(none)'}")
 
-    def _subscribe(self, p: dict[str, Any]) -> None:
+    def _subscribe(self, p: dict[str, Any], start: NodeStart) -> None:
         self._publisher = self.create_publisher(ObservationMsg, p["observation_topic"], OBSERVATION_QOS)
         per_topic = QoSOverridingOptions(policy_kinds=(QoSPolicyKind.RELIABILITY, QoSPolicyKind.DEPTH))
         self._images = []
@@ -154,6 +154,7 @@ class CameraNode(Node):
                 msg_type, topic, partial(self._on_image, index), qos, qos_overriding_options=per_topic,
                 event_callbacks=SubscriptionEventCallbacks(incompatible_qos=partial(self._on_incompatible, index))))
         self.topics = [s.topic_name for s in self._images]  # as remapped: what the logs and diagnostics name
+        warn_unused_qos_overrides(self, self.topics, start)
         self._inputs = list(self._images)
         self._instruction = CameraInstruction(self, p["instruction_topic"], p["instruction_wait_s"],
                                               lambda: self.default_instruction, self._warn, self._decide_again)

@@ -22,7 +22,10 @@ shared sections are not warned of. A shared section's key ends in a wildcard (``
 ``/robot1/*``): it holds the parameters of several nodes by design, so a parameter a node
 gets from shared sections only (:func:`shared_only`) is not warned of as unknown when it
 is another node's of this package (:mod:`.parameters`); a name that is no node's still is.
-No rclpy here.
+
+rclpy reads a subscription's ``qos_overrides.<topic>.subscription.<policy>`` by the topic's
+resolved name (after remapping) and ignores any other: the camera node warns of those that
+name none of its image subscriptions (:func:`warn_unused_qos_overrides`). No rclpy here.
 """
 
 from __future__ import annotations
@@ -151,5 +154,29 @@ def package_tables() -> dict[str, tuple]:
             for name, (module, attribute) in PACKAGE_NODES.items()}
 
 
+def unused_qos_overrides(given: Collection[str], topics: Sequence[str], shared: Collection[str]) -> list[str]:
+    """The subscription QoS overrides of ``given`` (not from shared sections only) that name none of
+    ``topics`` (the node's subscriptions that take overrides, as remapped): rclpy reads
+    ``qos_overrides.<topic>.subscription.<policy>`` by the resolved topic name only."""
+    out = []
+    for name in sorted(given):
+        topic, marker, _ = name[len(QOS_OVERRIDES):].rpartition(".subscription.")
+        if name.startswith(QOS_OVERRIDES) and marker and topic not in topics and name not in shared:
+            out.append(name)
+    return out
+
+
+def warn_unused_qos_overrides(node, topics: Sequence[str], start: NodeStart) -> None:
+    """One warning in ``node``'s log naming its :func:`unused_qos_overrides` and the topics they
+    could apply to (nothing when there are none)."""
+    shared = shared_only(read_files(start.arguments), node.get_fully_qualified_name())
+    unused = unused_qos_overrides(getattr(node, "_parameter_overrides", {}), topics, shared)
+    if unused:
+        node.get_logger().warning(
+            f"QoS override(s) ignored: {', '.join(unused)}: this node subscribes to no such topic (overrides are "
+            f"matched by the topic's name after remapping); its subscriptions that take them: "
+            f"{', '.join(f'qos_overrides.{t}.subscription.{{reliability,depth}}' for t in topics)}")
+
+
 __all__ = ["NodeStart", "PACKAGE_NODES", "is_shared", "node_start", "package_tables", "params_files",
-           "read_files", "section_warnings", "shared_only"]
+           "read_files", "section_warnings", "shared_only", "unused_qos_overrides", "warn_unused_qos_overrides"]
