@@ -94,7 +94,7 @@ def test_run_time_changeable_parameters_are_marked():
 def test_a_run_time_change_goes_through_the_same_check():
     from rclpy.parameter import Parameter
 
-    from oxygen_ros.ros.parameters import changed_values, parameter_callback
+    from oxygen_ros.ros.parameter_changes import changed_values, parameter_callback
 
     values = dict(DEFAULTS, max_decode=10)
     callback = parameter_callback(inference_parameters.PARAMETERS, lambda: values)
@@ -114,7 +114,7 @@ def test_a_run_time_change_goes_through_the_same_check():
 def test_a_parameter_read_at_configure_changes_while_unconfigured_only_and_use_sim_time_never():
     from rclpy.parameter import Parameter
 
-    from oxygen_ros.ros.parameters import changed_values, parameter_callback
+    from oxygen_ros.ros.parameter_changes import changed_values, parameter_callback
 
     values, state = dict(DEFAULTS, max_active=4), {"unconfigured": False, "sim": False}
     callback = parameter_callback(inference_parameters.PARAMETERS, lambda: values, {"max_active"},

@@ -86,17 +86,17 @@ def test_a_file_whose_sections_all_apply_gives_no_warning(ros_env, tmp_path):
                 "/robot2/oxygen_camera": {"ros__parameters": {"image_size": 96}},
                 "oxygen_inference": config["oxygen_inference"], "oxygen_synthetic_camera": config["oxygen_synthetic_camera"],
                 "/**": {"ros__parameters": {"actions_topic": "/robot1/actions", "observation_topic": "/robot1/obs"}}}
-    lines = _camera_start(tmp_path, sections, "-r", "__ns:=/robot1", "-r", "/camera/image_raw:=/robot1/cam/color",
+    lines = _camera_start(tmp_path, sections, "-r", "__ns:=/robot1", "-r", "/robot1/camera/image_raw:=/robot1/cam/color",
                           "-p", "qos_overrides./robot1/cam/color.subscription.depth:=2")
     assert _warnings(lines) == [], lines
     assert "base=/robot1/cam/color (best effort, depth 2)] into /robot1/obs at 48x48" in lines[-1]
 
 
 def test_a_qos_override_of_a_topic_the_node_does_not_subscribe_to_is_named(ros_env, tmp_path):
-    """qos_overrides./camera/image_raw... with /camera/image_raw remapped: rclpy reads the override by the
+    """qos_overrides./camera/image_raw... with the camera topic remapped: rclpy reads the override by the
     resolved name (/robot1/cam/color) and ignored this one without a word (depth stayed 5)."""
     lines = _camera_start(tmp_path, {"/**": {"ros__parameters": {"image_size": 48}}}, "-r", "__ns:=/robot1",
-                          "-r", "/camera/image_raw:=/robot1/cam/color",
+                          "-r", "/robot1/camera/image_raw:=/robot1/cam/color",
                           "-p", "qos_overrides./camera/image_raw.subscription.depth:=2")
     assert _warnings(lines) == [
         "QoS override(s) ignored: qos_overrides./camera/image_raw.subscription.depth: this node subscribes to no such "

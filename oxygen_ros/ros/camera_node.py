@@ -21,7 +21,8 @@ latched) and optionally the robot state (``sensor_msgs/JointState``), and publis
   ``instruction_wait_s`` for an instruction while a publisher is on its topic
   (:mod:`.camera_instruction`);
 * a state with NaN/inf (or empty, or too long, or whose ``name`` and ``position`` lengths
-  disagree) is rejected and never forwarded; with ``state_topic`` set, no group is published
+  disagree, or other joints than the first message's: :mod:`~oxygen_ros.core.joint_state`) is
+  rejected and never forwarded; with ``state_topic`` set, no group is published
   without a valid state, and frames held back for want of one, or for the state of their moment,
   go out when it arrives (the decision is :class:`~oxygen_ros.core.grouping.FrameGrouping`'s);
 * images are subscribed with ``image_reliability`` and ``image_qos_depth`` (one camera: ROS 2's
@@ -33,10 +34,8 @@ latched) and optionally the robot state (``sensor_msgs/JointState``), and publis
   (throttled, with a hint when a reliable publisher meets a best-effort subscription). Logs name
   the resolved (remapped) topics.
 
-Parameters are listed in :data:`PARAMETERS`; topics, camera names, QoS and
-``instruction_wait_s`` are read at start (read-only), the others can be changed at run time and
-are validated.
-"""
+Parameters are listed in :data:`PARAMETERS`: topics, camera names, QoS and ``instruction_wait_s``
+read at start (read-only), the others changed at run time, validated."""
 
 from __future__ import annotations
 
@@ -69,8 +68,8 @@ from oxygen_ros.ros.node_help import NodeHelp
 from oxygen_ros.ros.node_main import run_node
 from oxygen_ros.ros.one_shot import OneShot
 from oxygen_ros.ros.params_files import NodeStart, node_start, warn_unused_qos_overrides
-from oxygen_ros.ros.parameters import (ParameterError, changed_values, check_parameter_changes, declare_parameters,
-                                       log_changes)
+from oxygen_ros.ros.parameter_changes import changed_values, check_parameter_changes, log_changes
+from oxygen_ros.ros.parameters import ParameterError, declare_parameters
 from oxygen_ros.ros.qos import OBSERVATION_QOS, image_qos, is_reliable
 
 NODE_NAME = "oxygen_camera"

@@ -78,7 +78,8 @@ from .inference_status import StatusReporter
 from .node_help import NodeHelp
 from .node_main import mark_logged, run_control_node
 from .params_files import node_start
-from .parameters import ParameterError, changed_values, check_parameter_changes, declare_parameters, log_changes
+from .parameter_changes import changed_values, check_parameter_changes, log_changes
+from .parameters import ParameterError, declare_parameters
 from .process import destroy_after_interrupt, settle_garbage_collector, thaw_garbage_collector
 from .qos import reliable
 from .robot_io import RobotIO, TextRouter

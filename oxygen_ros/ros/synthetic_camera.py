@@ -28,8 +28,8 @@ from oxygen_ros.ros.node_help import NodeHelp
 from oxygen_ros.ros.node_main import run_node
 from oxygen_ros.ros.plan_tables import DEMO_IMAGE_SIZE
 from oxygen_ros.ros.params_files import node_start
-from oxygen_ros.ros.parameters import (ParamSpec, changed_values, check_parameter_changes,
-                                       declare_parameters_or_fail, log_changes, non_negative, positive, topic_name)
+from oxygen_ros.ros.parameter_changes import changed_values, check_parameter_changes, log_changes
+from oxygen_ros.ros.parameters import ParamSpec, declare_parameters_or_fail, non_negative, positive, topic_name
 from oxygen_ros.ros.qos import ACTIONS_QOS, DATA_QOS, LATCHED_QOS
 
 NODE_NAME = "oxygen_synthetic_camera"
