@@ -384,12 +384,17 @@ def test_joint_names_fewer_than_the_action_dimensions_are_said_at_start():
     from oxygen_ros.ros.inference_parameters import PARAMETERS
     from oxygen_ros.ros.inference_setup import trajectory_note
 
+    from oxygen_ros.ros.robots import resolved_topic
+
+    def root(topic):  # the names as a node in the root namespace resolves them
+        return resolved_topic("/", topic)
+
     p = {spec.name: spec.default for spec in PARAMETERS} | {"joint_names": [f"j{i}" for i in range(7)]}
-    warn, line = trajectory_note(p, 32)
+    warn, line = trajectory_note(p, 32, root)
     assert warn and line.startswith("joint_names names 7 joints and the actions have 32 dimensions: "
                                     "/oxygen/joint_trajectory carries the first 7 of each action"), line
     assert "norm_stats_path" in line
-    assert trajectory_note(p, 8) == (False, "joint_names names 7 joints and the actions have 8 dimensions: "
+    assert trajectory_note(p, 8, root) == (False, "joint_names names 7 joints and the actions have 8 dimensions: "
                                             "/oxygen/joint_trajectory carries the first 7 of each action, "
                                             "/oxygen/actions all 8")
     assert trajectory_note(p, 7) is None and trajectory_note(p | {"joint_names": []}, 32) is None
