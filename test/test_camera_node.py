@@ -467,7 +467,9 @@ def test_frames_missing_by_their_stamps_are_counted_and_warned_about_with_what_h
         if k % 3 != 2:
             rig.send_raw(big, msg=rgb_to_image_msg(big, "rgb8", ns_to_time_msg(start + k * 33_333_333), "raw_frame"))
             stepped_ros.spin_for(0.01)
-    assert stepped_ros.spin_until(lambda: camera.received[0] >= 16 and camera.diagnostics()["base.frames_missing"] >= 9)
+    # (a big best-effort frame lost on a busy machine adds to the missing, never takes from them: received
+    # >= 16 of the 20 sent failed a CI run)
+    assert stepped_ros.spin_until(lambda: camera.diagnostics()["base.frames_missing"] >= 9)
 
     def warned():
         return [text for level, text in lines if level == "warning" and "frames missing by their stamps" in text]
