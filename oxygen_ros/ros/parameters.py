@@ -27,6 +27,7 @@ from rclpy.parameter import Parameter
 from rclpy.validate_topic_name import validate_topic_name
 
 from .params_files import NodeStart, read_files, section_warnings, shared_only
+from .params_sections import QOS_OVERRIDES
 
 #: Parameter types and how an error message names them.
 TYPES = {"str": "a string", "str_list": "a list of strings", "int": "an integer",
@@ -154,7 +155,6 @@ def _descriptor(spec: ParamSpec, read_only: bool, configurable: bool = False) ->
 
 #: Parameters rclpy declares on every node, and the QoS overrides rclpy reads itself.
 IMPLICIT_PARAMETERS = ("use_sim_time", "start_type_description_service")
-QOS_OVERRIDES = "qos_overrides."
 
 
 def unknown_parameters(node, specs: Iterable[ParamSpec], elsewhere: Mapping[str, Iterable[ParamSpec]] | None = None,

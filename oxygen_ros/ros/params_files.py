@@ -36,7 +36,7 @@ from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from .params_sections import key_matches, read_sections
+from .params_sections import QOS_OVERRIDES, key_matches, read_sections
 
 #: This package's nodes by default name: where each one's parameter table is (module, attribute).
 PACKAGE_NODES: dict[str, tuple[str, str]] = {
@@ -45,7 +45,6 @@ PACKAGE_NODES: dict[str, tuple[str, str]] = {
     "oxygen_synthetic_camera": ("oxygen_ros.ros.synthetic_camera", "SYNTHETIC_CAMERA_PARAMETERS"),
     "oxygen_bag_player": ("oxygen_ros.ros.bag_player", "BAG_PLAYER_PARAMETERS"),
 }
-QOS_OVERRIDES = "qos_overrides."
 #: a section name at least this close to the node's (difflib's ratio) is taken for a misspelling
 CLOSE = 0.8
 

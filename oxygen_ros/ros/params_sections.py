@@ -28,6 +28,9 @@ from __future__ import annotations
 import re
 from typing import Any
 
+#: the prefix of the parameters by which rclpy takes a publisher's or subscription's QoS (by resolved topic)
+QOS_OVERRIDES = "qos_overrides."
+
 PARAMS_KEY = "ros__parameters"
 
 

@@ -34,7 +34,7 @@ import importlib
 from typing import Any
 
 from .plan_tables import CAMERA_TOPIC, DEMO_PARAMETERS, NODES, argument_overrides, node_fqn
-from .params_sections import node_parameters, read_sections
+from .params_sections import QOS_OVERRIDES, node_parameters, read_sections
 from .robots import namespaced_topic, namespaced_value, parse_robots
 
 CAMERA, SYNTHETIC, INFERENCE = "oxygen_camera", "oxygen_synthetic_camera", "oxygen_inference"
@@ -50,7 +50,6 @@ PARAMETER_TABLES: dict[str, tuple[str, str]] = {
     CAMERA: ("oxygen_ros.ros.camera_parameters", "PARAMETERS"),
     SYNTHETIC: ("oxygen_ros.ros.synthetic_camera", "SYNTHETIC_CAMERA_PARAMETERS"),
 }
-QOS_OVERRIDES = "qos_overrides."
 
 
 def node_defaults(node: str) -> dict[str, Any]:
